@@ -1,0 +1,81 @@
+"""`albertlm <command>`: dispatch to a command module, imported lazily; errors become one line and an exit code.
+
+Each command module defines `add_arguments(parser)` and `run(args) -> int`; only the chosen one is imported,
+so `albertlm --help` does not load torch.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). `evaluate` is split: a task name first goes to the task module.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "params": ("albertlm.cli.model_commands", "parameter counts of the presets (the paper's tables)"),
+    "info": ("albertlm.cli.model_commands", "show a checkpoint's config and parameter count"),
+    "convert": ("albertlm.cli.convert_commands", "convert checkpoints: transformers <-> albertlm, TF -> albertlm"),
+    "tokenizer": ("albertlm.cli.data_commands", "train, encode and decode with SentencePiece / WordPiece"),
+    "data": ("albertlm.cli.data_commands", "build, inspect and summarise pretraining data"),
+    "pretrain": ("albertlm.cli.train_commands", "pretrain MLM + SOP/NSP from scratch or a checkpoint"),
+    "evaluate": ("albertlm.cli.train_commands", "evaluate a checkpoint on pretraining data, or a task (glue/squad/race/classify)"),
+    "plot": ("albertlm.cli.train_commands", "write PNG curves of a run's metrics"),
+    "finetune": ("albertlm.cli.task_commands", "fine-tune on GLUE, SQuAD, RACE or your own data"),
+    "predict": ("albertlm.cli.task_commands", "predict with a fine-tuned checkpoint"),
+}
+TASK_NAMES = ("glue", "squad", "race", "classify")
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: albertlm <command> [options]   (albertlm <command> --help for its options)", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {text}" for name, (_, text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def _module_for(command: str, rest: list[str]) -> str:
+    if command == "evaluate" and rest and rest[0] in TASK_NAMES:
+        return "albertlm.cli.task_commands"
+    return COMMANDS[command][0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from albertlm import __version__
+
+        print(f"albertlm {__version__}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(f"albertlm: error: unknown command {command!r}{hint}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    from albertlm.errors import UserError
+
+    try:
+        module = importlib.import_module(_module_for(command, rest))
+        parser = argparse.ArgumentParser(prog=f"albertlm {command}", description=COMMANDS[command][1])
+        module.add_arguments(parser, command)
+        args = parser.parse_args(rest)
+        return int(module.run(args, command) or 0)
+    except UserError as exc:
+        print(f"albertlm {command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except FileNotFoundError as exc:
+        print(f"albertlm {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"albertlm {command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The model's configuration: every field of google-research's `AlbertConfig` that does something.
+
+No torch import here (layer L0). Paper symbols in comments: V, E, H, L, A, I, N (groups).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from albertlm.errors import UserError
+
+Sharing = Literal["all", "attention", "ffn", "none"]
+SHARING_STRATEGIES = ("all", "attention", "ffn", "none")
+ACTIVATIONS = ("gelu", "gelu_new", "relu")
+
+
+class ConfigError(UserError):
+    """A configuration value that cannot work; the message names the field."""
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 30000              # V
+    embedding_size: int = 128            # E
+    hidden_size: int = 768               # H
+    num_layers: int = 12                 # L
+    num_heads: int = 12                  # A
+    ffn_size: int = 3072                 # I
+    activation: str = "gelu_new"         # "gelu" (exact erf), "gelu_new" (tanh approximation), "relu"
+    hidden_dropout: float = 0.0          # 0 = off (v2 models)
+    attention_dropout: float = 0.0
+    classifier_dropout: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    sharing: str = "all"                 # which sublayers share weights inside a group
+    num_groups: int = 1                  # N: layer l belongs to group l * N // L
+    inner_group_num: int = 1             # google's inner repetition: distinct blocks per layer
+    pad_token_id: int = 0
+    num_labels: int = 2                  # task heads only; 1 = regression
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def need(ok: bool, name: str, why: str) -> None:
+            if not ok:
+                raise ConfigError(f"{name}={getattr(self, name)!r}: {why}")
+
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads",
+                     "ffn_size", "max_position_embeddings", "type_vocab_size", "num_groups",
+                     "inner_group_num", "num_labels"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                 name, "must be a positive integer")
+        need(self.hidden_size % self.num_heads == 0, "hidden_size",
+             f"must be divisible by num_heads={self.num_heads}")
+        need(self.sharing in SHARING_STRATEGIES, "sharing",
+             f"must be one of {', '.join(SHARING_STRATEGIES)}")
+        need(self.activation in ACTIVATIONS, "activation", f"must be one of {', '.join(ACTIVATIONS)}")
+        need(self.num_groups <= self.num_layers, "num_groups",
+             f"cannot exceed num_layers={self.num_layers}")
+        need(self.num_layers % self.num_groups == 0, "num_groups",
+             f"must divide num_layers={self.num_layers}")
+        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            need(isinstance(value, (int, float)) and 0.0 <= value < 1.0, name, "must be in [0, 1)")
+        need(self.initializer_range > 0, "initializer_range", "must be positive")
+        need(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
+        need(0 <= self.pad_token_id < self.vocab_size, "pad_token_id",
+             f"must be a token id below vocab_size={self.vocab_size}")
+
+    @property
+    def head_size(self) -> int:  # hs
+        return self.hidden_size // self.num_heads
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown model config field(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "ModelConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+AlbertConfig = ModelConfig

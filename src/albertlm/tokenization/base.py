@@ -1,0 +1,45 @@
+"""The tokenizer protocol every layer above relies on (layer 1).
+
+ALBERT's special ids (SentencePiece models trained the ALBERT way): <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4.
+WordPiece vocabs keep their own ids ([PAD], [UNK], [CLS], [SEP], [MASK] looked up by name).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    kind: str  # "sentencepiece" or "wordpiece"
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of one text, no special tokens."""
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of many texts, in native code (no Python loop per piece)."""
+
+    def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
+        """`[CLS] a [SEP] (b [SEP])` ids and their token types, as transformers' tokenizers build them."""
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ids; special tokens are dropped."""
+
+    def id_to_token(self, token_id: int) -> str: ...
+
+    def token_to_id(self, token: str) -> int: ...
+
+    def word_start_mask(self) -> np.ndarray:
+        """Boolean array (V,): True where a token begins a whole word (SentencePiece `▁`, WordPiece not `##`).
+        Special and punctuation-only tokens count as word starts."""
+
+    def save(self, directory: str | Path) -> None:
+        """Write files that both albertlm and transformers load (spiece.model or vocab.txt)."""
