@@ -14,7 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "params": ("albertlm.cli.model_commands", "parameter counts of the presets (the paper's tables)"),
     "info": ("albertlm.cli.model_commands", "show a checkpoint's config and parameter count"),
     "convert": ("albertlm.cli.convert_commands", "convert checkpoints: transformers <-> albertlm, TF -> albertlm"),
-    "tokenizer": ("albertlm.cli.data_commands", "train, encode and decode with SentencePiece / WordPiece"),
+    "tokenizer": ("albertlm.cli.tokenizer_commands", "train, encode and decode with SentencePiece / WordPiece"),
     "data": ("albertlm.cli.data_commands", "build, inspect and summarise pretraining data"),
     "pretrain": ("albertlm.cli.train_commands", "pretrain MLM + SOP/NSP from scratch or a checkpoint"),
     "evaluate": ("albertlm.cli.train_commands", "evaluate a checkpoint on pretraining data, or a task (glue/squad/race/classify)"),
