@@ -1,0 +1,113 @@
+"""Token features shared by every task: `[CLS] a [SEP] b [SEP]` pairs, length-bucketed batches, and a
+collate that pads each batch only to its own longest sequence (not to 512).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+
+@dataclass
+class Feature:
+    """One model input: ids and token types (T,) or (C, T) for multiple choice, a label, and the
+    index of the example it came from (several windows can share one SQuAD example)."""
+
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    example_index: int
+    label: Any = None
+    extra: dict | None = None  # task data the model does not see (SQuAD offsets, positions)
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[-1])
+
+
+def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> bool:
+    """Trim the longer of the two lists from the end until both fit (BERT's `_truncate_seq_pair`).
+    Returns whether anything was cut."""
+    cut = False
+    while len(a) + len(b) > max_tokens:
+        (a if len(a) >= len(b) else b).pop()
+        cut = True
+    return cut
+
+
+def build_pair(cls_id: int, sep_id: int, a: list[int], b: list[int] | None) -> tuple[np.ndarray, np.ndarray]:
+    """`[CLS] a [SEP] (b [SEP])` and token types 0 for the first segment, 1 for the second."""
+    ids = [cls_id, *a, sep_id]
+    types = [0] * len(ids)
+    if b is not None:
+        ids += [*b, sep_id]
+        types += [1] * (len(b) + 1)
+    return np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64)
+
+
+def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str | None] | None,
+                 max_length: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """Encode many (a, b) pairs with the tokenizer's native batch call; returns the pairs and how
+    many were truncated to `max_length`."""
+    ids_a = tokenizer.encode_batch(list(texts_a))
+    has_b = texts_b is not None and any(t is not None for t in texts_b)
+    ids_b = tokenizer.encode_batch([t or "" for t in texts_b]) if has_b else [None] * len(ids_a)
+    pairs, num_truncated = [], 0
+    for a, b in zip(ids_a, ids_b):
+        a = list(a)
+        b = list(b) if b is not None else None
+        budget = max_length - (3 if b is not None else 2)
+        num_truncated += truncate_pair(a, b if b is not None else [], budget)
+        pairs.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, a, b))
+    return pairs, num_truncated
+
+
+def bucket_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator | None,
+                   bucket_batches_count: int = 50) -> list[np.ndarray]:
+    """Indices grouped into batches of similar length.
+
+    Training (rng given): shuffle, sort within buckets of `bucket_batches_count` batches, cut into
+    batches and shuffle the batches, so batches are random but padding is small. Evaluation (rng None):
+    one global sort by length; callers restore the original order by index.
+    """
+    lengths = np.asarray(lengths)
+    if rng is None:
+        order = np.argsort(lengths, kind="stable")
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    order = rng.permutation(len(lengths))
+    span = batch_size * bucket_batches_count
+    batches = []
+    for start in range(0, len(order), span):
+        chunk = order[start:start + span]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(features: Sequence[Feature], pad_id: int, label_dtype=None, pad_to: int | None = None) -> dict:
+    """Pad a batch to its longest sequence (or to `pad_to`); (B, T) or (B, C, T) torch tensors."""
+    import torch
+
+    width = pad_to or max(f.length for f in features)
+    shape = (len(features), *features[0].input_ids.shape[:-1], width)
+    ids = np.full(shape, pad_id, dtype=np.int64)
+    types = np.zeros(shape, dtype=np.int64)
+    mask = np.zeros(shape, dtype=np.int64)
+    for i, f in enumerate(features):
+        n = f.length
+        ids[i, ..., :n] = f.input_ids
+        types[i, ..., :n] = f.token_type_ids
+        mask[i, ..., :n] = f.input_ids != pad_id if f.input_ids.ndim > 1 else 1
+    batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(types),
+             "attention_mask": torch.from_numpy(mask)}
+    if features[0].label is not None:
+        labels = np.asarray([f.label for f in features])
+        batch["labels"] = torch.as_tensor(labels, dtype=label_dtype)
+    return batch
+
+
+def iterate_batches(features: Sequence[Feature], batches: Sequence[np.ndarray], pad_id: int,
+                    label_dtype=None) -> Iterator[tuple[np.ndarray, dict]]:
+    for index in batches:
+        yield index, collate([features[i] for i in index], pad_id, label_dtype)

@@ -1,0 +1,186 @@
+"""GLUE: task table, readers for the standard layout, and the submission format.
+
+Each task ships its files its own way (GLUE's `download_glue_data.py` layout): CoLA train/dev have no
+header, the others do; MNLI has matched and mismatched dev/test; MRPC can also be read from the original
+`msr_paraphrase_*.txt` (UTF-8 BOM). A header is recognised by its label cell not being a label, so
+re-split files with and without a header both work (e.g. a headerless `val.tsv`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from albertlm.tasks.tables import DataError, Problems, read_tsv
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Positions of text_a, text_b (None for single sentences) and label (None in test files)."""
+
+    text_a: int
+    text_b: int | None
+    label: int | None
+    guid: int | None = 0
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    name: str
+    labels: tuple[str, ...] | None       # None: regression (STS-B)
+    train: Columns
+    test: Columns
+    dir_name: str
+    submission_name: str                 # file name in the GLUE submission zip
+    dev_files: tuple[str, ...] = ("dev.tsv",)
+    test_files: tuple[str, ...] = ("test.tsv",)
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.labels is None else len(self.labels)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+
+NLI2 = ("entailment", "not_entailment")
+TASKS: dict[str, GlueTask] = {t.name: t for t in [
+    GlueTask("cola", ("0", "1"), Columns(3, None, 1, None), Columns(1, None, None), "CoLA", "CoLA.tsv"),
+    GlueTask("sst2", ("0", "1"), Columns(0, None, 1, None), Columns(1, None, None), "SST-2", "SST-2.tsv"),
+    GlueTask("mrpc", ("0", "1"), Columns(3, 4, 0, 1), Columns(3, 4, None), "MRPC", "MRPC.tsv"),
+    GlueTask("stsb", None, Columns(7, 8, -1), Columns(7, 8, None), "STS-B", "STS-B.tsv"),
+    GlueTask("qqp", ("0", "1"), Columns(3, 4, 5), Columns(1, 2, None), "QQP", "QQP.tsv"),
+    GlueTask("mnli", ("contradiction", "entailment", "neutral"), Columns(8, 9, -1), Columns(8, 9, None),
+             "MNLI", "MNLI-m.tsv", ("dev_matched.tsv", "dev_mismatched.tsv"),
+             ("test_matched.tsv", "test_mismatched.tsv")),
+    GlueTask("qnli", NLI2, Columns(1, 2, -1), Columns(1, 2, None), "QNLI", "QNLI.tsv"),
+    GlueTask("rte", NLI2, Columns(1, 2, -1), Columns(1, 2, None), "RTE", "RTE.tsv"),
+    GlueTask("wnli", ("0", "1"), Columns(1, 2, -1), Columns(1, 2, None), "WNLI", "WNLI.tsv"),
+    # the diagnostic set: predicted with an MNLI model, only a test file
+    GlueTask("ax", ("contradiction", "entailment", "neutral"), Columns(1, 2, None), Columns(1, 2, None),
+             "diagnostic", "AX.tsv", (), ("diagnostic.tsv", "AX.tsv")),
+]}
+ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "diagnostic": "ax"}
+SUBMISSION_NAMES = {("mnli", "test_mismatched.tsv"): "MNLI-mm.tsv"}
+
+
+@dataclass
+class Example:
+    guid: str
+    text_a: str
+    text_b: str | None
+    label: str | float | None
+    where: str  # "file:line", for messages
+
+
+def get_task(name: str) -> GlueTask:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in TASKS:
+        raise DataError(f"unknown GLUE task {name!r}; choose from {', '.join(TASKS)}")
+    return TASKS[key]
+
+
+def _is_label(task: GlueTask, cell: str) -> bool:
+    if task.labels is not None:
+        return cell in task.labels
+    try:
+        float(cell)
+        return True
+    except ValueError:
+        return False
+
+
+def _is_header(task: GlueTask, cols: Columns, cells: list[str]) -> bool:
+    if cols.label is not None and len(cells) > max(cols.label, -cols.label - 1):
+        return not _is_label(task, cells[cols.label].strip())
+    first = cells[0].strip().lower()  # test files: "index", "id" or MRPC's "Quality"
+    return first in ("index", "id", "quality", "sentence", "pairid")
+
+
+def _parse_label(task: GlueTask, cell: str, where: str) -> str | float:
+    cell = cell.strip()
+    if task.is_regression:
+        try:
+            return float(cell)
+        except ValueError:
+            raise DataError(f"{where}: score {cell!r} is not a number") from None
+    if cell not in task.labels:
+        raise DataError(f"{where}: label {cell!r} is not one of {task.name}'s labels {list(task.labels)}")
+    return cell
+
+
+def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = True,
+                  problems: Problems | None = None) -> list[Example]:
+    """Examples of one GLUE file. A row with too few fields is an error naming the file and line,
+    unless `problems` is given: then it is skipped and counted there."""
+    task = get_task(task) if isinstance(task, str) else task
+    path = Path(path)
+    cols = task.train if has_labels else task.test
+    if task.name == "mrpc" and not has_labels and _looks_like_msr(path):
+        cols = task.train  # msr_paraphrase_test.txt has the train layout (with labels)
+    needed = max(i if i >= 0 else -i - 1 for i in (cols.text_a, cols.text_b, cols.label, cols.guid)
+                 if i is not None) + 1
+    examples: list[Example] = []
+    for n, (lineno, cells) in enumerate(read_tsv(path)):
+        where = f"{path}:{lineno}"
+        if n == 0 and _is_header(task, cols, cells):
+            continue
+        if len(cells) < needed:
+            if problems is None:
+                raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}")
+            problems.add("malformed row skipped", where)
+            continue
+        label = _parse_label(task, cells[cols.label], where) if has_labels and cols.label is not None else None
+        guid = cells[cols.guid].strip() if cols.guid is not None else str(len(examples))
+        text_b = cells[cols.text_b] if cols.text_b is not None else None
+        examples.append(Example(guid, cells[cols.text_a], text_b, label, where))
+    return examples
+
+
+def _looks_like_msr(path: Path) -> bool:
+    return path.name.startswith("msr_paraphrase")
+
+
+def find_split(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
+    """Files of a split in a task directory. dev falls back to `val.tsv` (re-split copies);
+    MRPC train/test fall back to the original `msr_paraphrase_{train,test}.txt`."""
+    data_dir = Path(data_dir)
+    candidates = {"train": ("train.tsv",), "dev": task.dev_files or (), "test": task.test_files}[split]
+    found = [data_dir / name for name in candidates if (data_dir / name).is_file()]
+    if split == "dev" and not found and (data_dir / "val.tsv").is_file():
+        found = [data_dir / "val.tsv"]
+    if task.name == "mrpc" and not found and split in ("train", "test"):
+        msr = data_dir / f"msr_paraphrase_{split}.txt"
+        found = [msr] if msr.is_file() else []
+    return found
+
+
+def label_ids(task: GlueTask, examples: list[Example]) -> list:
+    if task.is_regression:
+        return [float(e.label) for e in examples]
+    index = {label: i for i, label in enumerate(task.labels)}
+    return [index[e.label] for e in examples]
+
+
+def write_submission(task: GlueTask, examples: list[Example], predictions, path: str | Path,
+                     by_guid: bool = False) -> None:
+    """GLUE submission TSV: `index<TAB>prediction`, label names for classification, scores for STS-B.
+    Test files carry their own index column (`by_guid`); dev predictions are numbered by position."""
+    lines = ["index\tprediction"]
+    for i, (example, pred) in enumerate(zip(examples, predictions)):
+        index = example.guid if by_guid else str(i)
+        value = f"{float(pred):.3f}" if task.is_regression else task.labels[int(pred)]
+        lines.append(f"{index}\t{value}")
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def read_predictions(task: GlueTask, path: str | Path) -> dict[str, str | float]:
+    """A submission-format file (index, prediction) as {index: label or score}."""
+    out = {}
+    for n, (lineno, cells) in enumerate(read_tsv(path)):
+        if n == 0 and cells[0].strip().lower() in ("index", "id"):
+            continue
+        if len(cells) < 2:
+            raise DataError(f"{path}:{lineno}: expected 'index<TAB>prediction'")
+        out[cells[0].strip()] = _parse_label(task, cells[1], f"{path}:{lineno}")
+    return out

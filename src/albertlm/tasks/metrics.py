@@ -1,0 +1,205 @@
+"""Official task metrics.
+
+GLUE metrics come from scikit-learn / scipy (the libraries GLUE's own scorer and transformers use).
+The SQuAD metrics follow the official evaluation scripts exactly (v1.1 `evaluate-v1.1.py`,
+v2.0 `evaluate-v2.0.py`): no library implements them, so they are written here from the definition.
+"""
+from __future__ import annotations
+
+import collections
+import re
+import string
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------- GLUE
+
+
+def accuracy(labels: Sequence, preds: Sequence) -> float:
+    from sklearn.metrics import accuracy_score
+
+    return float(accuracy_score(labels, preds))
+
+
+def matthews(labels: Sequence[int], preds: Sequence[int]) -> float:
+    from sklearn.metrics import matthews_corrcoef
+
+    return float(matthews_corrcoef(labels, preds))
+
+
+def binary_f1(labels: Sequence[int], preds: Sequence[int]) -> float:
+    """F1 of the positive class (label 1), GLUE's MRPC / QQP definition."""
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(labels, preds, pos_label=1, average="binary", zero_division=0.0))
+
+
+def pearson_spearman(labels: Sequence[float], preds: Sequence[float]) -> dict[str, float]:
+    from scipy.stats import pearsonr, spearmanr
+
+    labels, preds = np.asarray(labels, dtype=np.float64), np.asarray(preds, dtype=np.float64)
+    if np.ptp(labels) == 0 or np.ptp(preds) == 0:  # constant input: correlation undefined, report 0
+        return {"pearson": 0.0, "spearman": 0.0, "corr": 0.0}
+    pearson = float(pearsonr(preds, labels)[0])
+    spearman = float(spearmanr(preds, labels)[0])
+    return {"pearson": pearson, "spearman": spearman, "corr": (pearson + spearman) / 2}
+
+
+# which metrics each GLUE task reports (the GLUE paper, Table 1); the first is the one used to pick
+# the best dev checkpoint
+GLUE_METRICS: dict[str, tuple[str, ...]] = {
+    "cola": ("mcc",), "sst2": ("accuracy",), "mrpc": ("f1", "accuracy"), "qqp": ("f1", "accuracy"),
+    "stsb": ("pearson", "spearman"), "mnli": ("accuracy",), "qnli": ("accuracy",),
+    "rte": ("accuracy",), "wnli": ("accuracy",), "ax": ("mcc",),
+}
+
+
+def glue_metrics(task: str, labels: Sequence, preds: Sequence) -> dict[str, float]:
+    """The official metrics of one GLUE task; labels/preds are class ids (or scores for STS-B)."""
+    if task == "stsb":
+        return pearson_spearman(labels, preds)
+    out = {"accuracy": accuracy(labels, preds)}
+    if task in ("cola", "ax"):
+        out["mcc"] = matthews(labels, preds)
+    if task in ("mrpc", "qqp"):
+        out["f1"] = binary_f1(labels, preds)
+        out["acc_and_f1"] = (out["f1"] + out["accuracy"]) / 2
+    return out
+
+
+def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labels: int) -> dict[str, float]:
+    """Accuracy and macro F1 for a user's own multi-class data."""
+    from sklearn.metrics import f1_score
+
+    out = {"accuracy": accuracy(labels, preds),
+           "macro_f1": float(f1_score(labels, preds, labels=list(range(num_labels)), average="macro",
+                                      zero_division=0.0))}
+    if num_labels == 2:
+        out["f1"] = binary_f1(labels, preds)
+    return out
+
+
+def regression_metrics(labels: Sequence[float], preds: Sequence[float]) -> dict[str, float]:
+    from sklearn.metrics import mean_squared_error
+
+    out = pearson_spearman(labels, preds)
+    out["mse"] = float(mean_squared_error(labels, preds))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- SQuAD
+
+
+def normalize_answer(text: str) -> str:
+    """Lower text and remove punctuation, articles and extra whitespace (official scripts, same order)."""
+    text = text.lower()
+    exclude = set(string.punctuation)
+    text = "".join(ch for ch in text if ch not in exclude)
+    text = re.sub(r"\b(a|an|the)\b", " ", text, flags=re.UNICODE)
+    return " ".join(text.split())
+
+
+def exact_match(gold: str, pred: str) -> int:
+    return int(normalize_answer(gold) == normalize_answer(pred))
+
+
+def f1(gold: str, pred: str) -> float:
+    """Token F1 of normalized answers; an empty side scores 1 only when both are empty (v2.0 script)."""
+    gold_tokens = normalize_answer(gold).split()
+    pred_tokens = normalize_answer(pred).split()
+    if not gold_tokens or not pred_tokens:
+        return float(gold_tokens == pred_tokens)
+    num_same = sum((collections.Counter(gold_tokens) & collections.Counter(pred_tokens)).values())
+    if num_same == 0:
+        return 0.0
+    precision, recall = num_same / len(pred_tokens), num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_v1(gold: str, pred: str) -> float:
+    """v1.1 script: no special case for empty answers (an empty prediction scores 0)."""
+    gold_tokens = normalize_answer(gold).split()
+    pred_tokens = normalize_answer(pred).split()
+    num_same = sum((collections.Counter(gold_tokens) & collections.Counter(pred_tokens)).values())
+    if num_same == 0:
+        return 0.0
+    precision, recall = num_same / len(pred_tokens), num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_v1_scores(golds: Mapping[str, list[str]], preds: Mapping[str, str]) -> dict[str, float]:
+    """`evaluate-v1.1.py`: max over gold answers; a question without a prediction scores 0 and counts."""
+    em = f1_sum = 0.0
+    for qid, answers in golds.items():
+        if qid not in preds:
+            continue
+        em += max(exact_match(a, preds[qid]) for a in answers)
+        f1_sum += max(f1_v1(a, preds[qid]) for a in answers)
+    total = len(golds)
+    return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1_sum / total, "total": total,
+            "missing": sum(1 for q in golds if q not in preds)}
+
+
+def squad_v2_raw_scores(golds: Mapping[str, list[str]], preds: Mapping[str, str]):
+    """Per-question EM and F1 (`get_raw_scores`): golds that normalize to '' are dropped; none left
+    means the question is unanswerable and the gold is ''. Questions without a prediction are skipped."""
+    exact, f1s = {}, {}
+    for qid, answers in golds.items():
+        answers = [a for a in answers if normalize_answer(a)] or [""]
+        if qid not in preds:
+            continue
+        exact[qid] = max(exact_match(a, preds[qid]) for a in answers)
+        f1s[qid] = max(f1(a, preds[qid]) for a in answers)
+    return exact, f1s
+
+
+def apply_no_answer_threshold(scores: Mapping[str, float], na_probs: Mapping[str, float],
+                              has_answer: Mapping[str, bool], threshold: float) -> dict[str, float]:
+    """Where the no-answer probability exceeds the threshold the prediction becomes '' (official script)."""
+    return {qid: float(not has_answer[qid]) if na_probs[qid] > threshold else s for qid, s in scores.items()}
+
+
+def find_best_threshold(preds: Mapping[str, str], scores: Mapping[str, float],
+                        na_probs: Mapping[str, float], has_answer: Mapping[str, bool]) -> tuple[float, float]:
+    """Sweep the no-answer threshold over the sorted na_probs (official `find_best_thresh`)."""
+    current = best = sum(1 for qid in has_answer if not has_answer[qid])
+    best_threshold = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in scores:
+            continue
+        if has_answer[qid]:
+            current += scores[qid]
+        else:
+            current += -1 if preds[qid] else 0
+        if current > best:
+            best, best_threshold = current, na_probs[qid]
+    return 100.0 * best / len(scores), best_threshold
+
+
+def _mean_dict(exact: Mapping[str, float], f1s: Mapping[str, float], qids: Iterable[str] | None = None):
+    qids = list(exact) if qids is None else list(qids)
+    total = len(qids)
+    return {"exact": 100.0 * sum(exact[q] for q in qids) / total,
+            "f1": 100.0 * sum(f1s[q] for q in qids) / total, "total": total}
+
+
+def squad_v2_scores(golds: Mapping[str, list[str]], preds: Mapping[str, str],
+                    na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> dict:
+    """`evaluate-v2.0.py`: exact/f1 overall, HasAns_* and NoAns_*, and with na_probs the best
+    thresholds (best_exact, best_exact_thresh, best_f1, best_f1_thresh)."""
+    has_answer = {qid: any(a for a in answers) for qid, answers in golds.items()}
+    probs = dict(na_probs) if na_probs is not None else {qid: 0.0 for qid in preds}
+    exact_raw, f1_raw = squad_v2_raw_scores(golds, preds)
+    exact = apply_no_answer_threshold(exact_raw, probs, has_answer, na_prob_thresh)
+    f1s = apply_no_answer_threshold(f1_raw, probs, has_answer, na_prob_thresh)
+    out = _mean_dict(exact, f1s)
+    for name, wanted in (("HasAns", True), ("NoAns", False)):
+        qids = [q for q in exact if has_answer[q] == wanted]
+        if qids:
+            out.update({f"{name}_{k}": v for k, v in _mean_dict(exact, f1s, qids).items()})
+    if na_probs is not None:
+        out["best_exact"], out["best_exact_thresh"] = find_best_threshold(preds, exact_raw, probs, has_answer)
+        out["best_f1"], out["best_f1_thresh"] = find_best_threshold(preds, f1_raw, probs, has_answer)
+    out["missing"] = sum(1 for q in golds if q not in preds)
+    return out
