@@ -4,7 +4,7 @@ from albertlm.tokenization.base import Tokenizer
 __all__ = ["Tokenizer", "load_tokenizer"]
 
 
-def load_tokenizer(path):  # noqa: D103 - resolved in tokenization/load.py
+def load_tokenizer(path, **options):  # noqa: D103 - documented in tokenization/load.py
     from albertlm.tokenization.load import load_tokenizer as _load
 
-    return _load(path)
+    return _load(path, **options)

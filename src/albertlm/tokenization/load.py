@@ -1,0 +1,61 @@
+"""`load_tokenizer(path)`: a SentencePiece `.model`, a BERT `vocab.txt`, or a directory holding either.
+
+A directory (ours, or a transformers model directory) may hold `tokenizer_config.json` with the preprocessing
+options (`do_lower_case`, `keep_accents`, ...). A bare file, or a directory without that file, gets
+transformers' defaults: AlbertTokenizer's for SentencePiece (lowercase, strip accents), BertTokenizer's for
+WordPiece (lowercase). Keyword options override both.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from albertlm.errors import UserError
+from albertlm.tokenization import sentencepiece as spm_tok
+from albertlm.tokenization import wordpiece as wp_tok
+
+CONFIG_FILE = "tokenizer_config.json"
+
+
+def load_tokenizer(path: str | Path, **options):
+    """Load a tokenizer; `options` (e.g. do_lower_case=False) override the stored or default preprocessing."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UserError(f"tokenizer not found: {path}")
+    if path.is_dir():
+        return _load_directory(path, options)
+    if path.suffix == ".txt":
+        return _wordpiece(path, path.parent / CONFIG_FILE if path.name == wp_tok.VOCAB_FILE else None, options)
+    # Any other file is tried as a SentencePiece model (".model" by convention); a bad one is a UserError.
+    return _sentencepiece(path, path.parent / CONFIG_FILE if path.name == spm_tok.MODEL_FILE else None, options)
+
+
+def _load_directory(directory: Path, options: dict):
+    config = directory / CONFIG_FILE
+    if (directory / spm_tok.MODEL_FILE).is_file():
+        return _sentencepiece(directory / spm_tok.MODEL_FILE, config, options)
+    if (directory / wp_tok.VOCAB_FILE).is_file():
+        return _wordpiece(directory / wp_tok.VOCAB_FILE, config, options)
+    models = sorted(directory.glob("*.model"))
+    if len(models) == 1:
+        return _sentencepiece(models[0], config, options)
+    raise UserError(f"no tokenizer in {directory}: expected {spm_tok.MODEL_FILE}, {wp_tok.VOCAB_FILE} "
+                    "or a single *.model file")
+
+
+def _sentencepiece(model_file: Path, config: Path | None, options: dict):
+    base = spm_tok.read_options(config) if config is not None else spm_tok.SentencePieceOptions()
+    return spm_tok.SentencePieceTokenizer(model_file, _override(base, options))
+
+
+def _wordpiece(vocab_file: Path, config: Path | None, options: dict):
+    base = wp_tok.read_options(config) if config is not None else wp_tok.WordPieceOptions()
+    return wp_tok.WordPieceTokenizer(vocab_file, _override(base, options))
+
+
+def _override(base, options: dict):
+    try:
+        return replace(base, **options)
+    except TypeError:
+        known = ", ".join(base.__dataclass_fields__)
+        raise UserError(f"unknown tokenizer option in {sorted(options)}; known: {known}") from None

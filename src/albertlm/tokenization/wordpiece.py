@@ -1,0 +1,169 @@
+"""WordPiece tokenizers (BERT-style vocab.txt, as Chinese and Korean ALBERT releases ship) on the `tokenizers` library.
+
+The pipeline is transformers' BertTokenizer's (BertNormalizer with Chinese-character splitting, BertPreTokenizer,
+WordPiece with "##" continuations, special tokens matched in text), so ids match it; `encode_batch` runs in
+Rust threads.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from albertlm.errors import UserError
+
+VOCAB_FILE = "vocab.txt"
+CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+@dataclass(frozen=True)
+class WordPieceOptions:
+    """Defaults = transformers' BertTokenizer defaults. `strip_accents` None follows `do_lower_case`."""
+
+    do_lower_case: bool = True
+    tokenize_chinese_chars: bool = True
+    strip_accents: bool | None = None
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "WordPieceOptions":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def read_vocab(vocab_file: Path) -> dict[str, int]:
+    """token -> line number, as transformers' `load_vocab` reads it (a repeated token keeps its last line)."""
+    if not vocab_file.is_file():
+        raise UserError(f"vocab file not found: {vocab_file}")
+    try:
+        lines = vocab_file.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"cannot read {vocab_file} as a UTF-8 vocab.txt ({exc})") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    vocab = {token: index for index, token in enumerate(lines)}
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise UserError(f"{vocab_file} is not a BERT vocab.txt: it lacks {missing}")
+    return vocab
+
+
+def build_pipeline(vocab: dict[str, int], options: WordPieceOptions):
+    """A `tokenizers.Tokenizer` equal to transformers' BertTokenizer, without its post-processor."""
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import WordPiece
+
+    tokenizer = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=options.tokenize_chinese_chars,
+        strip_accents=options.strip_accents, lowercase=options.do_lower_case)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    return tokenizer
+
+
+class WordPieceTokenizer:
+    """A BERT vocab.txt behind `albertlm.tokenization.base.Tokenizer`."""
+
+    kind = "wordpiece"
+
+    def __init__(self, vocab_file: str | Path, options: WordPieceOptions | None = None):
+        self.vocab_file = Path(vocab_file)
+        self.options = options or WordPieceOptions()
+        self.vocab = read_vocab(self.vocab_file)
+        self.vocab_size = max(self.vocab.values()) + 1
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (self.vocab[t] for t in SPECIAL_TOKENS)
+        self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
+        self.backend = build_pipeline(self.vocab, self.options)
+        self._id_to_token = {i: t for t, i in self.vocab.items()}
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
+        ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
+        ids = [self.cls_id, *ids_a, self.sep_id]
+        types = [0] * len(ids)
+        if rest:
+            ids += [*rest[0], self.sep_id]
+            types += [1] * (len(rest[0]) + 1)
+        return ids, types
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.backend.encode(text, add_special_tokens=False).tokens
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode([int(i) for i in ids if int(i) not in self._special], skip_special_tokens=True)
+
+    def id_to_token(self, token_id: int) -> str:
+        return self._id_to_token.get(int(token_id), "[UNK]")
+
+    def token_to_id(self, token: str) -> int:
+        return self.vocab.get(token, self.unk_id)
+
+    def word_start_mask(self) -> np.ndarray:
+        """BERT whole-word masking: every token not starting with "##" begins a word."""
+        mask = np.ones(self.vocab_size, dtype=bool)
+        for token, index in self.vocab.items():
+            if token.startswith("##"):
+                mask[index] = False
+        mask[list(self._special)] = True
+        return mask
+
+    def save(self, directory: str | Path) -> None:
+        """vocab.txt + tokenizer_config.json: loads in `load_tokenizer` and `BertTokenizer.from_pretrained`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / VOCAB_FILE
+        if target.resolve() != self.vocab_file.resolve():
+            target.write_bytes(self.vocab_file.read_bytes())
+        write_config(directory, self.options)
+
+    def __repr__(self) -> str:
+        return f"WordPieceTokenizer({str(self.vocab_file)!r}, V={self.vocab_size}, {self.options})"
+
+
+def write_config(directory: Path, options: WordPieceOptions) -> None:
+    config = {"tokenizer_class": "BertTokenizer", **asdict(options),
+              "pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+              "mask_token": "[MASK]"}
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def read_options(config_file: Path) -> WordPieceOptions:
+    if not config_file.is_file():
+        return WordPieceOptions()
+    try:
+        return WordPieceOptions.from_dict(json.loads(config_file.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot parse {config_file}: {exc}") from None
+
+
+def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
+                    options: WordPieceOptions | None = None, min_frequency: int = 2,
+                    limit_alphabet: int = 1000, show_progress: bool = True) -> WordPieceTokenizer:
+    """Train a WordPiece vocab with `tokenizers` (streams its files in Rust) and write a loadable directory."""
+    from tokenizers.trainers import WordPieceTrainer
+
+    options = options or WordPieceOptions()
+    paths = [str(p) for p in files]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    backend = build_pipeline(placeholder, options)
+    trainer = WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,
+                               special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
+                               continuing_subword_prefix="##")
+    backend.train(paths, trainer)
+    vocab = backend.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    write_config(out_dir, options)
+    return WordPieceTokenizer(out_dir / VOCAB_FILE, options)
