@@ -42,6 +42,9 @@ class ModelConfig:
     inner_group_num: int = 1             # google's inner repetition: distinct blocks per layer
     pad_token_id: int = 0
     num_labels: int = 2                  # task heads only; 1 = regression
+    # google-research skips the E->H projection when E == H; transformers always has one. True keeps it
+    # (set when importing a transformers checkpoint with E == H, so its trained projection is not lost).
+    always_project_embeddings: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -73,6 +76,10 @@ class ModelConfig:
         need(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
         need(0 <= self.pad_token_id < self.vocab_size, "pad_token_id",
              f"must be a token id below vocab_size={self.vocab_size}")
+
+    @property
+    def has_embedding_projection(self) -> bool:
+        return self.embedding_size != self.hidden_size or self.always_project_embeddings
 
     @property
     def head_size(self) -> int:  # hs

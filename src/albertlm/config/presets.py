@@ -1,0 +1,71 @@
+"""Named model presets: the rows of the paper's Table 1, v1/v2 variants, and tiny ones for tests.
+
+Sources: Lan et al. 2020, Table 1 (L, H, E, sharing, parameter count); head counts, FFN sizes and
+dropout from google-research/albert's released `albert_config.json` files (v1: dropout 0.1, v2: 0)
+and google-research/bert's configs. All use V=30000 (SentencePiece), 512 positions, 2 token types,
+FFN 4H and the tanh GELU google's code calls `gelu` (our "gelu_new").
+`paper_params` is the count the paper prints (embeddings + encoder + pooler, heads excluded);
+tests/test_presets.py checks every instantiated model against it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from albertlm.config.model import ConfigError, ModelConfig
+
+
+@dataclass(frozen=True)
+class Preset:
+    config: ModelConfig
+    paper_params: float | None  # millions, as printed in the paper; None if the paper has no row
+    source: str
+
+
+def _albert(L: int, H: int, A: int, dropout: float, **kw: Any) -> ModelConfig:
+    return ModelConfig(num_layers=L, hidden_size=H, num_heads=A, ffn_size=4 * H, embedding_size=128,
+                       sharing="all", hidden_dropout=dropout, attention_dropout=dropout, **kw)
+
+
+def _bert(L: int, H: int, A: int) -> ModelConfig:
+    return ModelConfig(num_layers=L, hidden_size=H, num_heads=A, ffn_size=4 * H, embedding_size=H,
+                       sharing="none", hidden_dropout=0.1, attention_dropout=0.1)
+
+
+def _presets() -> dict[str, Preset]:
+    t1 = "Lan et al. 2020, Table 1"
+    rows = {
+        "bert-base": Preset(_bert(12, 768, 12), 108, t1 + "; google-research/bert bert_config.json"),
+        "bert-large": Preset(_bert(24, 1024, 16), 334, t1),
+        "bert-xlarge": Preset(_bert(24, 2048, 32), 1270, t1 + " (heads H/64: no released config)"),
+    }
+    # (L, H, heads in the released config, paper params)
+    sizes = {"base": (12, 768, 12, 12), "large": (24, 1024, 16, 18), "xlarge": (24, 2048, 16, 60),
+             "xxlarge": (12, 4096, 64, 235)}
+    for size, (L, H, A, count) in sizes.items():
+        for version, dropout in (("v1", 0.1), ("v2", 0.0)):
+            cfg = _albert(L, H, A, dropout)
+            preset = Preset(cfg, count, f"{t1}; google-research/albert albert_{size} {version} config")
+            rows[f"albert-{size}-{version}"] = preset
+        rows[f"albert-{size}"] = rows[f"albert-{size}-v2"]
+    tiny = dict(vocab_size=30000, embedding_size=32, hidden_size=64, num_layers=4, num_heads=2, ffn_size=256,
+                max_position_embeddings=512)
+    rows["albert-tiny"] = Preset(ModelConfig(sharing="all", **tiny), None, "ours: small enough for tests and demos")
+    rows["bert-tiny"] = Preset(ModelConfig(sharing="none", **{**tiny, "embedding_size": 64}), None,
+                               "ours: albert-tiny without factorisation or sharing")
+    return rows
+
+
+PRESETS: dict[str, Preset] = _presets()
+MODEL_PRESETS: dict[str, ModelConfig] = {name: p.config for name, p in PRESETS.items()}
+
+
+def get_preset(name: str, **overrides: Any) -> ModelConfig:
+    """A fresh copy of a preset with field overrides, e.g. get_preset("albert-base", embedding_size=768)."""
+    if name not in PRESETS:
+        import difflib
+
+        close = difflib.get_close_matches(name, PRESETS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"unknown preset {name!r}{hint}; presets: {', '.join(PRESETS)}")
+    return PRESETS[name].config.replace(**overrides)

@@ -1,0 +1,131 @@
+"""Task heads on the ALBERT backbone (section 4.2): masked-LM, sequence classification / regression
+(GLUE), token classification, span QA (SQuAD), multiple choice (RACE).
+
+Each returns `logits` (or `start_logits` / `end_logits`) and, given labels, `loss` — transformers'
+names and loss conventions, so the same training code serves both.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from albertlm.config import ModelConfig
+from albertlm.model.albert import AlbertModel, MaskedLMHead, ModelOutput
+from albertlm.model.io import PretrainedMixin, init_weights
+
+
+class _TaskModel(PretrainedMixin, nn.Module):
+    base_prefix = "albert."
+    pooled = True  # whether the head reads the pooled [CLS] output (else every token)
+
+    def __init__(self, cfg: ModelConfig, num_outputs: int | None = None):
+        super().__init__()
+        self.config = cfg
+        self.albert = AlbertModel(cfg, add_pooling_layer=self.pooled)
+        self.dropout = nn.Dropout(cfg.classifier_dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, num_outputs or cfg.num_labels)
+        self.apply(functools.partial(init_weights, std=cfg.initializer_range))
+
+    def features(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
+        out = self.albert(input_ids, attention_mask, token_type_ids)
+        return self.dropout(out.pooler_output if self.pooled else out.last_hidden_state)
+
+
+class AlbertForSequenceClassification(_TaskModel):
+    """Linear on the pooled output; num_labels = 1 is regression (MSE), otherwise cross entropy."""
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
+        logits = self.classifier(self.features(input_ids, attention_mask, token_type_ids))  # (B, num_labels)
+        out = ModelOutput(logits=logits)
+        if labels is not None:
+            out["loss"] = (F.mse_loss(logits.squeeze(-1).float(), labels.float()) if self.config.num_labels == 1
+                           else F.cross_entropy(logits.float(), labels))
+        return out
+
+
+class AlbertForTokenClassification(_TaskModel):
+    """Linear on every token; labels -100 are ignored."""
+
+    pooled = False
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
+        logits = self.classifier(self.features(input_ids, attention_mask, token_type_ids))  # (B, T, num_labels)
+        out = ModelOutput(logits=logits)
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        return out
+
+
+class AlbertForQuestionAnswering(_TaskModel):
+    """Span start / end logits per token (no dropout, as transformers); positions outside the sequence
+    are ignored in the loss."""
+
+    pooled = False
+
+    def __init__(self, cfg: ModelConfig):
+        nn.Module.__init__(self)
+        self.config = cfg
+        self.albert = AlbertModel(cfg, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(cfg.hidden_size, 2)
+        self.apply(functools.partial(init_weights, std=cfg.initializer_range))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, start_positions: Tensor | None = None,
+                end_positions: Tensor | None = None) -> ModelOutput:
+        hidden = self.albert(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, H)
+        start, end = self.qa_outputs(hidden).unbind(-1)  # 2 x (B, T)
+        out = ModelOutput(start_logits=start, end_logits=end)
+        if start_positions is not None and end_positions is not None:
+            T = start.shape[1]
+            losses = [F.cross_entropy(logits.float(), pos.clamp(0, T), ignore_index=T)
+                      for logits, pos in ((start, start_positions), (end, end_positions))]
+            out["loss"] = (losses[0] + losses[1]) / 2
+        return out
+
+
+class AlbertForMultipleChoice(_TaskModel):
+    """input_ids (B, C, T): every choice is scored from its pooled output; softmax over the C choices."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg, num_outputs=1)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
+        B, C, T = input_ids.shape
+        flat = [t.reshape(B * C, T) if t is not None else None for t in (input_ids, attention_mask, token_type_ids)]
+        logits = self.classifier(self.features(*flat)).view(B, C)  # (B, C)
+        out = ModelOutput(logits=logits)
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.float(), labels)
+        return out
+
+
+class AlbertForMaskedLM(PretrainedMixin, nn.Module):
+    """The pretraining MLM head alone (no pooler, no SOP): logits for every token, or `labels` (B, T)
+    with -100 where nothing is predicted."""
+
+    base_prefix = "albert."
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.albert = AlbertModel(cfg, add_pooling_layer=False)
+        self.mlm_head = MaskedLMHead(cfg)
+        self.apply(functools.partial(init_weights, std=cfg.initializer_range))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
+        hidden = self.albert(input_ids, attention_mask, token_type_ids).last_hidden_state
+        logits = self.mlm_head(hidden, self.albert.embeddings.word.weight)  # (B, T, V)
+        out = ModelOutput(logits=logits)
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        return out
+
+
+__all__ = ["AlbertForMaskedLM", "AlbertForSequenceClassification", "AlbertForTokenClassification",
+           "AlbertForQuestionAnswering", "AlbertForMultipleChoice"]

@@ -1,0 +1,203 @@
+"""transformers' ALBERT layout as data: the config-field map and the state-dict key map.
+
+Pure data and small pure functions (no transformers import), so `from_pretrained` can read a
+transformers directory and `interop.hf` can write one. google-research's `albert_config.json`
+uses the same field names as transformers' config, minus `model_type`.
+
+Our keys (backbone, without the `albert.` prefix of the full models):
+  embeddings.{word,position,token_type}.weight, embeddings.norm.*, embeddings.project.*
+  encoder.attentions.{u}.{qkv,out,norm}.*, encoder.ffns.{u}.{up,down,norm}.*, pooler.*
+transformers: unique block u = g * K + k is `encoder.albert_layer_groups.{g}.albert_layers.{k}`,
+with HF's num_hidden_groups = the number of unique blocks / K (N for `all`, L for `none`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from albertlm.config import ModelConfig
+from albertlm.errors import UserError
+
+# our field <- transformers field (same meaning, same value)
+CONFIG_FIELDS = {
+    "vocab_size": "vocab_size",
+    "embedding_size": "embedding_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "ffn_size": "intermediate_size",
+    "hidden_dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "classifier_dropout": "classifier_dropout_prob",
+    "max_position_embeddings": "max_position_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "initializer_range": "initializer_range",
+    "layer_norm_eps": "layer_norm_eps",
+    "inner_group_num": "inner_group_num",
+    "pad_token_id": "pad_token_id",
+}
+# transformers' activation name -> ours. google-research's "gelu" is the tanh approximation
+# (modeling.py), which transformers calls "gelu_new".
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
+                  "gelu_fast": "gelu_new", "relu": "relu"}
+GOOGLE_ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu"}
+
+EMBEDDING_KEYS = {  # ours -> transformers
+    "embeddings.word.weight": "embeddings.word_embeddings.weight",
+    "embeddings.position.weight": "embeddings.position_embeddings.weight",
+    "embeddings.token_type.weight": "embeddings.token_type_embeddings.weight",
+    "embeddings.norm.weight": "embeddings.LayerNorm.weight",
+    "embeddings.norm.bias": "embeddings.LayerNorm.bias",
+    "embeddings.project.weight": "encoder.embedding_hidden_mapping_in.weight",
+    "embeddings.project.bias": "encoder.embedding_hidden_mapping_in.bias",
+    "pooler.weight": "pooler.weight",
+    "pooler.bias": "pooler.bias",
+}
+ATTENTION_KEYS = {  # a tuple = concatenated along dim 0 (our fused QKV)
+    "qkv": ("attention.query", "attention.key", "attention.value"),
+    "out": "attention.dense",
+    "norm": "attention.LayerNorm",
+}
+FFN_KEYS = {"up": "ffn", "down": "ffn_output", "norm": "full_layer_layer_norm"}
+HEAD_KEYS = {  # full-model keys, ours -> transformers
+    "mlm_head.dense.weight": "predictions.dense.weight",
+    "mlm_head.dense.bias": "predictions.dense.bias",
+    "mlm_head.norm.weight": "predictions.LayerNorm.weight",
+    "mlm_head.norm.bias": "predictions.LayerNorm.bias",
+    "mlm_head.bias": "predictions.bias",
+    "sop_head.weight": "sop_classifier.classifier.weight",
+    "sop_head.bias": "sop_classifier.classifier.bias",
+    "classifier.weight": "classifier.weight",
+    "classifier.bias": "classifier.bias",
+    "qa_outputs.weight": "qa_outputs.weight",
+    "qa_outputs.bias": "qa_outputs.bias",
+}
+# transformers keys that carry no information of their own: old persistent buffers, the tied decoder
+HF_IGNORED = ("embeddings.position_ids", "embeddings.token_type_ids", "predictions.decoder.weight",
+              "predictions.decoder.bias")
+
+
+def is_hf_config(data: dict[str, Any]) -> bool:
+    return "num_hidden_layers" in data
+
+
+def hf_num_groups(cfg: ModelConfig) -> int:
+    """transformers can express `all` (N groups) and `none` (L groups), not `attention` / `ffn`."""
+    if cfg.sharing not in ("all", "none"):
+        raise UserError(f"sharing={cfg.sharing!r} cannot be expressed by transformers' ALBERT, which shares "
+                        "attention and FFN together; only sharing 'all' or 'none' can be exported")
+    return cfg.num_groups if cfg.sharing == "all" else cfg.num_layers
+
+
+def config_from_hf(data: dict[str, Any]) -> ModelConfig:
+    """A transformers `config.json` or google-research `albert_config.json` -> ModelConfig."""
+    google = "model_type" not in data
+    for name, plain in (("net_structure_type", 0), ("gap_size", 0), ("num_memory_blocks", 0), ("down_scale_factor", 1)):
+        if data.get(name, plain) != plain:
+            raise UserError(f"{name}={data[name]!r} is not supported (only the standard ALBERT structure)")
+    fields = {ours: data[hf] for ours, hf in CONFIG_FIELDS.items() if data.get(hf) is not None}
+    act = data.get("hidden_act", "gelu_new")
+    table = GOOGLE_ACTIVATIONS if google else HF_ACTIVATIONS
+    if act not in table:
+        raise UserError(f"hidden_act={act!r} is not supported (one of {', '.join(table)})")
+    fields["activation"] = table[act]
+    L, N = data.get("num_hidden_layers", 12), data.get("num_hidden_groups", 1)
+    fields.update(sharing="none", num_groups=1) if N == L and L > 1 else fields.update(sharing="all", num_groups=N)
+    if "id2label" in data:
+        fields["num_labels"] = len(data["id2label"])
+    elif data.get("num_labels") is not None:
+        fields["num_labels"] = data["num_labels"]
+    fields["always_project_embeddings"] = not google and data.get("embedding_size", 128) == data.get("hidden_size")
+    return ModelConfig(**fields)
+
+
+def config_to_hf(cfg: ModelConfig, architecture: str = "AlbertForPreTraining") -> dict[str, Any]:
+    data = {hf: getattr(cfg, ours) for ours, hf in CONFIG_FIELDS.items()}
+    data.update(model_type="albert", architectures=[architecture], hidden_act=cfg.activation,
+                num_hidden_groups=hf_num_groups(cfg), bos_token_id=2, eos_token_id=3,
+                id2label={str(i): f"LABEL_{i}" for i in range(cfg.num_labels)},
+                label2id={f"LABEL_{i}": i for i in range(cfg.num_labels)})
+    return data
+
+
+def backbone_key_map(cfg: ModelConfig, plan: list[tuple[int, int]]) -> dict[str, str | tuple[str, ...]]:
+    """Our backbone key -> transformers key (a tuple: our tensor is their tensors concatenated)."""
+    hf_num_groups(cfg)
+    K = cfg.inner_group_num
+    keys: dict[str, str | tuple[str, ...]] = {
+        k: v for k, v in EMBEDDING_KEYS.items() if cfg.has_embedding_projection or ".project." not in k}
+    for u in sorted({a for a, _ in plan}):  # for `all` / `none` attention and FFN indices coincide
+        block = f"encoder.albert_layer_groups.{u // K}.albert_layers.{u % K}"
+        for ours, theirs in ATTENTION_KEYS.items():
+            for p in ("weight", "bias"):
+                keys[f"encoder.attentions.{u}.{ours}.{p}"] = (
+                    tuple(f"{block}.{t}.{p}" for t in theirs) if isinstance(theirs, tuple) else f"{block}.{theirs}.{p}")
+        for ours, theirs in FFN_KEYS.items():
+            for p in ("weight", "bias"):
+                keys[f"encoder.ffns.{u}.{ours}.{p}"] = f"{block}.{theirs}.{p}"
+    return keys
+
+
+def state_from_hf(hf_state: dict[str, Any], cfg: ModelConfig, plan: list[tuple[int, int]]) -> dict[str, Any]:
+    """A transformers state dict (any Albert* class) -> ours, in full-model form (`albert.` prefix)."""
+    import torch  # the config layer stays torch-free; this module is only used by the model layer
+
+    base = {k.removeprefix("albert."): v for k, v in hf_state.items() if not k.startswith(HEAD_PREFIXES)}
+    out: dict[str, Any] = {}
+    for ours, theirs in backbone_key_map(cfg, plan).items():
+        if isinstance(theirs, tuple):
+            if all(t in base for t in theirs):
+                out["albert." + ours] = torch.cat([base[t] for t in theirs], 0)
+        elif theirs in base:
+            out["albert." + ours] = base[theirs]
+    if not cfg.has_embedding_projection:
+        _check_identity(base)
+    for ours, theirs in HEAD_KEYS.items():
+        if theirs in hf_state:
+            out[ours] = hf_state[theirs]
+    known = set(_flat(backbone_key_map(cfg, plan).values())) | set(HF_IGNORED) | {
+        "encoder.embedding_hidden_mapping_in.weight", "encoder.embedding_hidden_mapping_in.bias"}
+    unknown = sorted(k for k in base if k not in known) + sorted(
+        k for k in hf_state if k.startswith(HEAD_PREFIXES) and k not in HEAD_KEYS.values() and k not in HF_IGNORED)
+    if unknown:
+        raise UserError(f"unexpected transformers keys (not an ALBERT of this config?): {', '.join(unknown[:5])}")
+    return out
+
+
+HEAD_PREFIXES = ("predictions.", "sop_classifier.", "classifier.", "qa_outputs.")
+
+
+def _flat(values) -> list[str]:
+    return [x for v in values for x in ((v,) if isinstance(v, str) else v)]
+
+
+def _check_identity(base: dict[str, Any]) -> None:
+    """E == H without our projection: transformers' projection must be the identity to drop it."""
+    import torch
+
+    w, b = base.get("encoder.embedding_hidden_mapping_in.weight"), base.get("encoder.embedding_hidden_mapping_in.bias")
+    if w is not None and not (torch.equal(w, torch.eye(w.shape[0], dtype=w.dtype)) and not b.any()):
+        raise UserError("this checkpoint has a trained E->H projection with E == H: load it with "
+                        "always_project_embeddings=True")
+
+
+def state_to_hf(state: dict[str, Any], cfg: ModelConfig, plan: list[tuple[int, int]]) -> dict[str, Any]:
+    """Our full-model state dict -> transformers' (`albert.` prefix, heads renamed, QKV split)."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for ours, theirs in backbone_key_map(cfg, plan).items():
+        value = state["albert." + ours] if "albert." + ours in state else state.get(ours)
+        if value is None:
+            continue  # e.g. no pooler in this model
+        if isinstance(theirs, tuple):
+            for name, part in zip(theirs, value.chunk(len(theirs), 0)):
+                out["albert." + name] = part.contiguous()
+        else:
+            out["albert." + theirs] = value
+    if not cfg.has_embedding_projection:  # transformers always projects: write the identity
+        out["albert.encoder.embedding_hidden_mapping_in.weight"] = torch.eye(cfg.hidden_size)
+        out["albert.encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(cfg.hidden_size)
+    for ours, theirs in HEAD_KEYS.items():
+        if ours in state:
+            out[theirs] = state[ours]
+    return out
