@@ -1,0 +1,360 @@
+"""SQuAD v1.1 / v2.0: reading the official JSON, sliding-window features, and span post-processing.
+
+The context is split on whitespace into words (google-research / BERT `run_squad`), each word is tokenized
+on its own, and every token keeps the character span it covers in the original context, so a predicted
+token span maps back to the exact original text (`context[start_char:end_char]`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from albertlm.tasks.features import Feature
+from albertlm.tasks.tables import DataError, Problems
+
+
+@dataclass
+class SquadExample:
+    qid: str
+    question: str
+    context: str
+    answers: list[tuple[str, int]]          # (text, answer_start) pairs, empty if unanswerable
+    is_impossible: bool = False
+    title: str = ""
+
+
+@dataclass
+class SquadSettings:
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def read_squad(path: str | Path, problems: Problems | None = None) -> list[SquadExample]:
+    """Examples of an official SQuAD file (nested data/paragraphs/qas) or of the flat layout
+    (`{"data": [{id, question, context, answers: {text: [...], answer_start: [...]}}]}`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise DataError(f"{path}: expected an object with a 'data' list (the SQuAD format)")
+    problems = problems if problems is not None else Problems()
+    examples = []
+    for article in data["data"]:
+        if "paragraphs" in article:
+            for paragraph in article["paragraphs"]:
+                for qa in paragraph.get("qas", []):
+                    examples.append(_nested_example(path, article, paragraph, qa, problems))
+        else:
+            examples.append(_flat_example(path, article, problems))
+    return examples
+
+
+def _need(path: Path, record: dict, key: str, where: str):
+    if key not in record:
+        raise DataError(f"{path}: {where} has no {key!r} field")
+    return record[key]
+
+
+def _nested_example(path, article, paragraph, qa, problems) -> SquadExample:
+    qid = str(_need(path, qa, "id", "a question"))
+    context = _need(path, paragraph, "context", f"the paragraph of question {qid}")
+    answers = [(a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
+    impossible = bool(qa.get("is_impossible", False)) or not answers
+    answers = [] if qa.get("is_impossible", False) else answers
+    return SquadExample(qid, _need(path, qa, "question", f"question {qid}"), context,
+                        _check_answers(path, qid, context, answers, problems), impossible,
+                        article.get("title", ""))
+
+
+def _flat_example(path, record, problems) -> SquadExample:
+    qid = str(_need(path, record, "id", "a record"))
+    context = _need(path, record, "context", f"question {qid}")
+    raw = record.get("answers", {}) or {}
+    answers = list(zip(raw.get("text", []), map(int, raw.get("answer_start", []))))
+    return SquadExample(qid, _need(path, record, "question", f"question {qid}"), context,
+                        _check_answers(path, qid, context, answers, problems), not answers,
+                        record.get("title", ""))
+
+
+def _check_answers(path, qid, context, answers, problems) -> list[tuple[str, int]]:
+    """An answer whose text is not at its offset is re-anchored to the nearest occurrence (counted);
+    one whose text is nowhere in the context is an error naming the question id."""
+    checked = []
+    for text, start in answers:
+        if context[start:start + len(text)] == text:
+            checked.append((text, start))
+            continue
+        hits = [i for i in _find_all(context, text)]
+        if not hits:
+            raise DataError(f"{path}: question {qid}: answer {text!r} at offset {start} does not match the "
+                            f"context there ({context[start:start + len(text)]!r}) and is not in the context")
+        problems.add("answer offset corrected", f"{path.name}:{qid}")
+        checked.append((text, min(hits, key=lambda i: abs(i - start))))
+    return checked
+
+
+def _find_all(text: str, sub: str):
+    i = text.find(sub)
+    while sub and i >= 0:
+        yield i
+        i = text.find(sub, i + 1)
+
+
+def gold_answers(examples: Sequence[SquadExample]) -> dict[str, list[str]]:
+    """{qid: gold texts} as the official scripts read them ([] for unanswerable)."""
+    return {e.qid: [text for text, _ in e.answers] for e in examples}
+
+
+# ------------------------------------------------------------------------------ tokens and offsets
+
+
+def split_words(context: str) -> list[tuple[int, int]]:
+    """Character spans of the whitespace-separated words of the context."""
+    spans, start = [], None
+    for i, ch in enumerate(context):
+        if ch.isspace() or ch in "\u202f\u200b":
+            if start is not None:
+                spans.append((start, i))
+                start = None
+        elif start is None:
+            start = i
+    if start is not None:
+        spans.append((start, len(context)))
+    return spans
+
+
+def _clean_piece(piece: str) -> str:
+    return piece.lstrip("▁").removeprefix("##")
+
+
+def piece_spans(word: str, pieces: Sequence[str], offset: int) -> list[tuple[int, int]]:
+    """Character span of each piece of one word. Pieces are matched left to right against the lower-cased
+    word; a piece that does not match (unknown token, normalised text) gets the rest of the word."""
+    low, cursor, spans = word.lower(), 0, []
+    for piece in pieces:
+        clean = _clean_piece(piece).lower()
+        if clean and low.startswith(clean, cursor):
+            spans.append((offset + cursor, offset + cursor + len(clean)))
+            cursor += len(clean)
+        else:
+            spans.append((offset + min(cursor, len(word) - 1), offset + len(word)))
+    return spans
+
+
+@dataclass
+class ContextTokens:
+    ids: list[int]
+    spans: list[tuple[int, int]]  # character span in the original context per token
+
+
+def tokenize_contexts(tokenizer, contexts: Sequence[str]) -> list[ContextTokens]:
+    """Tokens of each distinct context with their character spans (one native batch call for all words)."""
+    words_per_context = [split_words(c) for c in contexts]
+    flat_words = [c[s:e] for c, spans in zip(contexts, words_per_context) for s, e in spans]
+    flat_ids = tokenizer.encode_batch(flat_words) if flat_words else []
+    out, k = [], 0
+    for context, spans in zip(contexts, words_per_context):
+        ids, token_spans = [], []
+        for start, end in spans:
+            word_ids = flat_ids[k]
+            k += 1
+            ids += word_ids
+            token_spans += piece_spans(context[start:end], [tokenizer.id_to_token(i) for i in word_ids], start)
+        out.append(ContextTokens(ids, token_spans))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- features
+
+
+def window_starts(num_tokens: int, window: int, stride: int) -> list[int]:
+    """Start of each doc window: step by `stride` until the end is covered (google-research rule)."""
+    starts, start = [], 0
+    while True:
+        starts.append(start)
+        if start + window >= num_tokens:
+            return starts
+        start += min(window, stride)
+
+
+def _answer_tokens(spans: list[tuple[int, int]], char_start: int, char_end: int) -> tuple[int, int] | None:
+    """First and last token overlapping [char_start, char_end)."""
+    inside = [i for i, (s, e) in enumerate(spans) if e > char_start and s < char_end]
+    return (inside[0], inside[-1]) if inside else None
+
+
+def _max_context(starts: list[int], window: int, num_tokens: int) -> list[np.ndarray]:
+    """For each window, whether each token has its most central position there (BERT `_check_is_max_context`)."""
+    best_score = np.full(num_tokens, -1.0)
+    best_window = np.zeros(num_tokens, dtype=np.int64)
+    for w, start in enumerate(starts):
+        length = min(window, num_tokens - start)
+        pos = np.arange(length)
+        score = np.minimum(pos, length - 1 - pos) + 0.01 * length
+        better = score > best_score[start:start + length]
+        best_score[start:start + length][better] = score[better]
+        best_window[start:start + length][better] = w
+    return [best_window[s:s + min(window, num_tokens - s)] == w for w, s in enumerate(starts)]
+
+
+def build_features(tokenizer, examples: Sequence[SquadExample], settings: SquadSettings, training: bool,
+                   problems: Problems | None = None) -> list[Feature]:
+    """Sliding-window features. Training windows that cut the answer point at [CLS] (as for no-answer)."""
+    problems = problems if problems is not None else Problems()
+    contexts = list(dict.fromkeys(e.context for e in examples))
+    tokens = dict(zip(contexts, tokenize_contexts(tokenizer, contexts)))
+    questions = tokenizer.encode_batch([e.question for e in examples])
+    features = []
+    for index, (example, q_ids) in enumerate(zip(examples, questions)):
+        if len(q_ids) > settings.max_query_length:
+            problems.add("question truncated to max_query_length", example.qid)
+            q_ids = q_ids[: settings.max_query_length]
+        features += _example_features(tokenizer, index, example, q_ids, tokens[example.context],
+                                      settings, training, problems)
+    return features
+
+
+def _example_features(tokenizer, index, example, q_ids, ctx: ContextTokens, settings, training, problems):
+    window = settings.max_seq_length - len(q_ids) - 3
+    starts = window_starts(len(ctx.ids), window, settings.doc_stride)
+    max_context = _max_context(starts, window, len(ctx.ids))
+    answer = None
+    if training and example.answers:
+        text, char_start = example.answers[0]
+        answer = _answer_tokens(ctx.spans, char_start, char_start + len(text))
+        if answer is None:
+            problems.add("answer has no tokens (treated as no-answer)", example.qid)
+    out = []
+    for start, is_max in zip(starts, max_context):
+        doc = ctx.ids[start:start + window]
+        ids = [tokenizer.cls_id, *q_ids, tokenizer.sep_id, *doc, tokenizer.sep_id]
+        offset = len(q_ids) + 2  # position of the first doc token
+        types = [0] * offset + [1] * (len(doc) + 1)
+        label = None
+        if training:
+            label = (0, 0)
+            if answer is not None and answer[0] >= start and answer[1] < start + len(doc):
+                label = (answer[0] - start + offset, answer[1] - start + offset)
+        extra = {"doc_offset": offset, "doc_start": start, "doc_length": len(doc), "max_context": is_max}
+        out.append(Feature(np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64), index,
+                           label, extra))
+    return out
+
+
+# --------------------------------------------------------------------------------- post-processing
+
+
+@dataclass
+class SpanPrediction:
+    text: str
+    score: float
+    start_char: int = -1
+    end_char: int = -1
+
+
+@dataclass
+class ExamplePrediction:
+    best: SpanPrediction                  # best non-null span ("" if none is valid)
+    null_score: float                     # min over windows of start[CLS] + end[CLS]
+    nbest: list[SpanPrediction] = field(default_factory=list)
+
+    @property
+    def score_diff(self) -> float:
+        """null score minus best span score: the null-odds of `null_odds.json` (higher = no answer)."""
+        return self.null_score - self.best.score
+
+
+def _top(logits: np.ndarray, k: int) -> np.ndarray:
+    return np.argsort(-logits, kind="stable")[:k]
+
+
+def _window_spans(feature: Feature, start_logits, end_logits, ctx: ContextTokens, context: str,
+                  settings: SquadSettings) -> list[SpanPrediction]:
+    x = feature.extra
+    lo, hi = x["doc_offset"], x["doc_offset"] + x["doc_length"]  # doc token positions [lo, hi)
+    spans = []
+    for s in _top(start_logits, settings.n_best_size):
+        for e in _top(end_logits, settings.n_best_size):
+            if not (lo <= s < hi and lo <= e < hi) or e < s or e - s + 1 > settings.max_answer_length:
+                continue
+            if not x["max_context"][s - lo]:
+                continue
+            first, last = x["doc_start"] + s - lo, x["doc_start"] + e - lo
+            a, b = ctx.spans[first][0], ctx.spans[last][1]
+            spans.append(SpanPrediction(context[a:b], float(start_logits[s] + end_logits[e]), a, b))
+    return spans
+
+
+def postprocess(examples: Sequence[SquadExample], features: Sequence[Feature], start_logits: Sequence,
+                end_logits: Sequence, tokenizer, settings: SquadSettings) -> dict[str, ExamplePrediction]:
+    """Best span and null score per question over all its windows (n-best search, max answer length)."""
+    by_example: dict[int, list[int]] = {}
+    for i, f in enumerate(features):
+        by_example.setdefault(f.example_index, []).append(i)
+    contexts = list(dict.fromkeys(examples[i].context for i in by_example))
+    tokens = dict(zip(contexts, tokenize_contexts(tokenizer, contexts)))
+    out = {}
+    for index, feature_ids in by_example.items():
+        example = examples[index]
+        spans, null_score = [], float("inf")
+        for i in feature_ids:
+            sl, el = np.asarray(start_logits[i]), np.asarray(end_logits[i])
+            null_score = min(null_score, float(sl[0] + el[0]))
+            spans += _window_spans(features[i], sl, el, tokens[example.context], example.context, settings)
+        spans.sort(key=lambda p: -p.score)
+        best = spans[0] if spans else SpanPrediction("", null_score)
+        out[example.qid] = ExamplePrediction(best, null_score, spans[: settings.n_best_size])
+    return out
+
+
+def final_predictions(predictions: dict[str, ExamplePrediction], version: str,
+                      threshold: float = 0.0) -> dict[str, str]:
+    """predictions.json: the best span; for v2.0 '' where the null-odds exceed the threshold."""
+    if version.startswith("1"):
+        return {qid: p.best.text for qid, p in predictions.items()}
+    return {qid: "" if p.score_diff > threshold else p.best.text for qid, p in predictions.items()}
+
+
+def null_odds(predictions: dict[str, ExamplePrediction]) -> dict[str, float]:
+    return {qid: p.score_diff for qid, p in predictions.items()}
+
+
+def tune_threshold(golds: dict[str, list[str]], predictions: dict[str, ExamplePrediction]) -> dict:
+    """The null threshold that maximises dev F1 (official `find_best_thresh` over best-span texts),
+    and the official v2.0 metrics at that threshold."""
+    from albertlm.tasks.metrics import squad_v2_scores
+
+    spans = {qid: p.best.text for qid, p in predictions.items()}
+    sweep = squad_v2_scores(golds, spans, na_probs=null_odds(predictions))
+    threshold = sweep["best_f1_thresh"]
+    final = squad_v2_scores(golds, final_predictions(predictions, "2.0", threshold))
+    final.update({"null_threshold": threshold, "best_exact": sweep["best_exact"],
+                  "best_exact_thresh": sweep["best_exact_thresh"], "best_f1": sweep["best_f1"]})
+    return final
+
+
+def read_predictions(path: str | Path) -> dict[str, str]:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object {{question id: answer text}}")
+    return data
