@@ -43,3 +43,13 @@ class Tokenizer(Protocol):
 
     def save(self, directory: str | Path) -> None:
         """Write files that both albertlm and transformers load (spiece.model or vocab.txt)."""
+
+
+def build_pair(cls_id: int, sep_id: int, a: Sequence[int], b: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
+    """`[CLS] a [SEP] (b [SEP])` and token types 0...0 (1...1), the layout transformers' ALBERT/BERT tokenizers build."""
+    ids = [cls_id, *a, sep_id]
+    types = [0] * len(ids)
+    if b is not None:
+        ids += [*b, sep_id]
+        types += [1] * (len(b) + 1)
+    return ids, types

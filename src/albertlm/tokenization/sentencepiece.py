@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from albertlm.errors import UserError
+from albertlm.tokenization.base import build_pair
 
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
 CONFIG_FILE = "tokenizer_config.json"
@@ -38,12 +39,19 @@ class SentencePieceOptions:
     `split_digit_comma` is google-research's `encode_pieces` rule (a piece like "▁9," becomes "▁9" ","),
     which transformers' AlbertTokenizer (v5) and sentencepiece itself do not apply; off by default so ids
     match transformers.
+
+    `split_added_tokens` reproduces transformers v5, which (unlike sentencepiece, google-research and
+    transformers v4) matches the model's user-defined symbols (albert-base-v2: `( ) " - . – £ €`) and special
+    pieces in the raw text first, as "added tokens", then encodes the spans between them on their own: "x ."
+    gives "▁x" "." there instead of "▁x" "▁" ".". Off by default: the sentencepiece segmentation is the one
+    ALBERT was pretrained on. Models without user-defined symbols (ours by default) give the same ids either way.
     """
 
     do_lower_case: bool = True
     keep_accents: bool = False
     remove_space: bool = True
     split_digit_comma: bool = False
+    split_added_tokens: bool = False
 
     @classmethod
     def from_dict(cls, values: dict) -> "SentencePieceOptions":
@@ -111,6 +119,7 @@ class SentencePieceTokenizer:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = self._special_ids()
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self._digit_comma_ids = self._find_digit_comma_ids() if self.options.split_digit_comma else set()
+        self._added = self._added_tokens_pattern() if self.options.split_added_tokens else None
 
     def _special_ids(self) -> tuple[int, int, int, int, int]:
         ids = [self.sp.piece_to_id(p) for p in SPECIAL_PIECES]
@@ -130,6 +139,8 @@ class SentencePieceTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Preprocess in Python (C-level str methods per text), segment in sentencepiece's threads."""
+        if self._added is not None:
+            return self._encode_split_added(texts)
         ids = self.sp.encode([self.preprocess(t) for t in texts], num_threads=self.num_threads)
         if self._digit_comma_ids:
             ids = [self._split_digit_comma(row) for row in ids]
@@ -137,15 +148,34 @@ class SentencePieceTokenizer:
 
     def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
         ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
-        ids = [self.cls_id, *ids_a, self.sep_id]
-        types = [0] * len(ids)
-        if rest:
-            ids += [*rest[0], self.sep_id]
-            types += [1] * (len(rest[0]) + 1)
-        return ids, types
+        return build_pair(self.cls_id, self.sep_id, ids_a, rest[0] if rest else None)
 
     def tokenize(self, text: str) -> list[str]:
         return [self.sp.id_to_piece(i) for i in self.encode(text)]
+
+    def _added_tokens_pattern(self) -> re.Pattern | None:
+        """Pieces transformers registers as added tokens: control, unknown and user-defined ones (score 0)."""
+        sp = self.sp
+        added = [sp.id_to_piece(i) for i in range(self.vocab_size)
+                 if sp.is_control(i) or sp.is_unknown(i) or (sp.get_score(i) == 0.0 and not sp.is_unused(i))]
+        added.sort(key=len, reverse=True)  # leftmost-longest, as tokenizers' matcher
+        return re.compile("(" + "|".join(map(re.escape, added)) + ")") if added else None
+
+    def _encode_split_added(self, texts: Sequence[str]) -> list[list[int]]:
+        """transformers v5 order: split raw text at added tokens, encode the spans between them in one batch."""
+        parts = [self._added.split(t) for t in texts]  # [span, token, span, token, ..., span]
+        spans = self.sp.encode([self.preprocess(p) for row in parts for p in row[::2]], num_threads=self.num_threads)
+        out, k = [], 0
+        for row in parts:
+            ids: list[int] = []
+            for j, part in enumerate(row):
+                if j % 2:
+                    ids.append(self.sp.piece_to_id(part))
+                else:
+                    ids += self._split_digit_comma(spans[k]) if self._digit_comma_ids else spans[k]
+                    k += 1
+            out.append(ids)
+        return out
 
     def _find_digit_comma_ids(self) -> set[int]:
         pieces = (self.sp.id_to_piece(i) for i in range(self.vocab_size))
@@ -220,3 +250,90 @@ def read_options(config_file: Path) -> SentencePieceOptions:
         return SentencePieceOptions.from_dict(json.loads(config_file.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot parse {config_file}: {exc}") from None
+
+
+# -- training ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SentencePieceTrainOptions:
+    """google-research ALBERT's spm_train command (README "Pretraining"), minus what breaks transformers.
+
+    ALBERT's command also passes `--user_defined_symbols=(,),",-,.,–,£,€`; transformers (v5) turns such
+    symbols into added tokens matched before normalization, which drops the "▁" in front of them and
+    changes ids, so they are opt-in here (`user_defined_symbols`).
+    """
+
+    vocab_size: int = 30000
+    character_coverage: float = 0.99995
+    input_sentence_size: int = 10_000_000  # sentences sampled (reservoir) from the input; 0 = all
+    shuffle_input_sentence: bool = True
+    max_sentence_length: int = 4192  # bytes; longer lines are skipped by sentencepiece
+    model_type: str = "unigram"
+    user_defined_symbols: tuple[str, ...] = ()
+    num_threads: int = 0  # 0 = the cores this process may use
+    seed: int = 12345
+
+
+def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None):
+    """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them."""
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace", newline=None) as handle:
+            for line in handle:
+                if progress is not None:
+                    progress.update(len(line.encode("utf-8", errors="replace")))
+                line = preprocess(line, options)
+                if line:
+                    yield line
+
+
+def _check_training_input(files: Sequence[Path]) -> int:
+    """Total bytes; a UserError unless some file has a non-blank line."""
+    if not files:
+        raise UserError("no training input files given")
+    for path in files:
+        if not path.is_file():
+            raise UserError(f"training input not found: {path}")
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            if any(line.strip() for line in handle):
+                return sum(p.stat().st_size for p in files)
+    raise UserError(f"training input is empty: no text in {', '.join(map(str, files))}")
+
+
+def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
+                        train: SentencePieceTrainOptions | None = None,
+                        options: SentencePieceOptions | None = None,
+                        show_progress: bool = True, verbose: bool = False) -> SentencePieceTokenizer:
+    """Train a unigram model the ALBERT way into `out_dir` (spiece.model, spiece.vocab, tokenizer_config.json).
+
+    Special ids: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no BOS/EOS. Lines are streamed through
+    the preprocessing into sentencepiece, which keeps a shuffled sample of `input_sentence_size` of them.
+    """
+    import sentencepiece as spm
+    from tqdm import tqdm
+
+    train = train or SentencePieceTrainOptions()
+    options = options or SentencePieceOptions(do_lower_case=False, keep_accents=True)
+    paths = [Path(f) for f in files]
+    total_bytes = _check_training_input(paths)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spm.set_random_generator_seed(train.seed)
+    extra = {"user_defined_symbols": list(train.user_defined_symbols)} if train.user_defined_symbols else {}
+    with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="reading", disable=not show_progress or None,
+              leave=False) as bar:
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter_training_lines(paths, options, bar),
+                model_prefix=str(out_dir / "spiece"), model_type=train.model_type,
+                vocab_size=train.vocab_size, character_coverage=train.character_coverage,
+                input_sentence_size=train.input_sentence_size,
+                shuffle_input_sentence=train.shuffle_input_sentence,
+                max_sentence_length=train.max_sentence_length,
+                pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+                num_threads=train.num_threads or _default_threads(),
+                minloglevel=0 if verbose else 2, **extra)
+        except RuntimeError as exc:  # e.g. "Vocabulary size is too large. Please set it to a value <= 841."
+            raise UserError(f"sentencepiece training failed: {str(exc).strip().splitlines()[-1]}") from None
+    write_config(out_dir, options)
+    return SentencePieceTokenizer(out_dir / MODEL_FILE, options)

@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from albertlm.errors import UserError
+from albertlm.tokenization.base import build_pair
 
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "tokenizer_config.json"
@@ -89,12 +90,7 @@ class WordPieceTokenizer:
 
     def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
         ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
-        ids = [self.cls_id, *ids_a, self.sep_id]
-        types = [0] * len(ids)
-        if rest:
-            ids += [*rest[0], self.sep_id]
-            types += [1] * (len(rest[0]) + 1)
-        return ids, types
+        return build_pair(self.cls_id, self.sep_id, ids_a, rest[0] if rest else None)
 
     def tokenize(self, text: str) -> list[str]:
         return self.backend.encode(text, add_special_tokens=False).tokens

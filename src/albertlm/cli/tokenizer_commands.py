@@ -1,0 +1,224 @@
+"""`albertlm tokenizer train|encode|decode|info`: train SentencePiece / WordPiece, encode stdin to JSON ids and back.
+
+Heavy imports (sentencepiece, tokenizers) happen inside the handlers so `albertlm --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+from albertlm.errors import UserError
+
+BATCH_LINES = 4096  # lines per native encode_batch call
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="{train,encode,decode,info}", required=True)
+    _add_train(sub.add_parser("train", help="train a SentencePiece unigram model (or a WordPiece vocab)"))
+    for name, text in (("encode", "read lines on stdin, print one JSON list of ids per line"),
+                       ("decode", "read JSON lists of ids on stdin, print one text per line"),
+                       ("info", "print a tokenizer's kind, vocabulary size, special ids and options")):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--tokenizer", "-t", required=True, metavar="PATH",
+                       help="spiece.model / *.model, vocab.txt, or a directory holding one")
+        p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a preprocessing option, e.g. do_lower_case=false (repeatable)")
+        if name == "encode":
+            p.add_argument("--pair", action="store_true",
+                           help="lines are 'A<TAB>B'; print [CLS] A [SEP] B [SEP] ids")
+            p.add_argument("--special", action="store_true", help="add [CLS] ... [SEP] to single lines")
+            p.add_argument("--token-types", action="store_true",
+                           help="print {\"input_ids\": [...], \"token_type_ids\": [...]} per line")
+
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", "-i", nargs="+", required=True, metavar="PATH",
+                   help="text files (one sentence or paragraph per line) or directories of them")
+    p.add_argument("--vocab-size", type=int, default=30000, help="vocabulary size (default 30000, as ALBERT)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (spiece.model or vocab.txt)")
+    p.add_argument("--kind", choices=("sentencepiece", "wordpiece"), default="sentencepiece")
+    p.add_argument("--lowercase", action="store_true", help="lowercase text (ALBERT's English models do)")
+    p.add_argument("--strip-accents", action="store_true",
+                   help="NFKD + drop accents (café -> cafe); ALBERT's English models do. Off by default")
+    p.add_argument("--character-coverage", type=float, default=0.99995)
+    p.add_argument("--input-sentence-size", type=int, default=10_000_000,
+                   help="sentences sampled from the input for training (0 = all; default 10M as ALBERT)")
+    p.add_argument("--no-shuffle", action="store_true", help="take the first sentences instead of a random sample")
+    p.add_argument("--model-type", choices=("unigram", "bpe"), default="unigram")
+    p.add_argument("--user-defined-symbols", default="", metavar="A,B,...",
+                   help="pieces always kept whole (ALBERT used '(,),\",-,.,–,£,€'; see docs/tokenization.md)")
+    p.add_argument("--threads", type=int, default=0, help="training threads (default: all usable cores)")
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--verbose", action="store_true", help="show sentencepiece's own log")
+
+
+def run(args: argparse.Namespace, command: str) -> int:
+    return {"train": _train, "encode": _encode, "decode": _decode, "info": _info}[args.action](args)
+
+
+# -- train -----------------------------------------------------------------------------------------
+
+def _input_files(paths: list[str]) -> list[Path]:
+    """Files as given; directories expand to their non-hidden files, sorted."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            if not found:
+                raise UserError(f"no files in directory {path}")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise UserError(f"training input not found: {path}")
+    return files
+
+
+def _train(args: argparse.Namespace) -> int:
+    if args.vocab_size < 6:
+        raise UserError(f"--vocab-size must be at least 6 (5 special pieces + 1), got {args.vocab_size}")
+    files = _input_files(args.input)
+    start = time.perf_counter()
+    if args.kind == "wordpiece":
+        tokenizer = _train_wordpiece(args, files)
+    else:
+        tokenizer = _train_sentencepiece(args, files)
+    seconds = time.perf_counter() - start
+    megabytes = sum(f.stat().st_size for f in files) / 1e6
+    print(f"trained {args.kind} V={tokenizer.vocab_size} on {len(files)} file(s), {megabytes:.1f} MB, "
+          f"in {seconds:.1f} s -> {args.out}")
+    print(f"special ids: pad={tokenizer.pad_id} unk={tokenizer.unk_id} cls={tokenizer.cls_id} "
+          f"sep={tokenizer.sep_id} mask={tokenizer.mask_id}; options: {tokenizer.options}")
+    return 0
+
+
+def _train_sentencepiece(args: argparse.Namespace, files: list[Path]):
+    from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
+                                                     train_sentencepiece)
+
+    symbols = tuple(s for s in args.user_defined_symbols.split(",") if s)
+    train = SentencePieceTrainOptions(
+        vocab_size=args.vocab_size, character_coverage=args.character_coverage,
+        input_sentence_size=args.input_sentence_size, shuffle_input_sentence=not args.no_shuffle,
+        model_type=args.model_type, user_defined_symbols=symbols, num_threads=args.threads, seed=args.seed)
+    options = SentencePieceOptions(do_lower_case=args.lowercase, keep_accents=not args.strip_accents)
+    return train_sentencepiece(files, args.out, train, options, show_progress=sys.stderr.isatty(),
+                               verbose=args.verbose)
+
+
+def _train_wordpiece(args: argparse.Namespace, files: list[Path]):
+    from albertlm.tokenization.wordpiece import WordPieceOptions, train_wordpiece
+
+    options = WordPieceOptions(do_lower_case=args.lowercase, strip_accents=True if args.strip_accents else False)
+    return train_wordpiece(files, args.vocab_size, args.out, options, show_progress=sys.stderr.isatty())
+
+
+# -- encode / decode / info ------------------------------------------------------------------------
+
+def _parse_options(items: list[str]) -> dict:
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--option expects KEY=VALUE, got {item!r}")
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            options[key.strip()] = True
+        elif lowered in ("false", "0", "no"):
+            options[key.strip()] = False
+        elif lowered == "none":
+            options[key.strip()] = None
+        else:
+            raise UserError(f"--option {key}: expected true/false/none, got {value!r}")
+    return options
+
+
+def _load(args: argparse.Namespace):
+    from albertlm.tokenization import load_tokenizer
+
+    return load_tokenizer(args.tokenizer, **_parse_options(args.option))
+
+
+def _stdin_lines():
+    """Lines of stdin without their line ends; invalid UTF-8 becomes U+FFFD rather than a traceback."""
+    stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None) \
+        if hasattr(sys.stdin, "buffer") else sys.stdin
+    for line in stream:
+        yield line.rstrip("\n")
+
+
+def _batches(lines, size: int = BATCH_LINES):
+    batch = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _encode(args: argparse.Namespace) -> int:
+    tokenizer = _load(args)
+    out = sys.stdout
+    for batch in _batches(_stdin_lines()):
+        for ids, types in _encode_batch(tokenizer, batch, args.pair, args.special):
+            record = {"input_ids": ids, "token_type_ids": types} if args.token_types else ids
+            out.write(json.dumps(record, separators=(",", ":")) + "\n")
+    out.flush()
+    return 0
+
+
+def _encode_batch(tokenizer, lines: list[str], pair: bool, special: bool):
+    """(ids, token types) per line; pairs and specials built around one native batch encode."""
+    if pair:
+        halves = [line.split("\t", 1) for line in lines]
+        flat = tokenizer.encode_batch([part for half in halves for part in half])
+        k = 0
+        for half in halves:
+            a = flat[k]
+            b = flat[k + 1] if len(half) == 2 else None
+            k += len(half)
+            yield _with_specials(tokenizer, a, b)
+    else:
+        for ids in tokenizer.encode_batch(lines):
+            yield _with_specials(tokenizer, ids, None) if special else (ids, [0] * len(ids))
+
+
+def _with_specials(tokenizer, a: list[int], b: list[int] | None):
+    from albertlm.tokenization.base import build_pair
+
+    return build_pair(tokenizer.cls_id, tokenizer.sep_id, a, b)
+
+
+def _decode(args: argparse.Namespace) -> int:
+    tokenizer = _load(args)
+    for number, line in enumerate(_stdin_lines(), start=1):
+        if not line.strip():
+            sys.stdout.write("\n")
+            continue
+        try:
+            ids = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"stdin line {number}: not a JSON list of ids ({exc.msg})") from None
+        if isinstance(ids, dict):
+            ids = ids.get("input_ids")
+        if not isinstance(ids, list) or not all(isinstance(i, int) and 0 <= i < tokenizer.vocab_size for i in ids):
+            raise UserError(f"stdin line {number}: expected a JSON list of ids in [0, {tokenizer.vocab_size})")
+        sys.stdout.write(tokenizer.decode(ids) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    tokenizer = _load(args)
+    info = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
+            "special_ids": {name: getattr(tokenizer, f"{name}_id") for name in ("pad", "unk", "cls", "sep", "mask")},
+            "options": vars(tokenizer.options) if hasattr(tokenizer.options, "__dict__") else str(tokenizer.options)}
+    print(json.dumps(info, indent=2, ensure_ascii=False))
+    return 0
