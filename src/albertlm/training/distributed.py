@@ -1,0 +1,89 @@
+"""torchrun environment -> `DistInfo`, process group, DDP wrap, reductions. The only torch.distributed user.
+
+Run alone, everything here is a no-op (world size 1). Under `torchrun` the env vars RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR and MASTER_PORT select the process; gloo on CPU, NCCL on CUDA.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(requested: str, local_rank: int) -> torch.device:
+    if requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(backend: str = "auto", device: str = "auto", timeout_minutes: int = 30) -> DistInfo:
+    """Join the torchrun process group if WORLD_SIZE > 1; otherwise a single-process DistInfo."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = pick_device(device, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        if backend == "auto":
+            backend = "nccl" if dev.type == "cuda" else "gloo"
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(minutes=timeout_minutes))
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap_model(model: nn.Module, info: DistInfo) -> nn.Module:
+    """DDP across ranks (gradients averaged in the backward pass); the bare model when alone."""
+    if not info.enabled:
+        return model
+    ids = [info.device.index] if info.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum over ranks, in place; identity when alone."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True if any rank says True (used so all ranks stop together, e.g. on Ctrl-C or a NaN)."""
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    return bool(all_reduce_sum(value).item() > 0)
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

@@ -1,0 +1,111 @@
+"""LAMB (You et al. 2019) as in google-research/albert `lamb_optimizer.py`, plus the parameter groups.
+
+For each tensor w with gradient g (no bias correction in the reference; `bias_correction=True` adds Adam's):
+    m = b1 m + (1 - b1) g          v = b2 v + (1 - b2) g^2
+    u = m / (sqrt(v) + eps) + wd w                      (wd only where the group decays)
+    r = ||w|| / ||u||  if both norms > 0 else 1         (only where the group uses the trust ratio)
+    w = w - lr r u
+Every step is a handful of `torch._foreach_*` calls over a whole group (one kernel launch per op per group).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+
+
+class Lamb(torch.optim.Optimizer):
+    """Groups may set `weight_decay` and `trust_ratio` (bool); the caller decides which tensors go where."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.01, trust_ratio: bool = True,
+                 bias_correction: bool = False):
+        if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"bad LAMB hyper-parameters: lr={lr}, betas={betas}, eps={eps}, wd={weight_decay}")
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_ratio=trust_ratio,
+                        bias_correction=bias_correction)
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                self._update_group(group, params)
+        return loss
+
+    def _state_lists(self, params: list[torch.Tensor]):
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
+        exp_avg = [self.state[p]["exp_avg"] for p in params]
+        exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in params]
+        return exp_avg, exp_avg_sq, self.state[params[0]]["step"]
+
+    def _update_group(self, group: dict, params: list[torch.Tensor]) -> None:
+        beta1, beta2 = group["betas"]
+        grads = [p.grad for p in params]
+        exp_avg, exp_avg_sq, step = self._state_lists(params)
+        torch._foreach_lerp_(exp_avg, grads, 1 - beta1)                  # m = b1 m + (1-b1) g
+        torch._foreach_mul_(exp_avg_sq, beta2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+        if group["bias_correction"]:
+            denom = torch._foreach_sqrt(torch._foreach_div(exp_avg_sq, 1 - beta2 ** step))
+            torch._foreach_add_(denom, group["eps"])
+            update = torch._foreach_div(torch._foreach_div(exp_avg, 1 - beta1 ** step), denom)
+        else:
+            denom = torch._foreach_sqrt(exp_avg_sq)
+            torch._foreach_add_(denom, group["eps"])
+            update = torch._foreach_div(exp_avg, denom)
+        if group["weight_decay"]:
+            torch._foreach_add_(update, params, alpha=group["weight_decay"])
+        if group["trust_ratio"]:
+            torch._foreach_mul_(update, _trust_ratios(params, update))
+        torch._foreach_add_(params, update, alpha=-group["lr"])
+
+
+def _trust_ratios(params: list[torch.Tensor], update: list[torch.Tensor]) -> list[torch.Tensor]:
+    """||w|| / ||u|| per tensor, 1 where either norm is 0 (the reference's nested tf.where)."""
+    w_norm = torch.stack(torch._foreach_norm(params))
+    u_norm = torch.stack(torch._foreach_norm(update))
+    ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm.clamp_min(1e-38), torch.ones_like(w_norm))
+    return list(ratio.unbind())
+
+
+def no_decay_names(model: nn.Module) -> set[str]:
+    """Names of LayerNorm weights and of all biases: the reference excludes them from weight decay and
+    from the trust ratio (`exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`)."""
+    names = set()
+    for module_name, module in model.named_modules():
+        for param_name, _ in module.named_parameters(recurse=False):
+            if isinstance(module, nn.LayerNorm) or param_name == "bias":
+                names.add(f"{module_name}.{param_name}" if module_name else param_name)
+    return names
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: decayed + trust ratio, and the exempt LayerNorm weights and biases."""
+    exempt = no_decay_names(model)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [
+        {"params": [p for n, p in named if n not in exempt], "weight_decay": weight_decay, "trust_ratio": True},
+        {"params": [p for n, p in named if n in exempt], "weight_decay": 0.0, "trust_ratio": False},
+    ]
+
+
+def build_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
+    """LAMB or AdamW from an `OptimConfig`, with the same decay exemptions for both."""
+    groups = [g for g in param_groups(model, optim.weight_decay) if g["params"]]
+    betas = (optim.beta1, optim.beta2)
+    if optim.name == "adamw":
+        return torch.optim.AdamW(groups, lr=optim.lr, betas=betas, eps=optim.eps, foreach=True)
+    return Lamb(groups, lr=optim.lr, betas=betas, eps=optim.eps, bias_correction=optim.bias_correction)

@@ -1,0 +1,75 @@
+"""Where a run's numbers go (rank 0 only): RUN_DIR/metrics.jsonl, TensorBoard events, a tqdm bar."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+
+class MetricsLogger:
+    """`log(step, split, metrics)` appends one JSON line and the TensorBoard scalars `split/name`;
+    `advance(step, loss)` moves the progress bar (step, loss, tokens/s, ETA)."""
+
+    def __init__(self, run_dir: str | Path, max_steps: int, start_step: int = 0, tensorboard: bool = True,
+                 progress: bool = True):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=start_step or None)
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=max_steps, initial=start_step, unit="step", dynamic_ncols=True,
+                            smoothing=0.1, mininterval=0.5)
+        self.tokens_per_s = 0.0
+
+    def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
+        record = {"step": step, "split": split, "time": round(time.time(), 3)}
+        record.update({k: float(v) for k, v in metrics.items()})
+        self.jsonl.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            for name, value in metrics.items():
+                self.writer.add_scalar(f"{split}/{name}", float(value), step)
+        if split == "train":
+            self.tokens_per_s = metrics.get("tokens_per_s", self.tokens_per_s)
+        elif split == "eval":
+            self.note(f"step {step} eval: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+
+    def advance(self, step: int, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix_str(f"loss {loss:.4f}, {self.tokens_per_s:,.0f} tok/s", refresh=False)
+
+    def note(self, message: str) -> None:
+        if self.bar is not None:
+            self.bar.write(message)
+        else:
+            print(message, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        if not self.jsonl.closed:
+            self.jsonl.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The JSONL records; after a resume, a step logged twice keeps its latest record."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    latest: dict[tuple[str, int], dict] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            latest[(rec["split"], rec["step"])] = rec
+    return sorted(latest.values(), key=lambda r: (r["split"], r["step"]))

@@ -1,0 +1,202 @@
+"""Pretraining wiring: MLM + SOP/NSP losses, model and data set-up, resume, and `pretrain()` itself.
+
+    run config -> process group -> model (scratch or --init-from) -> optimizer -> resume? -> DDP
+               -> data (this rank's share) -> Loop.run()
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from albertlm.config.run import RunConfig
+from albertlm.errors import UserError
+from albertlm.training import checkpoint as ckpt
+from albertlm.training.distributed import DistInfo, init_distributed, wrap_model
+from albertlm.training.lamb import build_optimizer
+from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate
+from albertlm.training.precision import check_precision, enable_activation_checkpointing, grad_scaler
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "masked_lm_positions", "masked_lm_weights")
+STAT_NAMES = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sop_loss_sum", "sop_correct", "sop_count")
+
+
+class PretrainingObjective:
+    """Masked-LM cross entropy weighted by `masked_lm_weights`, plus sentence-order (or NSP) cross entropy,
+    each averaged over the whole global batch. Examples labelled -100 have no sentence task."""
+
+    def denominators(self, batches: list[Batch]) -> torch.Tensor:
+        masked = sum(b["masked_lm_weights"].float().sum() for b in batches)
+        sentences = sum((b["sentence_order_label"] != -100).sum().float() for b in batches)
+        return torch.stack([masked, sentences])
+
+    def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch})
+        mlm = _mlm_sums(out["prediction_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"])
+        sop = _sentence_sums(out["sop_logits"], batch["sentence_order_label"])
+        loss = mlm[0] / denominators[0].clamp(min=1e-5) + sop[0] / denominators[1].clamp(min=1)
+        return loss, torch.stack(list(mlm) + list(sop)).detach()
+
+    def summarize(self, stats: torch.Tensor) -> dict[str, float]:
+        s = dict(zip(STAT_NAMES, stats.tolist()))
+        out = {"mlm_loss": s["mlm_loss_sum"] / max(s["mlm_count"], 1e-5),
+               "mlm_acc": s["mlm_correct"] / max(s["mlm_count"], 1e-5)}
+        out["loss"] = out["mlm_loss"]
+        if s["sop_count"] > 0:
+            out["sop_loss"] = s["sop_loss_sum"] / s["sop_count"]
+            out["sop_acc"] = s["sop_correct"] / s["sop_count"]
+            out["loss"] += out["sop_loss"]
+        return out
+
+    def empty_stats(self, device: torch.device) -> torch.Tensor:
+        return torch.zeros(len(STAT_NAMES), device=device)
+
+
+def _mlm_sums(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor):
+    """Our model returns logits only for the M slots with weight > 0; a model returning all B*P slots works too."""
+    keep = weights > 0
+    logits = logits.reshape(-1, logits.shape[-1]).float()
+    if logits.shape[0] == keep.numel() and logits.shape[0] != int(keep.sum()):
+        logits = logits[keep.reshape(-1)]
+    targets, w = ids[keep], weights[keep].float()
+    ce = F.cross_entropy(logits, targets, reduction="none")
+    correct = (logits.argmax(-1) == targets).float()
+    return (ce * w).sum(), (correct * w).sum(), w.sum()
+
+
+def _sentence_sums(logits: torch.Tensor, labels: torch.Tensor):
+    valid = labels != -100
+    logits = logits.float()
+    ce = F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+    correct = ((logits.argmax(-1) == labels) & valid).sum().float()
+    return ce, correct, valid.sum().float()
+
+
+# ----------------------------------------------------------------------------------------------- set-up
+def build_model(run: RunConfig) -> nn.Module:
+    """From scratch with `run.model`, or from `run.init_from` (ours or a transformers directory), whose
+    config then replaces `run.model` (dropout settings of `run.model` are kept)."""
+    from albertlm.model.albert import AlbertForPreTraining
+
+    if not run.init_from:
+        return AlbertForPreTraining(run.model)
+    source = Path(run.init_from)
+    if not source.is_dir():
+        raise UserError(f"--init-from {source}: not a directory")
+    dropout = {k: getattr(run.model, k) for k in ("hidden_dropout", "attention_dropout", "classifier_dropout")}
+    model = AlbertForPreTraining.from_pretrained(source, **dropout)
+    run.model = model.config
+    return model
+
+
+@dataclass
+class Datasets:
+    train: Any
+    eval: Any | None
+    collate: Callable[[list], Batch]
+    meta: dict
+
+
+def open_datasets(run: RunConfig) -> Datasets:
+    """The data builder's output: `data.path` for training; `data.eval_path`, else its held-out split."""
+    from albertlm.data import loader
+
+    if not run.data.path:
+        raise UserError("no training data: pass --data DIR (a directory written by `albertlm data build`)")
+    train = loader.PretrainingDataset(run.data.path, **_masking_args(loader, run))
+    eval_ds = None
+    if run.data.eval_path:
+        eval_ds = loader.PretrainingDataset(run.data.eval_path)
+    elif hasattr(loader, "open_eval_split"):
+        eval_ds = loader.open_eval_split(run.data.path)
+    collate = getattr(loader, "collate", None) or torch.utils.data.default_collate
+    return Datasets(train=train, eval=eval_ds, collate=collate, meta=dict(getattr(train, "meta", {}) or {}))
+
+
+def _masking_args(loader, run: RunConfig) -> dict:
+    if not run.data.dynamic_masking:
+        return {}
+    return {"dynamic_masking": True, "seed": run.train.seed}
+
+
+def check_data_fits(run: RunConfig, meta: dict) -> None:
+    vocab = meta.get("vocab_size")
+    if vocab and vocab > run.model.vocab_size:
+        raise UserError(f"the data's vocabulary has {vocab} tokens but the model's vocab_size is "
+                        f"{run.model.vocab_size}; pass --model.vocab_size={vocab}")
+    length = meta.get("max_seq_length")
+    if length and length > run.model.max_position_embeddings:
+        raise UserError(f"the data's sequences have {length} tokens, more than the model's "
+                        f"max_position_embeddings={run.model.max_position_embeddings}")
+
+
+def resume_state(run_dir: Path, model: nn.Module, optimizer, scaler) -> ckpt.TrainState:
+    """Load the newest complete checkpoint of the run into model/optimizer/scaler; returns its state."""
+    ckpt.remove_stale_tmp(run_dir)
+    last = ckpt.latest_checkpoint(run_dir)
+    if last is None:
+        return ckpt.TrainState()
+    ckpt.load_model_weights(model, last)
+    state = ckpt.load_train_state(last)
+    optimizer.load_state_dict(state.optimizer)
+    if scaler is not None and state.scaler:
+        scaler.load_state_dict(state.scaler)
+    return state
+
+
+def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo, resume: bool,
+              model: nn.Module | None = None, objective=None, logger=None) -> Loop:
+    """Everything `Loop.run()` needs; `model`/`objective` default to ALBERT pretraining (tests pass stand-ins)."""
+    check_precision(run.train.precision, info.device)
+    torch.manual_seed(run.train.seed)              # the same initial weights on every rank
+    model = model if model is not None else build_model(run)
+    check_data_fits(run, datasets.meta)
+    if run.train.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    model.to(info.device)
+    optimizer = build_optimizer(model, run.optim)
+    scaler = grad_scaler(run.train.precision, info.device)
+    state = resume_state(run_dir, model, optimizer, scaler) if resume else ckpt.TrainState()
+    if state.rng:
+        ckpt.restore_rng(state.rng)
+    micro = run.train.local_micro_batch(info.world_size)
+    run.train.accumulation_steps(info.world_size)  # raises if the batch does not divide
+    data = StepData(datasets.train, datasets.collate, run.train.batch_size, micro, info.rank, info.world_size,
+                    run.train.seed, run.data.num_workers, run.data.dynamic_masking)
+    data.check_resume(state.data)
+    objective = objective or PretrainingObjective()
+    wrapped = wrap_model(model, info)
+    evaluate_fn = None
+    if datasets.eval is not None:
+        def evaluate_fn():
+            batches = eval_micro_batches(datasets.eval, datasets.collate, micro, info, run.train.eval_batches)
+            return evaluate(wrapped, batches, objective, run.train.precision, info)
+    return Loop(model=wrapped, optimizer=optimizer, objective=objective, data=data, run_config=run, info=info,
+                run_dir=run_dir, state=state, scaler=scaler, evaluate_fn=evaluate_fn, logger=logger)
+
+
+def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False) -> str:
+    """Train as configured; returns "done" or "interrupted". Rank 0 writes the run directory."""
+    from albertlm.training.metrics import MetricsLogger
+
+    run_dir = Path(run_dir)
+    info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
+    datasets = open_datasets(run)
+    if run.init_from and resume and ckpt.latest_checkpoint(run_dir):
+        run.init_from = ""                          # the run's own checkpoint wins over the starting point
+    start = ckpt.latest_checkpoint(run_dir) if resume else None
+    start_step = ckpt.load_train_state(start).step if start else 0
+    logger = None
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "run_config.json").write_text(json.dumps(run.to_dict(), indent=2) + "\n")
+        logger = MetricsLogger(run_dir, run.train.max_steps, start_step, run.train.tensorboard, run.train.progress)
+    loop = make_loop(run, run_dir, datasets, info, resume, logger=logger)
+    if info.is_main and start:
+        logger.note(f"resuming from {start} (step {start_step})")
+    return loop.run()

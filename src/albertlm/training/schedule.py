@@ -1,0 +1,20 @@
+"""Learning rate: linear warmup, then polynomial decay to zero (google-research `optimization.py`).
+
+A pure function of the step, so resuming needs no scheduler state: `lr_at(step)` is the rate of the
+optimizer update number `step` (0-based).
+"""
+from __future__ import annotations
+
+
+def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, power: float = 1.0) -> float:
+    """Warmup ramps (step+1)/warmup * lr (the reference starts at 0; we skip the wasted zero step);
+    after it, lr * (1 - step/total)^power, as the reference decays over the whole run, not after warmup."""
+    if step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    remaining = max(0.0, 1.0 - step / max(1, total_steps))
+    return base_lr * remaining ** power
+
+
+def set_lr(optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
