@@ -1,0 +1,192 @@
+"""Import google-research/ALBERT TensorFlow checkpoints (`model.ckpt-N` + `albert_config.json`).
+
+No TensorFlow needed: `tf_checkpoint` reads the checkpoint files. The variable names are those that
+google's `modeling.py` (AlbertModel, scope `bert/`) and `run_pretraining.py` (scope `cls/`) create:
+
+  bert/embeddings/{word,position,token_type}_embeddings, bert/embeddings/LayerNorm/{gamma,beta}
+  bert/encoder/embedding_hidden_mapping_in/{kernel,bias}          (only when E != H)
+  bert/encoder/transformer/group_{g}/inner_group_{k}/
+      attention_1/self/{query,key,value}/{kernel,bias}, attention_1/output/dense/{kernel,bias},
+      LayerNorm/{gamma,beta}                                      (post-attention LayerNorm)
+      ffn_1/intermediate/dense/{kernel,bias}, ffn_1/intermediate/output/dense/{kernel,bias},
+      LayerNorm_1/{gamma,beta}                                    (post-FFN LayerNorm)
+  bert/pooler/dense/{kernel,bias}
+  cls/predictions/transform/dense/{kernel,bias}, cls/predictions/transform/LayerNorm/{gamma,beta},
+  cls/predictions/output_bias, cls/seq_relationship/output_{weights,bias}
+
+Dense kernels are stored (in, out) and become torch Linear weights (out, in); the SOP
+`output_weights` is already (2, H). Google's group g, inner group k is our unique block g * K + k
+(K = inner_group_num), which is where `sharing_plan` puts group g's k-th block for sharing `all`.
+Training state (`global_step`, the LAMB/AdamWeightDecay slots `<var>/adam_m`, `<var>/adam_v`, ...)
+is skipped. TF-Hub exports (`module/` prefix, `variables/variables.*`) read the same way.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from albertlm.config import ModelConfig
+from albertlm.errors import UserError
+from albertlm.interop.tf_checkpoint import TFCheckpoint, resolve_prefix
+from albertlm.model import hf_format
+from albertlm.model.albert import AlbertForPreTraining
+
+# variables a training run adds: optimizer slots, step counters, TF2's object graph
+TRAINING_STATE = re.compile(r"(^|/)(adam_[mv]|Adam(_\d+)?|Momentum|global_step|beta[12]_power|save_counter)$"
+                            r"|AdamWeightDecayOptimizer|LAMB|^_CHECKPOINTABLE_OBJECT_GRAPH$")
+# (TF names, transpose): several names are concatenated along dim 0 after transposing
+Source = tuple[tuple[str, ...], bool]
+
+
+def _dense(tf_scope: str) -> dict[str, Source]:
+    return {"weight": ((f"{tf_scope}/kernel",), True), "bias": ((f"{tf_scope}/bias",), False)}
+
+
+def _norm(tf_scope: str) -> dict[str, Source]:
+    return {"weight": ((f"{tf_scope}/gamma",), False), "bias": ((f"{tf_scope}/beta",), False)}
+
+
+def _block_map(g: int, k: int, u: int) -> dict[str, Source]:
+    """One transformer block (google's group g, inner group k) -> our unique block u."""
+    p = f"bert/encoder/transformer/group_{g}/inner_group_{k}"
+    qkv = tuple(f"{p}/attention_1/self/{n}" for n in ("query", "key", "value"))
+    modules = {f"albert.encoder.attentions.{u}.out": _dense(f"{p}/attention_1/output/dense"),
+               f"albert.encoder.attentions.{u}.norm": _norm(f"{p}/LayerNorm"),
+               f"albert.encoder.ffns.{u}.up": _dense(f"{p}/ffn_1/intermediate/dense"),
+               f"albert.encoder.ffns.{u}.down": _dense(f"{p}/ffn_1/intermediate/output/dense"),
+               f"albert.encoder.ffns.{u}.norm": _norm(f"{p}/LayerNorm_1")}
+    out = {f"{m}.{param}": src for m, params in modules.items() for param, src in params.items()}
+    out[f"albert.encoder.attentions.{u}.qkv.weight"] = (tuple(f"{q}/kernel" for q in qkv), True)
+    out[f"albert.encoder.attentions.{u}.qkv.bias"] = (tuple(f"{q}/bias" for q in qkv), False)
+    return out
+
+
+def tf_key_map(cfg: ModelConfig) -> dict[str, Source]:
+    """Every AlbertForPreTraining state-dict key -> the TF variable(s) it comes from."""
+    if cfg.sharing != "all":
+        raise UserError(f"google-research checkpoints share all weights within groups; sharing={cfg.sharing!r} "
+                        "has no TF layout")
+    modules = {"albert.embeddings.norm": _norm("bert/embeddings/LayerNorm"),
+               "albert.pooler": _dense("bert/pooler/dense"),
+               "mlm_head.dense": _dense("cls/predictions/transform/dense"),
+               "mlm_head.norm": _norm("cls/predictions/transform/LayerNorm")}
+    if cfg.has_embedding_projection:
+        modules["albert.embeddings.project"] = _dense("bert/encoder/embedding_hidden_mapping_in")
+    keys = {f"{m}.{param}": src for m, params in modules.items() for param, src in params.items()}
+    for ours, theirs in (("word", "word_embeddings"), ("position", "position_embeddings"),
+                         ("token_type", "token_type_embeddings")):
+        keys[f"albert.embeddings.{ours}.weight"] = ((f"bert/embeddings/{theirs}",), False)
+    K = cfg.inner_group_num
+    for g in range(cfg.num_groups):
+        for k in range(K):
+            keys.update(_block_map(g, k, g * K + k))
+    keys["mlm_head.bias"] = (("cls/predictions/output_bias",), False)
+    keys["sop_head.weight"] = (("cls/seq_relationship/output_weights",), False)
+    keys["sop_head.bias"] = (("cls/seq_relationship/output_bias",), False)
+    return keys
+
+
+def config_from_google(data: dict) -> ModelConfig:
+    """google's albert_config.json uses transformers' field names; its "gelu" is the tanh form."""
+    if "model_type" in data:
+        raise UserError("this is a transformers config.json, not a google-research albert_config.json")
+    return hf_format.config_from_hf(data)
+
+
+def find_config(prefix: Path) -> Path:
+    """albert_config.json beside the checkpoint (or one level up, e.g. for TF-Hub `variables/`)."""
+    for directory in (prefix.parent, prefix.parent.parent):
+        if (directory / "albert_config.json").is_file():
+            return directory / "albert_config.json"
+    raise UserError(f"no albert_config.json next to {prefix}; pass the config file explicitly")
+
+
+@dataclass
+class ImportReport:
+    """What happened to every variable: the summary `albertlm convert` prints."""
+
+    checkpoint: str
+    used: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)      # training state (optimizer slots, step)
+    unused: list[str] = field(default_factory=list)       # other variables (e.g. a fine-tuned classifier)
+    missing: list[str] = field(default_factory=list)      # head weights the checkpoint lacks (left as initialised)
+
+    def lines(self) -> list[str]:
+        out = [f"TF checkpoint {self.checkpoint}: {len(self.used)} variables imported, "
+               f"{len(self.skipped)} training-state variables skipped"]
+        if self.unused:
+            out.append(f"unused variables ({len(self.unused)}): {', '.join(self.unused)}")
+        if self.missing:
+            out.append(f"not in the checkpoint, left initialised ({len(self.missing)}): {', '.join(self.missing)}")
+        return out
+
+
+def _strip_module_prefix(names: list[str]) -> dict[str, str]:
+    """TF-Hub modules prefix every variable with `module/`: plain name -> stored name."""
+    if names and all(n.startswith("module/") for n in names if not TRAINING_STATE.search(n)):
+        return {n.removeprefix("module/"): n for n in names}
+    return {n: n for n in names}
+
+
+def read_tf_state(ckpt: TFCheckpoint, cfg: ModelConfig, expected: dict[str, torch.Size],
+                  verify: bool = False) -> tuple[dict[str, torch.Tensor], ImportReport]:
+    """The AlbertForPreTraining state dict held in `ckpt`, checked against `expected` shapes."""
+    stored = _strip_module_prefix(ckpt.names())
+    report = ImportReport(str(ckpt.prefix))
+    state: dict[str, torch.Tensor] = {}
+    for ours, (names, transpose) in tf_key_map(cfg).items():
+        present = [n for n in names if n in stored]
+        if not present:
+            report.missing.append(ours)
+            continue
+        if len(present) != len(names):
+            raise UserError(f"{ckpt.prefix}: has {present[0]} but not {sorted(set(names) - set(present))[0]}")
+        arrays = [ckpt.read(stored[n], verify=verify) for n in names]
+        arrays = [np.ascontiguousarray(a.T) if transpose else a for a in arrays]
+        value = torch.from_numpy(np.concatenate(arrays, 0) if len(arrays) > 1 else arrays[0]).float()
+        if value.shape != expected[ours]:
+            raise UserError(f"{names[0]} has shape {tuple(ckpt.entries[stored[names[0]]].shape)}, which does not fit "
+                            f"albert_config.json (expected {ours} {tuple(expected[ours])})")
+        state[ours] = value
+        report.used.extend(names)
+    used = set(report.used)
+    for plain, name in sorted(stored.items()):
+        if plain not in used:
+            (report.skipped if TRAINING_STATE.search(plain) else report.unused).append(name)
+    return state, report
+
+
+def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | None = None,
+                         verify: bool = False) -> tuple[AlbertForPreTraining, ImportReport]:
+    """Build an AlbertForPreTraining from a google-research TF checkpoint.
+
+    `path`: a checkpoint prefix, its `.index` file or a directory holding one checkpoint.
+    `config`: albert_config.json (default: found beside the checkpoint) or a ModelConfig.
+    Every backbone weight must be in the checkpoint; missing MLM / SOP head weights (e.g. a
+    fine-tuning checkpoint) are left initialised and listed in the report.
+    """
+    prefix = resolve_prefix(path)
+    if not isinstance(config, ModelConfig):
+        config_path = Path(config) if config is not None else find_config(prefix)
+        try:
+            config = config_from_google(json.loads(config_path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"cannot read {config_path}: {exc}") from None
+    model = AlbertForPreTraining(config)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    state, report = read_tf_state(TFCheckpoint(prefix), config, expected, verify=verify)
+    backbone_missing = [k for k in report.missing if k.startswith("albert.")]
+    if backbone_missing:
+        raise UserError(f"{prefix}: not an ALBERT checkpoint of this config; missing {', '.join(backbone_missing[:4])}"
+                        f"{' ...' if len(backbone_missing) > 4 else ''} (expected TF variables like "
+                        f"{tf_key_map(config)[backbone_missing[0]][0][0]})")
+    model.load_state_dict(state, strict=False)
+    unfilled = sorted(set(expected) - set(state) - set(report.missing))
+    if unfilled:  # the map must cover the model: a new parameter without a TF source is a bug here
+        raise RuntimeError(f"TF key map does not cover {', '.join(unfilled)}")
+    return model, report

@@ -1,0 +1,327 @@
+"""Read TensorFlow V2-format checkpoints (`model.ckpt-N.index` + `.data-SSSSS-of-NNNNN`) without TensorFlow.
+
+The format, as TensorFlow's `tensor_bundle` writes it:
+- `.index` is a LevelDB-style sorted table ("SSTable"). A 48-byte footer at the end holds two block
+  handles (metaindex, index) and a magic number. The index block maps keys to handles of data blocks.
+  Each block is followed by a 5-byte trailer: compression type (0 none, 1 Snappy) and a masked CRC32C.
+  Inside a block, entries are prefix-compressed against the previous key
+  (`varint shared, varint unshared, varint value_len, key suffix, value`); a fixed32 array of
+  "restart points" (offsets where `shared == 0`) and its fixed32 count end the block.
+- In the table, the empty key holds a `BundleHeaderProto` (num_shards, endianness); every other key is
+  a variable name whose value is a `BundleEntryProto` (dtype, shape, shard_id, offset, size, crc32c).
+- `.data-SSSSS-of-NNNNN` files hold the raw little-endian tensor bytes at (offset, size).
+
+Only numpy is needed: protobuf messages are decoded by a small wire-format parser below (the three
+messages have a handful of scalar fields), Snappy blocks by a small decompressor (TF compresses an
+index block when Snappy saves at least 1/8 of it). bfloat16 tensors come back as float32 (exact).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from albertlm.errors import UserError
+
+TABLE_MAGIC = 0xDB4775248B80FB57
+FOOTER_SIZE = 48
+BLOCK_TRAILER_SIZE = 5
+HEADER_KEY = b""
+
+# tensorflow/core/framework/types.proto DataType -> numpy dtype (bfloat16 is special-cased)
+DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8,
+          9: np.int64, 10: np.bool_, 17: np.uint16, 19: np.float16, 22: np.uint32, 23: np.uint64}
+DT_STRING, DT_BFLOAT16 = 7, 14
+
+
+class CheckpointError(UserError):
+    """A file that is not a readable TF checkpoint, or a tensor this reader does not handle."""
+
+
+# --- protobuf wire format --------------------------------------------------------------------------
+
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Decode a base-128 varint at `pos`; return (value, position after it)."""
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise CheckpointError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CheckpointError("varint longer than 64 bits")
+
+
+def parse_message(buf: bytes) -> dict[int, list]:
+    """Field number -> list of values (ints for varint/fixed fields, bytes for length-delimited ones)."""
+    fields: dict[int, list] = {}
+    pos = 0
+    while pos < len(buf):
+        tag, pos = read_varint(buf, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = read_varint(buf, pos)
+        elif wire == 1:
+            value, pos = struct.unpack_from("<Q", buf, pos)[0], pos + 8
+        elif wire == 2:
+            length, pos = read_varint(buf, pos)
+            value, pos = bytes(buf[pos:pos + length]), pos + length
+        elif wire == 5:
+            value, pos = struct.unpack_from("<I", buf, pos)[0], pos + 4
+        else:
+            raise CheckpointError(f"unsupported protobuf wire type {wire}")
+        fields.setdefault(number, []).append(value)
+    return fields
+
+
+def _last(fields: dict[int, list], number: int, default=0):
+    return fields[number][-1] if number in fields else default
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+# --- checksums and Snappy --------------------------------------------------------------------------
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli), the checksum TF and LevelDB use. Pure Python: fine for index blocks and
+    small tensors; whole-checkpoint verification of a large model is opt-in for that reason."""
+    crc ^= 0xFFFFFFFF
+    table = _CRC_TABLE
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def unmask_crc(masked: int) -> int:
+    """LevelDB stores `rotate_right(crc, 15) + 0xa282ead8` so CRCs of CRCs stay distinctive."""
+    rot = (masked - 0xA282EAD8) & 0xFFFFFFFF
+    return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
+
+
+def snappy_decompress(data: bytes) -> bytes:
+    """Decompress a raw Snappy block (format_description.txt: a varint length, then literal and copy
+    elements selected by the low two bits of each tag byte)."""
+    length, pos = read_varint(data, 0)
+    out = bytearray()
+    while pos < len(data):
+        tag = data[pos]
+        pos += 1
+        kind = tag & 3
+        if kind == 0:  # literal; lengths above 60 are stored in the next 1-4 bytes
+            n = tag >> 2
+            if n >= 60:
+                extra = n - 59
+                n = int.from_bytes(data[pos:pos + extra], "little")
+                pos += extra
+            n += 1
+            out += data[pos:pos + n]
+            pos += n
+            continue
+        if kind == 1:
+            n, offset = 4 + ((tag >> 2) & 7), ((tag >> 5) << 8) | data[pos]
+            pos += 1
+        else:
+            width = 2 if kind == 2 else 4
+            n, offset = (tag >> 2) + 1, int.from_bytes(data[pos:pos + width], "little")
+            pos += width
+        if offset == 0 or offset > len(out):
+            raise CheckpointError("corrupt Snappy block (bad copy offset)")
+        for _ in range(n):  # byte by byte: copies may overlap their own output
+            out.append(out[-offset])
+    if len(out) != length:
+        raise CheckpointError(f"corrupt Snappy block ({len(out)} bytes, header says {length})")
+    return bytes(out)
+
+
+# --- the sorted table (.index) ---------------------------------------------------------------------
+
+def _read_handle(buf: bytes, pos: int) -> tuple[tuple[int, int], int]:
+    offset, pos = read_varint(buf, pos)
+    size, pos = read_varint(buf, pos)
+    return (offset, size), pos
+
+
+def read_block(table: bytes, handle: tuple[int, int], where: str) -> bytes:
+    """A block's contents, checked against its CRC and decompressed if needed."""
+    offset, size = handle
+    if offset + size + BLOCK_TRAILER_SIZE > len(table):
+        raise CheckpointError(f"{where}: block runs past the end of the file")
+    contents = table[offset:offset + size]
+    kind = table[offset + size]
+    (stored,) = struct.unpack_from("<I", table, offset + size + 1)
+    if crc32c(table[offset:offset + size + 1]) != unmask_crc(stored):
+        raise CheckpointError(f"{where}: block checksum mismatch (corrupt file)")
+    if kind == 1:
+        return snappy_decompress(contents)
+    if kind != 0:
+        raise CheckpointError(f"{where}: unknown block compression type {kind}")
+    return contents
+
+
+def iterate_block(block: bytes, where: str):
+    """Yield (key, value) of a block, undoing the prefix compression."""
+    if len(block) < 4:
+        raise CheckpointError(f"{where}: block too short")
+    (num_restarts,) = struct.unpack_from("<I", block, len(block) - 4)
+    end = len(block) - 4 - 4 * num_restarts
+    if end < 0:
+        raise CheckpointError(f"{where}: bad restart count {num_restarts}")
+    restarts = set(struct.unpack_from(f"<{num_restarts}I", block, end))
+    key, pos = b"", 0
+    while pos < end:
+        start = pos
+        shared, pos = read_varint(block, pos)
+        unshared, pos = read_varint(block, pos)
+        value_len, pos = read_varint(block, pos)
+        if start in restarts and shared:
+            raise CheckpointError(f"{where}: restart point with a shared prefix")
+        key = key[:shared] + block[pos:pos + unshared]
+        pos += unshared
+        yield key, block[pos:pos + value_len]
+        pos += value_len
+
+
+def read_table(table: bytes, where: str) -> dict[bytes, bytes]:
+    """All (key, value) pairs of a LevelDB-format table held in memory."""
+    if len(table) < FOOTER_SIZE:
+        raise CheckpointError(f"{where}: too short to be a checkpoint index")
+    footer = table[-FOOTER_SIZE:]
+    if struct.unpack_from("<Q", footer, FOOTER_SIZE - 8)[0] != TABLE_MAGIC:
+        raise CheckpointError(f"{where}: not a TensorFlow checkpoint index (bad magic number)")
+    _, pos = _read_handle(footer, 0)  # metaindex: holds filter blocks only, which bundles never use
+    index_handle, _ = _read_handle(footer, pos)
+    entries: dict[bytes, bytes] = {}
+    for _, handle_bytes in iterate_block(read_block(table, index_handle, where), where):
+        handle, _ = _read_handle(handle_bytes, 0)
+        entries.update(iterate_block(read_block(table, handle, where), where))
+    return entries
+
+
+# --- the tensor bundle ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one variable lives (a decoded BundleEntryProto)."""
+
+    dtype: int          # tensorflow DataType enum value
+    shape: tuple[int, ...]
+    shard_id: int
+    offset: int
+    size: int
+    crc32c: int         # masked CRC32C of the stored bytes
+    sliced: bool        # a partitioned variable (stored as slices): not supported
+
+    @property
+    def dtype_name(self) -> str:
+        if self.dtype == DT_BFLOAT16:
+            return "bfloat16"
+        if self.dtype == DT_STRING:
+            return "string"
+        return np.dtype(DTYPES[self.dtype]).name if self.dtype in DTYPES else f"DataType({self.dtype})"
+
+
+def parse_entry(value: bytes) -> TensorEntry:
+    fields = parse_message(value)
+    shape_fields = parse_message(_last(fields, 2, b""))
+    dims = tuple(_signed64(_last(parse_message(d), 1)) for d in shape_fields.get(2, []))
+    return TensorEntry(dtype=_last(fields, 1), shape=dims, shard_id=_last(fields, 3),
+                       offset=_last(fields, 4), size=_last(fields, 5), crc32c=_last(fields, 6),
+                       sliced=7 in fields)
+
+
+def resolve_prefix(path: str | Path) -> Path:
+    """Accept a checkpoint prefix (`.../model.ckpt-125000`), its `.index` file, or a directory holding
+    one checkpoint (the `checkpoint` state file picks one when there are several)."""
+    path = Path(path)
+    if path.name.endswith(".index"):
+        return path.with_name(path.name[: -len(".index")])
+    if path.with_name(path.name + ".index").is_file():
+        return path
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no TF checkpoint here (expected PREFIX.index or a directory)")
+    indexes = sorted(path.glob("*.index"))
+    state = path / "checkpoint"
+    if len(indexes) > 1 and state.is_file():
+        for line in state.read_text().splitlines():
+            if line.startswith("model_checkpoint_path:"):
+                name = Path(line.split(":", 1)[1].strip().strip('"')).name  # the state file may hold stale absolute paths
+                if (path / f"{name}.index").is_file():
+                    return path / name
+    if len(indexes) != 1:
+        found = ", ".join(p.name for p in indexes) or "none"
+        raise CheckpointError(f"{path}: expected one *.index checkpoint file, found {found}; pass the prefix")
+    return indexes[0].with_name(indexes[0].name[: -len(".index")])
+
+
+class TFCheckpoint:
+    """Variables of a TF checkpoint: `names()`, `entries[name]` (dtype, shape), `read(name)` -> numpy."""
+
+    def __init__(self, path: str | Path):
+        self.prefix = resolve_prefix(path)
+        index = Path(f"{self.prefix}.index")
+        table = read_table(index.read_bytes(), str(index))
+        header = parse_message(table.pop(HEADER_KEY, b""))
+        self.num_shards = _last(header, 1, 1)
+        if _last(header, 2) != 0:
+            raise CheckpointError(f"{index}: big-endian checkpoints are not supported")
+        # keys starting with a NUL byte are the slices of partitioned variables
+        self.entries = {k.decode("utf-8"): parse_entry(v) for k, v in table.items() if not k.startswith(b"\x00")}
+
+    def names(self) -> list[str]:
+        return sorted(self.entries)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.entries
+
+    def shard_path(self, shard_id: int) -> Path:
+        return Path(f"{self.prefix}.data-{shard_id:05d}-of-{self.num_shards:05d}")
+
+    def read(self, name: str, verify: bool = False) -> np.ndarray:
+        """The variable's value as a new numpy array; `verify` checks the stored CRC32C (slow in pure
+        Python for big tensors, hence opt-in)."""
+        entry = self.entries.get(name)
+        if entry is None:
+            raise CheckpointError(f"{self.prefix}: no variable named {name!r}")
+        if entry.sliced:
+            raise CheckpointError(f"{name}: partitioned (sliced) variables are not supported")
+        if entry.dtype not in DTYPES and entry.dtype != DT_BFLOAT16:
+            raise CheckpointError(f"{name}: dtype {entry.dtype_name} is not supported")
+        data = self._read_bytes(entry, name)
+        if verify and crc32c(data) != unmask_crc(entry.crc32c):
+            raise CheckpointError(f"{name}: data checksum mismatch (corrupt {self.shard_path(entry.shard_id).name})")
+        if entry.dtype == DT_BFLOAT16:  # bf16 is the top half of a float32: widen exactly
+            bits = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
+            return bits.view(np.float32).reshape(entry.shape)
+        return np.frombuffer(data, dtype=np.dtype(DTYPES[entry.dtype]).newbyteorder("<")).reshape(entry.shape).copy()
+
+    def _read_bytes(self, entry: TensorEntry, name: str) -> bytes:
+        path = self.shard_path(entry.shard_id)
+        if not path.is_file():
+            raise CheckpointError(f"{name}: data file {path} is missing")
+        with open(path, "rb") as f:
+            f.seek(entry.offset)
+            data = f.read(entry.size)
+        if len(data) != entry.size:
+            raise CheckpointError(f"{name}: {path.name} is truncated")
+        return data
