@@ -1,0 +1,363 @@
+"""`albertlm data build`: documents -> tokenized chunks -> pairs -> masked records -> shards + meta.json.
+
+Streaming and parallel, yet deterministic:
+- the main process reads documents in input order and groups them into chunks of about `chunk_chars`
+  characters (a chunk never splits a document). Chunking depends only on the input, never on `workers`;
+- a chunk is a job: tokenize its sentences in one native batch, make `dupe_factor` passes of pairs, mask
+  each pair. Every document pass has its own rng seeded by (seed, document index, dupe), and each chunk's
+  records are shuffled by an rng seeded by (seed, chunk index), so the output is byte-identical for any
+  number of workers;
+- results are written in chunk order while at most `2 * workers` chunks are in flight, so memory is bounded
+  by a few chunks plus the largest document, whatever the corpus size;
+- `num_shards K, shard_index i` keeps the chunks with index % K == i: K machines build K disjoint parts
+  whose union is exactly the single-machine build (the loader merges the part metas);
+- NSP negatives come from the other documents of the same chunk (a bounded pool).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from albertlm.data.corpus import FORMATS, CorpusCounts, Document, find_input_files, read_documents
+from albertlm.data.instances import InstanceConfig, InstanceCounts, Pair, create_pairs, make_document
+from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_sequence
+from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, record_dtype,
+                                  write_json_atomic)
+from albertlm.errors import UserError
+
+RECORD_BYTES_PER_SHARD = 256 << 20
+
+
+@dataclass
+class BuildConfig:
+    inputs: list[str]
+    tokenizer: str
+    out: str
+    max_seq_length: int = 512
+    sentence_task: str = "sop"
+    dupe_factor: int = 10
+    short_seq_prob: float = 0.1
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int | None = None  # None: max(20, round(max_seq_length * masked_lm_prob))
+    max_ngram: int = 3
+    masking: str = "ngram"
+    workers: int = 1
+    seed: int = 12345
+    num_shards: int = 1
+    shard_index: int = 0
+    format: str = "auto"
+    text_field: str = "text"
+    chunk_chars: int = 1_000_000
+    records_per_shard: int | None = None  # None: about 256 MB per shard
+    overwrite: bool = False
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.dupe_factor < 1:
+            raise UserError(f"--dupe-factor must be >= 1, got {self.dupe_factor}")
+        if self.workers < 1:
+            raise UserError(f"--workers must be >= 1, got {self.workers}")
+        if not 0 <= self.shard_index < self.num_shards:
+            raise UserError(f"--shard-index must be in [0, {self.num_shards}), got {self.shard_index}")
+        if self.format not in FORMATS:
+            raise UserError(f"--format must be one of {', '.join(FORMATS)}")
+        if self.max_predictions_per_seq is None:
+            self.max_predictions_per_seq = max(20, int(round(self.max_seq_length * self.masked_lm_prob)))
+        try:
+            self.instance_config(), self.masking_config()
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+
+    def instance_config(self) -> InstanceConfig:
+        return InstanceConfig(self.max_seq_length, self.sentence_task, self.short_seq_prob)
+
+    def masking_config(self) -> MaskingConfig:
+        return MaskingConfig(self.masked_lm_prob, self.max_predictions_per_seq, self.max_ngram, self.masking)
+
+    @property
+    def part_name(self) -> str | None:
+        return None if self.num_shards == 1 else f"part-{self.shard_index:05d}-of-{self.num_shards:05d}"
+
+
+@dataclass
+class ChunkContext:
+    """Everything a worker needs to turn a chunk into records (picklable, built once per worker)."""
+
+    tokenizer_path: str
+    instance: InstanceConfig
+    masking: MaskingConfig
+    dupe_factor: int
+    seed: int
+    vocab_size: int = 0
+    tokenizer: object = field(default=None, repr=False)
+    vocab: MaskingVocab | None = None
+    random_ids: np.ndarray | None = None
+
+    def load(self, num_threads: int | None = None) -> "ChunkContext":
+        from albertlm.tokenization import load_tokenizer
+
+        tok = load_tokenizer(self.tokenizer_path)
+        if num_threads is not None and hasattr(tok, "num_threads"):
+            tok.num_threads = num_threads  # one thread per worker process: the processes are the parallelism
+        special = (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id)
+        self.tokenizer, self.vocab_size = tok, tok.vocab_size
+        self.vocab = MaskingVocab(np.asarray(tok.word_start_mask(), dtype=bool), tok.mask_id, special)
+        self.random_ids = self.vocab.random_ids
+        return self
+
+    @property
+    def dtype(self) -> np.dtype:
+        return record_dtype(self.instance.max_seq_length, self.masking.max_predictions_per_seq, self.vocab_size)
+
+
+def document_rng(seed: int, document_index: int, dupe: int) -> np.random.Generator:
+    return np.random.default_rng([seed, 0, document_index, dupe])
+
+
+def chunk_rng(seed: int, chunk_index: int) -> np.random.Generator:
+    return np.random.default_rng([seed, 1, chunk_index])
+
+
+def chunk_documents(documents: Iterable[Document], chunk_chars: int) -> Iterator[list[Document]]:
+    chunk, size = [], 0
+    for doc in documents:
+        chunk.append(doc)
+        size += doc.num_chars
+        if size >= chunk_chars:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def process_chunk(chunk_index: int, documents: list[Document], ctx: ChunkContext) -> tuple[np.ndarray, InstanceCounts]:
+    """Tokenize a chunk in one batch, make dupe_factor passes of pairs, mask them, shuffle the records."""
+    counts = InstanceCounts()
+    ids = ctx.tokenizer.encode_batch([s for doc in documents for s in doc.sentences])
+    tokenized, start = [], 0
+    for doc in documents:
+        tokens = make_document(ids[start:start + len(doc.sentences)], ctx.instance.max_num_tokens, counts)
+        start += len(doc.sentences)
+        if tokens is not None:
+            tokenized.append((doc.index, tokens))
+    del ids
+    pairs: list[tuple[Pair, np.random.Generator]] = []
+    for dupe in range(ctx.dupe_factor):
+        for position, (index, doc) in enumerate(tokenized):
+            rng = document_rng(ctx.seed, index, dupe)
+            pick = _other_document_picker(tokenized, position)
+            for pair in create_pairs(doc, ctx.instance, rng, ctx.vocab.word_start, pick, counts):
+                pairs.append((pair, rng))
+    records = np.zeros(len(pairs), dtype=ctx.dtype)
+    for k, (pair, rng) in enumerate(pairs):
+        fill_record(records, k, pair, ctx, rng)
+    return records[chunk_rng(ctx.seed, chunk_index).permutation(len(records))], counts
+
+
+def _other_document_picker(tokenized, position):
+    if len(tokenized) < 2:
+        return lambda rng: None
+
+    def pick(rng: np.random.Generator):
+        other = int(rng.integers(0, len(tokenized) - 1))
+        return tokenized[other + (other >= position)][1]
+    return pick
+
+
+def fill_record(records: np.ndarray, k: int, pair: Pair, ctx: ChunkContext, rng: np.random.Generator) -> None:
+    """Write `[CLS] A [SEP] (B [SEP])` and its static mask into records[k].
+
+    Masking uses the document's rng right after the pair was made, so it is seeded like the pair."""
+    tok = ctx.tokenizer
+    ids = records["input_ids"][k]
+    len_a = pair.a.size
+    ids[0], ids[1:1 + len_a], ids[1 + len_a] = tok.cls_id, pair.a, tok.sep_id
+    length = len_a + 2
+    if pair.b is not None:
+        ids[length:length + pair.b.size] = pair.b
+        length += pair.b.size + 1
+        ids[length - 1] = tok.sep_id
+    special = np.zeros(length, dtype=bool)
+    special[[0, len_a + 1, length - 1]] = True
+    positions, inputs = mask_sequence(ids[:length], special, ctx.vocab, ctx.masking, rng, ctx.random_ids)
+    record = records[k]
+    record["length"], record["type_boundary"], record["label"] = length, len_a + 2, pair.label
+    record["num_masked"] = positions.size
+    records["masked_positions"][k, :positions.size] = positions
+    records["masked_inputs"][k, :positions.size] = inputs
+
+
+# -- the worker pool -----------------------------------------------------------------------------------
+# A process pool needs module-level state in each worker: the context is built once by the initializer.
+_WORKER_CONTEXT: ChunkContext | None = None
+
+
+def _init_worker(ctx: ChunkContext) -> None:
+    global _WORKER_CONTEXT
+    _WORKER_CONTEXT = ctx.load(num_threads=1)
+
+
+def _run_in_worker(chunk_index: int, documents: list[Document]):
+    return process_chunk(chunk_index, documents, _WORKER_CONTEXT)
+
+
+def _results(chunks: Iterator[tuple[int, list[Document]]], ctx: ChunkContext, workers: int):
+    """(records, counts) per chunk in chunk order; at most 2 * workers chunks in flight."""
+    if workers == 1:
+        for index, docs in chunks:
+            yield process_chunk(index, docs, ctx)
+        return
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")  # safe even if the parent holds threads (torch, tqdm)
+    shipped = ChunkContext(ctx.tokenizer_path, ctx.instance, ctx.masking, ctx.dupe_factor, ctx.seed)
+    with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(shipped,)) as pool:
+        pending: deque = deque()
+        for index, docs in chunks:
+            pending.append(pool.submit(_run_in_worker, index, docs))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+# -- the build -----------------------------------------------------------------------------------------
+@dataclass
+class BuildSummary:
+    out: str
+    num_instances: int
+    num_shards: int
+    seconds: float
+    counts: dict
+
+    @property
+    def instances_per_second(self) -> float:
+        return self.num_instances / max(self.seconds, 1e-9)
+
+
+def build(cfg: BuildConfig) -> BuildSummary:
+    """Build the shards and meta of `cfg.out`; raises UserError on bad input or an empty result."""
+    started = time.perf_counter()
+    files = find_input_files(cfg.inputs)
+    out = _prepare_output(Path(cfg.out), cfg)
+    ctx = ChunkContext(str(cfg.tokenizer), cfg.instance_config(), cfg.masking_config(), cfg.dupe_factor,
+                       cfg.seed).load()
+    prefix = "shard" if cfg.part_name is None else f"{cfg.part_name}-shard"
+    per_shard = cfg.records_per_shard or max(1, RECORD_BYTES_PER_SHARD // ctx.dtype.itemsize)
+    writer = ShardWriter(out, ctx.dtype, per_shard, prefix)
+    corpus, instances, stats = CorpusCounts(), InstanceCounts(), _RecordStats()
+    bar = _progress_bar(files, cfg.progress)
+    try:
+        for records, counts in _results(_my_chunks(files, cfg, corpus, bar), ctx, cfg.workers):
+            writer.write(records)
+            instances.add(counts)
+            stats.add(records)
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        bar.close()
+    shards = writer.close()
+    counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances), "tokens": asdict(stats)}
+    if instances.instances == 0:
+        _remove_files(out, [s["file"] for s in shards])
+        raise UserError(f"no instances were built from {len(files)} file(s): {_why_empty(corpus, instances)}")
+    np.save(out / WORD_STARTS_FILE, ctx.vocab.word_start)
+    meta = _meta(cfg, ctx, files, shards, counts)
+    write_json_atomic(out / (META_FILE if cfg.part_name is None else f"meta.{cfg.part_name}.json"), meta)
+    return BuildSummary(str(out), instances.instances, len(shards), time.perf_counter() - started, counts)
+
+
+def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, bar) -> Iterator[tuple[int, list[Document]]]:
+    documents = read_documents(files, cfg.format, cfg.text_field, corpus)
+    for index, docs in enumerate(chunk_documents(documents, cfg.chunk_chars)):
+        bar.update(sum(doc.num_chars for doc in docs))
+        if index % cfg.num_shards == cfg.shard_index:
+            yield index, docs
+
+
+def _progress_bar(files, enabled: bool):
+    from tqdm import tqdm
+
+    total = sum(f.stat().st_size for f in files)
+    return tqdm(total=total, unit="B", unit_scale=True, desc="albertlm data build", disable=not enabled or None,
+                leave=False)
+
+
+@dataclass
+class _RecordStats:
+    tokens: int = 0
+    masked: int = 0
+
+    def add(self, records: np.ndarray) -> None:
+        self.tokens += int(records["length"].sum())
+        self.masked += int(records["num_masked"].sum())
+
+
+def _instance_counts_dict(counts: InstanceCounts) -> dict:
+    out = asdict(counts)
+    out["labels"] = {str(k): v for k, v in sorted(counts.labels.items())}
+    return out
+
+
+def _why_empty(corpus: CorpusCounts, instances: InstanceCounts) -> str:
+    return (f"{corpus.documents} documents with text ({corpus.empty_files} empty and {corpus.binary_files} binary "
+            f"files skipped, {instances.empty_documents} documents without tokens, "
+            f"{instances.dropped_chunks} one-token chunks dropped)")
+
+
+def _prepare_output(out: Path, cfg: BuildConfig) -> Path:
+    """Create `out`; refuse to mix with an earlier build of the same part unless `overwrite`."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    mine = _own_files(out, cfg)
+    if mine and not cfg.overwrite:
+        raise UserError(f"{out} already holds a build ({mine[0].name}, ...); pass --overwrite or another --out")
+    _remove_files(out, [p.name for p in mine])
+    return out
+
+
+def _own_files(out: Path, cfg: BuildConfig) -> list[Path]:
+    if cfg.part_name is None:
+        patterns = ["shard-*", META_FILE, META_FILE + ".tmp", "meta.part-*", "part-*"]
+    else:
+        patterns = [f"{cfg.part_name}-shard-*", f"meta.{cfg.part_name}.json*", META_FILE]
+    return sorted({p for pattern in patterns for p in out.glob(pattern)})
+
+
+def _remove_files(out: Path, names: list[str]) -> None:
+    for name in names:
+        (out / name).unlink(missing_ok=True)
+
+
+def _meta(cfg: BuildConfig, ctx: ChunkContext, files, shards, counts) -> dict:
+    tok = ctx.tokenizer
+    return {
+        "format_version": FORMAT_VERSION,
+        "tokenizer": {"path": str(Path(cfg.tokenizer).resolve()), "kind": tok.kind, "vocab_size": tok.vocab_size,
+                      "pad_id": tok.pad_id, "unk_id": tok.unk_id, "cls_id": tok.cls_id, "sep_id": tok.sep_id,
+                      "mask_id": tok.mask_id},
+        "max_seq_length": cfg.max_seq_length,
+        "max_predictions_per_seq": cfg.max_predictions_per_seq,
+        "sentence_task": cfg.sentence_task,
+        "masking": asdict(ctx.masking),
+        "short_seq_prob": cfg.short_seq_prob,
+        "dupe_factor": cfg.dupe_factor,
+        "seed": cfg.seed,
+        "chunk_chars": cfg.chunk_chars,
+        "num_shards": cfg.num_shards,
+        "shard_index": cfg.shard_index,
+        "inputs": [str(f) for f in files],
+        "num_instances": sum(s["num_instances"] for s in shards),
+        "shards": shards,
+        "counts": counts,
+        # `workers` is left out on purpose: it does not change a byte of the output
+    }

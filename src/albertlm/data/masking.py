@@ -1,0 +1,141 @@
+"""Masked-LM masking: whole-word n-grams (ALBERT) or single tokens (BERT); pure functions, rng passed in.
+
+The algorithm follows google-research/albert `create_masked_lm_predictions`:
+- the budget is ``min(max_predictions_per_seq, max(1, round(length * masked_lm_prob)))`` where ``length``
+  counts [CLS] and [SEP] too (so 19 of 128 tokens, 14.8%);
+- candidates are whole words (a word starts at a SentencePiece ``▁`` piece or a WordPiece piece without
+  ``##``; [CLS]/[SEP]/padding are never candidates); n-gram starts are visited in random order, each draws
+  n <= max_ngram with p(n) = (1/n) / sum_k 1/k (6/11, 3/11, 2/11 for 3), clipped at the last word;
+  n shrinks while the n-gram would overrun the budget, and an n-gram touching an already masked word is
+  skipped;
+- each chosen token becomes [MASK] with p 0.8, a random token with p 0.1, itself with p 0.1.
+Unlike google's code every draw comes from the one ``numpy.random.Generator`` passed in (google mixes a
+seeded ``random.Random`` with numpy's unseeded global RNG), and random replacements never pick special ids.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MASKING_MODES = ("ngram", "token")
+
+
+@dataclass(frozen=True)
+class MaskingConfig:
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    max_ngram: int = 3  # N; "token" mode uses single tokens, ignoring word boundaries
+    mode: str = "ngram"
+    mask_prob: float = 0.8  # the rest is split evenly between a random token and the original one
+
+    def __post_init__(self):
+        if not 0.0 <= self.masked_lm_prob <= 1.0:
+            raise ValueError(f"masked_lm_prob must be in [0, 1], got {self.masked_lm_prob}")
+        if self.max_predictions_per_seq < 1:
+            raise ValueError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}")
+        if self.max_ngram < 1:
+            raise ValueError(f"max_ngram must be >= 1, got {self.max_ngram}")
+        if self.mode not in MASKING_MODES:
+            raise ValueError(f"masking mode must be one of {MASKING_MODES}, got {self.mode!r}")
+
+
+def ngram_probabilities(max_ngram: int) -> np.ndarray:
+    """p(n) for n = 1..N, proportional to 1/n (favouring short n-grams, as ALBERT does)."""
+    inverse = 1.0 / np.arange(1, max_ngram + 1)
+    return inverse / inverse.sum()
+
+
+def num_to_predict(length: int, cfg: MaskingConfig) -> int:
+    """Masking budget of a sequence of `length` tokens (specials included, as google counts them)."""
+    if cfg.masked_lm_prob == 0:
+        return 0
+    return min(cfg.max_predictions_per_seq, max(1, int(round(length * cfg.masked_lm_prob))))
+
+
+def word_spans(candidates: np.ndarray, word_start: np.ndarray) -> np.ndarray:
+    """Lengths (in candidate tokens) of the whole words made by the candidate positions.
+
+    A word begins at a word-start token or wherever candidate positions stop being adjacent
+    (so a word never straddles [SEP])."""
+    if candidates.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = word_start.copy()
+    starts[0] = True
+    starts[1:] |= np.diff(candidates) != 1
+    first = np.flatnonzero(starts)
+    return np.diff(np.append(first, candidates.size))
+
+
+def choose_ngrams(word_lengths: np.ndarray, budget: int, max_ngram: int, rng: np.random.Generator) -> np.ndarray:
+    """Greedy n-gram selection over words; returns a boolean array (num_words,) of masked words."""
+    num_words = word_lengths.size
+    covered = bytearray(num_words)
+    if num_words == 0 or budget <= 0:
+        return np.zeros(num_words, dtype=bool)
+    cum = np.concatenate(([0], np.cumsum(word_lengths))).tolist()
+    order = rng.permutation(num_words)
+    cdf = np.cumsum(ngram_probabilities(max_ngram))
+    ns = np.minimum(np.searchsorted(cdf, rng.random(num_words), side="right") + 1, max_ngram)
+    ns = np.minimum(ns, num_words - order)  # an n-gram ends at the last word (google clips it too)
+    total = 0
+    for start, n in zip(order.tolist(), ns.tolist()):
+        if total >= budget:
+            break
+        while n > 1 and total + cum[start + n] - cum[start] > budget:
+            n -= 1
+        size = cum[start + n] - cum[start]
+        if total + size > budget or any(covered[start:start + n]):
+            continue
+        covered[start:start + n] = b"\x01" * n
+        total += size
+    return np.frombuffer(bytes(covered), dtype=bool)
+
+
+def choose_positions(candidates: np.ndarray, word_start: np.ndarray, budget: int, cfg: MaskingConfig,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Sorted positions to mask among `candidates` (sorted int positions); `word_start` per candidate."""
+    if cfg.mode == "token":
+        lengths = np.ones(candidates.size, dtype=np.int64)
+        chosen = choose_ngrams(lengths, budget, 1, rng)
+        return candidates[chosen]
+    lengths = word_spans(candidates, word_start)
+    chosen_words = choose_ngrams(lengths, budget, cfg.max_ngram, rng)
+    return candidates[np.repeat(chosen_words, lengths)]
+
+
+def replacement_ids(original: np.ndarray, mask_id: int, random_ids: np.ndarray, cfg: MaskingConfig,
+                    rng: np.random.Generator) -> np.ndarray:
+    """What the model sees at masked positions: [MASK] (80%), a random non-special token (10%), or the
+    original token (10%)."""
+    draw = rng.random(original.size)
+    random_tokens = random_ids[rng.integers(0, random_ids.size, size=original.size)]
+    keep_cut = cfg.mask_prob + (1.0 - cfg.mask_prob) / 2
+    out = np.where(draw < cfg.mask_prob, mask_id, np.where(draw < keep_cut, random_tokens, original))
+    return out.astype(original.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class MaskingVocab:
+    """The vocabulary facts masking needs, so the loader can mask without the tokenizer."""
+
+    word_start: np.ndarray  # bool (V,)
+    mask_id: int
+    special_ids: tuple[int, ...]
+
+    @property
+    def random_ids(self) -> np.ndarray:
+        ids = np.arange(self.word_start.size)
+        return ids[~np.isin(ids, self.special_ids)]
+
+
+def mask_sequence(tokens: np.ndarray, special: np.ndarray, vocab: MaskingVocab, cfg: MaskingConfig,
+                  rng: np.random.Generator, random_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Mask one sequence. `tokens` are the real (unpadded) ids, `special` marks [CLS]/[SEP] positions.
+
+    Returns (positions, inputs): sorted masked positions and the ids the model sees there."""
+    candidates = np.flatnonzero(~special)
+    budget = num_to_predict(tokens.size, cfg)
+    positions = choose_positions(candidates, vocab.word_start[tokens[candidates]], budget, cfg, rng)
+    random_ids = vocab.random_ids if random_ids is None else random_ids
+    return positions, replacement_ids(tokens[positions], vocab.mask_id, random_ids, cfg, rng)
