@@ -1,0 +1,278 @@
+"""Tokenizers against references: transformers' AlbertTokenizer / BertTokenizer on real text, the albert-base-v2
+ids transcribed from transformers' tests, and tiny models trained in-process."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from albertlm.errors import UserError
+from albertlm.tokenization import Tokenizer, load_tokenizer
+from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
+                                                 train_sentencepiece)
+from albertlm.tokenization.wordpiece import WordPieceOptions, train_wordpiece
+from conftest import shared_path
+
+transformers = pytest.importorskip("transformers")
+
+ALBERT_MODEL = ("spm", "albert-base-v2_spiece.model")
+# albert-base-v2's user-defined symbols: transformers v5 matches them before normalization (see docs).
+ADDED_CHARS = re.compile('[()"\\-.–£€]|``|\'\'')
+LINES_PER_CORPUS = 1500
+
+
+def _lines(*parts: str, limit: int = LINES_PER_CORPUS, keep=lambda line: True) -> list[str]:
+    text = shared_path(*parts).read_text(encoding="utf-8")
+    return [line for line in text.splitlines() if line.strip() and keep(line)][:limit]
+
+
+CORPORA = {
+    "english": lambda: _lines("text", "gutenberg", "austen-emma.txt") + _lines("text", "sample_text.txt"),
+    "accented": lambda: _lines("text", "wikitext-2-raw", "wiki.test.raw", keep=lambda s: not s.isascii()),
+    "chinese": lambda: _lines("text", "zh", "news_zh_1.txt"),
+    "korean": lambda: [c for line in _lines("korean", "KorNLI", "xnli.dev.ko.tsv", limit=600)
+                       for c in line.split("\t")[:2]],
+}
+
+
+@pytest.fixture(scope="module")
+def albert_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("albert-base-v2")
+    shutil.copy(shared_path(*ALBERT_MODEL), directory / "spiece.model")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def hf_albert(albert_dir):
+    return transformers.AlbertTokenizer.from_pretrained(str(albert_dir))
+
+
+@pytest.fixture(scope="module")
+def albert(albert_dir):
+    return load_tokenizer(albert_dir)
+
+
+def _hf_ids(hf, lines):
+    return hf(lines, add_special_tokens=False)["input_ids"]
+
+
+# -- albert-base-v2: the reference ids ----------------------------------------------------------------
+
+def test_reference_vocabulary_and_special_ids(albert):
+    ref = json.loads(shared_path("reference", "albert_base_v2_reference.json").read_text())["tokenizer"]
+    assert isinstance(albert, Tokenizer) and albert.kind == "sentencepiece"
+    assert albert.vocab_size == ref["vocab_size"]
+    assert [albert.id_to_token(i) for i in range(2)] == ref["first_pieces"]
+    assert albert.id_to_token(albert.vocab_size - 1) == ref["last_piece"]
+    assert (albert.pad_id, albert.unk_id, albert.cls_id, albert.sep_id, albert.mask_id) == \
+        (ref["pad_id"], ref["unk_id"], ref["cls_id"], ref["sep_id"], ref["mask_id"])
+
+
+def test_reference_cases_and_integration_ids(albert_dir):
+    ref = json.loads(shared_path("reference", "albert_base_v2_reference.json").read_text())["tokenizer"]
+    for case in ref["cases"]:
+        tok = load_tokenizer(albert_dir, **case["options"])
+        assert tok.encode(case["text"]) == case["ids"]
+        # The reference lists sentencepiece's surface pieces, which keep an unknown character ("é").
+        tokens = [t if i != tok.unk_id else "<unk>" for t, i in zip(case["tokens"], case["ids"])]
+        assert tok.tokenize(case["text"]) == tokens
+    tok = load_tokenizer(albert_dir)  # transformers' defaults: lowercase, strip accents
+    for text, expected in zip(ref["integration"]["texts"], ref["integration"]["input_ids"]):
+        ids, types = tok.encode_pair(text)
+        assert ids == [i for i in expected if i != tok.pad_id]
+        assert types == [0] * len(ids)
+
+
+# -- albert-base-v2: parity with transformers on real text -------------------------------------------
+
+@pytest.mark.parametrize("corpus", sorted(CORPORA))
+def test_ids_match_transformers_albert(corpus, albert, albert_dir, hf_albert):
+    lines = CORPORA[corpus]()
+    assert len(lines) > 50
+    expected = _hf_ids(hf_albert, lines)
+    # transformers-v5 mode: every line, user-defined symbols included.
+    compat = load_tokenizer(albert_dir, split_added_tokens=True)
+    assert compat.encode_batch(lines) == expected
+    # Default (sentencepiece / google-research) mode: the same wherever v5's added-token split does not apply.
+    plain = [i for i, line in enumerate(lines) if not ADDED_CHARS.search(line)]
+    ours = albert.encode_batch([lines[i] for i in plain])
+    assert ours == [expected[i] for i in plain]
+    assert [albert.encode(lines[i]) for i in plain[:20]] == ours[:20]
+
+
+def test_keep_accents_and_case_match_transformers(albert_dir):
+    lines = CORPORA["accented"]()[:300] + CORPORA["korean"]()[:300]
+    hf = transformers.AlbertTokenizer.from_pretrained(str(albert_dir), keep_accents=True, do_lower_case=False)
+    ours = load_tokenizer(albert_dir, keep_accents=True, do_lower_case=False, split_added_tokens=True)
+    assert ours.encode_batch(lines) == _hf_ids(hf, lines)
+    assert ours.tokenize("Café") != load_tokenizer(albert_dir).tokenize("Café")
+
+
+def test_added_token_modes_differ_only_around_symbols(albert, albert_dir, hf_albert):
+    """transformers v5 drops the word-boundary piece before albert-base-v2's user-defined symbols."""
+    compat = load_tokenizer(albert_dir, split_added_tokens=True)
+    assert albert.tokenize("emma .") == ["▁emma", "▁", "."]  # sentencepiece, google-research, transformers v4
+    assert compat.tokenize("emma .") == ["▁emma", "."] == hf_albert.tokenize("emma .")
+    assert albert.tokenize("emma, hi") == compat.tokenize("emma, hi")
+
+
+def test_digit_comma_rule_is_google_research_option(albert_dir, hf_albert):
+    text = "In 1999, 10,000 people; 9, x9,"
+    default = load_tokenizer(albert_dir)
+    assert default.encode(text) == _hf_ids(hf_albert, [text])[0]
+    google = load_tokenizer(albert_dir, split_digit_comma=True).tokenize(text)
+    assert "▁1999," in default.tokenize(text) and "▁1999," not in google
+    assert google[:4] == ["▁in", "▁1999", ",", "▁10,000"]
+
+
+def test_decode_and_pairs(albert):
+    text = "The quick brown fox jumps over the lazy dog."
+    assert albert.decode(albert.encode(text)) == text.lower()
+    ids, types = albert.encode_pair("Hello world", "Second part")
+    a, b = albert.encode("Hello world"), albert.encode("Second part")
+    assert ids == [albert.cls_id, *a, albert.sep_id, *b, albert.sep_id]
+    assert types == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    assert albert.decode(ids) == "hello world second part"  # special tokens dropped
+
+
+def test_word_start_mask_follows_google_rule(albert):
+    mask = albert.word_start_mask()
+    assert mask.shape == (albert.vocab_size,) and mask.dtype == bool
+    starts = ["▁the", ",", ".", "[CLS]", "[MASK]", "<pad>", "<unk>", "2000"]
+    continuations = ["ing", "house", "s"]
+    assert all(mask[albert.token_to_id(t)] for t in starts)
+    assert not any(mask[albert.token_to_id(t)] for t in continuations)
+    assert 0.5 < mask.mean() < 0.95
+
+
+# -- training SentencePiece ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny unigram model with ALBERT-English preprocessing (lowercase, strip accents)."""
+    out = tmp_path_factory.mktemp("spm-en")
+    files = [shared_path("text", "gutenberg", "carroll-alice.txt"), shared_path("text", "wiki_text", "wiki_00")]
+    tok = train_sentencepiece(files, out, SentencePieceTrainOptions(vocab_size=700),
+                              SentencePieceOptions(do_lower_case=True, keep_accents=False), show_progress=False)
+    return out, tok
+
+
+def test_trained_model_has_albert_layout(trained):
+    out, tok = trained
+    assert [tok.id_to_token(i) for i in range(5)] == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+    assert tok.vocab_size == 700 and tok.sp.bos_id() == -1 and tok.sp.eos_id() == -1
+    assert tok.sp.is_control(2) and tok.sp.is_control(4)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config["do_lower_case"] is True and config["keep_accents"] is False
+    again = load_tokenizer(out)
+    assert again.options == tok.options and again.encode("Café Alice") == tok.encode("Café Alice")
+
+
+def test_trained_model_loads_in_transformers_with_same_ids(trained):
+    out, tok = trained
+    hf = transformers.AlbertTokenizer.from_pretrained(str(out))
+    lines = _lines("text", "sample_text.txt") + ["Ünïcödé CAFÉ, said Alice (twice)."]
+    assert tok.encode_batch(lines) == _hf_ids(hf, lines)
+    assert tok.encode_pair("Alice", "the Queen")[0] == hf("Alice", "the Queen")["input_ids"]
+
+
+def test_trained_korean_keeps_hangul_intact(tmp_path):
+    lines = [c for line in _lines("korean", "KorNLI", "xnli.dev.ko.tsv", limit=800) for c in line.split("\t")[:2]]
+    corpus = tmp_path / "ko.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tok = train_sentencepiece([corpus], tmp_path / "ko", SentencePieceTrainOptions(
+        vocab_size=1200, character_coverage=1.0), show_progress=False)
+    assert tok.options.keep_accents and not tok.options.do_lower_case  # trained defaults keep information
+    pieces = [tok.id_to_token(i) for i in range(tok.vocab_size)]
+    assert any(re.search("[가-힣]", p) for p in pieces)
+    assert not any(re.search("[\u1100-\u11ff]", p) for p in pieces)  # no decomposed jamo
+    sample = lines[:200]
+    assert [tok.decode(ids) for ids in tok.encode_batch(sample)] == [" ".join(s.split()) for s in sample]
+    hf = transformers.AlbertTokenizer.from_pretrained(str(tmp_path / "ko"))
+    assert tok.encode_batch(sample) == _hf_ids(hf, sample)
+
+
+def test_training_errors(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(UserError, match="empty"):
+        train_sentencepiece([empty], tmp_path / "out", show_progress=False)
+    with pytest.raises(UserError, match="not found"):
+        train_sentencepiece([tmp_path / "missing.txt"], tmp_path / "out", show_progress=False)
+    small = tmp_path / "small.txt"
+    small.write_text("a tiny corpus\n", encoding="utf-8")
+    with pytest.raises(UserError, match="sentencepiece training failed"):
+        train_sentencepiece([small], tmp_path / "out", SentencePieceTrainOptions(vocab_size=5000),
+                            show_progress=False)
+
+
+# -- WordPiece ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def zh_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("albert-zh")
+    shutil.copy(shared_path("vocab", "albert_zh_vocab.txt"), directory / "vocab.txt")
+    return directory
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_wordpiece_matches_transformers_bert(zh_dir, lower):
+    lines = CORPORA["chinese"]() + _lines("text", "gutenberg", "carroll-alice.txt", limit=500) + \
+        CORPORA["accented"]()[:100] + ["[MASK] is special, [CLS] too", "Straße ÀÉÎ naïve"]
+    hf = transformers.BertTokenizer.from_pretrained(str(zh_dir), do_lower_case=lower)
+    tok = load_tokenizer(zh_dir, do_lower_case=lower)
+    assert tok.kind == "wordpiece" and tok.vocab_size == 21128
+    assert tok.encode_batch(lines) == _hf_ids(hf, lines)
+    assert tok.encode_pair(lines[0], lines[1])[0] == hf(lines[0], lines[1])["input_ids"]
+    assert tok.encode_pair(lines[0], lines[1])[1] == hf(lines[0], lines[1])["token_type_ids"]
+
+
+def test_wordpiece_file_special_ids_and_word_starts(zh_dir):
+    tok = load_tokenizer(zh_dir / "vocab.txt")
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 100, 101, 102, 103)
+    mask = tok.word_start_mask()
+    assert mask[tok.token_to_id("今")] and mask[tok.cls_id]
+    assert not mask[tok.token_to_id("##ing")]
+    assert tok.decode(tok.encode("今天天气很好")).replace(" ", "") == "今天天气很好"
+
+
+def test_trained_wordpiece_loads_in_transformers(tmp_path):
+    files = [shared_path("text", "zh", "news_zh_1.txt"), shared_path("text", "gutenberg", "carroll-alice.txt")]
+    tok = train_wordpiece(files, 800, tmp_path / "wp", WordPieceOptions(do_lower_case=True), show_progress=False)
+    assert [tok.id_to_token(i) for i in range(5)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    hf = transformers.BertTokenizer.from_pretrained(str(tmp_path / "wp"))
+    lines = _lines("text", "sample_text.txt") + CORPORA["chinese"]()[:50]
+    assert load_tokenizer(tmp_path / "wp").encode_batch(lines) == _hf_ids(hf, lines)
+
+
+# -- loading and saving --------------------------------------------------------------------------------
+
+def test_save_round_trip(albert, tmp_path):
+    albert.save(tmp_path / "saved")
+    again = load_tokenizer(tmp_path / "saved")
+    text = "Saving keeps the options: Café 1999, done."
+    assert again.options == albert.options and again.encode(text) == albert.encode(text)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_tokenizer(tmp_path / "nope.model")
+    garbage = tmp_path / "garbage.model"
+    garbage.write_bytes(b"\x00not a model")
+    with pytest.raises(UserError, match="cannot read"):
+        load_tokenizer(garbage)
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(UserError, match="no tokenizer"):
+        load_tokenizer(tmp_path / "empty_dir")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("a\nb\n", encoding="utf-8")
+    with pytest.raises(UserError, match="lacks"):
+        load_tokenizer(vocab)
+    with pytest.raises(UserError, match="unknown tokenizer option"):
+        load_tokenizer(shared_path(*ALBERT_MODEL), lowercase=True)
+    test_model = shared_path("spm", "test_sentencepiece.model")  # XLNet-style: no [CLS]/[SEP]/[MASK]
+    with pytest.raises(UserError, match="special pieces"):
+        load_tokenizer(test_model)
