@@ -1,0 +1,138 @@
+"""Summaries of a built data directory (`albertlm data stats`) and readable instances (`albertlm data inspect`).
+
+Statistics stream over the shards block by block, so they run in bounded memory on any size of data."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from albertlm.data.shards import open_shards, read_meta
+
+BLOCK = 65536
+MAX_RUN_BIN = 6  # runs of 6 or more tokens share the last bin
+
+
+@dataclass
+class DataStats:
+    num_instances: int = 0
+    num_tokens: int = 0
+    num_masked: int = 0
+    num_short: int = 0  # length < max_seq_length
+    replaced_mask: int = 0
+    replaced_random: int = 0
+    replaced_kept: int = 0
+    labels: Counter = field(default_factory=Counter)
+    lengths: Counter = field(default_factory=Counter)  # bin start -> count
+    masked_runs: Counter = field(default_factory=Counter)  # contiguous masked run length -> count
+
+    def as_dict(self, max_seq_length: int) -> dict:
+        n, runs = max(self.num_instances, 1), max(sum(self.masked_runs.values()), 1)
+        masked = max(self.num_masked, 1)
+        return {
+            "num_instances": self.num_instances,
+            "num_tokens": self.num_tokens,
+            "mean_length": self.num_tokens / n,
+            "short_fraction": self.num_short / n,
+            "mask_rate": self.num_masked / max(self.num_tokens, 1),
+            "masked_per_instance": self.num_masked / n,
+            "replacement": {"mask": self.replaced_mask / masked, "random": self.replaced_random / masked,
+                            "kept": self.replaced_kept / masked},
+            "labels": {str(k): v for k, v in sorted(self.labels.items())},
+            "length_histogram": {_bin_name(k, max_seq_length): v for k, v in sorted(self.lengths.items())},
+            "masked_run_lengths": {(str(k) if k < MAX_RUN_BIN else f"{k}+"): v / runs
+                                   for k, v in sorted(self.masked_runs.items())},
+        }
+
+
+def _bin_width(max_seq_length: int) -> int:
+    return max(1, max_seq_length // 8)
+
+
+def _bin_name(start: int, max_seq_length: int) -> str:
+    if start >= max_seq_length:
+        return str(max_seq_length)
+    return f"{start}-{min(start + _bin_width(max_seq_length), max_seq_length) - 1}"
+
+
+def compute_stats(directory) -> tuple[dict, DataStats]:
+    meta = read_meta(directory)
+    stats = DataStats()
+    mask_id = meta["tokenizer"]["mask_id"]
+    for shard in open_shards(directory, meta):
+        for start in range(0, len(shard), BLOCK):
+            _add_block(stats, np.asarray(shard[start:start + BLOCK]), meta["max_seq_length"], mask_id)
+    return meta, stats
+
+
+def _add_block(stats: DataStats, block: np.ndarray, max_seq_length: int, mask_id: int) -> None:
+    lengths = block["length"].astype(np.int64)
+    stats.num_instances += block.size
+    stats.num_tokens += int(lengths.sum())
+    stats.num_short += int((lengths < max_seq_length).sum())
+    stats.labels.update(block["label"].tolist())
+    width = _bin_width(max_seq_length)
+    bins = np.where(lengths >= max_seq_length, max_seq_length, lengths // width * width)
+    stats.lengths.update(bins.tolist())
+    counts = block["num_masked"].astype(np.int64)
+    valid = np.arange(block["masked_positions"].shape[1]) < counts[:, None]
+    stats.num_masked += int(counts.sum())
+    positions = block["masked_positions"].astype(np.int64)
+    shown = block["masked_inputs"][valid].astype(np.int64)
+    original = np.take_along_axis(block["input_ids"], positions, axis=1)[valid].astype(np.int64)
+    stats.replaced_mask += int((shown == mask_id).sum())
+    stats.replaced_kept += int(((shown == original) & (shown != mask_id)).sum())
+    stats.replaced_random += int(((shown != original) & (shown != mask_id)).sum())
+    stats.masked_runs.update(np.minimum(run_lengths(positions, valid, max_seq_length), MAX_RUN_BIN).tolist())
+
+
+def run_lengths(positions: np.ndarray, valid: np.ndarray, max_seq_length: int) -> np.ndarray:
+    """Lengths of runs of adjacent masked positions, over all rows (a run never crosses rows)."""
+    rows = np.nonzero(valid)[0]
+    flat = rows * (max_seq_length + 1) + positions[valid]
+    if flat.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], np.diff(flat) != 1)))
+    return np.diff(np.append(starts, flat.size))
+
+
+def format_stats(summary: dict, meta: dict) -> str:
+    lines = [
+        f"instances          {summary['num_instances']:,} in {len(meta['shards'])} shard(s), "
+        f"max length {meta['max_seq_length']}, task {meta['sentence_task']}",
+        f"tokens             {summary['num_tokens']:,} (mean length {summary['mean_length']:.1f}, "
+        f"short {summary['short_fraction']:.1%})",
+        f"masked             {summary['mask_rate']:.2%} of tokens, {summary['masked_per_instance']:.2f} per instance "
+        f"(cap {meta['max_predictions_per_seq']})",
+        "replacement        " + ", ".join(f"{k} {v:.1%}" for k, v in summary["replacement"].items()),
+        "sentence labels    " + ", ".join(f"{k}: {v:,}" for k, v in summary["labels"].items()),
+        "masked runs        " + ", ".join(f"{k}: {v:.1%}" for k, v in summary["masked_run_lengths"].items()),
+        "length histogram",
+    ]
+    peak = max(summary["length_histogram"].values(), default=1)
+    for name, count in summary["length_histogram"].items():
+        lines.append(f"  {name:>11}  {count:>10,}  {'#' * max(1, round(40 * count / peak)) if count else ''}")
+    return "\n".join(lines)
+
+
+LABEL_NAMES = {"sop": {0: "in order", 1: "swapped"}, "nsp": {0: "is next", 1: "random next"}}
+
+
+def format_instance(index: int, record: np.void, meta: dict, id_to_token) -> str:
+    """One instance as text: segments split at [SEP], masked tokens as [shown→original]."""
+    length, count = int(record["length"]), int(record["num_masked"])
+    ids = record["input_ids"][:length].tolist()
+    shown = dict(zip(record["masked_positions"][:count].tolist(), record["masked_inputs"][:count].tolist()))
+    label = int(record["label"])
+    name = LABEL_NAMES.get(meta["sentence_task"], {}).get(label, "no sentence task")
+    pieces = []
+    for position, token in enumerate(ids):
+        text = id_to_token(token)
+        if position in shown:
+            seen = shown[position]
+            text = f"[{id_to_token(seen) if seen != token else '='}→{text}]"
+        pieces.append(text)
+    body = " ".join(pieces)
+    return (f"#{index}  length {length}  segment A {int(record['type_boundary']) - 2} tokens  masked {count}  "
+            f"label {label} ({name})\n  {body}")
