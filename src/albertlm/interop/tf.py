@@ -99,8 +99,9 @@ def config_from_google(data: dict) -> ModelConfig:
 
 
 def find_config(prefix: Path) -> Path:
-    """albert_config.json beside the checkpoint (or one level up, e.g. for TF-Hub `variables/`)."""
-    for directory in (prefix.parent, prefix.parent.parent):
+    """albert_config.json beside the checkpoint (or beside a TF-Hub module's `variables/` folder)."""
+    hub = prefix.parent.name == "variables"
+    for directory in (prefix.parent, prefix.parent.parent) if hub else (prefix.parent,):
         if (directory / "albert_config.json").is_file():
             return directory / "albert_config.json"
     raise UserError(f"no albert_config.json next to {prefix}; pass the config file explicitly")
@@ -180,11 +181,10 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     model = AlbertForPreTraining(config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     state, report = read_tf_state(TFCheckpoint(prefix), config, expected, verify=verify)
-    backbone_missing = [k for k in report.missing if k.startswith("albert.")]
+    backbone_missing = [tf_key_map(config)[k][0][0] for k in report.missing if k.startswith("albert.")]
     if backbone_missing:
-        raise UserError(f"{prefix}: not an ALBERT checkpoint of this config; missing {', '.join(backbone_missing[:4])}"
-                        f"{' ...' if len(backbone_missing) > 4 else ''} (expected TF variables like "
-                        f"{tf_key_map(config)[backbone_missing[0]][0][0]})")
+        more = f" and {len(backbone_missing) - 3} more" if len(backbone_missing) > 3 else ""
+        raise UserError(f"{prefix}: not an ALBERT checkpoint of this config: no {', '.join(backbone_missing[:3])}{more}")
     model.load_state_dict(state, strict=False)
     unfilled = sorted(set(expected) - set(state) - set(report.missing))
     if unfilled:  # the map must cover the model: a new parameter without a TF source is a bug here

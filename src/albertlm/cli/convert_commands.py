@@ -1,0 +1,195 @@
+"""`albertlm convert SRC DST`: checkpoints between google-research TF, transformers and albertlm.
+
+    albertlm convert albert_base/ out/                      # TF checkpoint dir -> albertlm (auto-detected)
+    albertlm convert albert_base/model.ckpt-best out/ --to hf
+    albertlm convert hf_dir/ out/                           # transformers -> albertlm
+    albertlm convert ours/ hf_out/ --to hf                  # albertlm -> transformers
+
+The source format is detected (a `*.index` checkpoint -> tf; `config.json` with transformers' field
+names -> hf; otherwise albertlm) unless `--from` says it. Tokenizer files found beside the source
+(spiece.model, google's 30k-clean.model, vocab.txt) are copied to DST as spiece.model / vocab.txt.
+Heavy imports happen inside `run` so `albertlm --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from albertlm.errors import UserError
+
+FORMATS = ("tf", "hf", "albertlm")
+# tokenizer file name in DST <- names it may have beside the source (google's tarballs: 30k-clean.model)
+TOKENIZER_FILES = {"spiece.model": ("spiece.model", "30k-clean.model", "assets/30k-clean.model"),
+                   "vocab.txt": ("vocab.txt", "assets/vocab.txt")}
+OUTPUT_FILES = ("config.json", "model.safetensors")
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.add_argument("src", metavar="SRC", help="TF checkpoint (prefix, .index file or directory), "
+                        "transformers directory or albertlm directory")
+    parser.add_argument("dst", metavar="DST", help="output directory")
+    parser.add_argument("--from", dest="src_format", choices=("auto", *FORMATS), default="auto",
+                        help="source format (default: detected)")
+    parser.add_argument("--to", dest="dst_format", choices=("albertlm", "hf"), default="albertlm",
+                        help="output format (default: albertlm)")
+    parser.add_argument("--config", metavar="FILE", help="TF source: albert_config.json "
+                        "(default: the one beside the checkpoint)")
+    parser.add_argument("--tokenizer", metavar="FILE", help="copy this spiece.model / *.model / vocab.txt "
+                        "instead of the one found beside SRC")
+    parser.add_argument("--verify", action="store_true",
+                        help="TF source: check every tensor's CRC32C (pure Python, slow for large models)")
+    parser.add_argument("--force", action="store_true", help="overwrite a DST that already holds a model")
+
+
+def run(args: argparse.Namespace, command: str) -> int:
+    src, dst = Path(args.src), Path(args.dst)
+    src_format = detect_format(src) if args.src_format == "auto" else args.src_format
+    if src_format == args.dst_format:
+        raise UserError(f"SRC is already in {src_format} format; nothing to convert (use --to)")
+    if args.config and src_format != "tf":
+        raise UserError("--config is only for TF checkpoints (other formats carry config.json)")
+    _check_destination(src, dst, args.force)
+    model, notes = load_model(src, src_format, args.config, args.verify)
+    save_model(model, dst, args.dst_format)
+    copied = copy_tokenizer(src, dst, Path(args.tokenizer) if args.tokenizer else None)
+    print_summary(model, src, src_format, dst, args.dst_format, notes, copied)
+    return 0
+
+
+def detect_format(src: Path) -> str:
+    if not src.exists() and not Path(f"{src}.index").is_file():
+        raise UserError(f"{src}: no such file or directory")
+    config = src / "config.json"
+    if src.is_dir() and config.is_file():
+        from albertlm.model import hf_format
+
+        data = _read_json(config)
+        return "hf" if hf_format.is_hf_config(data) else "albertlm"
+    if src.name.endswith(".index") or Path(f"{src}.index").is_file() or (src.is_dir() and (
+            any(src.glob("*.index")) or (src / "variables" / "variables.index").is_file())):
+        return "tf"
+    raise UserError(f"{src}: not a model (no config.json, no TF *.index checkpoint); see --from")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+
+
+def _check_destination(src: Path, dst: Path, force: bool) -> None:
+    if dst.exists() and not dst.is_dir():
+        raise UserError(f"{dst} exists and is not a directory")
+    if dst.resolve() == (src if src.is_dir() else src.parent).resolve():
+        raise UserError("DST must differ from the source directory")
+    taken = [name for name in OUTPUT_FILES if (dst / name).exists()]
+    if taken and not force:
+        raise UserError(f"{dst} already holds {', '.join(taken)}; pass --force to overwrite")
+
+
+class _Collect(logging.Handler):
+    """Keeps the model loader's notes (freshly initialised / ignored weights) for the summary."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def load_model(src: Path, src_format: str, config: str | None, verify: bool):
+    """(model, notes): the notes list missing / unexpected / skipped weights."""
+    if src_format == "tf":
+        from albertlm.interop.tf import import_tf_checkpoint
+
+        if src.is_dir() and (src / "variables" / "variables.index").is_file():  # a TF-Hub module
+            src = src / "variables"
+        model, report = import_tf_checkpoint(src, config, verify=verify)
+        return model, report.lines()
+    logger = logging.getLogger("albertlm.model")
+    handler, level = _Collect(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        model = _load_directory(src, src_format)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return model, handler.messages
+
+
+def _load_directory(src: Path, src_format: str):
+    if src_format == "hf":
+        from albertlm.interop.hf import import_hf
+
+        return import_hf(src)
+    import albertlm.model.albert as albert
+    import albertlm.model.heads as heads
+
+    name = saved_class_name(src)
+    return (getattr(albert, name, None) or getattr(heads, name)).from_pretrained(src)
+
+
+def saved_class_name(directory: Path) -> str:
+    """The albertlm class a checkpoint was saved from (safetensors metadata), AlbertForPreTraining if unknown."""
+    from safetensors import safe_open
+
+    import albertlm.model.albert as albert
+    import albertlm.model.heads as heads
+
+    path = directory / "model.safetensors"
+    if not path.is_file():
+        raise UserError(f"no model.safetensors in {directory}")
+    with safe_open(str(path), framework="pt") as f:
+        name = (f.metadata() or {}).get("albertlm_class", "AlbertForPreTraining")
+    if not (hasattr(albert, name) or hasattr(heads, name)):
+        raise UserError(f"{path}: saved from unknown class {name!r}")
+    return name
+
+
+def save_model(model, dst: Path, dst_format: str) -> None:
+    if dst_format == "hf":
+        from albertlm.interop.hf import export_hf
+
+        export_hf(model, dst)  # refuses sharing `attention` / `ffn` with a clear message
+    else:
+        model.save_pretrained(dst)
+
+
+def copy_tokenizer(src: Path, dst: Path, explicit: Path | None) -> list[str]:
+    """Copy tokenizer files beside SRC (or `explicit`) into DST under transformers' names."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise UserError(f"--tokenizer {explicit}: no such file")
+        name = "vocab.txt" if explicit.suffix == ".txt" else "spiece.model"
+        shutil.copyfile(explicit, dst / name)
+        return [f"{explicit} -> {name}"]
+    base = src if src.is_dir() else src.parent
+    copied = []
+    for target, candidates in TOKENIZER_FILES.items():
+        for directory in (base, base.parent) if base.name == "variables" else (base,):
+            found = next((directory / c for c in candidates if (directory / c).is_file()), None)
+            if found is not None:
+                shutil.copyfile(found, dst / target)
+                copied.append(f"{found} -> {target}")
+                break
+    return copied
+
+
+def print_summary(model, src: Path, src_format: str, dst: Path, dst_format: str, notes: list[str],
+                  copied: list[str]) -> None:
+    cfg = model.config
+    params = sum(p.numel() for p in model.parameters())
+    print(f"converted {src} ({src_format}) -> {dst} ({dst_format})")
+    print(f"model: {type(model).__name__}, V={cfg.vocab_size} E={cfg.embedding_size} H={cfg.hidden_size} "
+          f"L={cfg.num_layers} A={cfg.num_heads} I={cfg.ffn_size} sharing={cfg.sharing} "
+          f"groups={cfg.num_groups} inner_group_num={cfg.inner_group_num} activation={cfg.activation}")
+    print(f"parameters: {params:,}")
+    for line in notes or ["all weights mapped: no missing or unexpected keys"]:
+        print(line)
+    print("tokenizer: " + ("; ".join(copied) if copied else "none found beside the source (see --tokenizer)"))
