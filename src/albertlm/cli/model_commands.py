@@ -1,0 +1,124 @@
+"""`albertlm params` (the paper's parameter tables, any preset with overrides) and `albertlm info DIR`.
+
+Overrides are generated from ModelConfig's fields: `--embedding-size 768 --sharing attention` etc.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import typing
+
+from albertlm.config import ModelConfig
+from albertlm.errors import UserError
+
+COLUMNS = ("preset", "L", "H", "E", "A", "I", "sharing", "groups", "params", "paper", "heads")
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    if command == "info":
+        parser.add_argument("directory", help="an albertlm or transformers model directory")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        return
+    parser.add_argument("--preset", action="append", help="preset(s) to show (default: all)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    group = parser.add_argument_group("ModelConfig overrides (applied to every shown preset)")
+    hints = typing.get_type_hints(ModelConfig)
+    for f in dataclasses.fields(ModelConfig):
+        kind = hints[f.name]
+        kind = _parse_bool if kind is bool else kind if kind in (int, float) else str
+        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=None,
+                           metavar=f.name.upper(), help=f"default {f.default!r}")
+
+
+def _parse_bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def count_parameters(cfg: ModelConfig) -> tuple[int, int]:
+    """(embeddings + encoder + pooler, MLM + SOP heads), counted on instantiated meta-device modules."""
+    import torch
+
+    from albertlm.model.albert import AlbertForPreTraining
+
+    with torch.device("meta"):
+        model = AlbertForPreTraining(cfg)
+    body = sum(p.numel() for p in model.albert.parameters())
+    return body, sum(p.numel() for p in model.parameters()) - body
+
+
+def _row(name: str, cfg: ModelConfig, paper: float | None) -> dict[str, typing.Any]:
+    body, heads = count_parameters(cfg)
+    return dict(preset=name, L=cfg.num_layers, H=cfg.hidden_size, E=cfg.embedding_size, A=cfg.num_heads,
+                I=cfg.ffn_size, sharing=cfg.sharing, groups=cfg.num_groups, params=body, paper=paper, heads=heads)
+
+
+def _params_rows(args: argparse.Namespace) -> list[dict[str, typing.Any]]:
+    from albertlm.config.presets import PRESETS, get_preset
+
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ModelConfig)
+                 if getattr(args, f.name) is not None}
+    names = args.preset or list(PRESETS)
+    rows = []
+    for name in names:
+        cfg = get_preset(name, **overrides)
+        rows.append(_row(name + (" *" if overrides else ""), cfg, None if overrides else PRESETS[name].paper_params))
+    return rows
+
+
+def _cell(column: str, value: typing.Any) -> str:
+    if value is None:
+        return "-"
+    if column == "paper":  # already in millions, as printed in the paper
+        return f"{value:g}M"
+    return f"{value / 1e6:.1f}M" if column in ("params", "heads") else str(value)
+
+
+def print_table(rows: list[dict[str, typing.Any]]) -> None:
+    cells = [[_cell(c, r[c]) for c in COLUMNS] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
+    print("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)).rstrip())
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def run(args: argparse.Namespace, command: str) -> int:
+    if command == "info":
+        return run_info(args)
+    rows = _params_rows(args)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print_table(rows)
+        print("\nparams = embeddings + encoder + pooler (the paper's count); heads = MLM + SOP; "
+              "paper = the paper's Table 1 (xxlarge: the paper prints 235M, the architecture has 223M)")
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from albertlm.model.io import read_config
+
+    directory = Path(args.directory)
+    if not directory.is_dir():
+        raise UserError(f"not a directory: {directory}")
+    cfg, is_hf = read_config(directory)
+    body, heads = count_parameters(cfg)
+    files = {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
+    info = dict(directory=str(directory), format="transformers" if is_hf else "albertlm",
+                parameters=body, pretraining_heads=heads, files=files, config=cfg.to_dict())
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{directory}  ({info['format']} format)")
+    print(f"parameters: {body:,} (embeddings + encoder + pooler), MLM + SOP heads: {heads:,}")
+    for name, size in files.items():
+        print(f"  {name}  {size:,} bytes")
+    for key, value in cfg.to_dict().items():
+        print(f"  {key} = {value}")
+    return 0
