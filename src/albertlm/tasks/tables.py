@@ -33,6 +33,11 @@ class Problems:
         if len(places) < 3:
             places.append(where)
 
+    def count(self, kind: str, n: int) -> None:
+        """Add n occurrences without places (e.g. truncations counted in bulk)."""
+        if n:
+            self.counts[kind] += n
+
     def merge(self, other: "Problems") -> None:
         for kind, n in other.counts.items():
             self.counts[kind] += n
@@ -44,7 +49,7 @@ class Problems:
     def report(self, stream=sys.stderr) -> None:
         for kind, n in sorted(self.counts.items()):
             where = ", ".join(self.examples.get(kind, []))
-            print(f"note: {n} x {kind} (first at {where})", file=stream)
+            print(f"note: {n} x {kind}" + (f" (first at {where})" if where else ""), file=stream)
 
 
 def open_text(path: Path):

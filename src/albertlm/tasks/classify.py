@@ -1,0 +1,88 @@
+"""A user's own sentence(-pair) data in CSV, TSV (with a header line) or JSONL: single-label
+multi-class classification or regression.
+
+The label set is the sorted labels of the training file (or given explicitly); a dev/test label outside it
+is an error naming the file and line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from albertlm.tasks.tables import DataError, Problems, read_records
+
+
+@dataclass
+class TextExample:
+    guid: str
+    text_a: str
+    text_b: str | None
+    label: str | float | None
+    where: str
+
+
+@dataclass
+class Columns:
+    text: str
+    text_pair: str | None = None
+    label: str | None = "label"
+    id: str | None = None
+
+
+def _cell(record: dict, column: str, where: str, path: Path) -> object:
+    if column not in record:
+        raise DataError(f"{where}: no column {column!r} (columns: {', '.join(map(str, record))})")
+    return record[column]
+
+
+def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
+                  regression: bool = False, problems: Problems | None = None) -> list[TextExample]:
+    path = Path(path)
+    problems = problems if problems is not None else Problems()
+    examples = []
+    for lineno, record in read_records(path):
+        where = f"{path}:{lineno}"
+        text = _cell(record, columns.text, where, path)
+        if text is None or str(text).strip() == "":
+            problems.add("empty text", where)
+        pair = str(_cell(record, columns.text_pair, where, path)) if columns.text_pair else None
+        label = None
+        if with_labels and columns.label:
+            label = _cell(record, columns.label, where, path)
+            label = _regression_value(label, where) if regression else str(label).strip()
+        guid = str(record[columns.id]) if columns.id and columns.id in record else str(len(examples))
+        examples.append(TextExample(guid, "" if text is None else str(text), pair, label, where))
+    if not examples:
+        raise DataError(f"{path}: no rows")
+    return examples
+
+
+def _regression_value(value, where: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise DataError(f"{where}: label {value!r} is not a number (regression)") from None
+
+
+def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Given labels, or the sorted distinct training labels (numeric order when they are all integers)."""
+    if given:
+        return tuple(given)
+    labels = {e.label for e in examples}
+    if all(str(x).lstrip("-").isdigit() for x in labels):
+        return tuple(sorted(labels, key=int))
+    return tuple(sorted(labels))
+
+
+def label_ids(examples: Sequence[TextExample], labels: Sequence[str] | None) -> list:
+    """Class ids (or floats for regression, labels None); unknown labels name file and line."""
+    if labels is None:
+        return [float(e.label) for e in examples]
+    index = {label: i for i, label in enumerate(labels)}
+    out = []
+    for e in examples:
+        if e.label not in index:
+            raise DataError(f"{e.where}: label {e.label!r} is not in the label set {list(labels)}")
+        out.append(index[e.label])
+    return out

@@ -1,0 +1,138 @@
+"""RACE: reading `RACE/{train,dev,test}/{middle,high}/*.txt` (one JSON passage per file, several
+questions each) and building 4-way multiple-choice features.
+
+Each choice is `[CLS] article [SEP] question-with-option [SEP]`: a question containing `_` has it
+replaced by the option, otherwise the option is appended (google-research `race_utils.py`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from albertlm.tasks.features import Feature, build_pair, truncate_pair
+from albertlm.tasks.tables import DataError, Problems
+
+LEVELS = ("middle", "high")
+LETTERS = "ABCD"
+NUM_CHOICES = 4
+
+
+@dataclass
+class RaceExample:
+    qid: str             # "<level>/<file>#<question index>"
+    level: str
+    article: str
+    question: str
+    options: list[str]
+    label: int | None    # index of the right option
+
+
+def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS) -> list[RaceExample]:
+    """All questions of one split; `root` is the RACE directory (holding train/dev/test) or a split dir."""
+    root = Path(root)
+    split_dir = root / split if (root / split).is_dir() else root
+    if not split_dir.is_dir():
+        raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt)")
+    examples = []
+    for level in levels:
+        for path in sorted((split_dir / level).glob("*.txt"), key=_file_order):
+            examples += read_passage(path, level)
+    if not examples:
+        raise DataError(f"{split_dir}: no passages found under {'/, '.join(levels)}/")
+    return examples
+
+
+def _file_order(path: Path):
+    return (0, int(path.stem), "") if path.stem.isdigit() else (1, 0, path.stem)
+
+
+def read_passage(path: Path, level: str) -> list[RaceExample]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    for key in ("article", "questions", "options", "answers"):
+        if key not in data:
+            raise DataError(f"{path}: missing field {key!r} (a RACE passage needs article, questions, "
+                            "options, answers)")
+    questions, options, answers = data["questions"], data["options"], data["answers"]
+    if not len(questions) == len(options) == len(answers):
+        raise DataError(f"{path}: {len(questions)} questions, {len(options)} option lists and "
+                        f"{len(answers)} answers; they must match")
+    examples = []
+    for i, (question, opts, answer) in enumerate(zip(questions, options, answers)):
+        where = f"{path}: question {i}"
+        if len(opts) != NUM_CHOICES:
+            raise DataError(f"{where}: {len(opts)} options, RACE has {NUM_CHOICES}")
+        if answer not in LETTERS:
+            raise DataError(f"{where}: answer {answer!r} is not one of {', '.join(LETTERS)}")
+        examples.append(RaceExample(f"{level}/{path.name}#{i}", level, data["article"], question,
+                                    list(opts), LETTERS.index(answer)))
+    return examples
+
+
+def question_with_option(question: str, option: str) -> str:
+    return question.replace("_", option) if "_" in question else f"{question} {option}"
+
+
+def build_features(tokenizer, examples: Sequence[RaceExample], max_seq_length: int = 512,
+                   max_qa_length: int = 128, problems: Problems | None = None) -> list[Feature]:
+    """(C, T) ids per question; the question+option keeps its last `max_qa_length` tokens and the
+    article is cut to fit. Choices are padded to the example's longest one."""
+    problems = problems if problems is not None else Problems()
+    articles = list(dict.fromkeys(e.article for e in examples))
+    article_ids = dict(zip(articles, tokenizer.encode_batch(articles)))
+    qa_texts = [question_with_option(e.question, o) for e in examples for o in e.options]
+    qa_ids = tokenizer.encode_batch(qa_texts)
+    features = []
+    for index, example in enumerate(examples):
+        rows, truncated = [], False
+        for c in range(NUM_CHOICES):
+            qa = list(qa_ids[index * NUM_CHOICES + c])[-max_qa_length:]
+            article = list(article_ids[example.article])
+            truncated |= truncate_pair(article, qa, max_seq_length - 3)
+            rows.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, article, qa))
+        if truncated:
+            problems.add("passage truncated to max_seq_length", example.qid)
+        width = max(len(ids) for ids, _ in rows)
+        ids = np.full((NUM_CHOICES, width), tokenizer.pad_id, dtype=np.int64)
+        types = np.zeros((NUM_CHOICES, width), dtype=np.int64)
+        for c, (row_ids, row_types) in enumerate(rows):
+            ids[c, : len(row_ids)], types[c, : len(row_types)] = row_ids, row_types
+        features.append(Feature(ids, types, index, example.label))
+    return features
+
+
+def race_metrics(examples: Sequence[RaceExample], preds: Sequence[int]) -> dict[str, float]:
+    """Accuracy overall and per level (the paper reports RACE, RACE-m and RACE-h)."""
+    out = {}
+    labels = np.asarray([e.label for e in examples])
+    preds = np.asarray(preds)
+    out["accuracy"] = float((labels == preds).mean())
+    for level in LEVELS:
+        mask = np.asarray([e.level == level for e in examples])
+        if mask.any():
+            out[f"accuracy_{level}"] = float((labels[mask] == preds[mask]).mean())
+            out[f"num_{level}"] = int(mask.sum())
+    return out
+
+
+def read_predictions(path: str | Path) -> dict[str, int]:
+    """{qid: option letter or index} from a predictions JSON written by `albertlm predict race`."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    data = json.loads(path.read_text())
+    out = {}
+    for qid, value in data.items():
+        if isinstance(value, str) and value in LETTERS:
+            out[qid] = LETTERS.index(value)
+        elif isinstance(value, int) and 0 <= value < NUM_CHOICES:
+            out[qid] = value
+        else:
+            raise DataError(f"{path}: prediction for {qid!r} is {value!r}, expected one of A-D")
+    return out

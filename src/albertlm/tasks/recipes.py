@@ -1,0 +1,61 @@
+"""The paper's fine-tuning hyperparameters as named recipes.
+
+Sources: ALBERT paper (Lan et al. 2020) appendix A.4, Table 14 (LR, batch, ALBERT dropout, classifier
+dropout, training steps, warmup steps, max sequence length), which agrees with google-research/albert
+`run_glue.sh` (`run_task TASK warmup lr steps save batch`); RACE v2 from the google-research README
+(`run_race.py ... --learning_rate=1e-5 --train_batch_size=32 --train_step=12000 --warmup_step=1000`):
+v2 checkpoints have no dropout and diverge on RACE at the paper's 2e-5, so `race-v2` uses 1e-5, dropout 0.
+"""
+from __future__ import annotations
+
+from albertlm.config.task import FinetuneConfig
+from albertlm.errors import UserError
+
+# name: (lr, batch, ALBERT dropout, classifier dropout, train steps, warmup steps, max seq length)
+PAPER_TABLE: dict[str, tuple[float, int, float, float, int, int, int]] = {
+    "cola": (1e-5, 16, 0.0, 0.1, 5336, 320, 512),
+    "stsb": (2e-5, 16, 0.0, 0.1, 3598, 214, 512),
+    "sst2": (1e-5, 32, 0.0, 0.1, 20935, 1256, 512),
+    "mnli": (3e-5, 128, 0.0, 0.1, 10000, 1000, 512),
+    "qnli": (1e-5, 32, 0.0, 0.1, 33112, 1986, 512),
+    "qqp": (5e-5, 128, 0.1, 0.1, 14000, 1000, 512),
+    "rte": (3e-5, 32, 0.1, 0.1, 800, 200, 512),
+    "mrpc": (2e-5, 32, 0.0, 0.1, 800, 200, 512),
+    "wnli": (2e-5, 16, 0.1, 0.1, 2000, 250, 512),
+    "squad1.1": (5e-5, 48, 0.0, 0.1, 3649, 365, 384),
+    "squad2.0": (3e-5, 48, 0.0, 0.1, 8144, 814, 512),
+    "race": (2e-5, 32, 0.1, 0.1, 12000, 1000, 512),
+    "race-v2": (1e-5, 32, 0.0, 0.0, 12000, 1000, 512),
+}
+
+# defaults when no recipe is named: the common BERT-style setup, short sequences for GLUE
+FAMILY_DEFAULTS = {
+    "glue": FinetuneConfig(max_seq_length=128),
+    "classify": FinetuneConfig(max_seq_length=128),
+    "squad": FinetuneConfig(lr=3e-5, batch_size=32, epochs=2.0, max_seq_length=384),
+    "race": FinetuneConfig(lr=1e-5, batch_size=32, epochs=2.0, max_seq_length=512),
+}
+
+
+def recipe(name: str) -> FinetuneConfig:
+    """A paper recipe by name (`sst2`, `squad2.0`, `race-v2`, ...)."""
+    key = name.lower().replace("-", "") if name.lower() not in PAPER_TABLE else name.lower()
+    key = {"sst-2": "sst2", "sts-b": "stsb", "squad1": "squad1.1", "squad2": "squad2.0",
+           "racev2": "race-v2"}.get(key, key)
+    if key not in PAPER_TABLE:
+        raise UserError(f"unknown recipe {name!r}; choose from {', '.join(PAPER_TABLE)}")
+    lr, batch, dropout, cls_dropout, steps, warmup, max_len = PAPER_TABLE[key]
+    return FinetuneConfig(lr=lr, batch_size=batch, max_steps=steps, warmup_steps=warmup,
+                          max_seq_length=max_len, hidden_dropout=dropout, attention_dropout=dropout,
+                          classifier_dropout=cls_dropout)
+
+
+def paper_recipe_name(family: str, task: str | None = None, version: str | None = None) -> str:
+    """The recipe `--recipe paper` picks for a family/task."""
+    if family == "glue":
+        return "mnli" if task == "ax" else task
+    if family == "squad":
+        return "squad2.0" if str(version).startswith("2") else "squad1.1"
+    if family == "race":
+        return "race-v2"
+    raise UserError(f"no paper recipe for {family}; name one with --recipe or set the flags")

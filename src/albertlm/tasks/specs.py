@@ -1,0 +1,249 @@
+"""From files to a `TaskSpec` for each family: features, dev scoring and prediction writers.
+
+The readers (glue.py, squad.py, race.py, classify.py) know the formats; this module wires them to the
+driver in finetune.py.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from albertlm.config.task import FinetuneConfig
+from albertlm.model.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
+                                  AlbertForSequenceClassification)
+from albertlm.tasks import classify, glue, race, squad
+from albertlm.tasks.features import Feature, encode_pairs
+from albertlm.tasks.finetune import EvalSet, TaskSpec
+from albertlm.tasks.metrics import (GLUE_METRICS, classification_metrics, glue_metrics, regression_metrics,
+                                    squad_v1_scores)
+from albertlm.tasks.tables import DataError, Problems
+
+
+def _pair_features(tokenizer, texts_a, texts_b, labels, max_length: int, problems: Problems,
+                   where: str) -> list[Feature]:
+    pairs, truncated = encode_pairs(tokenizer, texts_a, texts_b, max_length)
+    problems.count(f"truncated to {max_length} tokens ({where})", truncated)
+    labels = labels if labels is not None else [None] * len(pairs)
+    return [Feature(ids, types, i, label) for i, ((ids, types), label) in enumerate(zip(pairs, labels))]
+
+
+def _class_preds(logits: np.ndarray, regression: bool) -> np.ndarray:
+    return logits[:, 0] if regression else logits.argmax(-1)
+
+
+# -------------------------------------------------------------------------------------------- GLUE
+
+
+def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Path | None = None,
+              train_file=None, dev_files: Sequence | None = None, test_files: Sequence | None = None,
+              skip_bad_rows: bool = False, training: bool = True) -> TaskSpec:
+    task = glue.get_task(task_name)
+    problems = Problems()
+    tolerate = problems if skip_bad_rows else None
+    files = _glue_files(task, data_dir, train_file, dev_files, test_files, training)
+
+    def features(path: Path, labelled: bool):
+        reader = glue.get_task("ax") if _is_diagnostic(path) else task  # AX rides along with MNLI
+        examples = glue.read_examples(reader, path, labelled, tolerate)
+        labels = glue.label_ids(task, examples) if labelled else None
+        return examples, _pair_features(tokenizer, [e.text_a for e in examples], [e.text_b for e in examples],
+                                        labels, cfg.max_seq_length, problems, path.name)
+
+    train = features(files["train"][0], True)[1] if training else []
+    eval_sets = [_glue_dev_set(task, path, *features(path, True)) for path in files["dev"]]
+    eval_sets += [_glue_test_set(task, path, *features(path, False)) for path in files["test"]]
+    labels = "mnli" if task.name == "ax" else task.name
+    main = GLUE_METRICS[labels][0]
+    return TaskSpec("glue", AlbertForSequenceClassification, {"num_labels": task.num_labels}, train, eval_sets,
+                    main, torch.float32 if task.is_regression else torch.long,
+                    {"task": task.name, "labels": list(task.labels or [])}, problems)
+
+
+def _glue_files(task, data_dir, train_file, dev_files, test_files, training: bool) -> dict[str, list[Path]]:
+    found = {}
+    for split, given in (("train", [train_file] if train_file else None), ("dev", dev_files), ("test", test_files)):
+        if given:
+            found[split] = [Path(p) for p in given]
+        elif data_dir is not None:
+            found[split] = glue.find_split(task, data_dir, split)
+        else:
+            found[split] = []
+    if training and not found["train"]:
+        raise DataError(f"no training file for {task.name}: give --data-dir with train.tsv or --train FILE")
+    return found
+
+
+def _is_diagnostic(path: Path) -> bool:
+    return path.name.lower().startswith(("diagnostic", "ax"))
+
+
+def _split_name(path: Path) -> str:
+    return path.stem.replace("val", "dev")
+
+
+def _glue_dev_set(task, path: Path, examples, features) -> EvalSet:
+    labels = glue.label_ids(task, examples)
+    name = _split_name(path)
+
+    def score(out):
+        return glue_metrics(task.name, labels, _class_preds(out["logits"], task.is_regression))
+
+    def write(out, out_dir: Path):
+        glue.write_submission(task, examples, _class_preds(out["logits"], task.is_regression),
+                              out_dir / f"{name}_predictions.tsv")
+
+    return EvalSet(name, features, score, write)
+
+
+def _glue_test_set(task, path: Path, examples, features) -> EvalSet:
+    file_name = glue.SUBMISSION_NAMES.get((task.name, path.name), task.submission_name)
+    if _is_diagnostic(path):
+        file_name = "AX.tsv"
+
+    def write(out, out_dir: Path):
+        (out_dir / "submission").mkdir(parents=True, exist_ok=True)
+        glue.write_submission(task if file_name != "AX.tsv" else glue.get_task("ax"), examples,
+                              _class_preds(out["logits"], task.is_regression),
+                              out_dir / "submission" / file_name, by_guid=True)
+
+    return EvalSet(f"test:{path.name}", features, None, write)
+
+
+# ------------------------------------------------------------------------------------------- SQuAD
+
+
+def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, dev_file=None,
+               settings: squad.SquadSettings | None = None, training: bool = True) -> TaskSpec:
+    settings = settings or squad.SquadSettings(max_seq_length=cfg.max_seq_length)
+    problems = Problems()
+    train = []
+    if training:
+        if train_file is None:
+            raise DataError("SQuAD fine-tuning needs --train FILE (the official train JSON)")
+        train = squad.build_features(tokenizer, squad.read_squad(train_file, problems), settings, True, problems)
+    eval_sets = []
+    if dev_file is not None:
+        examples = squad.read_squad(dev_file, problems)
+        features = squad.build_features(tokenizer, examples, settings, False, problems)
+        eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features))
+    return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
+                    {"version": version, "settings": vars(settings)}, problems)
+
+
+def _squad_eval_set(version: str, tokenizer, settings, examples, features) -> EvalSet:
+    golds = squad.gold_answers(examples)
+    labelled = any(golds.values())
+    state = {"threshold": 0.0}
+
+    def predictions(out):
+        return squad.postprocess(examples, features, out["start_logits"], out["end_logits"], tokenizer, settings)
+
+    def score(out):
+        preds = predictions(out)
+        if version.startswith("1"):
+            return squad_v1_scores(golds, squad.final_predictions(preds, version))
+        metrics = squad.tune_threshold(golds, preds)
+        state["threshold"] = metrics["null_threshold"]
+        return metrics
+
+    def write(out, out_dir: Path):
+        preds = predictions(out)
+        final = squad.final_predictions(preds, version, state["threshold"])
+        (out_dir / "predictions.json").write_text(json.dumps(final, indent=2, ensure_ascii=False) + "\n")
+        if not version.startswith("1"):
+            (out_dir / "null_odds.json").write_text(json.dumps(squad.null_odds(preds), indent=2) + "\n")
+        nbest = {qid: [{"text": s.text, "score": s.score} for s in p.nbest] for qid, p in preds.items()}
+        (out_dir / "nbest_predictions.json").write_text(json.dumps(nbest, ensure_ascii=False) + "\n")
+
+    return EvalSet("dev", features, score if labelled else None, write)
+
+
+# -------------------------------------------------------------------------------------------- RACE
+
+
+def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_qa_length: int = 128,
+              training: bool = True, eval_splits: Sequence[str] = ("dev", "test")) -> TaskSpec:
+    problems = Problems()
+    root = Path(data_dir)
+    train = []
+    if training:
+        train = race.build_features(tokenizer, race.read_race(root, "train", levels), cfg.max_seq_length,
+                                    max_qa_length, problems)
+    eval_sets = []
+    for split in eval_splits:
+        if not (root / split).is_dir():
+            continue
+        examples = race.read_race(root, split, levels)
+        features = race.build_features(tokenizer, examples, cfg.max_seq_length, max_qa_length, problems)
+        eval_sets.append(_race_eval_set(split, examples, features, selects=split == eval_splits[0]))
+    return TaskSpec("race", AlbertForMultipleChoice, {}, train, eval_sets, "accuracy", torch.long,
+                    {"levels": list(levels)}, problems)
+
+
+def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
+    def score(out):
+        return race.race_metrics(examples, out["logits"].argmax(-1))
+
+    def write(out, out_dir: Path):
+        preds = out["logits"].argmax(-1)
+        letters = {e.qid: race.LETTERS[int(p)] for e, p in zip(examples, preds)}
+        (out_dir / f"{split}_predictions.json").write_text(json.dumps(letters, indent=2) + "\n")
+        if not selects:  # test: its accuracy is reported once, from the best model
+            (out_dir / f"{split}_metrics.json").write_text(json.dumps(score(out), indent=2) + "\n")
+
+    return EvalSet(split, features, score if selects else None, write)
+
+
+# ---------------------------------------------------------------------------------------- classify
+
+
+def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, train_file=None, dev_file=None,
+                  test_file=None, regression: bool = False, labels: Sequence[str] | None = None,
+                  training: bool = True) -> TaskSpec:
+    problems = Problems()
+    train_examples = classify.read_examples(train_file, columns, True, regression, problems) if training else []
+    if not regression and not labels:
+        if not train_examples:
+            raise DataError("the label set is unknown: give --labels or a training file")
+        labels = classify.label_set(train_examples)
+    label_list = None if regression else list(labels)
+
+    def features(examples, labelled: bool, name: str):
+        ids = classify.label_ids(examples, label_list) if labelled else None
+        return _pair_features(tokenizer, [e.text_a for e in examples], [e.text_b for e in examples], ids,
+                              cfg.max_seq_length, problems, name)
+
+    train = features(train_examples, True, "train") if training else []
+    eval_sets = []
+    for name, path, labelled in (("dev", dev_file, True), ("test", test_file, False)):
+        if path is None:
+            continue
+        examples = classify.read_examples(path, columns, labelled, regression, problems)
+        eval_sets.append(_classify_set(name, examples, features(examples, labelled, name), label_list, labelled))
+    return TaskSpec("classify", AlbertForSequenceClassification, {"num_labels": len(label_list or [0])}, train,
+                    eval_sets, "pearson" if regression else "accuracy",
+                    torch.float32 if regression else torch.long,
+                    {"labels": label_list or [], "regression": regression, "columns": vars(columns)}, problems)
+
+
+def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalSet:
+    regression = label_list is None
+    gold = classify.label_ids(examples, label_list) if labelled else None
+
+    def score(out):
+        preds = _class_preds(out["logits"], regression)
+        if regression:
+            return regression_metrics(gold, preds)
+        return classification_metrics(gold, preds, len(label_list))
+
+    def write(out, out_dir: Path):
+        preds = _class_preds(out["logits"], regression)
+        lines = ["id\tprediction"] + [f"{e.guid}\t{p:.4f}" if regression else f"{e.guid}\t{label_list[int(p)]}"
+                                      for e, p in zip(examples, preds)]
+        (out_dir / f"{name}_predictions.tsv").write_text("\n".join(lines) + "\n")
+
+    return EvalSet(name, features, score if labelled else None, write)
