@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
-import unicodedata
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
@@ -59,34 +57,37 @@ class SentencePieceOptions:
         return cls(**{k: bool(v) for k, v in values.items() if k in names})
 
 
-def _combining_marks_pattern() -> re.Pattern:
-    """All Unicode marks (Mn, Mc, Me), which tokenizers' StripAccents (used by transformers) removes."""
-    marks = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)).startswith("M")]
-    return re.compile("[" + "".join(re.escape(m) for m in marks) + "]")
+class Preprocessor:
+    """ALBERT's preprocess_text as transformers' AlbertTokenizer normalizers apply it.
+
+    ASCII text (most of an English corpus) goes through C-level str methods; other text through the very
+    `tokenizers` normalizers transformers uses (`` and '' -> ", NFKD + StripAccents, Lowercase), so Unicode
+    corner cases (marks, final sigma, dotted I) agree with it by construction.
+    """
+
+    def __init__(self, options: SentencePieceOptions):
+        from tokenizers import normalizers
+
+        self.options = options
+        steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+        if not options.keep_accents:
+            steps += [normalizers.NFKD(), normalizers.StripAccents()]
+        if options.do_lower_case:
+            steps.append(normalizers.Lowercase())
+        self._unicode = normalizers.Sequence(steps)
+
+    def __call__(self, text: str) -> str:
+        if self.options.remove_space and _needs_space_cleanup(text):
+            text = " ".join(text.split())
+        if not text.isascii():
+            return self._unicode.normalize_str(text)
+        text = text.replace("``", '"').replace("''", '"')
+        return text.lower() if self.options.do_lower_case else text
 
 
-_MARKS: re.Pattern | None = None
-
-
-def strip_accents(text: str) -> str:
-    """NFKD then drop combining marks. Destroys Hangul syllables' composition, hence off for trained models
-    unless asked; the model's NFKC normalizer recomposes jamo afterwards."""
-    global _MARKS  # a lazily built constant, not state
-    if _MARKS is None:
-        _MARKS = _combining_marks_pattern()
-    return _MARKS.sub("", unicodedata.normalize("NFKD", text))
-
-
-def preprocess(text: str, options: SentencePieceOptions) -> str:
-    """ALBERT's preprocess_text: collapse whitespace, `` '' -> ", strip accents, lowercase."""
-    if options.remove_space:
-        text = " ".join(text.split())
-    text = text.replace("``", '"').replace("''", '"')
-    if not options.keep_accents and not text.isascii():
-        text = strip_accents(text)
-    if options.do_lower_case:
-        text = text.lower()
-    return text
+def _needs_space_cleanup(text: str) -> bool:
+    """Cheap C-level test: only runs of spaces, edge spaces and non-printables (tabs, NBSP, ...) need a split."""
+    return "  " in text or text[:1] == " " or text[-1:] == " " or not text.isprintable()
 
 
 def _load_processor(model_file: Path):
@@ -120,6 +121,7 @@ class SentencePieceTokenizer:
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self._digit_comma_ids = self._find_digit_comma_ids() if self.options.split_digit_comma else set()
         self._added = self._added_tokens_pattern() if self.options.split_added_tokens else None
+        self._preprocess = Preprocessor(self.options)
 
     def _special_ids(self) -> tuple[int, int, int, int, int]:
         ids = [self.sp.piece_to_id(p) for p in SPECIAL_PIECES]
@@ -132,7 +134,7 @@ class SentencePieceTokenizer:
 
     # -- encoding -----------------------------------------------------------------------------------
     def preprocess(self, text: str) -> str:
-        return preprocess(text, self.options)
+        return self._preprocess(text)
 
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0]
@@ -141,7 +143,7 @@ class SentencePieceTokenizer:
         """Preprocess in Python (C-level str methods per text), segment in sentencepiece's threads."""
         if self._added is not None:
             return self._encode_split_added(texts)
-        ids = self.sp.encode([self.preprocess(t) for t in texts], num_threads=self.num_threads)
+        ids = self.sp.encode(list(map(self._preprocess, texts)), num_threads=self.num_threads)
         if self._digit_comma_ids:
             ids = [self._split_digit_comma(row) for row in ids]
         return ids
@@ -164,7 +166,8 @@ class SentencePieceTokenizer:
     def _encode_split_added(self, texts: Sequence[str]) -> list[list[int]]:
         """transformers v5 order: split raw text at added tokens, encode the spans between them in one batch."""
         parts = [self._added.split(t) for t in texts]  # [span, token, span, token, ..., span]
-        spans = self.sp.encode([self.preprocess(p) for row in parts for p in row[::2]], num_threads=self.num_threads)
+        spans = self.sp.encode([self._preprocess(p) for row in parts for p in row[::2]],
+                               num_threads=self.num_threads)
         out, k = [], 0
         for row in parts:
             ids: list[int] = []
@@ -276,12 +279,13 @@ class SentencePieceTrainOptions:
 
 def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None):
     """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them."""
+    preprocess = Preprocessor(options)
     for path in files:
         with open(path, encoding="utf-8", errors="replace", newline=None) as handle:
             for line in handle:
                 if progress is not None:
                     progress.update(len(line.encode("utf-8", errors="replace")))
-                line = preprocess(line, options)
+                line = preprocess(line)
                 if line:
                     yield line
 
