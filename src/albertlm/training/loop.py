@@ -184,15 +184,15 @@ class Loop:
         train = self.run_config.train
         self.model.train()
         batches = self.data.steps(self.state.step)
-        rng_at_step_start = ckpt.capture_rng()
+        rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
         window, timer = None, _Timer()
         try:
             while self.state.step < train.max_steps:
-                rng_at_step_start = ckpt.capture_rng()
                 with timer.waiting():
                     micro_batches = [to_device(b, self.info.device) for b in next(batches)]
                 stats, loss = self.train_step(micro_batches)
                 self.state.step += 1
+                rng_at_boundary = ckpt.capture_rng()
                 tokens = float(stats[-1])
                 timer.tokens += tokens
                 self.state.extra["tokens"] = self.state.extra.get("tokens", 0.0) + tokens
@@ -203,7 +203,7 @@ class Loop:
                     self.on_step(self.state.step, self.objective.summarize(stats[:-1]))
                 window = self.after_step(window, timer)
         except KeyboardInterrupt:
-            self.state.rng = rng_at_step_start   # the interrupted step will be redone from its start
+            self.state.rng = rng_at_boundary     # a half-done step is redone from its start on resume
             path = self.save()
             self._print(f"interrupted at step {self.state.step}: saved {path}")
             return "interrupted"

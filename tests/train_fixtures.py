@@ -1,0 +1,61 @@
+"""Synthetic pretraining examples in the data loader's format (dicts of numpy arrays), for the training tests.
+Kept free of pytest so spawned worker processes can import it."""
+from __future__ import annotations
+
+import numpy as np
+
+from albertlm.config import ModelConfig
+from albertlm.config.run import RunConfig, TrainConfig, OptimConfig
+
+
+class SyntheticPretraining:
+    """`n` examples of length `T` with `P` masked slots: arithmetic token runs (learnable), some padding,
+    a sentence-order label that is 1 when the two halves are swapped."""
+
+    def __init__(self, n: int = 64, T: int = 24, P: int = 4, V: int = 99, seed: int = 0, sop: bool = True):
+        rng = np.random.default_rng(seed)
+        self.items = []
+        for _ in range(n):
+            length = int(rng.integers(T // 2, T + 1))
+            start, stride = int(rng.integers(0, 90)), int(rng.integers(1, 4))
+            tokens = (start + stride * np.arange(length)) % 20 + 5   # 20 distinct tokens
+            label = int(rng.integers(0, 2))
+            half = length // 2
+            if label:
+                tokens = np.concatenate([tokens[half:], tokens[:half]])
+            ids = np.zeros(T, np.int64)
+            ids[:length] = tokens
+            types = np.zeros(T, np.int64)
+            types[half:length] = 1
+            mask = np.zeros(T, np.int64)
+            mask[:length] = 1
+            num = int(rng.integers(P - 1, P + 1))
+            pos = np.zeros(P, np.int64)
+            pos[:num] = np.sort(rng.choice(np.arange(1, length), size=num, replace=False))
+            weights = np.zeros(P, np.float32)
+            weights[:num] = 1.0
+            masked_ids = np.where(weights > 0, ids[pos], 0)
+            ids[pos[:num]] = 4                                  # [MASK]
+            self.items.append(dict(input_ids=ids, token_type_ids=types, attention_mask=mask,
+                                   masked_lm_positions=pos, masked_lm_ids=masked_ids, masked_lm_weights=weights,
+                                   sentence_order_label=np.int64(label if sop else -100)))
+        self.meta = {"vocab_size": V, "max_seq_length": T, "sentence_task": "sop" if sop else "none"}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.items[i]
+
+
+def tiny_model_config(dropout: float = 0.0) -> ModelConfig:
+    return ModelConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_layers=5, num_heads=4, ffn_size=37,
+                       max_position_embeddings=64, hidden_dropout=dropout, attention_dropout=dropout,
+                       classifier_dropout=dropout)
+
+
+def tiny_run(max_steps: int = 6, batch_size: int = 8, micro: int = 0, dropout: float = 0.0, **train) -> RunConfig:
+    settings = dict(max_steps=max_steps, batch_size=batch_size, micro_batch_size=micro, seed=7, log_every=1,
+                    eval_every=0, save_every=0, progress=False, tensorboard=False)
+    return RunConfig(model=tiny_model_config(dropout), optim=OptimConfig(lr=0.01, warmup_steps=2),
+                     train=TrainConfig(**{**settings, **train}))
