@@ -4,7 +4,8 @@ Dev-time only: needs TensorFlow, which albertlm does not depend on and the tests
 Run it in a throwaway venv (never in the project's .venv):
 
     python3 -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install tensorflow-cpu numpy
-    /tmp/tfvenv/bin/python tools/make_tf_fixture.py tests/fixtures/tf_albert_tiny
+    /tmp/tfvenv/bin/pip install --no-deps albert-tensorflow   # google-research/ALBERT's own code
+    TF_ENABLE_ONEDNN_OPTS=0 /tmp/tfvenv/bin/python tools/make_tf_fixture.py tests/fixtures/tf_albert_tiny
 
 It builds variables with exactly the names and shapes google-research/ALBERT's `modeling.py` and
 `run_pretraining.py` create (`bert/...`, `cls/predictions/...`, `cls/seq_relationship/...`), plus what
@@ -13,6 +14,12 @@ training adds to a checkpoint (`global_step`, LAMB/Adam `adam_m`/`adam_v` slots)
 `albert_config.json` (google's key names) and `expected.json`: dtype, shape, SHA-256 of the bytes and
 sum of every variable as TensorFlow reads it back (`tf.train.load_variable`), so the tests check our
 reader bit for bit against TF without storing the values twice.
+
+Then it runs google-research/ALBERT's own `modeling.AlbertModel` and `run_pretraining`'s MLM and SOP
+heads (PyPI `albert-tensorflow`, a packaging of that code; TF 2 lacks `tf.contrib.layers.layer_norm`
+and Keras-2 `tf.layers.dense`, re-created below with the same variable names and epsilon), asserts that
+the graph creates exactly the variable names written above, restores the checkpoint into it, and saves
+its outputs on fixed inputs as `forward.npz`: the reference our imported model must reproduce.
 
 Three checkpoints:
 - `./`          E != H (16 vs 32), 2 groups, L=4, inner_group_num=1, one shard (the released layout).
@@ -30,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import types
 from pathlib import Path
 
 import ml_dtypes  # ships with tensorflow
@@ -155,6 +163,92 @@ def write_fixture(out: Path, values: dict, num_devices: int = 1, config: dict | 
     print(f"{out}: {len(values)} variables, tensorflow {tf.__version__}")
 
 
+# --- google's own forward pass, as the reference for ours ------------------------------------------
+
+class _V1Shim:
+    """`import tensorflow as tf` for google's 2019 code on TF 2: the tf.compat.v1 API, with
+    `tf.layers.dense` (gone with Keras 3) re-created under the same variable names."""
+
+    def __getattr__(self, name):
+        return getattr(tf1, name)
+
+    layers = types.SimpleNamespace(dense=lambda *a, **k: _dense(*a, **k))
+
+
+def _dense(inputs, units, activation=None, kernel_initializer=None, name=None):
+    with tf1.variable_scope(name, default_name="dense"):
+        kernel = tf1.get_variable("kernel", [inputs.shape[-1], units], initializer=kernel_initializer)
+        bias = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
+        out = tf.matmul(inputs, kernel) + bias
+    return activation(out) if activation is not None else out
+
+
+def _layer_norm(inputs, begin_norm_axis=-1, begin_params_axis=-1, scope=None):
+    """tf.contrib.layers.layer_norm as google called it: scope `LayerNorm`, gamma/beta, epsilon 1e-12."""
+    with tf1.variable_scope(scope, default_name="LayerNorm"):
+        width = inputs.shape[-1]
+        beta = tf1.get_variable("beta", [width], initializer=tf1.zeros_initializer())
+        gamma = tf1.get_variable("gamma", [width], initializer=tf1.ones_initializer())
+        mean, variance = tf.nn.moments(inputs, [inputs.shape.rank - 1], keepdims=True)
+        return tf.nn.batch_normalization(inputs, mean, variance, beta, gamma, variance_epsilon=1e-12)
+
+
+def import_google_albert():
+    """google-research/ALBERT's modeling.py and run_pretraining.py from the PyPI package
+    `albert-tensorflow` (`pip install --no-deps albert-tensorflow` into the throwaway venv)."""
+    contrib = types.ModuleType("tensorflow.contrib")
+    contrib.layers = types.SimpleNamespace(layer_norm=_layer_norm)
+    contrib.cluster_resolver = contrib.data = contrib.tpu = types.SimpleNamespace()
+    real = sys.modules["tensorflow"]
+    sys.modules.update({"tensorflow": _V1Shim(), "tensorflow.contrib": contrib})
+    try:
+        from albert import modeling, run_pretraining
+    finally:
+        sys.modules["tensorflow"] = real
+    return modeling, run_pretraining
+
+
+def reference_inputs(sizes: dict) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    B, T, P = 3, 11, 3
+    ids = rng.integers(0, sizes["vocab_size"], size=(B, T), dtype=np.int32)
+    mask = np.ones((B, T), dtype=np.int32)
+    mask[1, 7:] = 0  # padding
+    mask[2, 9:] = 0
+    types_ = (np.arange(T) >= 5).astype(np.int32)[None].repeat(B, 0)  # two segments
+    positions = np.array([[1, 4, 6], [0, 2, 5], [3, 7, 8]], dtype=np.int32)
+    return dict(input_ids=ids, input_mask=mask, token_type_ids=types_, masked_lm_positions=positions)
+
+
+def google_forward(prefix: Path, config: dict, out: Path) -> None:
+    """Build google's graph, check it creates exactly our variable names, restore the checkpoint into it
+    and save its outputs on fixed inputs (forward.npz): the reference for our model on the imported
+    weights."""
+    modeling, run_pretraining = import_google_albert()
+    inputs = reference_inputs(config)
+    graph = tf1.Graph()
+    with graph.as_default():
+        cfg = modeling.AlbertConfig.from_dict(config)
+        t = {k: tf.constant(v) for k, v in inputs.items()}
+        model = modeling.AlbertModel(config=cfg, is_training=False, input_ids=t["input_ids"],
+                                     input_mask=t["input_mask"], token_type_ids=t["token_type_ids"])
+        positions = t["masked_lm_positions"]
+        _, _, mlm_log_probs = run_pretraining.get_masked_lm_output(
+            cfg, model.get_sequence_output(), model.get_embedding_table(), positions,
+            tf.zeros_like(positions), tf.ones(positions.shape, tf.float32))
+        _, _, sop_log_probs = run_pretraining.get_sentence_order_output(
+            cfg, model.get_pooled_output(), tf.zeros([positions.shape[0]], tf.int32))
+        names = {v.op.name for v in tf1.global_variables()}
+        assert names == set(albert_variables(config)), names ^ set(albert_variables(config))
+        with tf1.Session(graph=graph) as sess:
+            tf1.train.Saver(tf1.global_variables()).restore(sess, str(prefix))
+            outputs = sess.run(dict(sequence_output=model.get_sequence_output(),
+                                    pooled_output=model.get_pooled_output(),
+                                    mlm_log_probs=mlm_log_probs, sop_log_probs=sop_log_probs))
+    np.savez_compressed(out / "forward.npz", **inputs, **outputs)
+    print(f"{out}: google-research forward pass saved ({', '.join(outputs)})")
+
+
 def main(out_dir: str) -> None:
     tf1.disable_eager_execution()
     root = Path(out_dir)
@@ -163,6 +257,8 @@ def main(out_dir: str) -> None:
     write_fixture(root, {**values, **training_state(values, rng)}, config=google_config(MAIN))
     values = random_values(albert_variables(google_config(INNER2)), rng)
     write_fixture(root / "inner2", values, num_devices=2, config=google_config(INNER2))
+    for directory, sizes in ((root, MAIN), (root / "inner2", INNER2)):
+        google_forward(directory / "model.ckpt-0", google_config(sizes), directory)
     write_fixture(root / "dtypes", dtype_probes(rng))
 
 
