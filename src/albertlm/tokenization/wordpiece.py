@@ -86,7 +86,9 @@ class WordPieceTokenizer:
         return self.backend.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.21) skips offset tracking, which we never use.
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
 
     def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
         ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
