@@ -1,0 +1,141 @@
+"""n-gram MLM masking: p(n) = (1/n)/sum(1/k), masking rate and budget, whole words, 80/10/10, seeding."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from albertlm.data.masking import (MaskingConfig, MaskingVocab, choose_ngrams, draw_ngram_sizes, mask_sequence,
+                                   ngram_probabilities, num_to_predict, replacement_ids, word_spans)
+from conftest import shared_path
+
+SPM = ("spm", "albert-base-v2_spiece.model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from albertlm.tokenization import load_tokenizer
+
+    return load_tokenizer(shared_path(*SPM))
+
+
+@pytest.fixture(scope="module")
+def real_sequences(tokenizer):
+    """128-token windows of real English (Alice in Wonderland) as [CLS] ... [SEP]."""
+    lines = Path(shared_path("text", "gutenberg", "carroll-alice.txt")).read_text().splitlines()
+    ids = np.fromiter((t for row in tokenizer.encode_batch(lines) for t in row), dtype=np.int64)
+    body = 126
+    windows = ids[: ids.size // body * body].reshape(-1, body)
+    return [np.concatenate(([tokenizer.cls_id], w, [tokenizer.sep_id])) for w in windows]
+
+
+def _vocab(tokenizer) -> MaskingVocab:
+    special = (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id)
+    return MaskingVocab(np.asarray(tokenizer.word_start_mask(), dtype=bool), tokenizer.mask_id, special)
+
+
+def _special(tokens: np.ndarray) -> np.ndarray:
+    special = np.zeros(tokens.size, dtype=bool)
+    special[[0, tokens.size - 1]] = True
+    return special
+
+
+def test_ngram_probabilities_are_harmonic():
+    np.testing.assert_allclose(ngram_probabilities(3), [6 / 11, 3 / 11, 2 / 11])
+    np.testing.assert_allclose(ngram_probabilities(1), [1.0])
+
+
+def test_ngram_size_draws_follow_one_over_n():
+    draws = draw_ngram_sizes(200_000, 3, np.random.default_rng(0))
+    observed = np.bincount(draws, minlength=4)[1:]
+    expected = ngram_probabilities(3) * draws.size
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    # a wrong distribution (uniform) is rejected by the same test
+    assert stats.chisquare(observed, np.full(3, draws.size / 3)).pvalue < 1e-6
+
+
+def test_budget_matches_google():
+    cfg = MaskingConfig()
+    assert num_to_predict(128, cfg) == 19  # round(19.2)
+    assert num_to_predict(512, cfg) == 20  # the cap
+    assert num_to_predict(3, cfg) == 1  # at least one
+    assert num_to_predict(512, MaskingConfig(max_predictions_per_seq=80)) == 77
+    assert num_to_predict(100, MaskingConfig(masked_lm_prob=0.0)) == 0
+
+
+def test_mask_rate_and_runs_on_real_text(tokenizer, real_sequences):
+    """The issue's measurements of google's builder: 14.8% of tokens, runs of 1/2/3 tokens ~50/26/16%."""
+    vocab, cfg, rng = _vocab(tokenizer), MaskingConfig(), np.random.default_rng(1)
+    masked, tokens, runs = 0, 0, []
+    for _ in range(3):
+        for seq in real_sequences:
+            positions, _ = mask_sequence(seq, _special(seq), vocab, cfg, rng)
+            assert positions.size == 19
+            masked, tokens = masked + positions.size, tokens + seq.size
+            breaks = np.flatnonzero(np.diff(positions) != 1)
+            runs.extend(np.diff(np.concatenate(([0], breaks + 1, [positions.size]))).tolist())
+    assert masked / tokens == pytest.approx(0.148, abs=0.001)
+    shares = np.bincount(runs)[1:4] / len(runs)
+    np.testing.assert_allclose(shares, [0.50, 0.26, 0.16], atol=0.03)
+
+
+def test_chosen_ngrams_respect_budget_and_never_overlap():
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        lengths = rng.integers(1, 4, size=int(rng.integers(1, 60)))
+        budget = int(rng.integers(1, 25))
+        chosen = choose_ngrams(lengths, budget, 3, rng)
+        words = [w for start, n in chosen for w in range(start, start + n)]
+        assert len(words) == len(set(words))
+        assert all(1 <= n <= 3 and start + n <= lengths.size for start, n in chosen)
+        assert sum(lengths[w] for w in words) <= budget
+
+
+def test_whole_words_are_masked_entirely_and_specials_never(tokenizer, real_sequences):
+    vocab, cfg, rng = _vocab(tokenizer), MaskingConfig(), np.random.default_rng(3)
+    for seq in real_sequences[:100]:
+        special = _special(seq)
+        positions, _ = mask_sequence(seq, special, vocab, cfg, rng)
+        assert not special[positions].any()
+        candidates = np.flatnonzero(~special)
+        lengths = word_spans(candidates, vocab.word_start[seq[candidates]])
+        word_of = np.repeat(np.arange(lengths.size), lengths)
+        hit = np.zeros(lengths.size, dtype=int)
+        np.add.at(hit, word_of[np.searchsorted(candidates, positions)], 1)
+        touched = hit > 0
+        assert (hit[touched] == lengths[touched]).all()
+
+
+def test_token_mode_masks_single_tokens_ignoring_words():
+    cfg = MaskingConfig(mode="token")
+    vocab = MaskingVocab(np.zeros(50, dtype=bool), 4, (0, 1, 2, 3, 4))  # no word starts: one giant "word"
+    seq = np.concatenate(([2], np.arange(5, 50), [3]))
+    positions, _ = mask_sequence(seq, _special(seq), vocab, cfg, np.random.default_rng(4))
+    assert positions.size == num_to_predict(seq.size, cfg)
+    ngram = mask_sequence(seq, _special(seq), vocab, MaskingConfig(), np.random.default_rng(4))[0]
+    assert ngram.size == 0  # the whole sequence is one word longer than the budget
+
+
+def test_replacement_is_80_10_10_and_never_special():
+    rng = np.random.default_rng(5)
+    original = rng.integers(5, 1000, size=200_000)
+    random_ids = np.arange(5, 1000)
+    shown = replacement_ids(original, 4, random_ids, MaskingConfig(), rng)
+    is_mask = shown == 4
+    kept = shown == original
+    randomised = ~is_mask & ~kept
+    assert is_mask.mean() == pytest.approx(0.8, abs=0.005)
+    assert kept.mean() == pytest.approx(0.1 + 0.1 / 995, abs=0.005)
+    assert randomised.mean() == pytest.approx(0.1, abs=0.005)
+    assert (shown[randomised] >= 5).all()
+
+
+def test_masking_is_seeded(tokenizer, real_sequences):
+    vocab, cfg, seq = _vocab(tokenizer), MaskingConfig(), real_sequences[0]
+    a = mask_sequence(seq, _special(seq), vocab, cfg, np.random.default_rng(7))
+    b = mask_sequence(seq, _special(seq), vocab, cfg, np.random.default_rng(7))
+    c = mask_sequence(seq, _special(seq), vocab, cfg, np.random.default_rng(8))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a[0], c[0])
