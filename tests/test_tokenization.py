@@ -140,7 +140,7 @@ def test_decode_and_pairs(albert):
 def test_word_start_mask_follows_google_rule(albert):
     mask = albert.word_start_mask()
     assert mask.shape == (albert.vocab_size,) and mask.dtype == bool
-    starts = ["▁the", ",", ".", "[CLS]", "[MASK]", "<pad>", "<unk>", "2000"]
+    starts = ["▁the", ",", ".", "[CLS]", "[MASK]", "<pad>", "<unk>", "2000", "5%"]  # digits: as google
     continuations = ["ing", "house", "s"]
     assert all(mask[albert.token_to_id(t)] for t in starts)
     assert not any(mask[albert.token_to_id(t)] for t in continuations)
@@ -189,6 +189,10 @@ def test_trained_korean_keeps_hangul_intact(tmp_path):
     pieces = [tok.id_to_token(i) for i in range(tok.vocab_size)]
     assert any(re.search("[가-힣]", p) for p in pieces)
     assert not any(re.search("[\u1100-\u11ff]", p) for p in pieces)  # no decomposed jamo
+    mask = tok.word_start_mask()  # Hangul continues a word after "▁" (google's rule would split it)
+    continuation = [p for p in pieces if re.fullmatch("[가-힣]+", p)]
+    assert continuation and not any(mask[tok.token_to_id(p)] for p in continuation)
+    assert all(mask[tok.token_to_id(p)] for p in pieces if p.startswith("▁"))
     sample = lines[:200]
     assert [tok.decode(ids) for ids in tok.encode_batch(sample)] == [" ".join(s.split()) for s in sample]
     hf = transformers.AlbertTokenizer.from_pretrained(str(tmp_path / "ko"))

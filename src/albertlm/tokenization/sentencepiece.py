@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
@@ -23,11 +24,9 @@ MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretr
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_PIECES = ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in every ALBERT model
 
-# google-research ALBERT create_pretraining_data.py `_is_start_piece`: a piece starts a word if it starts
-# with "▁" or "<", is one punctuation mark, or holds any character outside a-z + punctuation
-# ("for foreign characters, we always treat them as a whole piece").
-_PUNCTUATION = set('!"#$%&\'()*+,-./:;?@[\\]^_`{|}~') | {"€", "£"}
-_ENGLISH_OR_PUNCT = set("abcdefghijklmnopqrstuvwxyz") | _PUNCTUATION
+# Scripts written without spaces between words: each of their pieces is a word of its own for masking.
+_UNSPACED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HALFWIDTH KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR",
+                     "TIBETAN", "IDEOGRAPHIC")
 
 
 @dataclass(frozen=True)
@@ -230,8 +229,18 @@ class SentencePieceTokenizer:
 
 
 def _is_start_piece(piece: str) -> bool:
-    return (piece.startswith("▁") or piece.startswith("<") or piece in _PUNCTUATION
-            or not all(c.lower() in _ENGLISH_OR_PUNCT for c in piece))
+    """google-research ALBERT create_pretraining_data.py `_is_start_piece`, generalised beyond English.
+
+    Google: a piece starts a word if it starts with "▁" or "<", is one ASCII punctuation mark (or € £), or
+    holds any character outside a-z and punctuation ("for foreign characters, we always treat them as a whole
+    piece"). Kept: "▁"/"<", punctuation (now any Unicode P*/S* piece), digits (as Google). Changed: letters of
+    space-delimited scripts (Hangul, Cyrillic, accented Latin, ...) continue a word like a-z, so Korean or
+    Russian models get whole-word masking; only scripts written without spaces (CJK, kana, Thai, ...) keep
+    Google's one-piece-one-word treatment.
+    """
+    if piece.startswith(("▁", "<")) or all(unicodedata.category(c)[0] in "PS" for c in piece):
+        return True
+    return any(c.isdigit() or unicodedata.name(c, "").startswith(_UNSPACED_SCRIPTS) for c in piece)
 
 
 def write_config(directory: Path, options: SentencePieceOptions) -> None:
