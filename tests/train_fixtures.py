@@ -2,6 +2,8 @@
 Kept free of pytest so spawned worker processes can import it."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from albertlm.config import ModelConfig
@@ -59,3 +61,30 @@ def tiny_run(max_steps: int = 6, batch_size: int = 8, micro: int = 0, dropout: f
                     eval_every=0, save_every=0, progress=False, tensorboard=False)
     return RunConfig(model=tiny_model_config(dropout), optim=OptimConfig(lr=0.01, warmup_steps=2),
                      train=TrainConfig(**{**settings, **train}))
+
+
+def ddp_worker(rank: int, world_size: int, port: int, run_dir: str, out_file: str, max_steps: int) -> None:
+    """One rank of a gloo run on 127.0.0.1 (spawned by tests/test_distributed.py)."""
+    import os
+
+    import torch
+
+    from albertlm.training.distributed import init_distributed, shutdown
+    from albertlm.training.pretrain import Datasets, make_loop
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    info = init_distributed("gloo", "cpu")
+    ds = SyntheticPretraining(n=64)
+    data = Datasets(train=ds, eval=SyntheticPretraining(n=16, seed=1), collate=torch.utils.data.default_collate,
+                    meta=ds.meta)
+    loop = make_loop(tiny_run(max_steps=max_steps, micro=2, save_every=max_steps), Path(run_dir), data, info, False)
+    losses = {}
+    loop.on_step = lambda step, metrics: losses.__setitem__(step, metrics["loss"])
+    loop.run()
+    evaluation = loop.evaluate_fn()
+    if rank == 0:
+        weights = {k: v.detach().clone() for k, v in loop.model.module.state_dict().items()}
+        torch.save({"losses": losses, "weights": weights, "eval": evaluation}, out_file)
+    shutdown()

@@ -52,7 +52,8 @@ class Objective(Protocol):
 
 # ------------------------------------------------------------------------------------------------ data
 class _EpochItems(torch.utils.data.Dataset):
-    """Maps (epoch, index) to an example; tells a dynamically masked dataset which epoch it is in."""
+    """Maps (epoch, index) to an example; a dynamically masked dataset is asked for `ds[(index, epoch)]`
+    (the `albertlm.data.loader.PretrainingDataset` convention) so each epoch gets a fresh mask."""
 
     def __init__(self, dataset, dynamic: bool):
         self.dataset, self.dynamic = dataset, dynamic
@@ -62,9 +63,7 @@ class _EpochItems(torch.utils.data.Dataset):
 
     def __getitem__(self, key: tuple[int, int]):
         epoch, index = key
-        if self.dynamic and getattr(self.dataset, "epoch", None) != epoch:
-            self.dataset.set_epoch(epoch)
-        return self.dataset[index]
+        return self.dataset[(index, epoch)] if self.dynamic else self.dataset[index]
 
 
 @dataclass

@@ -103,29 +103,27 @@ class Datasets:
 
 
 def open_datasets(run: RunConfig) -> Datasets:
-    """The data builder's output: `data.path` for training; `data.eval_path`, else its held-out split."""
+    """The data builder's output: `data.path` for training, `data.eval_path` (another build, e.g. of
+    held-out documents) for evaluation; without it the run does not evaluate."""
     from albertlm.data import loader
 
     if not run.data.path:
         raise UserError("no training data: pass --data DIR (a directory written by `albertlm data build`)")
-    train = loader.PretrainingDataset(run.data.path, **_masking_args(loader, run))
-    eval_ds = None
-    if run.data.eval_path:
-        eval_ds = loader.PretrainingDataset(run.data.eval_path)
-    elif hasattr(loader, "open_eval_split"):
-        eval_ds = loader.open_eval_split(run.data.path)
-    collate = getattr(loader, "collate", None) or torch.utils.data.default_collate
-    return Datasets(train=train, eval=eval_ds, collate=collate, meta=dict(getattr(train, "meta", {}) or {}))
+    train = open_dataset(run.data.path, run.data.dynamic_masking, run.train.seed)
+    eval_ds = open_dataset(run.data.eval_path) if run.data.eval_path else None
+    return Datasets(train=train, eval=eval_ds, collate=loader.collate, meta=dict(train.meta))
 
 
-def _masking_args(loader, run: RunConfig) -> dict:
-    if not run.data.dynamic_masking:
-        return {}
-    return {"dynamic_masking": True, "seed": run.train.seed}
+def open_dataset(path: str | Path, dynamic_masking: bool = False, seed: int = 0):
+    from albertlm.data import loader
+
+    if not (Path(path) / "meta.json").is_file():
+        raise UserError(f"{path}: not a pretraining data directory (no meta.json); build one with `albertlm data build`")
+    return loader.PretrainingDataset(path, dynamic_masking=dynamic_masking, seed=seed)
 
 
 def check_data_fits(run: RunConfig, meta: dict) -> None:
-    vocab = meta.get("vocab_size")
+    vocab = meta.get("tokenizer", {}).get("vocab_size") or meta.get("vocab_size")
     if vocab and vocab > run.model.vocab_size:
         raise UserError(f"the data's vocabulary has {vocab} tokens but the model's vocab_size is "
                         f"{run.model.vocab_size}; pass --model.vocab_size={vocab}")
