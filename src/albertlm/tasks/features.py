@@ -30,7 +30,7 @@ def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> bool:
     Returns whether anything was cut."""
     cut = False
     while len(a) + len(b) > max_tokens:
-        (a if len(a) >= len(b) else b).pop()
+        (a if len(a) > len(b) else b).pop()  # ties cut b, as BERT does
         cut = True
     return cut
 
@@ -53,9 +53,9 @@ def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str | None
     has_b = texts_b is not None and any(t is not None for t in texts_b)
     ids_b = tokenizer.encode_batch([t or "" for t in texts_b]) if has_b else [None] * len(ids_a)
     pairs, num_truncated = [], 0
-    for a, b in zip(ids_a, ids_b):
+    for k, (a, b) in enumerate(zip(ids_a, ids_b)):
         a = list(a)
-        b = list(b) if b is not None else None
+        b = list(b) if b is not None and texts_b[k] is not None else None
         budget = max_length - (3 if b is not None else 2)
         num_truncated += truncate_pair(a, b if b is not None else [], budget)
         pairs.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, a, b))

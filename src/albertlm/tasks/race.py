@@ -34,7 +34,8 @@ class RaceExample:
 def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS) -> list[RaceExample]:
     """All questions of one split; `root` is the RACE directory (holding train/dev/test) or a split dir."""
     root = Path(root)
-    split_dir = root / split if (root / split).is_dir() else root
+    is_split_dir = any((root / level).is_dir() for level in LEVELS)  # given RACE/dev itself
+    split_dir = root if is_split_dir and not (root / split).is_dir() else root / split
     if not split_dir.is_dir():
         raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt)")
     examples = []

@@ -143,15 +143,21 @@ def _clean_piece(piece: str) -> str:
 
 def piece_spans(word: str, pieces: Sequence[str], offset: int) -> list[tuple[int, int]]:
     """Character span of each piece of one word. Pieces are matched left to right against the lower-cased
-    word; a piece that does not match (unknown token, normalised text) gets the rest of the word."""
+    word; a piece that does not match (unknown token, normalised text) covers the characters up to where
+    the next piece matches (or the rest of the word); a bare "▁" is zero-width."""
     low, cursor, spans = word.lower(), 0, []
-    for piece in pieces:
-        clean = _clean_piece(piece).lower()
+    cleaned = [_clean_piece(p).lower() for p in pieces]
+    for k, clean in enumerate(cleaned):
         if clean and low.startswith(clean, cursor):
-            spans.append((offset + cursor, offset + cursor + len(clean)))
-            cursor += len(clean)
+            stop = cursor + len(clean)
+        elif not clean:
+            stop = cursor
         else:
-            spans.append((offset + min(cursor, len(word) - 1), offset + len(word)))
+            following = next((c for c in cleaned[k + 1:] if c), "")
+            found = low.find(following, cursor + 1) if following else -1
+            stop = found if found > cursor else len(word)
+        spans.append((offset + cursor, offset + stop))
+        cursor = stop
     return spans
 
 
