@@ -65,6 +65,13 @@ def test_prefix_resolution(tmp_path):
         tfc.resolve_prefix(tmp_path / "missing")
     with pytest.raises(CheckpointError, match="expected one"):
         tfc.resolve_prefix(tmp_path)
+    for step in (0, 5):  # several checkpoints: the state file (stale absolute paths and all) picks one
+        for f in FIXTURE.glob("model.ckpt-0.*"):
+            shutil.copyfile(f, tmp_path / f.name.replace("ckpt-0", f"ckpt-{step}"))
+    with pytest.raises(CheckpointError, match="expected one"):
+        tfc.resolve_prefix(tmp_path)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "/elsewhere/run/model.ckpt-5"\n')
+    assert tfc.resolve_prefix(tmp_path) == tmp_path / "model.ckpt-5"
 
 
 def copy_checkpoint(src: Path, dst: Path) -> Path:
@@ -237,6 +244,20 @@ def test_inner_groups_map_to_consecutive_blocks():
     for k in range(2):
         gamma = ckpt.read(f"bert/encoder/transformer/group_0/inner_group_{k}/LayerNorm_1/gamma")
         assert torch.equal(model.state_dict()[f"albert.encoder.ffns.{k}.norm.weight"], torch.from_numpy(gamma))
+
+
+def test_map_covers_the_real_albert_base_v2_config(shared):
+    """google's albert-base-v2 albert_config.json: every parameter of the model it builds has a TF source."""
+    from albertlm.interop.tf import config_from_google
+    from albertlm.model.albert import AlbertForPreTraining
+
+    cfg = config_from_google(json.loads(shared("config", "albert_base_v2_config.json").read_text()))
+    assert (cfg.embedding_size, cfg.hidden_size, cfg.num_layers, cfg.num_groups) == (128, 768, 12, 1)
+    assert cfg.activation == "gelu_new" and cfg.sharing == "all"
+    sources = tf_key_map(cfg)
+    assert set(sources) == set(AlbertForPreTraining(cfg).state_dict())
+    names = [n for tf_names, _ in sources.values() for n in tf_names]
+    assert len(names) == len(set(names)) == 32  # 5 embedding + 2 projection + 16 block + 2 pooler + 7 head variables
 
 
 def test_config_that_does_not_fit_fails_clearly(tmp_path):
