@@ -280,3 +280,21 @@ def test_load_errors(tmp_path):
     test_model = shared_path("spm", "test_sentencepiece.model")  # XLNet-style: no [CLS]/[SEP]/[MASK]
     with pytest.raises(UserError, match="special pieces"):
         load_tokenizer(test_model)
+
+
+def test_transformers_v5_saved_directory_loads_with_same_ids(hf_albert, albert, zh_dir, tmp_path):
+    """transformers v5 `save_pretrained` writes only tokenizer.json (+ config): run it with `tokenizers`."""
+    hf_albert.save_pretrained(str(tmp_path / "albert"))
+    hf_bert = transformers.BertTokenizer.from_pretrained(str(zh_dir))
+    hf_bert.save_pretrained(str(tmp_path / "bert"))
+    lines = CORPORA["english"]()[:300] + CORPORA["korean"]()[:100] + CORPORA["chinese"]()[:100]
+    for name, hf, kind in (("albert", hf_albert, "sentencepiece"), ("bert", hf_bert, "wordpiece")):
+        assert not (tmp_path / name / "spiece.model").exists() and not (tmp_path / name / "vocab.txt").exists()
+        tok = load_tokenizer(tmp_path / name)
+        assert tok.kind == kind and tok.vocab_size == hf.vocab_size
+        assert tok.encode_batch(lines) == _hf_ids(hf, lines)
+        assert tok.encode_pair(lines[0], lines[1])[0] == hf(lines[0], lines[1])["input_ids"]
+        assert (tok.cls_id, tok.sep_id, tok.mask_id) == (hf.cls_token_id, hf.sep_token_id, hf.mask_token_id)
+    assert (load_tokenizer(tmp_path / "albert").word_start_mask() == albert.word_start_mask()).all()
+    with pytest.raises(UserError, match="options"):
+        load_tokenizer(tmp_path / "albert", do_lower_case=False)

@@ -215,10 +215,16 @@ def _decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _as_dict(options) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) else dict(options)
+
+
 def _info(args: argparse.Namespace) -> int:
     tokenizer = _load(args)
     info = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
             "special_ids": {name: getattr(tokenizer, f"{name}_id") for name in ("pad", "unk", "cls", "sep", "mask")},
-            "options": vars(tokenizer.options) if hasattr(tokenizer.options, "__dict__") else str(tokenizer.options)}
+            "options": _as_dict(tokenizer.options)}
     print(json.dumps(info, indent=2, ensure_ascii=False))
     return 0

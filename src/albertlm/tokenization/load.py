@@ -1,4 +1,5 @@
-"""`load_tokenizer(path)`: a SentencePiece `.model`, a BERT `vocab.txt`, or a directory holding either.
+"""`load_tokenizer(path)`: a SentencePiece `.model`, a BERT `vocab.txt`, a transformers `tokenizer.json`, or a
+directory holding one (looked for in that order).
 
 A directory (ours, or a transformers model directory) may hold `tokenizer_config.json` with the preprocessing
 options (`do_lower_case`, `keep_accents`, ...). A bare file, or a directory without that file, gets
@@ -15,6 +16,7 @@ from albertlm.tokenization import sentencepiece as spm_tok
 from albertlm.tokenization import wordpiece as wp_tok
 
 CONFIG_FILE = "tokenizer_config.json"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 def load_tokenizer(path: str | Path, **options):
@@ -24,6 +26,8 @@ def load_tokenizer(path: str | Path, **options):
         raise UserError(f"tokenizer not found: {path}")
     if path.is_dir():
         return _load_directory(path, options)
+    if path.suffix == ".json":
+        return _tokenizer_json(path, options)
     if path.suffix == ".txt":
         return _wordpiece(path, path.parent / CONFIG_FILE if path.name == wp_tok.VOCAB_FILE else None, options)
     # Any other file is tried as a SentencePiece model (".model" by convention); a bad one is a UserError.
@@ -39,8 +43,10 @@ def _load_directory(directory: Path, options: dict):
     models = sorted(directory.glob("*.model"))
     if len(models) == 1:
         return _sentencepiece(models[0], config, options)
-    raise UserError(f"no tokenizer in {directory}: expected {spm_tok.MODEL_FILE}, {wp_tok.VOCAB_FILE} "
-                    "or a single *.model file")
+    if (directory / TOKENIZER_FILE).is_file():
+        return _tokenizer_json(directory / TOKENIZER_FILE, options)
+    raise UserError(f"no tokenizer in {directory}: expected {spm_tok.MODEL_FILE}, {wp_tok.VOCAB_FILE}, "
+                    f"a single *.model file or {TOKENIZER_FILE}")
 
 
 def _sentencepiece(model_file: Path, config: Path | None, options: dict):
@@ -51,6 +57,15 @@ def _sentencepiece(model_file: Path, config: Path | None, options: dict):
 def _wordpiece(vocab_file: Path, config: Path | None, options: dict):
     base = wp_tok.read_options(config) if config is not None else wp_tok.WordPieceOptions()
     return wp_tok.WordPieceTokenizer(vocab_file, _override(base, options))
+
+
+def _tokenizer_json(path: Path, options: dict):
+    from albertlm.tokenization.tokenizer_json import TokenizerJsonTokenizer
+
+    if options:
+        raise UserError(f"{path} is a tokenizer.json: its preprocessing is fixed in the file, "
+                        f"options {sorted(options)} do not apply")
+    return TokenizerJsonTokenizer(path)
 
 
 def _override(base, options: dict):

@@ -1,0 +1,101 @@
+"""A transformers `tokenizer.json` (what transformers v5 `save_pretrained` writes, often without spiece.model or
+vocab.txt) run by the `tokenizers` library: the same pipeline transformers runs, so the same ids."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from albertlm.errors import UserError
+from albertlm.tokenization.base import build_pair
+from albertlm.tokenization.sentencepiece import _is_start_piece
+
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"
+# Names tried for each special token when tokenizer_config.json does not name it.
+CANDIDATES = {"pad": ("<pad>", "[PAD]"), "unk": ("<unk>", "[UNK]"), "cls": ("[CLS]", "<s>"),
+              "sep": ("[SEP]", "</s>"), "mask": ("[MASK]", "<mask>")}
+
+
+class TokenizerJsonTokenizer:
+    """`tokenizer.json` behind `albertlm.tokenization.base.Tokenizer`; kind from its model (WordPiece or not)."""
+
+    def __init__(self, tokenizer_file: str | Path):
+        from tokenizers import Tokenizer
+
+        self.tokenizer_file = Path(tokenizer_file)
+        try:
+            self.backend = Tokenizer.from_file(str(self.tokenizer_file))
+        except Exception as exc:  # tokenizers raises a bare Exception on malformed files
+            raise UserError(f"cannot read {self.tokenizer_file} as a tokenizer.json ({exc})") from None
+        model = json.loads(self.backend.to_str())["model"]
+        self.kind = "wordpiece" if model.get("type") == "WordPiece" else "sentencepiece"
+        self._prefix = model.get("continuing_subword_prefix") or "##"
+        self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
+        self.options = self._config()
+        for name in CANDIDATES:
+            setattr(self, f"{name}_id", self._special_id(name))
+        self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
+
+    def _config(self) -> dict:
+        path = self.tokenizer_file.parent / CONFIG_FILE
+        try:
+            return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot parse {path}: {exc}") from None
+
+    def _special_id(self, name: str) -> int:
+        named = self.options.get(f"{name}_token")
+        for token in ([named] if isinstance(named, str) else []) + list(CANDIDATES[name]):
+            token_id = self.backend.token_to_id(token)
+            if token_id is not None:
+                return token_id
+        raise UserError(f"{self.tokenizer_file} has no {name} token (tried {list(CANDIDATES[name])})")
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
+
+    def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
+        ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
+        return build_pair(self.cls_id, self.sep_id, ids_a, rest[0] if rest else None)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.backend.encode(text, add_special_tokens=False).tokens
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode([int(i) for i in ids if int(i) not in self._special], skip_special_tokens=True)
+
+    def id_to_token(self, token_id: int) -> str:
+        return self.backend.id_to_token(int(token_id)) or ""
+
+    def token_to_id(self, token: str) -> int:
+        token_id = self.backend.token_to_id(token)
+        return self.unk_id if token_id is None else token_id
+
+    def word_start_mask(self) -> np.ndarray:
+        """WordPiece: not "##"-prefixed; otherwise the SentencePiece rule ("▁", punctuation, unspaced scripts)."""
+        mask = np.zeros(self.vocab_size, dtype=bool)
+        for token, index in self.backend.get_vocab(with_added_tokens=True).items():
+            if index < self.vocab_size:
+                mask[index] = (not token.startswith(self._prefix)) if self.kind == "wordpiece" \
+                    else _is_start_piece(token)
+        mask[list(self._special)] = True
+        return mask
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(directory / TOKENIZER_FILE))
+        config = self.tokenizer_file.parent / CONFIG_FILE
+        if config.is_file() and config.resolve() != (directory / CONFIG_FILE).resolve():
+            shutil.copy(config, directory / CONFIG_FILE)
+
+    def __repr__(self) -> str:
+        return f"TokenizerJsonTokenizer({str(self.tokenizer_file)!r}, kind={self.kind}, V={self.vocab_size})"
