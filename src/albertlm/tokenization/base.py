@@ -2,6 +2,8 @@
 
 ALBERT's special ids (SentencePiece models trained the ALBERT way): <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4.
 WordPiece vocabs keep their own ids ([PAD], [UNK], [CLS], [SEP], [MASK] looked up by name).
+Implementations: `sentencepiece.SentencePieceTokenizer`, `wordpiece.WordPieceTokenizer`,
+`tokenizer_json.TokenizerJsonTokenizer` (a transformers tokenizer.json); `load.load_tokenizer` picks one.
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ class Tokenizer(Protocol):
 
     def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
         """`[CLS] a [SEP] (b [SEP])` ids and their token types, as transformers' tokenizers build them."""
+
+    def tokenize(self, text: str) -> list[str]:
+        """The pieces of `encode(text)` (an unknown character shows as the unk piece)."""
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ids; special tokens are dropped."""
