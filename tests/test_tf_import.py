@@ -182,9 +182,11 @@ def build_table(items: list[tuple[bytes, bytes]], per_block: int, snappy: bool) 
 
 
 def repack(tmp_path: Path, rename=lambda k: k, per_block: int = 7, snappy: bool = True) -> Path:
+    """The fixture with its index rebuilt; `rename` maps keys (None drops one)."""
     prefix = copy_checkpoint(FIXTURE, tmp_path)
     index = Path(f"{prefix}.index")
-    items = sorted((rename(k), v) for k, v in tfc.read_table(index.read_bytes(), "fixture").items())
+    table = tfc.read_table(index.read_bytes(), "fixture")
+    items = sorted((rename(k), v) for k, v in table.items() if rename(k) is not None)
     index.write_bytes(build_table(items, per_block, snappy))
     return prefix
 
@@ -205,6 +207,27 @@ def test_tf_hub_module_prefix_is_stripped(tmp_path):
     assert not report.unused and not report.missing and len(report.skipped) == len(TRAINING_STATE)
     for key, value in reference.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_run_classifier_checkpoint_becomes_sequence_classifier(tmp_path):
+    """run_classifier.py saves the classifier as top-level output_weights (num_labels, H) / output_bias."""
+    def as_classifier(key: bytes):
+        if key.startswith(b"cls/seq_relationship/"):
+            return key.removeprefix(b"cls/seq_relationship/")
+        return None if key.startswith(b"cls/") else key
+
+    prefix = repack(tmp_path, rename=as_classifier, snappy=False)
+    shutil.copyfile(FIXTURE / "albert_config.json", tmp_path / "albert_config.json")
+    model, report = import_tf_checkpoint(prefix)
+    assert type(model).__name__ == "AlbertForSequenceClassification" and model.config.num_labels == 2
+    assert not report.unused and not report.missing
+    ref = np.load(FIXTURE / "forward.npz")  # google's pooled output on these weights
+    ckpt = TFCheckpoint(prefix)
+    expected_logits = ref["pooled_output"] @ ckpt.read("output_weights").T + ckpt.read("output_bias")
+    model.eval()
+    with torch.no_grad():
+        logits = model(*(torch.from_numpy(ref[k]).long() for k in ("input_ids", "input_mask", "token_type_ids"))).logits
+    torch.testing.assert_close(logits, torch.from_numpy(expected_logits), atol=1e-5, rtol=0)
 
 
 # --- the name map ---------------------------------------------------------------------------------

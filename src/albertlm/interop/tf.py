@@ -1,5 +1,8 @@
 """Import google-research/ALBERT TensorFlow checkpoints (`model.ckpt-N` + `albert_config.json`).
 
+Pretraining checkpoints become AlbertForPreTraining; `run_classifier.py` checkpoints (top-level
+`output_weights` / `output_bias`) AlbertForSequenceClassification.
+
 No TensorFlow needed: `tf_checkpoint` reads the checkpoint files. The variable names are those that
 google's `modeling.py` (AlbertModel, scope `bert/`) and `run_pretraining.py` (scope `cls/`) create:
 
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from albertlm.config import ModelConfig
 from albertlm.errors import UserError
@@ -66,15 +70,14 @@ def _block_map(g: int, k: int, u: int) -> dict[str, Source]:
     return out
 
 
-def tf_key_map(cfg: ModelConfig) -> dict[str, Source]:
-    """Every AlbertForPreTraining state-dict key -> the TF variable(s) it comes from."""
+def tf_key_map(cfg: ModelConfig, head: str = "pretraining") -> dict[str, Source]:
+    """Every state-dict key of AlbertForPreTraining (head "pretraining") or of
+    AlbertForSequenceClassification (head "classifier") -> the TF variable(s) it comes from."""
     if cfg.sharing != "all":
         raise UserError(f"google-research checkpoints share all weights within groups; sharing={cfg.sharing!r} "
                         "has no TF layout")
     modules = {"albert.embeddings.norm": _norm("bert/embeddings/LayerNorm"),
-               "albert.pooler": _dense("bert/pooler/dense"),
-               "mlm_head.dense": _dense("cls/predictions/transform/dense"),
-               "mlm_head.norm": _norm("cls/predictions/transform/LayerNorm")}
+               "albert.pooler": _dense("bert/pooler/dense")}
     if cfg.has_embedding_projection:
         modules["albert.embeddings.project"] = _dense("bert/encoder/embedding_hidden_mapping_in")
     keys = {f"{m}.{param}": src for m, params in modules.items() for param, src in params.items()}
@@ -85,10 +88,21 @@ def tf_key_map(cfg: ModelConfig) -> dict[str, Source]:
     for g in range(cfg.num_groups):
         for k in range(K):
             keys.update(_block_map(g, k, g * K + k))
-    keys["mlm_head.bias"] = (("cls/predictions/output_bias",), False)
-    keys["sop_head.weight"] = (("cls/seq_relationship/output_weights",), False)
-    keys["sop_head.bias"] = (("cls/seq_relationship/output_bias",), False)
+    keys.update(PRETRAINING_HEADS if head == "pretraining" else CLASSIFIER_HEAD)
     return keys
+
+
+# run_pretraining.py's heads
+PRETRAINING_HEADS: dict[str, Source] = {
+    **{f"mlm_head.dense.{p}": src for p, src in _dense("cls/predictions/transform/dense").items()},
+    **{f"mlm_head.norm.{p}": src for p, src in _norm("cls/predictions/transform/LayerNorm").items()},
+    "mlm_head.bias": (("cls/predictions/output_bias",), False),
+    "sop_head.weight": (("cls/seq_relationship/output_weights",), False),  # already (2, H)
+    "sop_head.bias": (("cls/seq_relationship/output_bias",), False),
+}
+# classifier_utils.create_model (run_classifier.py): top-level (num_labels, H) weights
+CLASSIFIER_HEAD: dict[str, Source] = {"classifier.weight": (("output_weights",), False),
+                                      "classifier.bias": (("output_bias",), False)}
 
 
 def config_from_google(data: dict) -> ModelConfig:
@@ -134,13 +148,13 @@ def _strip_module_prefix(names: list[str]) -> dict[str, str]:
     return {n: n for n in names}
 
 
-def read_tf_state(ckpt: TFCheckpoint, cfg: ModelConfig, expected: dict[str, torch.Size],
+def read_tf_state(ckpt: TFCheckpoint, key_map: dict[str, Source], expected: dict[str, torch.Size],
                   verify: bool = False) -> tuple[dict[str, torch.Tensor], ImportReport]:
-    """The AlbertForPreTraining state dict held in `ckpt`, checked against `expected` shapes."""
+    """The state dict `key_map` describes, read from `ckpt` and checked against `expected` shapes."""
     stored = _strip_module_prefix(ckpt.names())
     report = ImportReport(str(ckpt.prefix))
     state: dict[str, torch.Tensor] = {}
-    for ours, (names, transpose) in tf_key_map(cfg).items():
+    for ours, (names, transpose) in key_map.items():
         present = [n for n in names if n in stored]
         if not present:
             report.missing.append(ours)
@@ -163,25 +177,25 @@ def read_tf_state(ckpt: TFCheckpoint, cfg: ModelConfig, expected: dict[str, torc
 
 
 def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | None = None,
-                         verify: bool = False) -> tuple[AlbertForPreTraining, ImportReport]:
-    """Build an AlbertForPreTraining from a google-research TF checkpoint.
+                         verify: bool = False) -> tuple[nn.Module, ImportReport]:
+    """Build an albertlm model from a google-research TF checkpoint.
 
     `path`: a checkpoint prefix, its `.index` file or a directory holding one checkpoint.
     `config`: albert_config.json (default: found beside the checkpoint) or a ModelConfig.
-    Every backbone weight must be in the checkpoint; missing MLM / SOP head weights (e.g. a
-    fine-tuning checkpoint) are left initialised and listed in the report.
+    A pretraining checkpoint gives an AlbertForPreTraining; a run_classifier.py checkpoint (top-level
+    `output_weights`, no `cls/` heads) an AlbertForSequenceClassification with its num_labels.
+    Every backbone weight must be in the checkpoint; missing head weights are left initialised and
+    listed in the report.
     """
     prefix = resolve_prefix(path)
     if not isinstance(config, ModelConfig):
-        config_path = Path(config) if config is not None else find_config(prefix)
-        try:
-            config = config_from_google(json.loads(config_path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UserError(f"cannot read {config_path}: {exc}") from None
-    model = AlbertForPreTraining(config)
+        config = read_google_config(Path(config) if config is not None else find_config(prefix))
+    ckpt = TFCheckpoint(prefix)
+    model, head = _build_model(ckpt, config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
-    state, report = read_tf_state(TFCheckpoint(prefix), config, expected, verify=verify)
-    backbone_missing = [tf_key_map(config)[k][0][0] for k in report.missing if k.startswith("albert.")]
+    key_map = tf_key_map(model.config, head)
+    state, report = read_tf_state(ckpt, key_map, expected, verify=verify)
+    backbone_missing = [key_map[k][0][0] for k in report.missing if k.startswith("albert.")]
     if backbone_missing:
         more = f" and {len(backbone_missing) - 3} more" if len(backbone_missing) > 3 else ""
         raise UserError(f"{prefix}: not an ALBERT checkpoint of this config: no {', '.join(backbone_missing[:3])}{more}")
@@ -190,3 +204,22 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     if unfilled:  # the map must cover the model: a new parameter without a TF source is a bug here
         raise RuntimeError(f"TF key map does not cover {', '.join(unfilled)}")
     return model, report
+
+
+def read_google_config(path: Path) -> ModelConfig:
+    try:
+        return config_from_google(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+
+
+def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
+    """(model, head kind) for what the checkpoint holds."""
+    names = set(_strip_module_prefix(ckpt.names()))
+    if "output_weights" in names and not any(n.startswith("cls/") for n in names):
+        from albertlm.model.heads import AlbertForSequenceClassification
+
+        stored = _strip_module_prefix(ckpt.names())["output_weights"]
+        num_labels = ckpt.entries[stored].shape[0]
+        return AlbertForSequenceClassification(cfg.replace(num_labels=num_labels)), "classifier"
+    return AlbertForPreTraining(cfg), "pretraining"
