@@ -27,7 +27,7 @@ import numpy as np
 
 from albertlm.data.corpus import FORMATS, CorpusCounts, Document, find_input_files, read_documents
 from albertlm.data.instances import InstanceConfig, InstanceCounts, Pair, create_pairs, make_document
-from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_sequence
+from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_candidates
 from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, record_dtype,
                                   write_json_atomic)
 from albertlm.errors import UserError
@@ -54,7 +54,7 @@ class BuildConfig:
     shard_index: int = 0
     format: str = "auto"
     text_field: str = "text"
-    chunk_chars: int = 1_000_000
+    chunk_chars: int = 500_000
     records_per_shard: int | None = None  # None: about 256 MB per shard
     overwrite: bool = False
     progress: bool = True
@@ -184,9 +184,10 @@ def fill_record(records: np.ndarray, k: int, pair: Pair, ctx: ChunkContext, rng:
         ids[length:length + pair.b.size] = pair.b
         length += pair.b.size + 1
         ids[length - 1] = tok.sep_id
-    special = np.zeros(length, dtype=bool)
-    special[[0, len_a + 1, length - 1]] = True
-    positions, inputs = mask_sequence(ids[:length], special, ctx.vocab, ctx.masking, rng, ctx.random_ids)
+    candidates = np.arange(1, length - 1)
+    if pair.b is not None:
+        candidates = candidates[candidates != len_a + 1]  # not the middle [SEP]
+    positions, inputs = mask_candidates(ids[:length], candidates, ctx.vocab, ctx.masking, rng, ctx.random_ids)
     record = records[k]
     record["length"], record["type_boundary"], record["label"] = length, len_a + 2, pair.label
     record["num_masked"] = positions.size

@@ -14,6 +14,7 @@ seeded ``random.Random`` with numpy's unseeded global RNG), and random replaceme
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,23 +63,35 @@ def word_spans(candidates: np.ndarray, word_start: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     starts = word_start.copy()
     starts[0] = True
-    starts[1:] |= np.diff(candidates) != 1
+    starts[1:] |= candidates[1:] != candidates[:-1] + 1
     first = np.flatnonzero(starts)
-    return np.diff(np.append(first, candidates.size))
+    lengths = np.empty_like(first)
+    lengths[:-1] = first[1:] - first[:-1]
+    lengths[-1] = candidates.size - first[-1]
+    return lengths
 
 
-def choose_ngrams(word_lengths: np.ndarray, budget: int, max_ngram: int, rng: np.random.Generator) -> np.ndarray:
-    """Greedy n-gram selection over words; returns a boolean array (num_words,) of masked words."""
+@functools.lru_cache(maxsize=None)
+def _ngram_cdf(max_ngram: int) -> np.ndarray:
+    return np.cumsum(ngram_probabilities(max_ngram))[:-1]  # the last bound (1.0) is implied
+
+
+def draw_ngram_sizes(count: int, max_ngram: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` draws of n in 1..max_ngram with p(n) proportional to 1/n."""
+    return np.searchsorted(_ngram_cdf(max_ngram), rng.random(count), side="right") + 1
+
+
+def choose_ngrams(word_lengths: np.ndarray, budget: int, max_ngram: int,
+                  rng: np.random.Generator) -> list[tuple[int, int]]:
+    """Greedy n-gram selection over words (google's order of tests); returns the chosen (first word, n)."""
     num_words = word_lengths.size
-    covered = bytearray(num_words)
     if num_words == 0 or budget <= 0:
-        return np.zeros(num_words, dtype=bool)
+        return []
+    covered = bytearray(num_words)
     cum = np.concatenate(([0], np.cumsum(word_lengths))).tolist()
     order = rng.permutation(num_words)
-    cdf = np.cumsum(ngram_probabilities(max_ngram))
-    ns = np.minimum(np.searchsorted(cdf, rng.random(num_words), side="right") + 1, max_ngram)
-    ns = np.minimum(ns, num_words - order)  # an n-gram ends at the last word (google clips it too)
-    total = 0
+    ns = np.minimum(draw_ngram_sizes(num_words, max_ngram, rng), num_words - order)  # clipped at the last word
+    chosen, total = [], 0
     for start, n in zip(order.tolist(), ns.tolist()):
         if total >= budget:
             break
@@ -88,8 +101,16 @@ def choose_ngrams(word_lengths: np.ndarray, budget: int, max_ngram: int, rng: np
         if total + size > budget or any(covered[start:start + n]):
             continue
         covered[start:start + n] = b"\x01" * n
+        chosen.append((start, n))
         total += size
-    return np.frombuffer(bytes(covered), dtype=bool)
+    return chosen
+
+
+def covered_words(chosen: list[tuple[int, int]], num_words: int) -> np.ndarray:
+    covered = np.zeros(num_words, dtype=bool)
+    for start, n in chosen:
+        covered[start:start + n] = True
+    return covered
 
 
 def choose_positions(candidates: np.ndarray, word_start: np.ndarray, budget: int, cfg: MaskingConfig,
@@ -97,11 +118,10 @@ def choose_positions(candidates: np.ndarray, word_start: np.ndarray, budget: int
     """Sorted positions to mask among `candidates` (sorted int positions); `word_start` per candidate."""
     if cfg.mode == "token":
         lengths = np.ones(candidates.size, dtype=np.int64)
-        chosen = choose_ngrams(lengths, budget, 1, rng)
-        return candidates[chosen]
+        return candidates[covered_words(choose_ngrams(lengths, budget, 1, rng), candidates.size)]
     lengths = word_spans(candidates, word_start)
-    chosen_words = choose_ngrams(lengths, budget, cfg.max_ngram, rng)
-    return candidates[np.repeat(chosen_words, lengths)]
+    words = covered_words(choose_ngrams(lengths, budget, cfg.max_ngram, rng), lengths.size)
+    return candidates[np.repeat(words, lengths)]
 
 
 def replacement_ids(original: np.ndarray, mask_id: int, random_ids: np.ndarray, cfg: MaskingConfig,
@@ -134,7 +154,12 @@ def mask_sequence(tokens: np.ndarray, special: np.ndarray, vocab: MaskingVocab, 
     """Mask one sequence. `tokens` are the real (unpadded) ids, `special` marks [CLS]/[SEP] positions.
 
     Returns (positions, inputs): sorted masked positions and the ids the model sees there."""
-    candidates = np.flatnonzero(~special)
+    return mask_candidates(tokens, np.flatnonzero(~special), vocab, cfg, rng, random_ids)
+
+
+def mask_candidates(tokens: np.ndarray, candidates: np.ndarray, vocab: MaskingVocab, cfg: MaskingConfig,
+                    rng: np.random.Generator, random_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`mask_sequence` given the candidate positions (all but [CLS]/[SEP]) directly."""
     budget = num_to_predict(tokens.size, cfg)
     positions = choose_positions(candidates, vocab.word_start[tokens[candidates]], budget, cfg, rng)
     random_ids = vocab.random_ids if random_ids is None else random_ids
