@@ -230,6 +230,27 @@ def test_run_classifier_checkpoint_becomes_sequence_classifier(tmp_path):
     torch.testing.assert_close(logits, torch.from_numpy(expected_logits), atol=1e-5, rtol=0)
 
 
+def test_run_squad_checkpoint_becomes_question_answering(tmp_path):
+    """run_squad_v1.py's head: cls/squad/output_weights (2, H) on every token -> start / end logits."""
+    def as_squad(key: bytes):
+        if key.startswith(b"cls/seq_relationship/"):
+            return key.replace(b"seq_relationship", b"squad")
+        return None if key.startswith(b"cls/") else key
+
+    prefix = repack(tmp_path, rename=as_squad, snappy=False)
+    shutil.copyfile(FIXTURE / "albert_config.json", tmp_path / "albert_config.json")
+    model, report = import_tf_checkpoint(prefix)
+    assert type(model).__name__ == "AlbertForQuestionAnswering" and not report.missing
+    assert sorted(report.unused) == ["bert/pooler/dense/bias", "bert/pooler/dense/kernel"]  # no pooler in QA
+    ref, ckpt = np.load(FIXTURE / "forward.npz"), TFCheckpoint(prefix)
+    logits = ref["sequence_output"] @ ckpt.read("cls/squad/output_weights").T + ckpt.read("cls/squad/output_bias")
+    model.eval()
+    with torch.no_grad():
+        out = model(*(torch.from_numpy(ref[k]).long() for k in ("input_ids", "input_mask", "token_type_ids")))
+    torch.testing.assert_close(out.start_logits, torch.from_numpy(logits[..., 0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.end_logits, torch.from_numpy(logits[..., 1]), atol=1e-5, rtol=0)
+
+
 # --- the name map ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["main", "inner2"])

@@ -1,7 +1,8 @@
 """Import google-research/ALBERT TensorFlow checkpoints (`model.ckpt-N` + `albert_config.json`).
 
-Pretraining checkpoints become AlbertForPreTraining; `run_classifier.py` checkpoints (top-level
-`output_weights` / `output_bias`) AlbertForSequenceClassification.
+Pretraining checkpoints become AlbertForPreTraining, `run_classifier.py` checkpoints (top-level
+`output_weights` / `output_bias`) AlbertForSequenceClassification, `run_squad_v1.py` checkpoints
+(`cls/squad/output_*`) AlbertForQuestionAnswering.
 
 No TensorFlow needed: `tf_checkpoint` reads the checkpoint files. The variable names are those that
 google's `modeling.py` (AlbertModel, scope `bert/`) and `run_pretraining.py` (scope `cls/`) create:
@@ -88,7 +89,7 @@ def tf_key_map(cfg: ModelConfig, head: str = "pretraining") -> dict[str, Source]
     for g in range(cfg.num_groups):
         for k in range(K):
             keys.update(_block_map(g, k, g * K + k))
-    keys.update(PRETRAINING_HEADS if head == "pretraining" else CLASSIFIER_HEAD)
+    keys.update(HEADS[head])
     return keys
 
 
@@ -103,6 +104,10 @@ PRETRAINING_HEADS: dict[str, Source] = {
 # classifier_utils.create_model (run_classifier.py): top-level (num_labels, H) weights
 CLASSIFIER_HEAD: dict[str, Source] = {"classifier.weight": (("output_weights",), False),
                                       "classifier.bias": (("output_bias",), False)}
+# run_squad_v1.py: (2, H) start/end weights on every token's final hidden state
+SQUAD_HEAD: dict[str, Source] = {"qa_outputs.weight": (("cls/squad/output_weights",), False),
+                                 "qa_outputs.bias": (("cls/squad/output_bias",), False)}
+HEADS = {"pretraining": PRETRAINING_HEADS, "classifier": CLASSIFIER_HEAD, "squad": SQUAD_HEAD}
 
 
 def config_from_google(data: dict) -> ModelConfig:
@@ -183,7 +188,8 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     `path`: a checkpoint prefix, its `.index` file or a directory holding one checkpoint.
     `config`: albert_config.json (default: found beside the checkpoint) or a ModelConfig.
     A pretraining checkpoint gives an AlbertForPreTraining; a run_classifier.py checkpoint (top-level
-    `output_weights`, no `cls/` heads) an AlbertForSequenceClassification with its num_labels.
+    `output_weights`, no `cls/` heads) an AlbertForSequenceClassification with its num_labels; a
+    run_squad_v1.py checkpoint (`cls/squad/*`) an AlbertForQuestionAnswering.
     Every backbone weight must be in the checkpoint; missing head weights are left initialised and
     listed in the report.
     """
@@ -193,7 +199,8 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     ckpt = TFCheckpoint(prefix)
     model, head = _build_model(ckpt, config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
-    key_map = tf_key_map(model.config, head)
+    # the QA model has no pooler: google's pooler weights are then reported as unused
+    key_map = {k: v for k, v in tf_key_map(model.config, head).items() if k in expected}
     state, report = read_tf_state(ckpt, key_map, expected, verify=verify)
     backbone_missing = [key_map[k][0][0] for k in report.missing if k.startswith("albert.")]
     if backbone_missing:
@@ -216,6 +223,10 @@ def read_google_config(path: Path) -> ModelConfig:
 def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
     """(model, head kind) for what the checkpoint holds."""
     names = set(_strip_module_prefix(ckpt.names()))
+    if "cls/squad/output_weights" in names:
+        from albertlm.model.heads import AlbertForQuestionAnswering
+
+        return AlbertForQuestionAnswering(cfg), "squad"
     if "output_weights" in names and not any(n.startswith("cls/") for n in names):
         from albertlm.model.heads import AlbertForSequenceClassification
 
