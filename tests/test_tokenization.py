@@ -197,7 +197,7 @@ def test_trained_korean_keeps_hangul_intact(tmp_path):
     assert [tok.decode(ids) for ids in tok.encode_batch(sample)] == [" ".join(s.split()) for s in sample]
     hf = transformers.AlbertTokenizer.from_pretrained(str(tmp_path / "ko"))
     assert tok.encode_batch(sample) == _hf_ids(hf, sample)
-    hangul = [s for s in sample if s.isascii() is False and not re.search("[À-ÿ]", s)]
+    hangul = [s for s in sample if not re.search("[À-ÿ]", s)]
     stripped = load_tokenizer(tmp_path / "ko", keep_accents=False)  # NFKD jamo are recomposed by the model's NFKC
     assert stripped.encode_batch(hangul) == tok.encode_batch(hangul)
 

@@ -58,6 +58,19 @@ def test_train_then_info_and_encode(tmp_path, monkeypatch, capsys):
     assert ids[0] == 2 and ids[-1] == 3 and len(ids) >= 3
 
 
+def test_train_wordpiece_from_a_directory(tmp_path, monkeypatch, capsys):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "zh.txt").write_bytes(shared_path("text", "zh", "news_zh_1.txt").read_bytes())
+    code, out, _ = _run(["tokenizer", "train", "--kind", "wordpiece", "--input", str(corpus), "--vocab-size", "600",
+                         "--out", str(tmp_path / "wp")], monkeypatch, capsys)
+    assert code == 0 and "trained wordpiece" in out
+    tok = load_tokenizer(tmp_path / "wp")
+    assert tok.kind == "wordpiece" and (tok.pad_id, tok.mask_id) == (0, 4) and tok.vocab_size <= 600
+    code, out, _ = _run(["tokenizer", "encode", "-t", str(tmp_path / "wp")], monkeypatch, capsys, "中国\n")
+    assert json.loads(out) == tok.encode("中国")
+
+
 @pytest.mark.parametrize("argv, stdin, message", [
     (["tokenizer", "encode", "-t", "/nonexistent/spiece.model"], "", "tokenizer not found"),
     (["tokenizer", "train", "--input", "/nonexistent.txt", "--vocab-size", "50", "--out", "x"], "", "not found"),

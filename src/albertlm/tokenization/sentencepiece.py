@@ -287,16 +287,26 @@ class SentencePieceTrainOptions:
 
 
 def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None):
-    """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them."""
+    """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them.
+
+    `progress` (a tqdm bar over bytes) advances every ~64k characters and snaps to the byte count at each file end.
+    """
     preprocess = Preprocessor(options)
+    done = 0
     for path in files:
+        pending = 0
         with open(path, encoding="utf-8", errors="replace", newline=None) as handle:
             for line in handle:
-                if progress is not None:
-                    progress.update(len(line.encode("utf-8", errors="replace")))
+                pending += len(line)
+                if progress is not None and pending > 65536:
+                    progress.update(pending)
+                    pending = 0
                 line = preprocess(line)
                 if line:
                     yield line
+        done += path.stat().st_size
+        if progress is not None:
+            progress.update(done - progress.n)
 
 
 def _check_training_input(files: Sequence[Path]) -> int:

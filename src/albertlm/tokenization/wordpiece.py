@@ -146,8 +146,12 @@ def read_options(config_file: Path) -> WordPieceOptions:
 
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
                     options: WordPieceOptions | None = None, min_frequency: int = 2,
-                    limit_alphabet: int = 1000, show_progress: bool = True) -> WordPieceTokenizer:
-    """Train a WordPiece vocab with `tokenizers` (streams its files in Rust) and write a loadable directory."""
+                    limit_alphabet: int | None = None, show_progress: bool = True) -> WordPieceTokenizer:
+    """Train a WordPiece vocab with `tokenizers` (streams its files in Rust) and write a loadable directory.
+
+    The trainer keeps every alphabet character both as a word start and as "##c", so the alphabet is capped at
+    a third of the vocabulary (at most 1000, the tokenizers default) to keep the result within `vocab_size`.
+    """
     from tokenizers.trainers import WordPieceTrainer
 
     options = options or WordPieceOptions()
@@ -157,7 +161,8 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
     backend = build_pipeline(placeholder, options)
     trainer = WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,
-                               special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
+                               special_tokens=list(SPECIAL_TOKENS),
+                               limit_alphabet=limit_alphabet or max(1, min(1000, (vocab_size - len(SPECIAL_TOKENS)) // 3)),
                                continuing_subword_prefix="##")
     backend.train(paths, trainer)
     vocab = backend.get_vocab()
