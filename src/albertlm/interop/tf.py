@@ -222,15 +222,16 @@ def read_google_config(path: Path) -> ModelConfig:
 
 def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
     """(model, head kind) for what the checkpoint holds."""
-    names = set(_strip_module_prefix(ckpt.names()))
-    if "cls/squad/output_weights" in names:
+    stored = _strip_module_prefix(ckpt.names())
+    names = set(stored)
+    squad = stored.get("cls/squad/output_weights")
+    if squad is not None and ckpt.entries[squad].shape[0] == 2:  # v1 start/end (other SQuAD heads: unused)
         from albertlm.model.heads import AlbertForQuestionAnswering
 
         return AlbertForQuestionAnswering(cfg), "squad"
     if "output_weights" in names and not any(n.startswith("cls/") for n in names):
         from albertlm.model.heads import AlbertForSequenceClassification
 
-        stored = _strip_module_prefix(ckpt.names())["output_weights"]
-        num_labels = ckpt.entries[stored].shape[0]
+        num_labels = ckpt.entries[stored["output_weights"]].shape[0]
         return AlbertForSequenceClassification(cfg.replace(num_labels=num_labels)), "classifier"
     return AlbertForPreTraining(cfg), "pretraining"
