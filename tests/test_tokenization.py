@@ -207,6 +207,8 @@ def test_training_errors(tmp_path):
     empty.write_text("\n  \n", encoding="utf-8")
     with pytest.raises(UserError, match="empty"):
         train_sentencepiece([empty], tmp_path / "out", show_progress=False)
+    with pytest.raises(UserError, match="empty"):
+        train_wordpiece([empty], 100, tmp_path / "out", show_progress=False)
     with pytest.raises(UserError, match="not found"):
         train_sentencepiece([tmp_path / "missing.txt"], tmp_path / "out", show_progress=False)
     small = tmp_path / "small.txt"

@@ -309,7 +309,7 @@ def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, pr
             progress.update(done - progress.n)
 
 
-def _check_training_input(files: Sequence[Path]) -> int:
+def check_training_input(files: Sequence[Path]) -> int:
     """Total bytes; a UserError unless some file has a non-blank line."""
     if not files:
         raise UserError("no training input files given")
@@ -338,7 +338,7 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     train = train or SentencePieceTrainOptions()
     options = options or SentencePieceOptions(do_lower_case=False, keep_accents=True)
     paths = [Path(f) for f in files]
-    total_bytes = _check_training_input(paths)
+    total_bytes = check_training_input(paths)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(train.seed)

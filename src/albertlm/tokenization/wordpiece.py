@@ -154,8 +154,11 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     """
     from tokenizers.trainers import WordPieceTrainer
 
+    from albertlm.tokenization.sentencepiece import check_training_input
+
     options = options or WordPieceOptions()
     paths = [str(p) for p in files]
+    check_training_input([Path(p) for p in paths])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
