@@ -58,3 +58,49 @@ def build_pair(cls_id: int, sep_id: int, a: Sequence[int], b: Sequence[int] | No
         ids += [*b, sep_id]
         types += [1] * (len(b) + 1)
     return ids, types
+
+
+class TokenizerBase:
+    """What every implementation derives from `encode_batch` and its special ids (`_special`: the five ids)."""
+
+    cls_id: int
+    sep_id: int
+    _special: set[int]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
+        ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
+        return build_pair(self.cls_id, self.sep_id, ids_a, rest[0] if rest else None)
+
+    def _without_special(self, ids: Sequence[int]) -> list[int]:
+        return [int(i) for i in ids if int(i) not in self._special]
+
+
+class TokenizersBacked(TokenizerBase):
+    """Encoding and decoding through a `tokenizers.Tokenizer` held in `backend` (no post-processor applied)."""
+
+    backend: object
+    unk_id: int
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        # encode_batch_fast (tokenizers >= 0.21) skips offset tracking, which we never use.
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.backend.encode(text, add_special_tokens=False).tokens
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode(self._without_special(ids), skip_special_tokens=True)
+
+    def id_to_token(self, token_id: int) -> str:
+        return self.backend.id_to_token(int(token_id)) or ""
+
+    def token_to_id(self, token: str) -> int:
+        token_id = self.backend.token_to_id(token)
+        return self.unk_id if token_id is None else token_id

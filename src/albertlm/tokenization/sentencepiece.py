@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import build_pair
+from albertlm.tokenization.base import TokenizerBase
 
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
 CONFIG_FILE = "tokenizer_config.json"
@@ -104,7 +104,7 @@ def _default_threads() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(TokenizerBase):
     """A SentencePiece model plus ALBERT preprocessing; implements `albertlm.tokenization.base.Tokenizer`."""
 
     kind = "sentencepiece"
@@ -135,9 +135,6 @@ class SentencePieceTokenizer:
     def preprocess(self, text: str) -> str:
         return self._preprocess(text)
 
-    def encode(self, text: str) -> list[int]:
-        return self.encode_batch([text])[0]
-
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Preprocess in Python (C-level str methods per text), segment in sentencepiece's threads."""
         if self._added is not None:
@@ -146,10 +143,6 @@ class SentencePieceTokenizer:
         if self._digit_comma_ids:
             ids = [self._split_digit_comma(row) for row in ids]
         return ids
-
-    def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
-        ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
-        return build_pair(self.cls_id, self.sep_id, ids_a, rest[0] if rest else None)
 
     def tokenize(self, text: str) -> list[str]:
         return [self.sp.id_to_piece(i) for i in self.encode(text)]
@@ -201,7 +194,7 @@ class SentencePieceTokenizer:
 
     # -- decoding and vocabulary ---------------------------------------------------------------------
     def decode(self, ids: Sequence[int]) -> str:
-        return self.sp.decode([int(i) for i in ids if int(i) not in self._special])
+        return self.sp.decode(self._without_special(ids))
 
     def id_to_token(self, token_id: int) -> str:
         return self.sp.id_to_piece(int(token_id))

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Sequence
-
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import build_pair
+from albertlm.tokenization.base import TokenizersBacked
 from albertlm.tokenization.sentencepiece import _is_start_piece
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -20,7 +18,7 @@ CANDIDATES = {"pad": ("<pad>", "[PAD]"), "unk": ("<unk>", "[UNK]"), "cls": ("[CL
               "sep": ("[SEP]", "</s>"), "mask": ("[MASK]", "<mask>")}
 
 
-class TokenizerJsonTokenizer:
+class TokenizerJsonTokenizer(TokenizersBacked):
     """`tokenizer.json` behind `albertlm.tokenization.base.Tokenizer`; kind from its model (WordPiece or not)."""
 
     def __init__(self, tokenizer_file: str | Path):
@@ -54,30 +52,6 @@ class TokenizerJsonTokenizer:
             if token_id is not None:
                 return token_id
         raise UserError(f"{self.tokenizer_file} has no {name} token (tried {list(CANDIDATES[name])})")
-
-    def encode(self, text: str) -> list[int]:
-        return self.backend.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
-
-    def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
-        ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
-        return build_pair(self.cls_id, self.sep_id, ids_a, rest[0] if rest else None)
-
-    def tokenize(self, text: str) -> list[str]:
-        return self.backend.encode(text, add_special_tokens=False).tokens
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.backend.decode([int(i) for i in ids if int(i) not in self._special], skip_special_tokens=True)
-
-    def id_to_token(self, token_id: int) -> str:
-        return self.backend.id_to_token(int(token_id)) or ""
-
-    def token_to_id(self, token: str) -> int:
-        token_id = self.backend.token_to_id(token)
-        return self.unk_id if token_id is None else token_id
 
     def word_start_mask(self) -> np.ndarray:
         """WordPiece: not "##"-prefixed; otherwise the SentencePiece rule ("▁", punctuation, unspaced scripts)."""

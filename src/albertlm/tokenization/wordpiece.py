@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import build_pair
+from albertlm.tokenization.base import TokenizersBacked
 
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "tokenizer_config.json"
@@ -67,7 +67,7 @@ def build_pipeline(vocab: dict[str, int], options: WordPieceOptions):
     return tokenizer
 
 
-class WordPieceTokenizer:
+class WordPieceTokenizer(TokenizersBacked):
     """A BERT vocab.txt behind `albertlm.tokenization.base.Tokenizer`."""
 
     kind = "wordpiece"
@@ -80,31 +80,6 @@ class WordPieceTokenizer:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (self.vocab[t] for t in SPECIAL_TOKENS)
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self.backend = build_pipeline(self.vocab, self.options)
-        self._id_to_token = {i: t for t, i in self.vocab.items()}
-
-    def encode(self, text: str) -> list[int]:
-        return self.backend.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        # encode_batch_fast (tokenizers >= 0.21) skips offset tracking, which we never use.
-        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
-
-    def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
-        ids_a, *rest = self.encode_batch([a] if b is None else [a, b])
-        return build_pair(self.cls_id, self.sep_id, ids_a, rest[0] if rest else None)
-
-    def tokenize(self, text: str) -> list[str]:
-        return self.backend.encode(text, add_special_tokens=False).tokens
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.backend.decode([int(i) for i in ids if int(i) not in self._special], skip_special_tokens=True)
-
-    def id_to_token(self, token_id: int) -> str:
-        return self._id_to_token.get(int(token_id), "[UNK]")
-
-    def token_to_id(self, token: str) -> int:
-        return self.vocab.get(token, self.unk_id)
 
     def word_start_mask(self) -> np.ndarray:
         """BERT whole-word masking: every token not starting with "##" begins a word."""
