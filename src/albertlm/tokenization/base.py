@@ -104,3 +104,31 @@ class TokenizersBacked(TokenizerBase):
     def token_to_id(self, token: str) -> int:
         token_id = self.backend.token_to_id(token)
         return self.unk_id if token_id is None else token_id
+
+
+CONFIG_FILE = "tokenizer_config.json"  # transformers' name; holds the preprocessing options
+
+
+def read_config(config_file: Path | None) -> dict:
+    """A tokenizer_config.json as a dict ({} when absent); a malformed one is a UserError."""
+    import json
+
+    from albertlm.errors import UserError
+
+    if config_file is None or not config_file.is_file():
+        return {}
+    try:
+        return json.loads(config_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot parse {config_file}: {exc}") from None
+
+
+def save_directory(directory: str | Path, source: Path, name: str, config: dict) -> None:
+    """Copy the model file in as `name` (unless it is already there) and write tokenizer_config.json."""
+    import json
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if (directory / name).resolve() != source.resolve():
+        (directory / name).write_bytes(source.read_bytes())
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

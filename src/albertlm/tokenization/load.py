@@ -14,9 +14,8 @@ from pathlib import Path
 from albertlm.errors import UserError
 from albertlm.tokenization import sentencepiece as spm_tok
 from albertlm.tokenization import wordpiece as wp_tok
-
-CONFIG_FILE = "tokenizer_config.json"
-TOKENIZER_FILE = "tokenizer.json"
+from albertlm.tokenization.base import CONFIG_FILE
+from albertlm.tokenization.tokenizer_json import TOKENIZER_FILE, TokenizerJsonTokenizer
 
 
 def load_tokenizer(path: str | Path, **options):
@@ -50,18 +49,16 @@ def _load_directory(directory: Path, options: dict):
 
 
 def _sentencepiece(model_file: Path, config: Path | None, options: dict):
-    base = spm_tok.read_options(config) if config is not None else spm_tok.SentencePieceOptions()
+    base = spm_tok.read_options(config)
     return spm_tok.SentencePieceTokenizer(model_file, _override(base, options))
 
 
 def _wordpiece(vocab_file: Path, config: Path | None, options: dict):
-    base = wp_tok.read_options(config) if config is not None else wp_tok.WordPieceOptions()
+    base = wp_tok.read_options(config)
     return wp_tok.WordPieceTokenizer(vocab_file, _override(base, options))
 
 
 def _tokenizer_json(path: Path, options: dict):
-    from albertlm.tokenization.tokenizer_json import TokenizerJsonTokenizer
-
     if options:
         raise UserError(f"{path} is a tokenizer.json: its preprocessing is fixed in the file, "
                         f"options {sorted(options)} do not apply")

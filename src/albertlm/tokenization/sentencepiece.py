@@ -7,7 +7,6 @@ do_lower_case) followed by the model's own normalizer and segmentation in senten
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
@@ -18,10 +17,9 @@ from typing import Sequence
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import TokenizerBase
+from albertlm.tokenization.base import TokenizerBase, read_config, save_directory
 
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
-CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_PIECES = ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in every ALBERT model
 
 # Scripts written without spaces between words: each of their pieces is a word of its own for masking.
@@ -210,12 +208,7 @@ class SentencePieceTokenizer(TokenizerBase):
     # -- files ---------------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
         """spiece.model + tokenizer_config.json: loads in `load_tokenizer` and `AlbertTokenizer.from_pretrained`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / MODEL_FILE
-        if target.resolve() != self.model_file.resolve():
-            target.write_bytes(self.model_file.read_bytes())
-        write_config(directory, self.options)
+        save_directory(directory, self.model_file, MODEL_FILE, transformers_config(self.options))
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer({str(self.model_file)!r}, V={self.vocab_size}, {self.options})"
@@ -236,25 +229,16 @@ def _is_start_piece(piece: str) -> bool:
     return any(c.isdigit() or unicodedata.name(c, "").startswith(_UNSPACED_SCRIPTS) for c in piece)
 
 
-def write_config(directory: Path, options: SentencePieceOptions) -> None:
+def transformers_config(options: SentencePieceOptions) -> dict:
     """tokenizer_config.json in transformers' layout (its AlbertTokenizer reads the same option names)."""
-    config = {
-        "tokenizer_class": "AlbertTokenizer",
-        **asdict(options),
-        "pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]",
-        "mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]",
-    }
-    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return {"tokenizer_class": "AlbertTokenizer", **asdict(options),
+            "pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]",
+            "mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"}
 
 
-def read_options(config_file: Path) -> SentencePieceOptions:
+def read_options(config_file: Path | None) -> SentencePieceOptions:
     """Options from a tokenizer_config.json; keys it lacks take transformers' AlbertTokenizer defaults."""
-    if not config_file.is_file():
-        return SentencePieceOptions()
-    try:
-        return SentencePieceOptions.from_dict(json.loads(config_file.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot parse {config_file}: {exc}") from None
+    return SentencePieceOptions.from_dict(read_config(config_file))
 
 
 # -- training ----------------------------------------------------------------------------------------
@@ -351,5 +335,5 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                 minloglevel=0 if verbose else 2, **extra)
         except RuntimeError as exc:  # e.g. "Vocabulary size is too large. Please set it to a value <= 841."
             raise UserError(f"sentencepiece training failed: {str(exc).strip().splitlines()[-1]}") from None
-    write_config(out_dir, options)
+    save_directory(out_dir, out_dir / MODEL_FILE, MODEL_FILE, transformers_config(options))
     return SentencePieceTokenizer(out_dir / MODEL_FILE, options)

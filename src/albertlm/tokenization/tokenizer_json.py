@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import TokenizersBacked
+from albertlm.tokenization.base import CONFIG_FILE, TokenizersBacked, read_config
 from albertlm.tokenization.sentencepiece import _is_start_piece
 
 TOKENIZER_FILE = "tokenizer.json"
-CONFIG_FILE = "tokenizer_config.json"
 # Names tried for each special token when tokenizer_config.json does not name it.
 CANDIDATES = {"pad": ("<pad>", "[PAD]"), "unk": ("<unk>", "[UNK]"), "cls": ("[CLS]", "<s>"),
               "sep": ("[SEP]", "</s>"), "mask": ("[MASK]", "<mask>")}
@@ -33,17 +32,10 @@ class TokenizerJsonTokenizer(TokenizersBacked):
         self.kind = "wordpiece" if model.get("type") == "WordPiece" else "sentencepiece"
         self._prefix = model.get("continuing_subword_prefix") or "##"
         self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
-        self.options = self._config()
+        self.options = read_config(self.tokenizer_file.parent / CONFIG_FILE)
         for name in CANDIDATES:
             setattr(self, f"{name}_id", self._special_id(name))
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
-
-    def _config(self) -> dict:
-        path = self.tokenizer_file.parent / CONFIG_FILE
-        try:
-            return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot parse {path}: {exc}") from None
 
     def _special_id(self, name: str) -> int:
         named = self.options.get(f"{name}_token")

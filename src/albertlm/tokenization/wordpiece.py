@@ -6,7 +6,6 @@ Rust threads.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable
@@ -14,10 +13,9 @@ from typing import Iterable
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import TokenizersBacked
+from albertlm.tokenization.base import TokenizersBacked, read_config, save_directory
 
 VOCAB_FILE = "vocab.txt"
-CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -92,31 +90,20 @@ class WordPieceTokenizer(TokenizersBacked):
 
     def save(self, directory: str | Path) -> None:
         """vocab.txt + tokenizer_config.json: loads in `load_tokenizer` and `BertTokenizer.from_pretrained`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / VOCAB_FILE
-        if target.resolve() != self.vocab_file.resolve():
-            target.write_bytes(self.vocab_file.read_bytes())
-        write_config(directory, self.options)
+        save_directory(directory, self.vocab_file, VOCAB_FILE, transformers_config(self.options))
 
     def __repr__(self) -> str:
         return f"WordPieceTokenizer({str(self.vocab_file)!r}, V={self.vocab_size}, {self.options})"
 
 
-def write_config(directory: Path, options: WordPieceOptions) -> None:
-    config = {"tokenizer_class": "BertTokenizer", **asdict(options),
-              "pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
-              "mask_token": "[MASK]"}
-    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+def transformers_config(options: WordPieceOptions) -> dict:
+    return {"tokenizer_class": "BertTokenizer", **asdict(options),
+            "pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+            "mask_token": "[MASK]"}
 
 
-def read_options(config_file: Path) -> WordPieceOptions:
-    if not config_file.is_file():
-        return WordPieceOptions()
-    try:
-        return WordPieceOptions.from_dict(json.loads(config_file.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot parse {config_file}: {exc}") from None
+def read_options(config_file: Path | None) -> WordPieceOptions:
+    return WordPieceOptions.from_dict(read_config(config_file))
 
 
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
@@ -146,5 +133,5 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     vocab = backend.get_vocab()
     tokens = sorted(vocab, key=vocab.get)
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-    write_config(out_dir, options)
+    save_directory(out_dir, out_dir / VOCAB_FILE, VOCAB_FILE, transformers_config(options))
     return WordPieceTokenizer(out_dir / VOCAB_FILE, options)
