@@ -241,6 +241,7 @@ def test_wordpiece_matches_transformers_bert(zh_dir, lower):
 
 def test_wordpiece_file_special_ids_and_word_starts(zh_dir):
     tok = load_tokenizer(zh_dir / "vocab.txt")
+    assert isinstance(tok, Tokenizer)
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 100, 101, 102, 103)
     mask = tok.word_start_mask()
     assert mask[tok.token_to_id("今")] and mask[tok.cls_id]
@@ -296,7 +297,7 @@ def test_transformers_v5_saved_directory_loads_with_same_ids(hf_albert, albert, 
     for name, hf, kind in (("albert", hf_albert, "sentencepiece"), ("bert", hf_bert, "wordpiece")):
         assert not (tmp_path / name / "spiece.model").exists() and not (tmp_path / name / "vocab.txt").exists()
         tok = load_tokenizer(tmp_path / name)
-        assert tok.kind == kind and tok.vocab_size == hf.vocab_size
+        assert isinstance(tok, Tokenizer) and tok.kind == kind and tok.vocab_size == hf.vocab_size
         assert tok.encode_batch(lines) == _hf_ids(hf, lines)
         assert tok.encode_pair(lines[0], lines[1])[0] == hf(lines[0], lines[1])["input_ids"]
         assert (tok.cls_id, tok.sep_id, tok.mask_id) == (hf.cls_token_id, hf.sep_token_id, hf.mask_token_id)
