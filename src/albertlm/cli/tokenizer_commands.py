@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                        ("info", "print a tokenizer's kind, vocabulary size, special ids and options")):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--tokenizer", "-t", required=True, metavar="PATH",
-                       help="spiece.model / *.model, vocab.txt, or a directory holding one")
+                       help="spiece.model / *.model, vocab.txt, tokenizer.json, or a directory holding one")
         p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
                        help="override a preprocessing option, e.g. do_lower_case=false (repeatable)")
         if name == "encode":
