@@ -232,6 +232,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     """Fine-tune, keep the best dev checkpoint, write metrics.json and test predictions from the best model."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)  # the new head's initialisation is part of the run
     model = load_model(spec, model_path, cfg)
     result = Finetuner(spec, model, tokenizer, cfg, out_dir, log).run()
     best_model = spec.model_class.from_pretrained(out_dir / "best")

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from albertlm.tasks.features import Feature, build_pair, truncate_pair
+from albertlm.tasks.features import Feature, build_pair
 from albertlm.tasks.tables import DataError, Problems
 
 LEVELS = ("middle", "high")
@@ -82,8 +82,8 @@ def question_with_option(question: str, option: str) -> str:
 
 def build_features(tokenizer, examples: Sequence[RaceExample], max_seq_length: int = 512,
                    max_qa_length: int = 128, problems: Problems | None = None) -> list[Feature]:
-    """(C, T) ids per question; the question+option keeps its last `max_qa_length` tokens and the
-    article is cut to fit. Choices are padded to the example's longest one."""
+    """(C, T) ids per question; the question+option keeps its last `max_qa_length` tokens (the option is
+    never cut) and the article is cut to fit. Choices are padded to the example's longest one."""
     problems = problems if problems is not None else Problems()
     articles = list(dict.fromkeys(e.article for e in examples))
     article_ids = dict(zip(articles, tokenizer.encode_batch(articles)))
@@ -92,11 +92,13 @@ def build_features(tokenizer, examples: Sequence[RaceExample], max_seq_length: i
     features = []
     for index, example in enumerate(examples):
         rows, truncated = [], False
+        budget = max_seq_length - 3
         for c in range(NUM_CHOICES):
-            qa = list(qa_ids[index * NUM_CHOICES + c])[-max_qa_length:]
+            # the option sits at the end of question+option: keep the end, cut the article to fit
+            qa = list(qa_ids[index * NUM_CHOICES + c])[-min(max_qa_length, budget - 1):]
             article = list(article_ids[example.article])
-            truncated |= truncate_pair(article, qa, max_seq_length - 3)
-            rows.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, article, qa))
+            truncated |= len(article) + len(qa) > budget
+            rows.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, article[: budget - len(qa)], qa))
         if truncated:
             problems.add("passage truncated to max_seq_length", example.qid)
         width = max(len(ids) for ids, _ in rows)
