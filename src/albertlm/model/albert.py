@@ -78,7 +78,8 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         B, T, H = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, hs)
+        # split (not permute + unbind): the gradients of q, k, v then concatenate without a strided gather
+        q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in self.qkv(x).split(H, -1))  # (B, A, T, hs)
         p = self.dropout_p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, A, T, hs)
         y = self.out(y.transpose(1, 2).reshape(B, T, H))
