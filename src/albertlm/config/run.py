@@ -60,6 +60,7 @@ class TrainConfig:
     eval_batches: int = 20              # micro-batches of the held-out data per evaluation; 0 = all
     save_every: int = 1000              # 0 = only at the end (and on Ctrl-C)
     keep_last: int = 3                  # checkpoints kept in RUN_DIR/checkpoints
+    max_minutes: float = 0.0            # wall-clock budget: stop (and save) when exceeded; 0 = none
     progress: bool = True               # tqdm bar on rank 0
     tensorboard: bool = True
 
@@ -70,6 +71,7 @@ class TrainConfig:
         for name in ("micro_batch_size", "log_every", "eval_every", "eval_batches", "save_every"):
             value = getattr(self, name)
             _need(value >= 0, "train", name, value, "must be >= 0")
+        _need(self.max_minutes >= 0, "train", "max_minutes", self.max_minutes, "must be >= 0 (0 = no budget)")
         _need(self.keep_last >= 1, "train", "keep_last", self.keep_last, "must be >= 1")
         _need(self.precision in PRECISIONS, "train", "precision", self.precision,
               f"must be one of {', '.join(PRECISIONS)}")

@@ -179,8 +179,10 @@ class Loop:
     on_step: Callable[[int, dict], None] | None = None   # test hook: called after each update
 
     def run(self) -> str:
-        """Train to `train.max_steps`; returns "done" or "interrupted" (Ctrl-C, after saving)."""
+        """Train to `train.max_steps`; returns "done", "interrupted" (Ctrl-C, after saving) or "budget"
+        (`train.max_minutes` ran out, after saving)."""
         train = self.run_config.train
+        deadline = time.monotonic() + train.max_minutes * 60 if train.max_minutes else math.inf
         self.model.train()
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
@@ -201,6 +203,9 @@ class Loop:
                 if self.on_step is not None:
                     self.on_step(self.state.step, self.objective.summarize(stats[:-1]))
                 window = self.after_step(window, timer)
+                if train.max_minutes and self.state.step < train.max_steps and self._budget_spent(deadline):
+                    self._stop_for_budget()
+                    return "budget"
         except KeyboardInterrupt:
             self.state.rng = rng_at_boundary     # a half-done step is redone from its start on resume
             path = self.save()
@@ -210,6 +215,21 @@ class Loop:
             if self.logger is not None:
                 self.logger.close()
         return "done"
+
+    def _budget_spent(self, deadline: float) -> bool:
+        """Every rank asks every step, so all of them stop at the same step."""
+        spent = time.monotonic() > deadline
+        return any_rank(spent, self.info.device) if self.info.enabled else spent
+
+    def _stop_for_budget(self) -> None:
+        if self.evaluate_fn is not None:
+            metrics = self.evaluate_fn()
+            if self.logger is not None:
+                self.logger.log(self.state.step, "eval", metrics)
+        self.state.rng = ckpt.capture_rng()
+        path = self.save()
+        self._print(f"time budget of {self.run_config.train.max_minutes} min used up at step "
+                    f"{self.state.step}: saved {path}")
 
     def train_step(self, micro_batches: list[Batch]) -> tuple[torch.Tensor, float]:
         """One optimizer update over this rank's micro-batches. Returns (global stats + [tokens], loss)."""

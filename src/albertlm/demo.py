@@ -1,0 +1,272 @@
+"""`make demo`: the whole pipeline on text every Python installation carries, on CPU, in about 10 minutes.
+
+    Python standard library docstrings + the language reference topics (`pydoc_data`)
+      -> SentencePiece tokenizer -> SOP pretraining data (train / held-out modules)
+      -> pretrain a small ALBERT (LAMB) -> evaluate -> plot
+
+Nothing is downloaded. `python -m albertlm.demo --quick` runs a one-minute version (used by the tests);
+`--out DIR` chooses where everything goes (default ./demo_run).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+import sysconfig
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SKIP_DIRS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
+HELD_OUT_EVERY = 12            # one module in 12 (by a hash of its path) is held out for evaluation
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    vocab_size: int
+    max_seq_length: int
+    dupe_factor: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    embedding_size: int
+    batch_size: int
+    max_steps: int                # upper bound; the demo times a few steps and fits the rest in the budget
+    min_steps: int
+    lr: float
+    train_minutes: float          # the pretraining budget the step count is fitted to
+    precision: str = "fp32"
+
+
+FULL = DemoSize(vocab_size=8000, max_seq_length=128, dupe_factor=4, hidden_size=128, num_layers=3, num_heads=2,
+                embedding_size=64, batch_size=32, max_steps=2000, min_steps=100, lr=0.01, train_minutes=5.5)
+QUICK = DemoSize(vocab_size=2000, max_seq_length=64, dupe_factor=1, hidden_size=64, num_layers=2, num_heads=2,
+                 embedding_size=32, batch_size=16, max_steps=20, min_steps=20, lr=0.005, train_minutes=1.0)
+
+
+# ------------------------------------------------------------------------------------------------ corpus
+def _prose_sentences(text: str) -> list[str]:
+    """Sentences of the prose paragraphs (code, doctests, tables and underlines are skipped)."""
+    from albertlm.data.corpus import split_sentences
+
+    sentences = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = paragraph.splitlines()
+        if not lines or lines[0].startswith((" ", "\t", ">>>", "...", "*", "=", "-", "+", "|")):
+            continue
+        joined = " ".join(line.strip() for line in lines)
+        if len(joined) >= 20:
+            sentences += split_sentences(joined)
+    return sentences
+
+
+def stdlib_documents() -> list[tuple[str, list[str]]]:
+    """(source name, sentences) for every docstring of the standard library with 2+ sentences, and every
+    topic of the language reference bundled in `pydoc_data`."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    docs = []
+    for path in sorted(root.rglob("*.py")):
+        if SKIP_DIRS & set(path.relative_to(root).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                sentences = _prose_sentences(ast.get_docstring(node) or "")
+                if len(sentences) >= 2:
+                    docs.append((str(path.relative_to(root)), sentences))
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:                      # some distributions strip it; docstrings alone suffice
+        topics = {}
+    for name, text in sorted(topics.items()):
+        sentences = _prose_sentences(text)
+        if len(sentences) >= 2:
+            docs.append((f"pydoc_data/{name}", sentences))
+    return docs
+
+
+def write_corpus(out: Path, limit_chars: int = 0) -> tuple[Path, Path, dict]:
+    """`train.txt` and `heldout.txt` in the one-sentence-per-line, blank-line-between-documents layout;
+    held-out documents come from whole source files, so evaluation text is never seen in training."""
+    out.mkdir(parents=True, exist_ok=True)
+    parts = {"train": [], "heldout": []}
+    chars = 0
+    for source, sentences in stdlib_documents():
+        split = "heldout" if zlib.crc32(source.encode()) % HELD_OUT_EVERY == 0 else "train"
+        parts[split].append("\n".join(sentences) + "\n")
+        chars += sum(map(len, sentences))
+        if limit_chars and chars > limit_chars:
+            break
+    paths = {}
+    for split, docs in parts.items():
+        paths[split] = out / f"{split}.txt"
+        paths[split].write_text("\n".join(docs), encoding="utf-8")
+    stats = {split: {"documents": len(docs), "MB": round(paths[split].stat().st_size / 1e6, 2)}
+             for split, docs in parts.items()}
+    return paths["train"], paths["heldout"], stats
+
+
+# ------------------------------------------------------------------------------------------------ steps
+def train_tokenizer(corpus: Path, out: Path, vocab_size: int) -> Path:
+    from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
+                                                     train_sentencepiece)
+
+    train_sentencepiece([corpus], out, SentencePieceTrainOptions(vocab_size=vocab_size, input_sentence_size=0),
+                        SentencePieceOptions(do_lower_case=True, keep_accents=False), show_progress=False)
+    return out
+
+
+def build_data(corpus: Path, tokenizer: Path, out: Path, size: DemoSize, dupe_factor: int, seed: int) -> dict:
+    from albertlm.data.build import BuildConfig, build
+
+    build(BuildConfig(inputs=[str(corpus)], tokenizer=str(tokenizer), out=str(out), format="lines",
+                      max_seq_length=size.max_seq_length, sentence_task="sop", dupe_factor=dupe_factor,
+                      seed=seed, overwrite=True, progress=False))
+    return json.loads((out / "meta.json").read_text())
+
+
+def run_config(size: DemoSize, vocab_size: int, train_dir: Path, eval_dir: Path, max_steps: int):
+    from albertlm.config.model import ModelConfig
+    from albertlm.config.run import DataConfig, OptimConfig, RunConfig, TrainConfig
+
+    model = ModelConfig(vocab_size=vocab_size, embedding_size=size.embedding_size, hidden_size=size.hidden_size,
+                        num_layers=size.num_layers, num_heads=size.num_heads, ffn_size=4 * size.hidden_size,
+                        max_position_embeddings=size.max_seq_length, hidden_dropout=0.0, attention_dropout=0.0,
+                        classifier_dropout=0.0)
+    every = max(1, max_steps // 5)
+    return RunConfig(model=model, preset="demo",
+                     optim=OptimConfig(name="lamb", lr=size.lr, warmup_steps=max(1, max_steps // 10)),
+                     train=TrainConfig(max_steps=max_steps, batch_size=size.batch_size, log_every=10,
+                                       eval_every=every, eval_batches=0, save_every=every, keep_last=2,
+                                       max_minutes=2 * size.train_minutes, seed=1234, precision=size.precision),
+                     data=DataConfig(path=str(train_dir), eval_path=str(eval_dir)))
+
+
+def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 4) -> tuple[int, float]:
+    """Time a few training steps on this machine and return (steps that fit the budget, seconds per step),
+    so a slow or busy machine trains fewer steps (with a complete lr schedule) instead of running late."""
+    import copy
+    import statistics
+
+    from albertlm.training.distributed import DistInfo
+    from albertlm.training.pretrain import make_loop, open_datasets
+
+    probe = copy.deepcopy(run)
+    probe.train.max_steps, probe.train.progress, probe.train.tensorboard = probe_steps, False, False
+    probe.train.save_every, probe.train.eval_every, probe.train.log_every, probe.train.max_minutes = 0, 0, 0, 0
+    probe.data.eval_path = ""
+    loop = make_loop(probe, scratch, open_datasets(probe), DistInfo(), False)
+    loop.save = lambda: None
+    stamps = []
+    loop.on_step = lambda step, metrics: stamps.append(time.perf_counter())
+    loop.run()
+    seconds = statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
+    seconds *= 1.1                                  # evaluations and checkpoints on top of the steps
+    steps = int(size.train_minutes * 60 / seconds)
+    return max(size.min_steps, min(size.max_steps, steps)), seconds
+
+
+def unigram_baseline(train_dir: Path, eval_dir: Path) -> tuple[float, str]:
+    """Accuracy on the held-out masked slots of always predicting the training data's most frequent
+    masked token (the best context-free guess)."""
+    from albertlm.data.loader import PretrainingDataset
+
+    def masked_ids(directory: Path) -> np.ndarray:
+        ds = PretrainingDataset(directory)
+        ids = [item["masked_lm_ids"][item["masked_lm_weights"] > 0] for item in (ds[i] for i in range(len(ds)))]
+        return np.concatenate(ids)
+
+    train_ids = masked_ids(train_dir)
+    top = int(np.bincount(train_ids).argmax())
+    return float((masked_ids(eval_dir) == top).mean()), str(top)
+
+
+# ------------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m albertlm.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="demo_run", help="directory for everything the demo writes")
+    parser.add_argument("--quick", action="store_true", help="a one-minute smoke version")
+    args = parser.parse_args(argv)
+    size = QUICK if args.quick else FULL
+    out = Path(args.out).resolve()
+    started = time.perf_counter()
+
+    def stage(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {message}", flush=True)
+
+    stage(f"1/6 extracting text from the Python standard library ({sys.version.split()[0]})")
+    train_txt, heldout_txt, corpus_stats = write_corpus(out / "corpus", limit_chars=200_000 if args.quick else 0)
+    stage(f"    {corpus_stats}")
+    stage(f"2/6 training a SentencePiece tokenizer, V={size.vocab_size}")
+    tokenizer = train_tokenizer(train_txt, out / "tokenizer", size.vocab_size)
+    stage("3/6 building SOP pretraining data (n-gram masking)")
+    meta = build_data(train_txt, tokenizer, out / "data" / "train", size, size.dupe_factor, seed=1)
+    eval_meta = build_data(heldout_txt, tokenizer, out / "data" / "heldout", size, 1, seed=2)
+    stage(f"    {meta['num_instances']} training / {eval_meta['num_instances']} held-out sequences of "
+          f"{size.max_seq_length} tokens")
+    import shutil
+
+    from albertlm.training.pretrain import pretrain
+
+    run = run_config(size, meta["tokenizer"]["vocab_size"], out / "data" / "train", out / "data" / "heldout",
+                     size.max_steps)
+    shutil.rmtree(out / "probe", ignore_errors=True)
+    steps, seconds = fit_steps(run, size, out / "probe")
+    shutil.rmtree(out / "probe", ignore_errors=True)
+    run = run_config(size, meta["tokenizer"]["vocab_size"], out / "data" / "train", out / "data" / "heldout", steps)
+    stage(f"4/6 pretraining ALBERT (E={size.embedding_size}, H={size.hidden_size}, L={size.num_layers}, all "
+          f"layers shared): {seconds:.2f} s/step here, so {steps} steps of {size.batch_size} sequences fit "
+          f"{size.train_minutes} min (LAMB, lr {size.lr})")
+    run_dir = out / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    status = pretrain(run, run_dir)
+    stage(f"5/6 evaluating the final checkpoint on held-out modules ({status})")
+    from albertlm.cli.train_commands import evaluate_checkpoint
+    from albertlm.training.checkpoint import latest_checkpoint
+
+    final = latest_checkpoint(run_dir)
+    metrics = evaluate_checkpoint(final, out / "data" / "heldout")
+    baseline, _ = unigram_baseline(out / "data" / "train", out / "data" / "heldout")
+    stage("6/6 plotting")
+    from albertlm.training.plots import plot_run
+
+    png = plot_run(run_dir)
+    summary = {"minutes": round((time.perf_counter() - started) / 60, 1), "steps": _final_step(final),
+               "mlm_accuracy": round(metrics["mlm_acc"], 4), "unigram_baseline_accuracy": round(baseline, 4),
+               "sop_accuracy": round(metrics.get("sop_acc", float("nan")), 4),
+               "mlm_loss": round(metrics["mlm_loss"], 4)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _print_summary(out, final, png, summary)
+    return 0
+
+
+def _final_step(checkpoint: Path) -> int:
+    return int(checkpoint.name.split("_")[-1])
+
+
+def _print_summary(out: Path, final: Path, png: Path, s: dict) -> None:
+    print(f"""
+albertlm demo: done in {s['minutes']} min ({s['steps']} steps)
+  held-out MLM accuracy  {s['mlm_accuracy']:.1%}   (most-frequent-token baseline {s['unigram_baseline_accuracy']:.1%})
+  held-out SOP accuracy  {s['sop_accuracy']:.1%}   (chance 50%)
+  held-out MLM loss      {s['mlm_loss']:.3f}
+where everything went ({out}):
+  corpus/         the extracted text (train.txt, heldout.txt)
+  tokenizer/      spiece.model
+  data/           SOP shards (train, heldout)
+  run/            metrics.jsonl, tensorboard/, run_config.json
+  checkpoint      {final}
+  curves          {png}
+  summary.json""", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
