@@ -258,6 +258,28 @@ def test_trained_wordpiece_loads_in_transformers(tmp_path):
     assert load_tokenizer(tmp_path / "wp").encode_batch(lines) == _hf_ids(hf, lines)
 
 
+def test_korean_wordpiece_keeps_hangul_and_warns_about_bert_accent_stripping(tmp_path):
+    lines = [c for line in _lines("korean", "KorNLI", "xnli.dev.ko.tsv", limit=800) for c in line.split("\t")[:2]]
+    corpus = tmp_path / "ko.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tok = train_wordpiece([corpus], 2000, tmp_path / "wp", WordPieceOptions(do_lower_case=False, strip_accents=False),
+                          show_progress=False)
+    sample = lines[:100]
+    ids = tok.encode_batch(sample)
+    assert sum(row.count(tok.unk_id) for row in ids) < 0.01 * sum(map(len, ids))  # rare syllables only
+    known = [i for i, row in enumerate(ids) if tok.unk_id not in row]
+    assert len(known) > 50
+    assert [tok.decode(ids[i]).replace(" ", "") for i in known] == [sample[i].replace(" ", "") for i in known]
+    with pytest.warns(UserWarning, match="Hangul"):
+        broken = load_tokenizer(tmp_path / "wp", do_lower_case=True, strip_accents=None)  # BERT default
+    korean = next(sample[i] for i in known if re.search("[가-힣]", sample[i]))
+    assert broken.encode(korean).count(broken.unk_id) > 0
+    fixed = load_tokenizer(tmp_path / "wp", do_lower_case=True, strip_accents=False)
+    hf = transformers.BertTokenizer.from_pretrained(str(tmp_path / "wp"), do_lower_case=True, strip_accents=False)
+    assert fixed.encode_batch(sample) == _hf_ids(hf, sample)
+    assert fixed.encode(korean) == tok.encode(korean)
+
+
 # -- loading and saving --------------------------------------------------------------------------------
 
 def test_save_round_trip(albert, tmp_path):

@@ -6,6 +6,8 @@ Rust threads.
 """
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable
@@ -17,6 +19,7 @@ from albertlm.tokenization.base import TokenizersBacked, read_config, save_direc
 
 VOCAB_FILE = "vocab.txt"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_HANGUL = re.compile("[\uac00-\ud7a3]")  # composed syllables
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,17 @@ def read_vocab(vocab_file: Path) -> dict[str, int]:
     return vocab
 
 
+def warn_if_hangul_is_decomposed(vocab: dict[str, int], options: WordPieceOptions, source: Path) -> None:
+    """BERT's accent stripping (on by default with lowercasing) NFD-splits Hangul syllables into jamo, so a
+    Korean vocab sees only [UNK]. transformers' BertTokenizer does the same; we keep its ids but say so."""
+    strips = options.strip_accents if options.strip_accents is not None else options.do_lower_case
+    hangul = sum(1 for token in vocab if _HANGUL.search(token)) if strips else 0
+    if hangul >= 100:
+        warnings.warn(f"{source} holds {hangul} Hangul tokens but accent stripping (do_lower_case without "
+                      "strip_accents=False) decomposes Hangul into jamo and encodes it as [UNK]; load it with "
+                      "do_lower_case=False or strip_accents=False", UserWarning, stacklevel=3)
+
+
 def build_pipeline(vocab: dict[str, int], options: WordPieceOptions):
     """A `tokenizers.Tokenizer` equal to transformers' BertTokenizer, without its post-processor."""
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
@@ -78,6 +92,7 @@ class WordPieceTokenizer(TokenizersBacked):
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (self.vocab[t] for t in SPECIAL_TOKENS)
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self.backend = build_pipeline(self.vocab, self.options)
+        warn_if_hangul_is_decomposed(self.vocab, self.options, self.vocab_file)
 
     def word_start_mask(self) -> np.ndarray:
         """BERT whole-word masking: every token not starting with "##" begins a word."""
