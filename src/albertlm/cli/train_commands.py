@@ -102,6 +102,7 @@ def _pretrain(args: argparse.Namespace) -> int:
         if vocab != run.model.vocab_size:
             run.model = run.model.replace(vocab_size=vocab)   # the model follows the data's tokenizer
     run.validate()
+    run.train.accumulation_steps(info.world_size)      # the global batch must split evenly
     if info.is_main:
         print(json.dumps(run.to_dict(), indent=2), flush=True)
     if args.dry_run:
