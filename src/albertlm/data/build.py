@@ -7,7 +7,7 @@ Streaming and parallel, yet deterministic:
   each pair. Every document pass has its own rng seeded by (seed, document index, dupe), and each chunk's
   records are shuffled by an rng seeded by (seed, chunk index), so the output is byte-identical for any
   number of workers;
-- results are written in chunk order while at most `2 * workers` chunks are in flight, so memory is bounded
+- results are written in chunk order while at most `workers + 1` chunks are in flight, so memory is bounded
   by a few chunks plus the largest document, whatever the corpus size;
 - `num_shards K, shard_index i` keeps the chunks with index % K == i: K machines build K disjoint parts
   whose union is exactly the single-machine build (the loader merges the part metas);
@@ -15,6 +15,7 @@ Streaming and parallel, yet deterministic:
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import deque
@@ -26,13 +27,15 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from albertlm.data.corpus import FORMATS, CorpusCounts, Document, find_input_files, read_documents
-from albertlm.data.instances import InstanceConfig, InstanceCounts, Pair, create_pairs, make_document
+from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
+                                     document_from_lengths)
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_candidates
 from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, record_dtype,
                                   write_json_atomic)
 from albertlm.errors import UserError
 
 RECORD_BYTES_PER_SHARD = 256 << 20
+ENCODE_BATCH = 4096  # sentences per native encode call
 
 
 @dataclass
@@ -140,14 +143,11 @@ def chunk_documents(documents: Iterable[Document], chunk_chars: int) -> Iterator
 def process_chunk(chunk_index: int, documents: list[Document], ctx: ChunkContext) -> tuple[np.ndarray, InstanceCounts]:
     """Tokenize a chunk in one batch, make dupe_factor passes of pairs, mask them, shuffle the records."""
     counts = InstanceCounts()
-    ids = ctx.tokenizer.encode_batch([s for doc in documents for s in doc.sentences])
-    tokenized, start = [], 0
+    tokenized = []
     for doc in documents:
-        tokens = make_document(ids[start:start + len(doc.sentences)], ctx.instance.max_num_tokens, counts)
-        start += len(doc.sentences)
+        tokens = tokenize_document(doc.sentences, ctx, counts)
         if tokens is not None:
             tokenized.append((doc.index, tokens))
-    del ids
     pairs: list[tuple[Pair, np.random.Generator]] = []
     for dupe in range(ctx.dupe_factor):
         for position, (index, doc) in enumerate(tokenized):
@@ -155,10 +155,25 @@ def process_chunk(chunk_index: int, documents: list[Document], ctx: ChunkContext
             pick = _other_document_picker(tokenized, position)
             for pair in create_pairs(doc, ctx.instance, rng, ctx.vocab.word_start, pick, counts):
                 pairs.append((pair, rng))
+    # the chunk's shuffle decides where each record goes, so no shuffled copy is made
+    slots = np.argsort(chunk_rng(ctx.seed, chunk_index).permutation(len(pairs))).tolist()
     records = np.zeros(len(pairs), dtype=ctx.dtype)
-    for k, (pair, rng) in enumerate(pairs):
-        fill_record(records, k, pair, ctx, rng)
-    return records[chunk_rng(ctx.seed, chunk_index).permutation(len(records))], counts
+    for slot, (pair, rng) in zip(slots, pairs):
+        fill_record(records, slot, pair, ctx, rng)
+    return records, counts
+
+
+def tokenize_document(sentences: list[str], ctx: ChunkContext, counts: InstanceCounts) -> TokenizedDocument | None:
+    """Native batch encoding, ENCODE_BATCH sentences at a time, each batch packed into numpy at once:
+    Python lists of ids (~40 bytes a token) never hold more than one batch."""
+    arrays, lengths = [], []
+    for start in range(0, len(sentences), ENCODE_BATCH):
+        ids = ctx.tokenizer.encode_batch(sentences[start:start + ENCODE_BATCH])
+        sizes = [len(row) for row in ids]
+        arrays.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=sum(sizes)))
+        lengths.extend(sizes)
+    tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
+    return document_from_lengths(tokens, lengths, ctx.instance.max_num_tokens, counts)
 
 
 def _other_document_picker(tokenized, position):
@@ -210,7 +225,7 @@ def _run_in_worker(chunk_index: int, documents: list[Document]):
 
 
 def _results(chunks: Iterator[tuple[int, list[Document]]], ctx: ChunkContext, workers: int):
-    """(records, counts) per chunk in chunk order; at most 2 * workers chunks in flight."""
+    """(records, counts) per chunk in chunk order; at most workers + 1 chunks in flight."""
     if workers == 1:
         for index, docs in chunks:
             yield process_chunk(index, docs, ctx)
@@ -223,7 +238,7 @@ def _results(chunks: Iterator[tuple[int, list[Document]]], ctx: ChunkContext, wo
         pending: deque = deque()
         for index, docs in chunks:
             pending.append(pool.submit(_run_in_worker, index, docs))
-            if len(pending) >= 2 * workers:
+            if len(pending) > workers:  # one chunk queued per busy worker: bounded and still never idle
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()

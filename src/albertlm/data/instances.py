@@ -90,11 +90,16 @@ def make_document(sentence_ids: Sequence[Sequence[int]], max_sentence_tokens: in
                   counts: InstanceCounts) -> TokenizedDocument | None:
     """Concatenate tokenized sentences, dropping empty ones and cutting long ones; None if no tokens."""
     lengths = [len(ids) for ids in sentence_ids]
-    total = sum(lengths)
-    if total == 0:
+    tokens = np.fromiter((t for ids in sentence_ids for t in ids), dtype=np.int32, count=sum(lengths))
+    return document_from_lengths(tokens, lengths, max_sentence_tokens, counts)
+
+
+def document_from_lengths(tokens: np.ndarray, lengths: Sequence[int], max_sentence_tokens: int,
+                          counts: InstanceCounts) -> TokenizedDocument | None:
+    """`make_document` for sentences already concatenated in `tokens` with the given lengths."""
+    if tokens.size == 0:
         counts.empty_documents += 1
         return None
-    tokens = np.fromiter((t for ids in sentence_ids for t in ids), dtype=np.int32, count=total)
     offsets = [0]
     for length in lengths:
         if length == 0:
