@@ -91,11 +91,11 @@ def test_a_crashed_build_leaves_nothing_that_looks_complete(corpus, tmp_path, mo
     real = build_module.process_chunk
     calls = {"n": 0}
 
-    def failing(index, docs, ctx):
+    def failing(chunk, ctx):
         calls["n"] += 1
         if calls["n"] == 4:
             raise RuntimeError("disk on fire")
-        return real(index, docs, ctx)
+        return real(chunk, ctx)
 
     monkeypatch.setattr(build_module, "process_chunk", failing)
     with pytest.raises(RuntimeError):

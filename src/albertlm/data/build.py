@@ -11,7 +11,8 @@ Streaming and parallel, yet deterministic:
   by a few chunks plus the largest document, whatever the corpus size;
 - `num_shards K, shard_index i` keeps the chunks with index % K == i: K machines build K disjoint parts
   whose union is exactly the single-machine build (the loader merges the part metas);
-- NSP negatives come from the other documents of the same chunk (a bounded pool).
+- NSP negatives come from the other documents of the same chunk plus excerpts (64 sentences) of the
+  previous chunk's last 8 documents: a bounded buffer of recent documents.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from albertlm.errors import UserError
 
 RECORD_BYTES_PER_SHARD = 256 << 20
 ENCODE_BATCH = 4096  # sentences per native encode call
+NEGATIVE_DOCUMENTS, NEGATIVE_SENTENCES = 8, 64  # NSP: excerpts of the previous chunk's last documents
 
 
 @dataclass
@@ -140,23 +142,35 @@ def chunk_documents(documents: Iterable[Document], chunk_chars: int) -> Iterator
         yield chunk
 
 
-def process_chunk(chunk_index: int, documents: list[Document], ctx: ChunkContext) -> tuple[np.ndarray, InstanceCounts]:
-    """Tokenize a chunk in one batch, make dupe_factor passes of pairs, mask them, shuffle the records."""
-    counts = InstanceCounts()
+@dataclass
+class Chunk:
+    """A work unit: documents in input order, plus (for NSP) excerpts of the previous chunk's documents
+    as extra random-next candidates, so a chunk holding one big document still has other documents."""
+
+    index: int
+    documents: list[Document]
+    negatives: list[list[str]] = field(default_factory=list)
+
+
+def process_chunk(chunk: Chunk, ctx: ChunkContext) -> tuple[np.ndarray, InstanceCounts]:
+    """Tokenize a chunk in native batches, make dupe_factor passes of pairs, mask them, shuffle the records."""
+    counts, scratch = InstanceCounts(), InstanceCounts()
     tokenized = []
-    for doc in documents:
+    for doc in chunk.documents:
         tokens = tokenize_document(doc.sentences, ctx, counts)
         if tokens is not None:
             tokenized.append((doc.index, tokens))
+    negatives = [t for t in (tokenize_document(s, ctx, scratch) for s in chunk.negatives) if t is not None]
+    pool = [tokens for _, tokens in tokenized] + negatives
     pairs: list[tuple[Pair, np.random.Generator]] = []
     for dupe in range(ctx.dupe_factor):
         for position, (index, doc) in enumerate(tokenized):
             rng = document_rng(ctx.seed, index, dupe)
-            pick = _other_document_picker(tokenized, position)
+            pick = _other_document_picker(pool, position)
             for pair in create_pairs(doc, ctx.instance, rng, ctx.vocab.word_start, pick, counts):
                 pairs.append((pair, rng))
     # the chunk's shuffle decides where each record goes, so no shuffled copy is made
-    slots = np.argsort(chunk_rng(ctx.seed, chunk_index).permutation(len(pairs))).tolist()
+    slots = np.argsort(chunk_rng(ctx.seed, chunk.index).permutation(len(pairs))).tolist()
     records = np.zeros(len(pairs), dtype=ctx.dtype)
     for slot, (pair, rng) in zip(slots, pairs):
         fill_record(records, slot, pair, ctx, rng)
@@ -176,13 +190,13 @@ def tokenize_document(sentences: list[str], ctx: ChunkContext, counts: InstanceC
     return document_from_lengths(tokens, lengths, ctx.instance.max_num_tokens, counts)
 
 
-def _other_document_picker(tokenized, position):
-    if len(tokenized) < 2:
+def _other_document_picker(pool: list[TokenizedDocument], position: int):
+    if len(pool) < 2:
         return lambda rng: None
 
-    def pick(rng: np.random.Generator):
-        other = int(rng.integers(0, len(tokenized) - 1))
-        return tokenized[other + (other >= position)][1]
+    def pick(rng: np.random.Generator) -> TokenizedDocument:
+        other = int(rng.integers(0, len(pool) - 1))
+        return pool[other + (other >= position)]
     return pick
 
 
@@ -220,15 +234,15 @@ def _init_worker(ctx: ChunkContext) -> None:
     _WORKER_CONTEXT = ctx.load(num_threads=1)
 
 
-def _run_in_worker(chunk_index: int, documents: list[Document]):
-    return process_chunk(chunk_index, documents, _WORKER_CONTEXT)
+def _run_in_worker(chunk: Chunk):
+    return process_chunk(chunk, _WORKER_CONTEXT)
 
 
-def _results(chunks: Iterator[tuple[int, list[Document]]], ctx: ChunkContext, workers: int):
+def _results(chunks: Iterator[Chunk], ctx: ChunkContext, workers: int):
     """(records, counts) per chunk in chunk order; at most workers + 1 chunks in flight."""
     if workers == 1:
-        for index, docs in chunks:
-            yield process_chunk(index, docs, ctx)
+        for chunk in chunks:
+            yield process_chunk(chunk, ctx)
         return
     import multiprocessing
 
@@ -236,8 +250,8 @@ def _results(chunks: Iterator[tuple[int, list[Document]]], ctx: ChunkContext, wo
     shipped = ChunkContext(ctx.tokenizer_path, ctx.instance, ctx.masking, ctx.dupe_factor, ctx.seed)
     with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(shipped,)) as pool:
         pending: deque = deque()
-        for index, docs in chunks:
-            pending.append(pool.submit(_run_in_worker, index, docs))
+        for chunk in chunks:
+            pending.append(pool.submit(_run_in_worker, chunk))
             if len(pending) > workers:  # one chunk queued per busy worker: bounded and still never idle
                 yield pending.popleft().result()
         while pending:
@@ -291,12 +305,21 @@ def build(cfg: BuildConfig) -> BuildSummary:
     return BuildSummary(str(out), instances.instances, len(shards), time.perf_counter() - started, counts)
 
 
-def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, bar) -> Iterator[tuple[int, list[Document]]]:
+def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, bar) -> Iterator[Chunk]:
+    """This part's chunks. Every chunk is read (and gives negatives to the next), whichever part owns it."""
     documents = read_documents(files, cfg.format, cfg.text_field, corpus)
+    negatives: list[list[str]] = []
     for index, docs in enumerate(chunk_documents(documents, cfg.chunk_chars)):
         bar.update(sum(doc.num_chars for doc in docs))
         if index % cfg.num_shards == cfg.shard_index:
-            yield index, docs
+            yield Chunk(index, docs, negatives)
+        if cfg.sentence_task == "nsp":
+            negatives = [_excerpt(doc.sentences) for doc in docs[-NEGATIVE_DOCUMENTS:]]
+
+
+def _excerpt(sentences: list[str]) -> list[str]:
+    middle = max(0, len(sentences) // 2 - NEGATIVE_SENTENCES // 2)
+    return sentences[middle:middle + NEGATIVE_SENTENCES]
 
 
 def _progress_bar(files, enabled: bool):
