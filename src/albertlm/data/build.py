@@ -3,7 +3,7 @@
 Streaming and parallel, yet deterministic:
 - the main process reads documents in input order and groups them into chunks of about `chunk_chars`
   characters (a chunk never splits a document). Chunking depends only on the input, never on `workers`;
-- a chunk is a job: tokenize its sentences in one native batch, make `dupe_factor` passes of pairs, mask
+- a chunk is a job: tokenize its sentences in native batches, make `dupe_factor` passes of pairs, mask
   each pair. Every document pass has its own rng seeded by (seed, document index, dupe), and each chunk's
   records are shuffled by an rng seeded by (seed, chunk index), so the output is byte-identical for any
   number of workers;
@@ -17,7 +17,6 @@ Streaming and parallel, yet deterministic:
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
