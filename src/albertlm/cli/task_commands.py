@@ -254,7 +254,7 @@ def _score_squad(args) -> dict:
         raise UserError("give the gold file with --data DEV.json")
     golds = squad.gold_answers(squad.read_squad(args.dev))
     preds = squad.read_predictions(args.predictions)
-    na_probs = squad.read_predictions(args.na_probs) if args.na_probs else None
+    na_probs = squad.read_null_odds(args.na_probs) if args.na_probs else None
     if args.version.startswith("1"):
         return metrics.squad_v1_scores(golds, preds)
     if na_probs is not None:
@@ -305,7 +305,11 @@ def _score_classify(args) -> dict:
         raise UserError("give the gold file with --data FILE")
     columns = classify.Columns(args.text_column, args.text_pair_column, args.label_column, args.id_column)
     examples = classify.read_examples(args.dev, columns, True, args.regression)
-    preds = {str(r["id"]): r["prediction"] for _, r in read_records(args.predictions, "tsv")}
+    preds = {}
+    for lineno, record in read_records(args.predictions, "tsv"):
+        if "id" not in record or "prediction" not in record:
+            raise UserError(f"{args.predictions}:{lineno}: expected the columns id, prediction")
+        preds[str(record["id"])] = record["prediction"]
     missing = [e.guid for e in examples if e.guid not in preds]
     if missing:
         raise UserError(f"{args.predictions}: no prediction for id {missing[0]}")

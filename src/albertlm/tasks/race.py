@@ -129,7 +129,12 @@ def read_predictions(path: str | Path) -> dict[str, int]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object {{question id: option letter}}")
     out = {}
     for qid, value in data.items():
         if isinstance(value, str) and value in LETTERS:

@@ -354,6 +354,16 @@ def tune_threshold(golds: dict[str, list[str]], predictions: dict[str, ExamplePr
 
 
 def read_predictions(path: str | Path) -> dict[str, str]:
+    """predictions.json: {question id: answer text} ('' = no answer)."""
+    return _read_json_map(path, str, "an answer string")
+
+
+def read_null_odds(path: str | Path) -> dict[str, float]:
+    """null_odds.json: {question id: number}, higher = more likely unanswerable."""
+    return {k: float(v) for k, v in _read_json_map(path, (int, float), "a number").items()}
+
+
+def _read_json_map(path: str | Path, kind, what: str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
@@ -362,5 +372,8 @@ def read_predictions(path: str | Path) -> dict[str, str]:
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a JSON object {{question id: answer text}}")
+        raise DataError(f"{path}: expected a JSON object {{question id: {what}}}")
+    for qid, value in data.items():
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise DataError(f"{path}: the value for question {qid} is {value!r}, expected {what}")
     return data
