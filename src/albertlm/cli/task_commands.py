@@ -126,21 +126,58 @@ def _config(args, family: str, task_info: dict | None = None):
     if task_info and "max_seq_length" in task_info:
         cfg = cfg.replace(max_seq_length=task_info["max_seq_length"])
     explicit = {k: getattr(args, k) for k in RUN_FLAGS if getattr(args, k, None) is not None}
+    if "epochs" in explicit and "max_steps" not in explicit:
+        explicit["max_steps"] = 0  # --epochs beats a recipe's step count
+    if "warmup_ratio" in explicit and "warmup_steps" not in explicit:
+        explicit["warmup_steps"] = -1
     return cfg.replace(**explicit)
 
 
+def resolve_model(path: str | Path) -> Path:
+    """A model directory, or a pretraining run directory (its newest checkpoint)."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    from albertlm.training.checkpoint import latest_checkpoint
+
+    latest = latest_checkpoint(path) if path.is_dir() else None
+    if latest is None:
+        raise UserError(f"{path}: not a model directory (no config.json) nor a pretraining run with checkpoints")
+    print(f"using the newest checkpoint of the run: {latest}", file=sys.stderr)
+    return latest
+
+
+def _has_tokenizer(directory: Path) -> bool:
+    return directory.is_dir() and (any((directory / n).is_file() for n in ("spiece.model", "vocab.txt"))
+                                   or bool(list(directory.glob("*.model"))))
+
+
+def _tokenizer_of_pretraining(model_dir: Path) -> Path | None:
+    """The tokenizer recorded in the pretraining data's meta.json (run_config.json -> data.path)."""
+    config = model_dir / "run_config.json"
+    if not config.is_file():
+        return None
+    data_dir = json.loads(config.read_text()).get("data", {}).get("path", "")
+    meta = Path(data_dir) / "meta.json" if data_dir else None
+    if meta is None or not meta.is_file():
+        return None
+    path = json.loads(meta.read_text()).get("tokenizer", {}).get("path")
+    return Path(path) if path and Path(path).exists() else None
+
+
 def _tokenizer(args):
+    """--tokenizer, else the model directory's files, else the pretraining run's tokenizer."""
     from albertlm.tokenization import load_tokenizer
 
     if args.tokenizer:
         return load_tokenizer(args.tokenizer)
-    model_dir = Path(args.model) if getattr(args, "model", None) else None
-    if model_dir is None or not model_dir.is_dir():
-        raise UserError(f"model directory not found: {model_dir}" if model_dir else "give --model or --tokenizer")
-    if not any((model_dir / name).is_file() for name in ("spiece.model", "vocab.txt")) and \
-            not list(model_dir.glob("*.model")):
-        raise UserError(f"no tokenizer files (spiece.model / vocab.txt) in {model_dir}; pass --tokenizer PATH")
-    return load_tokenizer(model_dir)
+    model_dir = Path(args.model)
+    if _has_tokenizer(model_dir):
+        return load_tokenizer(model_dir)
+    recorded = _tokenizer_of_pretraining(model_dir)
+    if recorded is not None:
+        return load_tokenizer(recorded)
+    raise UserError(f"no tokenizer files (spiece.model / vocab.txt) in {model_dir}; pass --tokenizer PATH")
 
 
 def _task_info(model_dir) -> dict:
@@ -190,6 +227,7 @@ def _finetune(args) -> int:
 
     family = args.family
     cfg = _config(args, family)
+    args.model = str(resolve_model(args.model))
     tokenizer = _tokenizer(args)
     spec = _spec(args, family, tokenizer, cfg, training=True, info={})
     spec.info["max_seq_length"] = cfg.max_seq_length

@@ -28,7 +28,7 @@ from albertlm.errors import UserError
 from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
 from albertlm.training.lamb import build_optimizer
-from albertlm.training.precision import autocast, check_precision
+from albertlm.training.precision import autocast, grad_scaler
 from albertlm.training.schedule import lr_at, set_lr
 
 TASK_FILE = "task.json"  # beside the best checkpoint: what `predict` / `evaluate` need to know
@@ -128,7 +128,7 @@ class Finetuner:
         self.spec, self.model, self.tokenizer, self.cfg = spec, model, tokenizer, cfg
         self.out_dir = Path(out_dir)
         self.device = pick_device(cfg.device)
-        check_precision(cfg.precision, self.device)
+        self.scaler = grad_scaler(cfg.precision, self.device)  # fp16 only; checks the precision too
         self.log = log
         if not spec.train:
             raise UserError("no training examples")
@@ -182,10 +182,18 @@ class Finetuner:
             raise UserError(f"the loss became {loss.item()} at a step with lr {lr:g}; "
                             "lower --lr (v2 models on RACE: use --recipe race-v2)")
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(optimizer)
         if self.cfg.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        optimizer.step()
+        if self.scaler is None:
+            optimizer.step()
+        else:
+            self.scaler.step(optimizer)
+            self.scaler.update()
         return float(loss.detach())
 
     def _evaluate(self, step: int, history: list, best: dict | None) -> dict | None:
