@@ -119,3 +119,65 @@ def test_correlations_match_formulas(seed):
     assert out["pearson"] == pytest.approx(np.corrcoef(y, p)[0, 1])
     assert out["spearman"] == pytest.approx(np.corrcoef(rankdata(y), rankdata(p))[0, 1])
     assert metrics.glue_metrics("stsb", y, np.ones_like(y))["pearson"] == 0.0  # constant: defined as 0
+
+
+class WordTokenizer:
+    pad_id, cls_id, sep_id = 0, 2, 3
+
+    def encode_batch(self, texts):
+        return [[5 + len(w) % 90 for w in t.split()] for t in texts]
+
+
+def _mnli_row(i, n_cols, label):
+    cells = [str(i), "p", "p", "g", "s1", "s2", "s3", "s4", f"premise {i}", f"hypothesis {i}"]
+    cells += ["x"] * (n_cols - len(cells) - 1)
+    return "\t".join(cells + ([label] if label else [])) + "\n"
+
+
+def test_mnli_layout_matched_mismatched_and_ax(tmp_path):
+    """MNLI's train (12 columns) and dev (16 columns) keep gold_label last; test and AX have no label."""
+    from albertlm.config.task import FinetuneConfig
+    from albertlm.tasks.specs import glue_spec
+
+    labels = ["entailment", "neutral", "contradiction"]
+    header = "\t".join(["index"] + [f"c{i}" for i in range(10)] + ["gold_label"]) + "\n"
+    (tmp_path / "train.tsv").write_text(header + "".join(_mnli_row(i, 12, labels[i % 3]) for i in range(9)))
+    dev_header = "\t".join(["index"] + [f"c{i}" for i in range(14)] + ["gold_label"]) + "\n"
+    for name in ("dev_matched.tsv", "dev_mismatched.tsv"):
+        (tmp_path / name).write_text(dev_header + "".join(_mnli_row(i, 16, labels[i % 3]) for i in range(6)))
+    (tmp_path / "test_matched.tsv").write_text("index\t" + "\t".join(f"c{i}" for i in range(9)) + "\n"
+                                               + "".join(_mnli_row(i, 11, None)[:-1] + "\n" for i in range(4)))
+    (tmp_path / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA man.\tA person.\n1\tx\ty\n")
+    cfg = FinetuneConfig(max_seq_length=16)
+    spec = glue_spec("mnli", WordTokenizer(), cfg, data_dir=tmp_path,
+                     test_files=[tmp_path / "test_matched.tsv", tmp_path / "diagnostic.tsv"])
+    assert len(spec.train) == 9 and spec.model_overrides == {"num_labels": 3}
+    assert [s.name for s in spec.eval_sets] == ["dev_matched", "dev_mismatched", "test:test_matched.tsv",
+                                                "test:diagnostic.tsv"]
+    assert [f.label for f in spec.train[:3]] == [1, 2, 0]   # entailment, neutral, contradiction ids
+    logits = np.eye(3)[[1, 2, 0, 1, 2, 0]]
+    assert spec.eval_sets[0].score({"logits": logits})["accuracy"] == 1.0
+    for eval_set, rows in ((spec.eval_sets[2], 4), (spec.eval_sets[3], 2)):
+        eval_set.write({"logits": np.eye(3)[[0] * rows]}, tmp_path)
+    assert (tmp_path / "submission" / "MNLI-m.tsv").read_text().splitlines()[1] == "0\tcontradiction"
+    assert (tmp_path / "submission" / "AX.tsv").read_text().splitlines() == \
+        ["index\tprediction", "0\tcontradiction", "1\tcontradiction"]
+
+
+def test_recipes_and_flag_precedence():
+    import argparse
+
+    from albertlm.cli import task_commands
+    from albertlm.tasks.recipes import recipe
+
+    rte = recipe("RTE")
+    assert (rte.lr, rte.batch_size, rte.max_steps, rte.warmup_steps) == (3e-5, 32, 800, 200)  # run_glue.sh
+    assert recipe("race-v2").lr == 1e-5 and recipe("race-v2").hidden_dropout == 0.0
+    parser = argparse.ArgumentParser()
+    task_commands.add_arguments(parser, "finetune")
+    args = parser.parse_args(["glue", "--task", "rte", "--model", "m", "--out", "o", "--recipe", "paper",
+                              "--lr", "1e-4", "--epochs", "2"])
+    cfg = task_commands._config(args, "glue")
+    assert (cfg.lr, cfg.batch_size, cfg.max_steps, cfg.epochs, cfg.warmup_steps) == (1e-4, 32, 0, 2.0, 200)
+    with pytest.raises(UserError, match="unknown recipe"):
+        recipe("imagenet")
