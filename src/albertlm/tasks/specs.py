@@ -120,14 +120,23 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
                settings: squad.SquadSettings | None = None, training: bool = True) -> TaskSpec:
     settings = settings or squad.SquadSettings(max_seq_length=cfg.max_seq_length)
     problems = Problems()
+
+    def read(path, labelled: bool):
+        examples = squad.read_squad(path, problems)
+        unanswerable = [e.qid for e in examples if e.is_impossible]
+        if version.startswith("1") and labelled and unanswerable and len(unanswerable) < len(examples):
+            raise DataError(f"{path}: question {unanswerable[0]} has no answer ({len(unanswerable)} such); "
+                            "SQuAD v1.1 needs one for every question: use --version 2.0")
+        return examples
+
     train = []
     if training:
         if train_file is None:
             raise DataError("SQuAD fine-tuning needs --train FILE (the official train JSON)")
-        train = squad.build_features(tokenizer, squad.read_squad(train_file, problems), settings, True, problems)
+        train = squad.build_features(tokenizer, read(train_file, True), settings, True, problems)
     eval_sets = []
     if dev_file is not None:
-        examples = squad.read_squad(dev_file, problems)
+        examples = read(dev_file, True)
         features = squad.build_features(tokenizer, examples, settings, False, problems)
         eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features))
     return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
