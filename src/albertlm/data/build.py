@@ -230,7 +230,24 @@ _WORKER_CONTEXT: ChunkContext | None = None
 
 def _init_worker(ctx: ChunkContext) -> None:
     global _WORKER_CONTEXT
+    limit_heap_growth()
     _WORKER_CONTEXT = ctx.load(num_threads=1)
+
+
+def limit_heap_growth() -> None:
+    """Serve allocations >= 1 MiB (numpy arrays of a chunk) by mmap, so freeing them returns the memory.
+
+    glibc otherwise raises its mmap threshold after each large free (up to 32 MiB) and later arrays land in
+    the heap, whose fragmentation made peak RSS creep up with the number of chunks (+12% on a 10x corpus).
+    A no-op where glibc's mallopt is missing."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
 
 
 def _run_in_worker(chunk: Chunk):
@@ -274,6 +291,7 @@ class BuildSummary:
 def build(cfg: BuildConfig) -> BuildSummary:
     """Build the shards and meta of `cfg.out`; raises UserError on bad input or an empty result."""
     started = time.perf_counter()
+    limit_heap_growth()
     files = find_input_files(cfg.inputs)
     out = _prepare_output(Path(cfg.out), cfg)
     ctx = ChunkContext(str(cfg.tokenizer), cfg.instance_config(), cfg.masking_config(), cfg.dupe_factor,
