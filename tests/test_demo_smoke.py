@@ -19,7 +19,7 @@ def demo_dir(tmp_path_factory):
 
 def test_quick_demo_writes_everything(demo_dir):
     summary = json.loads((demo_dir / "summary.json").read_text())
-    assert summary["steps"] == 20
+    assert 1 <= summary["steps"] <= 10          # fewer only if the time budget ran out on a busy machine
     assert 0 <= summary["mlm_accuracy"] <= 1 and 0 <= summary["unigram_baseline_accuracy"] <= 1
     assert (demo_dir / "run" / "curves.png").stat().st_size > 10_000
     assert (demo_dir / "tokenizer" / "spiece.model").is_file()
@@ -45,6 +45,19 @@ def test_cli_pretrain_resume_evaluate_plot(demo_dir, tmp_path, capsys):
     metrics = json.loads(capsys.readouterr().out)
     assert {"mlm_loss", "mlm_acc", "sop_acc", "sentence_task"} <= set(metrics)
     assert cli(["plot", str(run)]) == 0 and (run / "curves.png").is_file()
+
+
+def test_dynamic_masking_changes_masks_between_epochs(demo_dir):
+    from albertlm.training.loop import _EpochItems
+    from albertlm.training.pretrain import open_dataset
+
+    def positions(dynamic: bool, epoch: int) -> list:
+        items = _EpochItems(open_dataset(demo_dir / "data" / "train", dynamic, seed=0), dynamic)
+        return [items[(epoch, i)]["masked_lm_positions"].tolist() for i in range(20)]
+
+    assert positions(True, 0) != positions(True, 1)
+    assert positions(True, 1) == positions(True, 1)
+    assert positions(False, 0) == positions(False, 1)
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

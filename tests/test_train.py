@@ -204,3 +204,18 @@ def test_bf16_autocast_trains(tmp_path):
     _, seen, model = train(tiny_run(max_steps=3, precision="bf16", activation_checkpointing=True), tmp_path)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert next(model.parameters()).dtype == torch.float32 and seen[3]["loss"] < 10
+
+
+def test_init_from_a_saved_model(tmp_path):
+    from albertlm.model.albert import AlbertForPreTraining
+
+    torch.manual_seed(3)
+    source = AlbertForPreTraining(tiny_run().model)
+    source.save_pretrained(tmp_path / "init")
+    run = tiny_run(max_steps=1)
+    run.init_from = str(tmp_path / "init")
+    run.model = run.model.replace(hidden_size=64)          # ignored: the checkpoint's config wins
+    loop = make_loop(run, tmp_path / "run", datasets(), DistInfo(), False)
+    assert run.model.hidden_size == 32
+    for (name, p), q in zip(loop.model.named_parameters(), source.parameters()):
+        torch.testing.assert_close(p, q, msg=name)

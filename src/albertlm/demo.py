@@ -46,7 +46,7 @@ class DemoSize:
 FULL = DemoSize(vocab_size=8000, max_seq_length=128, dupe_factor=4, hidden_size=128, num_layers=3, num_heads=2,
                 embedding_size=64, batch_size=32, max_steps=2000, min_steps=100, lr=0.01, train_minutes=5.5)
 QUICK = DemoSize(vocab_size=2000, max_seq_length=64, dupe_factor=1, hidden_size=64, num_layers=2, num_heads=2,
-                 embedding_size=32, batch_size=16, max_steps=20, min_steps=20, lr=0.005, train_minutes=1.0)
+                 embedding_size=32, batch_size=16, max_steps=10, min_steps=10, lr=0.005, train_minutes=1.0)
 
 
 # ------------------------------------------------------------------------------------------------ corpus

@@ -199,7 +199,7 @@ class Loop:
                 self.state.extra["tokens"] = self.state.extra.get("tokens", 0.0) + tokens
                 window = stats if window is None else window + stats
                 if self.logger is not None:
-                    self.logger.advance(self.state.step, loss)
+                    self.logger.advance(self.state.step, loss, timer.rate())
                 if self.on_step is not None:
                     self.on_step(self.state.step, self.objective.summarize(stats[:-1]))
                 window = self.after_step(window, timer)
@@ -342,6 +342,9 @@ class _Timer:
         t = time.perf_counter()
         yield
         self.wait += time.perf_counter() - t
+
+    def rate(self) -> float:
+        return self.tokens / max(time.perf_counter() - self.start, 1e-9)
 
     def read(self) -> dict[str, float]:
         now = time.perf_counter()

@@ -26,7 +26,6 @@ class MetricsLogger:
 
             self.bar = tqdm(total=max_steps, initial=start_step, unit="step", dynamic_ncols=True,
                             smoothing=0.1, mininterval=0.5)
-        self.tokens_per_s = 0.0
 
     def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         record = {"step": step, "split": split, "time": round(time.time(), 3)}
@@ -35,15 +34,13 @@ class MetricsLogger:
         if self.writer is not None:
             for name, value in metrics.items():
                 self.writer.add_scalar(f"{split}/{name}", float(value), step)
-        if split == "train":
-            self.tokens_per_s = metrics.get("tokens_per_s", self.tokens_per_s)
-        elif split == "eval":
+        if split == "eval":
             self.note(f"step {step} eval: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
 
-    def advance(self, step: int, loss: float) -> None:
+    def advance(self, step: int, loss: float, tokens_per_s: float) -> None:
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
-            self.bar.set_postfix_str(f"loss {loss:.4f}, {self.tokens_per_s:,.0f} tok/s", refresh=False)
+            self.bar.set_postfix_str(f"loss {loss:.4f}, {tokens_per_s:,.0f} tok/s", refresh=False)
 
     def note(self, message: str) -> None:
         if self.bar is not None:
