@@ -86,7 +86,7 @@ def test_chosen_ngrams_respect_budget_and_never_overlap():
     for _ in range(300):
         lengths = rng.integers(1, 4, size=int(rng.integers(1, 60)))
         budget = int(rng.integers(1, 25))
-        chosen = choose_ngrams(lengths, budget, 3, rng)
+        chosen = choose_ngrams([0, *np.cumsum(lengths).tolist()], budget, 3, rng)
         words = [w for start, n in chosen for w in range(start, start + n)]
         assert len(words) == len(set(words))
         assert all(1 <= n <= 3 and start + n <= lengths.size for start, n in chosen)

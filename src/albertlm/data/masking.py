@@ -14,6 +14,7 @@ seeded ``random.Random`` with numpy's unseeded global RNG), and random replaceme
 """
 from __future__ import annotations
 
+import bisect
 import functools
 from dataclasses import dataclass
 
@@ -54,50 +55,56 @@ def num_to_predict(length: int, cfg: MaskingConfig) -> int:
     return min(cfg.max_predictions_per_seq, max(1, int(round(length * cfg.masked_lm_prob))))
 
 
-def word_spans(candidates: np.ndarray, word_start: np.ndarray) -> np.ndarray:
-    """Lengths (in candidate tokens) of the whole words made by the candidate positions.
+def word_bounds(candidates: np.ndarray, word_start: np.ndarray) -> list[int]:
+    """Where each whole word begins, as an index into `candidates`, plus `candidates.size` at the end.
 
     A word begins at a word-start token or wherever candidate positions stop being adjacent
-    (so a word never straddles [SEP])."""
+    (so a word never straddles [SEP]). Word k is candidates[bounds[k]:bounds[k + 1]]."""
     if candidates.size == 0:
-        return np.zeros(0, dtype=np.int64)
+        return [0]
     starts = word_start.copy()
     starts[0] = True
     starts[1:] |= candidates[1:] != candidates[:-1] + 1
-    first = np.flatnonzero(starts)
-    lengths = np.empty_like(first)
-    lengths[:-1] = first[1:] - first[:-1]
-    lengths[-1] = candidates.size - first[-1]
-    return lengths
+    return np.flatnonzero(starts).tolist() + [candidates.size]
+
+
+def word_spans(candidates: np.ndarray, word_start: np.ndarray) -> np.ndarray:
+    """Lengths (in candidate tokens) of the whole words made by the candidate positions."""
+    return np.diff(word_bounds(candidates, word_start))
 
 
 @functools.lru_cache(maxsize=None)
-def _ngram_cdf(max_ngram: int) -> np.ndarray:
-    return np.cumsum(ngram_probabilities(max_ngram))[:-1]  # the last bound (1.0) is implied
+def _ngram_cdf(max_ngram: int) -> tuple[float, ...]:
+    return tuple(np.cumsum(ngram_probabilities(max_ngram))[:-1].tolist())  # the last bound (1.0) is implied
 
 
 def draw_ngram_sizes(count: int, max_ngram: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` draws of n in 1..max_ngram with p(n) proportional to 1/n."""
+    """`count` draws of n in 1..max_ngram with p(n) proportional to 1/n (as `choose_ngrams` draws them)."""
     return np.searchsorted(_ngram_cdf(max_ngram), rng.random(count), side="right") + 1
 
 
-def choose_ngrams(word_lengths: np.ndarray, budget: int, max_ngram: int,
-                  rng: np.random.Generator) -> list[tuple[int, int]]:
-    """Greedy n-gram selection over words (google's order of tests); returns the chosen (first word, n)."""
-    num_words = word_lengths.size
-    if num_words == 0 or budget <= 0:
+def choose_ngrams(bounds: list[int], budget: int, max_ngram: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """Greedy n-gram selection over words (google's order of tests); returns the chosen (first word, n).
+
+    `bounds` are cumulative token counts (see `word_bounds`). Starts are visited in a uniformly random
+    order (argsort of uniform keys); each start's n comes from its own uniform draw. This runs once per
+    instance, so it sticks to plain Python on short lists after two numpy calls."""
+    num_words = len(bounds) - 1
+    if num_words <= 0 or budget <= 0:
         return []
+    draws = rng.random(2 * num_words)
+    order = np.argsort(draws[:num_words]).tolist()
+    size_draws = draws[num_words:].tolist()
+    cdf = _ngram_cdf(max_ngram)
     covered = bytearray(num_words)
-    cum = np.concatenate(([0], np.cumsum(word_lengths))).tolist()
-    order = rng.permutation(num_words)
-    ns = np.minimum(draw_ngram_sizes(num_words, max_ngram, rng), num_words - order)  # clipped at the last word
     chosen, total = [], 0
-    for start, n in zip(order.tolist(), ns.tolist()):
+    for start in order:
         if total >= budget:
             break
-        while n > 1 and total + cum[start + n] - cum[start] > budget:
+        n = min(bisect.bisect_right(cdf, size_draws[start]) + 1, num_words - start)  # clipped at the last word
+        while n > 1 and total + bounds[start + n] - bounds[start] > budget:
             n -= 1
-        size = cum[start + n] - cum[start]
+        size = bounds[start + n] - bounds[start]
         if total + size > budget or any(covered[start:start + n]):
             continue
         covered[start:start + n] = b"\x01" * n
@@ -106,33 +113,31 @@ def choose_ngrams(word_lengths: np.ndarray, budget: int, max_ngram: int,
     return chosen
 
 
-def covered_words(chosen: list[tuple[int, int]], num_words: int) -> np.ndarray:
-    covered = np.zeros(num_words, dtype=bool)
-    for start, n in chosen:
-        covered[start:start + n] = True
-    return covered
-
-
 def choose_positions(candidates: np.ndarray, word_start: np.ndarray, budget: int, cfg: MaskingConfig,
                      rng: np.random.Generator) -> np.ndarray:
     """Sorted positions to mask among `candidates` (sorted int positions); `word_start` per candidate."""
     if cfg.mode == "token":
-        lengths = np.ones(candidates.size, dtype=np.int64)
-        return candidates[covered_words(choose_ngrams(lengths, budget, 1, rng), candidates.size)]
-    lengths = word_spans(candidates, word_start)
-    words = covered_words(choose_ngrams(lengths, budget, cfg.max_ngram, rng), lengths.size)
-    return candidates[np.repeat(words, lengths)]
+        bounds, max_ngram = list(range(candidates.size + 1)), 1
+    else:
+        bounds, max_ngram = word_bounds(candidates, word_start), cfg.max_ngram
+    chosen = choose_ngrams(bounds, budget, max_ngram, rng)
+    picked = sorted(i for start, n in chosen for i in range(bounds[start], bounds[start + n]))
+    return candidates[picked]
 
 
 def replacement_ids(original: np.ndarray, mask_id: int, random_ids: np.ndarray, cfg: MaskingConfig,
                     rng: np.random.Generator) -> np.ndarray:
     """What the model sees at masked positions: [MASK] (80%), a random non-special token (10%), or the
-    original token (10%)."""
-    draw = rng.random(original.size)
-    random_tokens = random_ids[rng.integers(0, random_ids.size, size=original.size)]
+    original token (10%). One uniform draw per token decides both the case and, rescaled, the random id."""
     keep_cut = cfg.mask_prob + (1.0 - cfg.mask_prob) / 2
-    out = np.where(draw < cfg.mask_prob, mask_id, np.where(draw < keep_cut, random_tokens, original))
-    return out.astype(original.dtype, copy=False)
+    scale = random_ids.size / max(keep_cut - cfg.mask_prob, 1e-12)
+    out = original.tolist()
+    for i, u in enumerate(rng.random(original.size).tolist()):
+        if u < cfg.mask_prob:
+            out[i] = mask_id
+        elif u < keep_cut:
+            out[i] = int(random_ids[min(int((u - cfg.mask_prob) * scale), random_ids.size - 1)])
+    return np.array(out, dtype=original.dtype)
 
 
 @dataclass(frozen=True)
