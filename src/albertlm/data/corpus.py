@@ -29,11 +29,14 @@ FORMATS = ("auto", "lines", "raw", "jsonl", "wikiextractor")
 
 # A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start,
 # or right after CJK full stops. Abbreviations and single initials are protected afterwards.
-_SENTENCE_END = re.compile(r"""([.!?]["'”’)\]]*)\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-Þ])|([。！？]["'”’」』）]*)\s*""")
+_SENTENCE_END = re.compile(
+    r"""([.!?]["'”’)\]]*)\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-Þ\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])"""
+    r"""|([。！？]["'”’」』）]*)\s*""")
 _ABBREVIATION = re.compile(
     r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|cf|No|Vol|Fig|Gen|Col|Lt|Sgt|Capt|Rev|Inc|Ltd|Co|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)|\b[A-Z])\.$"
 )
-_DOC_OPEN = re.compile(r'^<doc\b[^>]*?(?:title="([^"]*)")?[^>]*>\s*$')
+_DOC_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
+_DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _SNIFF_BYTES = 1 << 16
 # Documents are cut at a sentence boundary beyond this size, so memory stays bounded even for a corpus
 # that is one giant document (counted as `documents_split`).
@@ -75,7 +78,7 @@ def split_sentences(text: str) -> list[str]:
     for match in _SENTENCE_END.finditer(text):
         end = match.end(1) if match.group(1) else match.end(2)
         candidate = text[start:end].strip()
-        if not candidate or _ABBREVIATION.search(candidate):
+        if not candidate or _ABBREVIATION.search(candidate[-12:]):  # the tail: linear on huge paragraphs
             continue
         pieces.append(candidate)
         start = match.end()
@@ -231,9 +234,9 @@ def _read_wikiextractor(path: Path, counts: CorpusCounts, text_field: str) -> It
     lines: list[str] | None = None
     title = None
     for line in _decoded_lines(path, counts):
-        opening = _DOC_OPEN.match(line)
-        if opening:
-            lines, title = [], opening.group(1)
+        if _DOC_OPEN.match(line):
+            found = _DOC_TITLE.search(line)
+            lines, title = [], (found.group(1) if found else None)
         elif line == "</doc>":
             if lines is not None:
                 if lines and title is not None and lines[0] == title:
