@@ -236,7 +236,8 @@ def _finetune(args) -> int:
     return 0
 
 
-def _predict(args) -> int:
+def _run_checkpoint(args) -> dict:
+    """Metrics (and prediction files in args.out) of a fine-tuned checkpoint on the given data."""
     from albertlm.tasks.finetune import run_evaluation
 
     info = _task_info(args.model)
@@ -244,25 +245,18 @@ def _predict(args) -> int:
     cfg = _config(args, args.family, info)
     tokenizer = _tokenizer(args)
     spec = _spec(args, args.family, tokenizer, cfg, training=False, info=info)
-    metrics = run_evaluation(spec, args.model, tokenizer, cfg, args.out)
-    print(json.dumps(metrics, indent=2, sort_keys=True))
+    return run_evaluation(spec, args.model, tokenizer, cfg, args.out)
+
+
+def _predict(args) -> int:
+    print(json.dumps(_run_checkpoint(args), indent=2, sort_keys=True))
     return 0
 
 
 def _evaluate(args) -> int:
     if bool(args.model) == bool(args.predictions):
         raise UserError("give either --model CHECKPOINT or --predictions FILE")
-    if args.predictions:
-        metrics = score_predictions(args)
-    else:
-        from albertlm.tasks.finetune import run_evaluation
-
-        info = _task_info(args.model)
-        _check_family(args, info)
-        cfg = _config(args, args.family, info)
-        tokenizer = _tokenizer(args)
-        spec = _spec(args, args.family, tokenizer, cfg, training=False, info=info)
-        metrics = run_evaluation(spec, args.model, tokenizer, cfg, args.out)
+    metrics = score_predictions(args) if args.predictions else _run_checkpoint(args)
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0
 

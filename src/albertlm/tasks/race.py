@@ -6,7 +6,6 @@ replaced by the option, otherwise the option is appended (google-research `race_
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -14,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from albertlm.tasks.features import Feature, build_pair
-from albertlm.tasks.tables import DataError, Problems
+from albertlm.tasks.tables import DataError, Problems, read_json
 
 LEVELS = ("middle", "high")
 LETTERS = "ABCD"
@@ -52,10 +51,7 @@ def _file_order(path: Path):
 
 
 def read_passage(path: Path, level: str) -> list[RaceExample]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    data = read_json(path, dict, "a JSON object (a RACE passage)")
     for key in ("article", "questions", "options", "answers"):
         if key not in data:
             raise DataError(f"{path}: missing field {key!r} (a RACE passage needs article, questions, "
@@ -126,15 +122,7 @@ def race_metrics(examples: Sequence[RaceExample], preds: Sequence[int]) -> dict[
 
 def read_predictions(path: str | Path) -> dict[str, int]:
     """{qid: option letter or index} from a predictions JSON written by `albertlm predict race`."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a JSON object {{question id: option letter}}")
+    data = read_json(path, dict, "a JSON object {question id: option letter}")
     out = {}
     for qid, value in data.items():
         if isinstance(value, str) and value in LETTERS:

@@ -6,7 +6,6 @@ token span maps back to the exact original text (`context[start_char:end_char]`)
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -14,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from albertlm.tasks.features import Feature
-from albertlm.tasks.tables import DataError, Problems
+from albertlm.tasks.tables import DataError, Problems, read_json
 
 
 @dataclass
@@ -43,13 +42,8 @@ def read_squad(path: str | Path, problems: Problems | None = None) -> list[Squad
     """Examples of an official SQuAD file (nested data/paragraphs/qas) or of the flat layout
     (`{"data": [{id, question, context, answers: {text: [...], answer_start: [...]}}]}`)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+    data = read_json(path, dict, "an object with a 'data' list (the SQuAD format)")
+    if not isinstance(data.get("data"), list):
         raise DataError(f"{path}: expected an object with a 'data' list (the SQuAD format)")
     problems = problems if problems is not None else Problems()
     examples = []
@@ -364,15 +358,7 @@ def read_null_odds(path: str | Path) -> dict[str, float]:
 
 
 def _read_json_map(path: str | Path, kind, what: str) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a JSON object {{question id: {what}}}")
+    data = read_json(path, dict, f"a JSON object {{question id: {what}}}")
     for qid, value in data.items():
         if not isinstance(value, kind) or isinstance(value, bool):
             raise DataError(f"{path}: the value for question {qid} is {value!r}, expected {what}")

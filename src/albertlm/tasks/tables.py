@@ -59,6 +59,19 @@ def open_text(path: Path):
     return path.open(encoding="utf-8-sig", newline="")
 
 
+def read_json(path: str | Path, expect: type = dict, what: str = "a JSON object"):
+    """A whole JSON file; a missing file, bad JSON or the wrong top-level type names the file."""
+    path = Path(path)
+    with open_text(path) as handle:
+        try:
+            data = json.load(handle)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, expect):
+        raise DataError(f"{path}: expected {what}")
+    return data
+
+
 def read_tsv(path: str | Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, cells) of a GLUE-style TSV. No quoting: GLUE texts contain bare quotes."""
     path = Path(path)
