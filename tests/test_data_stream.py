@@ -140,6 +140,16 @@ def test_collate_gives_the_batch_contract(built):
     assert batch["masked_lm_weights"].dtype == torch.float32 and batch["sentence_order_label"].shape == (5,)
 
 
+def test_dataset_pickles_without_copying_the_shards(built):
+    import pickle
+
+    ds = PretrainingDataset(built, dynamic_masking=True, seed=2)
+    blob = pickle.dumps(ds)
+    assert len(blob) < 100_000 < sum(p.stat().st_size for p in built.glob("shard-*.bin"))
+    copy = pickle.loads(blob)
+    np.testing.assert_array_equal(copy[(7, 3)]["input_ids"], ds[(7, 3)]["input_ids"])
+
+
 def test_ranks_split_each_epoch_disjointly(built):
     ds = PretrainingDataset(built)
     seen = []

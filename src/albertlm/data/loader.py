@@ -41,6 +41,7 @@ class PretrainingDataset:
         self.max_predictions = int(self.meta["max_predictions_per_seq"])
         self.dynamic_masking, self.seed = dynamic_masking, seed
         self.epoch = 0
+        self._random_ids = None
         if dynamic_masking:
             tok = self.meta["tokenizer"]
             special = tuple(tok[k] for k in ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id"))
@@ -51,6 +52,19 @@ class PretrainingDataset:
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
+
+    def __getstate__(self) -> dict:
+        """Pickle without the memory maps (a pickled np.memmap would copy the whole shard into the
+        message); DataLoader workers started by spawn/forkserver reopen them."""
+        state = dict(self.__dict__)
+        state["_shards"] = state["_random_ids"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._shards = open_shards(self.directory, self.meta)
+        if self.dynamic_masking:
+            self._random_ids = self._vocab.random_ids
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch for dynamic masking of plain integer indices."""
