@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from albertlm.data.masking import (MaskingConfig, MaskingVocab, choose_ngrams, draw_ngram_sizes, mask_sequence,
-                                   ngram_probabilities, num_to_predict, replacement_ids, word_spans)
+from albertlm.data.masking import (MaskingConfig, MaskingVocab, choose_ngrams, draw_ngram_sizes, greedy_ngrams,
+                                   mask_batch, mask_sequence, ngram_probabilities, num_to_predict, replacement_ids,
+                                   select_ngrams_batch, word_spans)
 from conftest import shared_path
 
 SPM = ("spm", "albert-base-v2_spiece.model")
@@ -139,3 +140,42 @@ def test_masking_is_seeded(tokenizer, real_sequences):
     c = mask_sequence(seq, _special(seq), vocab, cfg, np.random.default_rng(8))
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert not np.array_equal(a[0], c[0])
+
+
+def test_batched_selection_agrees_with_the_reference_draw_for_draw():
+    """The builder's vectorised greedy selection equals the per-instance Python loop on the same draws."""
+    rng = np.random.default_rng(10)
+    rows, max_ngram = 400, 3
+    num_words = rng.integers(0, 60, size=rows)
+    wmax = int(num_words.max())
+    bounds = np.zeros((rows, wmax + 1 + max_ngram), dtype=np.int64)
+    budgets = rng.integers(1, 25, size=rows)
+    keys, sizes = rng.random((rows, wmax)), rng.random((rows, wmax))
+    reference = np.zeros((rows, wmax), dtype=bool)
+    for i, count in enumerate(num_words):
+        cum = np.concatenate(([0], np.cumsum(rng.integers(1, 4, size=count))))
+        bounds[i, :count + 1], bounds[i, count + 1:] = cum, cum[-1]
+        for start, n in greedy_ngrams(cum.tolist(), int(budgets[i]), max_ngram, keys[i, :count], sizes[i, :count]):
+            reference[i, start:start + n] = True
+    np.testing.assert_array_equal(select_ngrams_batch(bounds, num_words, budgets, max_ngram, keys, sizes), reference)
+
+
+def test_batched_masking_on_real_text(tokenizer, real_sequences):
+    vocab, cfg = _vocab(tokenizer), MaskingConfig()
+    tokens = np.stack(real_sequences)
+    lengths = np.full(len(tokens), tokens.shape[1])
+    special = np.zeros(tokens.shape, dtype=bool)
+    special[:, [0, -1]] = True
+    batch = mask_batch(tokens, lengths, special, vocab, cfg, np.random.default_rng(11), vocab.random_ids)
+    assert (batch.counts == 19).all()
+    runs = []
+    for row, count in zip(batch.positions, batch.counts):
+        positions = row[:count]
+        assert (np.diff(positions) > 0).all() and positions.min() > 0 and positions.max() < tokens.shape[1] - 1
+        breaks = np.flatnonzero(np.diff(positions) != 1)
+        runs.extend(np.diff(np.concatenate(([0], breaks + 1, [count]))).tolist())
+    np.testing.assert_allclose(np.bincount(runs)[1:4] / len(runs), [0.50, 0.26, 0.16], atol=0.03)
+    shown = batch.inputs[:, :19]
+    original = np.take_along_axis(tokens, batch.positions[:, :19], axis=1)
+    assert (shown == vocab.mask_id).mean() == pytest.approx(0.8, abs=0.03)
+    assert (shown == original).mean() == pytest.approx(0.1, abs=0.02)

@@ -3,10 +3,10 @@
 Streaming and parallel, yet deterministic:
 - the main process reads documents in input order and groups them into chunks of about `chunk_chars`
   characters (a chunk never splits a document). Chunking depends only on the input, never on `workers`;
-- a chunk is a job: tokenize its sentences in native batches, make `dupe_factor` passes of pairs, mask
-  each pair. Every document pass has its own rng seeded by (seed, document index, dupe), and each chunk's
-  records are shuffled by an rng seeded by (seed, chunk index), so the output is byte-identical for any
-  number of workers;
+- a chunk is a job: tokenize its sentences in native batches, make `dupe_factor` passes of pairs, shuffle
+  them into records, mask blocks of 2048 records at once. Every document pass has its own rng seeded by
+  (seed, document index, dupe), the shuffle one seeded by (seed, chunk index) and each mask block one
+  seeded by (seed, chunk index, block), so the output is byte-identical for any number of workers;
 - results are written in chunk order while at most `workers + 1` chunks are in flight, so memory is bounded
   by a few chunks plus the largest document, whatever the corpus size;
 - `num_shards K, shard_index i` keeps the chunks with index % K == i: K machines build K disjoint parts
@@ -29,13 +29,14 @@ import numpy as np
 from albertlm.data.corpus import FORMATS, CorpusCounts, Document, find_input_files, read_documents
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
-from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_candidates
+from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_batch
 from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, record_dtype,
                                   write_json_atomic)
 from albertlm.errors import UserError
 
 RECORD_BYTES_PER_SHARD = 256 << 20
 ENCODE_BATCH = 4096  # sentences per native encode call
+MASK_BLOCK = 2048  # records masked together (vectorised); part of the output's definition
 NEGATIVE_DOCUMENTS, NEGATIVE_SENTENCES = 8, 64  # NSP: excerpts of the previous chunk's last documents
 
 
@@ -129,6 +130,10 @@ def chunk_rng(seed: int, chunk_index: int) -> np.random.Generator:
     return np.random.default_rng([seed, 1, chunk_index])
 
 
+def mask_rng(seed: int, chunk_index: int, first_record: int) -> np.random.Generator:
+    return np.random.default_rng([seed, 2, chunk_index, first_record])
+
+
 def chunk_documents(documents: Iterable[Document], chunk_chars: int) -> Iterator[list[Document]]:
     chunk, size = [], 0
     for doc in documents:
@@ -161,18 +166,21 @@ def process_chunk(chunk: Chunk, ctx: ChunkContext) -> tuple[np.ndarray, Instance
             tokenized.append((doc.index, tokens))
     negatives = [t for t in (tokenize_document(s, ctx, scratch) for s in chunk.negatives) if t is not None]
     pool = [tokens for _, tokens in tokenized] + negatives
-    pairs: list[tuple[Pair, np.random.Generator]] = []
+    pairs: list[Pair] = []
     for dupe in range(ctx.dupe_factor):
         for position, (index, doc) in enumerate(tokenized):
             rng = document_rng(ctx.seed, index, dupe)
             pick = _other_document_picker(pool, position)
             for pair in create_pairs(doc, ctx.instance, rng, ctx.vocab.word_start, pick, counts):
-                pairs.append((pair, rng))
+                pairs.append(pair)
     # the chunk's shuffle decides where each record goes, so no shuffled copy is made
     slots = np.argsort(chunk_rng(ctx.seed, chunk.index).permutation(len(pairs))).tolist()
     columns = RecordColumns(len(pairs), ctx.dtype)
-    for slot, (pair, rng) in zip(slots, pairs):
-        fill_record(columns, slot, pair, ctx, rng)
+    for slot, pair in zip(slots, pairs):
+        fill_record(columns, slot, pair, ctx)
+    del pairs
+    for block in range(0, len(slots), MASK_BLOCK):
+        mask_block(columns, slice(block, block + MASK_BLOCK), ctx, mask_rng(ctx.seed, chunk.index, block))
     records = columns.records()
     return records, counts
 
@@ -217,10 +225,8 @@ class RecordColumns:
         return self._records
 
 
-def fill_record(columns: RecordColumns, k: int, pair: Pair, ctx: ChunkContext, rng: np.random.Generator) -> None:
-    """Write `[CLS] A [SEP] (B [SEP])` and its static mask as record k.
-
-    Masking uses the document's rng right after the pair was made, so it is seeded like the pair."""
+def fill_record(columns: RecordColumns, k: int, pair: Pair, ctx: ChunkContext) -> None:
+    """Write `[CLS] A [SEP] (B [SEP])` as record k (unmasked; `mask_block` adds the static mask)."""
     tok = ctx.tokenizer
     ids = columns.input_ids[k]
     len_a = pair.a.size
@@ -230,15 +236,22 @@ def fill_record(columns: RecordColumns, k: int, pair: Pair, ctx: ChunkContext, r
         ids[length:length + pair.b.size] = pair.b
         length += pair.b.size + 1
         ids[length - 1] = tok.sep_id
-    candidates = np.arange(1, length - 1)
-    if pair.b is not None:
-        candidates = candidates[candidates != len_a + 1]  # not the middle [SEP]
-    positions, inputs = mask_candidates(ids[:length], candidates, ctx.vocab, ctx.masking, rng, ctx.random_ids)
-    columns.masked_positions[k, :positions.size] = positions
-    columns.masked_inputs[k, :positions.size] = inputs
     scalars = columns.scalars
-    scalars["length"][k], scalars["type_boundary"][k] = length, len_a + 2
-    scalars["num_masked"][k], scalars["label"][k] = positions.size, pair.label
+    scalars["length"][k], scalars["type_boundary"][k], scalars["label"][k] = length, len_a + 2, pair.label
+
+
+def mask_block(columns: RecordColumns, rows: slice, ctx: ChunkContext, rng: np.random.Generator) -> None:
+    """Static masks for a block of records, drawn together (see `albertlm.data.masking.mask_batch`)."""
+    tokens = columns.input_ids[rows].astype(np.int64)
+    lengths = np.array(columns.scalars["length"][rows], dtype=np.int64)
+    boundaries = np.array(columns.scalars["type_boundary"][rows], dtype=np.int64)
+    special = np.zeros(tokens.shape, dtype=bool)
+    index = np.arange(tokens.shape[0])
+    special[index, 0] = special[index, boundaries - 1] = special[index, lengths - 1] = True
+    masked = mask_batch(tokens, lengths, special, ctx.vocab, ctx.masking, rng, ctx.random_ids)
+    columns.masked_positions[rows] = masked.positions
+    columns.masked_inputs[rows] = masked.inputs
+    columns.scalars["num_masked"][rows] = masked.counts.tolist()
 
 
 # -- the worker pool -----------------------------------------------------------------------------------

@@ -87,14 +87,21 @@ def choose_ngrams(bounds: list[int], budget: int, max_ngram: int, rng: np.random
     """Greedy n-gram selection over words (google's order of tests); returns the chosen (first word, n).
 
     `bounds` are cumulative token counts (see `word_bounds`). Starts are visited in a uniformly random
-    order (argsort of uniform keys); each start's n comes from its own uniform draw. This runs once per
-    instance, so it sticks to plain Python on short lists after two numpy calls."""
+    order (argsort of uniform keys); each start's n comes from its own uniform draw."""
     num_words = len(bounds) - 1
     if num_words <= 0 or budget <= 0:
         return []
     draws = rng.random(2 * num_words)
-    order = np.argsort(draws[:num_words]).tolist()
-    size_draws = draws[num_words:].tolist()
+    return greedy_ngrams(bounds, budget, max_ngram, draws[:num_words], draws[num_words:])
+
+
+def greedy_ngrams(bounds: list[int], budget: int, max_ngram: int, keys: np.ndarray,
+                  size_draws: np.ndarray) -> list[tuple[int, int]]:
+    """`choose_ngrams` given its uniform draws (one order key and one size draw per word). Runs once per
+    instance, so it is plain Python on short lists; `mask_batch` is the vectorised twin."""
+    num_words = len(bounds) - 1
+    order = np.argsort(keys, kind="stable").tolist()
+    size_draws = size_draws.tolist()
     cdf = _ngram_cdf(max_ngram)
     covered = bytearray(num_words)
     chosen, total = [], 0
@@ -130,14 +137,14 @@ def replacement_ids(original: np.ndarray, mask_id: int, random_ids: np.ndarray, 
     """What the model sees at masked positions: [MASK] (80%), a random non-special token (10%), or the
     original token (10%). One uniform draw per token decides both the case and, rescaled, the random id."""
     keep_cut = cfg.mask_prob + (1.0 - cfg.mask_prob) / 2
+    draws = rng.random(original.size)
+    out = original.copy()
+    out[draws < cfg.mask_prob] = mask_id
+    randomised = (draws >= cfg.mask_prob) & (draws < keep_cut)
     scale = random_ids.size / max(keep_cut - cfg.mask_prob, 1e-12)
-    out = original.tolist()
-    for i, u in enumerate(rng.random(original.size).tolist()):
-        if u < cfg.mask_prob:
-            out[i] = mask_id
-        elif u < keep_cut:
-            out[i] = int(random_ids[min(int((u - cfg.mask_prob) * scale), random_ids.size - 1)])
-    return np.array(out, dtype=original.dtype)
+    picks = ((draws[randomised] - cfg.mask_prob) * scale).astype(np.int64)
+    out[randomised] = random_ids[np.minimum(picks, random_ids.size - 1)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -169,3 +176,93 @@ def mask_candidates(tokens: np.ndarray, candidates: np.ndarray, vocab: MaskingVo
     positions = choose_positions(candidates, vocab.word_start[tokens[candidates]], budget, cfg, rng)
     random_ids = vocab.random_ids if random_ids is None else random_ids
     return positions, replacement_ids(tokens[positions], vocab.mask_id, random_ids, cfg, rng)
+
+
+# -- many sequences at once ------------------------------------------------------------------------------
+# The builder masks a block of records together: the same greedy algorithm, run for all rows in lock-step
+# rounds (round r visits every row's r-th start), so the per-instance Python loop becomes ~a dozen numpy
+# operations per round. `greedy_ngrams` is the reference it must agree with, draw for draw.
+
+
+@dataclass
+class MaskedBatch:
+    positions: np.ndarray  # (I, P) sorted masked positions, 0-padded
+    inputs: np.ndarray  # (I, P) what the model sees there
+    counts: np.ndarray  # (I,) used slots
+
+
+def word_index(tokens: np.ndarray, candidate: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig):
+    """Per position, the index of its whole word among the row's candidates (-1 elsewhere); words per row.
+
+    A word starts at a word-start token, or at a candidate not preceded by a candidate (after [CLS]/[SEP])."""
+    starts = candidate.copy()
+    if cfg.mode == "ngram":
+        starts &= word_start[tokens]
+        starts[:, 1:] |= candidate[:, 1:] & ~candidate[:, :-1]
+        starts[:, 0] |= candidate[:, 0]
+    index = np.cumsum(starts, axis=1) - 1
+    return np.where(candidate, index, -1), starts.sum(axis=1)
+
+
+def select_ngrams_batch(bounds: np.ndarray, num_words: np.ndarray, budgets: np.ndarray, max_ngram: int,
+                        keys: np.ndarray, size_draws: np.ndarray) -> np.ndarray:
+    """Covered words (I, Wmax) of `greedy_ngrams` for every row: bounds (I, Wmax + 1 + max_ngram) cumulative
+    token counts (edge-padded), keys/size_draws (I, Wmax) uniforms (only the first num_words[i] matter)."""
+    rows_n, wmax = keys.shape
+    rows = np.arange(rows_n)
+    columns = np.arange(wmax)
+    keys = np.where(columns < num_words[:, None], keys, 2.0)  # padding words sort last
+    order = np.argsort(keys, axis=1, kind="stable")
+    sizes = np.searchsorted(np.asarray(_ngram_cdf(max_ngram)), size_draws, side="right") + 1
+    covered = np.zeros((rows_n, wmax + max_ngram), dtype=bool)
+    total = np.zeros(rows_n, dtype=np.int64)
+    for r in range(wmax):
+        active = (total < budgets) & (r < num_words)
+        if not active.any():
+            break
+        start = order[:, r]
+        drawn = np.minimum(sizes[rows, start], num_words - start)
+        base = bounds[rows, start]
+        n = np.zeros(rows_n, dtype=np.int64)
+        for k in range(1, max_ngram + 1):  # the largest k <= drawn that fits the budget (google shrinks n)
+            n += (k <= drawn) & (total + bounds[rows, start + k] - base <= budgets)
+        hit = np.zeros(rows_n, dtype=bool)
+        for k in range(max_ngram):
+            hit |= (k < n) & covered[rows, start + k]
+        accept = active & (n > 0) & ~hit
+        for k in range(max_ngram):
+            take = accept & (k < n)
+            covered[rows[take], start[take] + k] = True
+        total += np.where(accept, bounds[rows, start + n] - base, 0)
+    return covered[:, :wmax]
+
+
+def mask_batch(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, vocab: MaskingVocab,
+               cfg: MaskingConfig, rng: np.random.Generator, random_ids: np.ndarray) -> MaskedBatch:
+    """Mask rows of `tokens` (I, T) at once: `lengths` (I,) real tokens, `special` (I, T) marks [CLS]/[SEP].
+
+    Same algorithm and distribution as `mask_sequence` (budget from each row's length, whole-word n-grams,
+    80/10/10); the draws come from `rng` in bulk."""
+    rows_n, width = tokens.shape
+    candidate = (np.arange(width) < lengths[:, None]) & ~special
+    word, num_words = word_index(tokens, candidate, vocab.word_start, cfg)
+    wmax = max(int(num_words.max(initial=0)), 1)
+    max_ngram = cfg.max_ngram if cfg.mode == "ngram" else 1
+    flat_word = np.nonzero(candidate)[0] * (wmax + 1) + word[candidate]
+    word_len = np.bincount(flat_word, minlength=rows_n * (wmax + 1)).reshape(rows_n, wmax + 1)
+    bounds = np.zeros((rows_n, wmax + 1 + max_ngram), dtype=np.int64)
+    bounds[:, 1:wmax + 1] = np.cumsum(word_len[:, :wmax], axis=1)
+    bounds[:, wmax + 1:] = bounds[:, wmax:wmax + 1]
+    budgets = np.array([num_to_predict(int(n), cfg) for n in lengths], dtype=np.int64)
+    draws = rng.random((2, rows_n, wmax))
+    covered = select_ngrams_batch(bounds, num_words, budgets, max_ngram, draws[0], draws[1])
+    masked = candidate & np.take_along_axis(covered, np.maximum(word, 0), axis=1)
+    counts = masked.sum(axis=1)
+    row_of, position = np.nonzero(masked)  # row-major: positions ascend within a row
+    slot = np.cumsum(masked, axis=1)[row_of, position] - 1
+    positions = np.zeros((rows_n, cfg.max_predictions_per_seq), dtype=np.int64)
+    positions[row_of, slot] = position
+    inputs = np.zeros_like(positions)
+    inputs[row_of, slot] = replacement_ids(tokens[row_of, position].astype(np.int64), vocab.mask_id, random_ids,
+                                           cfg, rng)
+    return MaskedBatch(positions, inputs, counts)
