@@ -52,9 +52,8 @@ class TokenizedDocument:
     tokens: np.ndarray  # (num_tokens,) int32, all sentences back to back
     offsets: list[int]  # sentence i is tokens[offsets[i]:offsets[i + 1]]; no empty sentence
 
-    @property
-    def num_sentences(self) -> int:
-        return len(self.offsets) - 1
+    def __post_init__(self):
+        self.num_sentences = len(self.offsets) - 1
 
 
 @dataclass

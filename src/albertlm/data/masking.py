@@ -100,7 +100,7 @@ def greedy_ngrams(bounds: list[int], budget: int, max_ngram: int, keys: np.ndarr
     """`choose_ngrams` given its uniform draws (one order key and one size draw per word). Runs once per
     instance, so it is plain Python on short lists; `mask_batch` is the vectorised twin."""
     num_words = len(bounds) - 1
-    order = np.argsort(keys, kind="stable").tolist()
+    order = np.argsort(keys).tolist()  # uniform float keys: ties have probability ~0
     size_draws = size_draws.tolist()
     cdf = _ngram_cdf(max_ngram)
     covered = bytearray(num_words)
@@ -212,8 +212,8 @@ def select_ngrams_batch(bounds: np.ndarray, num_words: np.ndarray, budgets: np.n
     rows = np.arange(rows_n)
     columns = np.arange(wmax)
     keys = np.where(columns < num_words[:, None], keys, 2.0)  # padding words sort last
-    order = np.argsort(keys, axis=1, kind="stable")
-    sizes = np.searchsorted(np.asarray(_ngram_cdf(max_ngram)), size_draws, side="right") + 1
+    order = np.argsort(keys, axis=1)
+    cdf = _ngram_cdf(max_ngram)
     covered = np.zeros((rows_n, wmax + max_ngram), dtype=bool)
     total = np.zeros(rows_n, dtype=np.int64)
     for r in range(wmax):
@@ -221,7 +221,8 @@ def select_ngrams_batch(bounds: np.ndarray, num_words: np.ndarray, budgets: np.n
         if not active.any():
             break
         start = order[:, r]
-        drawn = np.minimum(sizes[rows, start], num_words - start)
+        draw = size_draws[rows, start]
+        drawn = np.minimum(1 + sum((draw >= bound).astype(np.int64) for bound in cdf), num_words - start)
         base = bounds[rows, start]
         n = np.zeros(rows_n, dtype=np.int64)
         for k in range(1, max_ngram + 1):  # the largest k <= drawn that fits the budget (google shrinks n)
