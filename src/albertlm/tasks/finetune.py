@@ -154,6 +154,8 @@ class Finetuner:
         optimizer = self._optimizer()
         self.log(f"finetune {spec.family}: {len(spec.train)} train features, {total} steps "
                  f"(batch {cfg.batch_size}, warmup {warmup}), lr {cfg.lr}, device {self.device}")
+        if not any(s.score is not None for s in spec.eval_sets):
+            self.log("no labelled dev set: the last model is kept as best/")
         history, losses, best = [], [], None
         step, epoch, start = 0, 0, time.perf_counter()
         while step < total:
