@@ -72,6 +72,9 @@ def _glue_files(task, data_dir, train_file, dev_files, test_files, training: boo
             found[split] = glue.find_split(task, data_dir, split)
         else:
             found[split] = []
+    if training and task.name == "ax":
+        raise DataError("ax has no training data: fine-tune mnli, then "
+                        "`albertlm predict glue --task ax --model MNLI_RUN/best --test diagnostic.tsv --out DIR`")
     if training and not found["train"]:
         raise DataError(f"no training file for {task.name}: give --data-dir with train.tsv or --train FILE")
     return found
