@@ -269,6 +269,7 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
         if out_dir is not None and eval_set.write is not None:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             eval_set.write(outputs, Path(out_dir))
+            metrics.setdefault("predictions_written", []).append(eval_set.name)
     if spec.problems.counts:
         metrics["problems"] = spec.problems.to_dict()
     return metrics
