@@ -4,9 +4,10 @@ Streaming and parallel, yet deterministic:
 - the main process reads documents in input order and groups them into chunks of about `chunk_chars`
   characters (a chunk never splits a document). Chunking depends only on the input, never on `workers`;
 - a chunk is a job: tokenize its sentences in native batches, make `dupe_factor` passes of pairs, shuffle
-  them into records, mask blocks of 2048 records at once. Every document pass has its own rng seeded by
-  (seed, document index, dupe), the shuffle one seeded by (seed, chunk index) and each mask block one
-  seeded by (seed, chunk index, block), so the output is byte-identical for any number of workers;
+  them into records, mask blocks of records at once (2**17 positions per block). Every document pass has
+  its own rng seeded by (seed, document index, dupe), the shuffle one seeded by (seed, chunk index) and
+  each mask block one seeded by (seed, chunk index, block), so the output is byte-identical for any
+  number of workers;
 - results are written in chunk order while at most `workers + 1` chunks are in flight, so memory is bounded
   by a few chunks plus the largest document, whatever the corpus size;
 - `num_shards K, shard_index i` keeps the chunks with index % K == i: K machines build K disjoint parts
@@ -36,7 +37,7 @@ from albertlm.errors import UserError
 
 RECORD_BYTES_PER_SHARD = 256 << 20
 ENCODE_BATCH = 4096  # sentences per native encode call
-MASK_BLOCK = 2048  # records masked together (vectorised); part of the output's definition
+MASK_BLOCK_TOKENS = 1 << 17  # records masked together hold this many positions (1024 rows at T=128)
 NEGATIVE_DOCUMENTS, NEGATIVE_SENTENCES = 8, 64  # NSP: excerpts of the previous chunk's last documents
 
 
@@ -130,6 +131,12 @@ def chunk_rng(seed: int, chunk_index: int) -> np.random.Generator:
     return np.random.default_rng([seed, 1, chunk_index])
 
 
+def mask_block_rows(max_seq_length: int) -> int:
+    """Rows per vectorised masking block: its temporaries stay ~10 MB whatever T (part of the output's
+    definition, like the seed)."""
+    return max(1, MASK_BLOCK_TOKENS // max_seq_length)
+
+
 def mask_rng(seed: int, chunk_index: int, first_record: int) -> np.random.Generator:
     return np.random.default_rng([seed, 2, chunk_index, first_record])
 
@@ -179,8 +186,9 @@ def process_chunk(chunk: Chunk, ctx: ChunkContext) -> tuple[np.ndarray, Instance
     for slot, pair in zip(slots, pairs):
         fill_record(columns, slot, pair, ctx)
     del pairs
-    for block in range(0, len(slots), MASK_BLOCK):
-        mask_block(columns, slice(block, block + MASK_BLOCK), ctx, mask_rng(ctx.seed, chunk.index, block))
+    rows = mask_block_rows(ctx.instance.max_seq_length)
+    for block in range(0, len(slots), rows):
+        mask_block(columns, slice(block, block + rows), ctx, mask_rng(ctx.seed, chunk.index, block))
     records = columns.records()
     return records, counts
 
