@@ -179,22 +179,19 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
 
 
 def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False) -> str:
-    """Train as configured; returns "done" or "interrupted". Rank 0 writes the run directory."""
+    """Train as configured; returns "done", "interrupted" or "budget". Rank 0 writes the run directory."""
     from albertlm.training.metrics import MetricsLogger
 
     run_dir = Path(run_dir)
     info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
-    datasets = open_datasets(run)
     if run.init_from and resume and ckpt.latest_checkpoint(run_dir):
         run.init_from = ""                          # the run's own checkpoint wins over the starting point
-    start = ckpt.latest_checkpoint(run_dir) if resume else None
-    start_step = ckpt.load_train_state(start).step if start else 0
-    logger = None
+    loop = make_loop(run, run_dir, open_datasets(run), info, resume)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "run_config.json").write_text(json.dumps(run.to_dict(), indent=2) + "\n")
-        logger = MetricsLogger(run_dir, run.train.max_steps, start_step, run.train.tensorboard, run.train.progress)
-    loop = make_loop(run, run_dir, datasets, info, resume, logger=logger)
-    if info.is_main and start:
-        logger.note(f"resuming from {start} (step {start_step})")
+        loop.logger = MetricsLogger(run_dir, run.train.max_steps, loop.state.step, run.train.tensorboard,
+                                    run.train.progress)
+        if loop.state.step:
+            loop.logger.note(f"resuming from {ckpt.latest_checkpoint(run_dir)} (step {loop.state.step})")
     return loop.run()
