@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -116,6 +117,7 @@ def main() -> None:
     cfg = get_preset("albert-base")
     ours, theirs = build_models(cfg)
     rates = {"fp32": matmul_rate(torch.float32), "bf16": matmul_rate(torch.bfloat16)}
+    print(f"load average {os.getloadavg()[0]:.1f} (other processes share the CPU: compare ratios, not absolutes)")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul rate fp32 "
           f"{rates['fp32'] / 1e9:.0f} GFLOP/s, bf16 {rates['bf16'] / 1e9:.0f} GFLOP/s")
     header = f"{'mode':6} {'shape':6} {'dtype':5} {'ours tok/s':>11} {'hf tok/s':>9} {'ratio':>6} {'ours MFU':>9} {'hf MFU':>7}"
@@ -133,6 +135,7 @@ def main() -> None:
                 mfu = [flops / t / rates[dname] for t in (t_ours, t_hf)]
                 print(f"{mode:6} {shape:6} {dname:5} {B * T / t_ours:11.0f} {B * T / t_hf:9.0f} "
                       f"{t_hf / t_ours:5.2f}x {mfu[0]:8.0%} {mfu[1]:7.0%}", flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

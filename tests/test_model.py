@@ -171,3 +171,31 @@ def test_regression_and_multiple_choice(tiny_config):
     qa = heads.AlbertForQuestionAnswering(tiny_config)
     out = qa(torch.randint(0, 99, (2, 9)), start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 4]))
     assert out.start_logits.shape == out.end_logits.shape == (2, 9) and out.loss.ndim == 0
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_fused_cpu_linears_match_plain_ops(tiny_config, monkeypatch, dropout):
+    """The oneDNN-fused bias / residual / activation path (fp32 CPU) equals the plain ops, forward and
+    backward, in training and inference."""
+    from albertlm.model import fused
+
+    if not fused.AVAILABLE:
+        pytest.skip("oneDNN not available")
+    ids, mask, pos, targets, weights = batch()
+    results = []
+    for available in (True, False):
+        monkeypatch.setattr(fused, "AVAILABLE", available)
+        torch.manual_seed(0)
+        model = AlbertForPreTraining(tiny_config.replace(hidden_dropout=dropout, activation="gelu"))
+        torch.manual_seed(1)
+        out = model(ids, mask, masked_lm_positions=pos, masked_lm_ids=targets, masked_lm_weights=weights,
+                    sentence_order_label=torch.tensor([0, 1, 1, 0]))
+        out.loss.backward()
+        with torch.inference_mode():
+            logits = model.eval()(ids, mask).prediction_logits
+        results.append((out.loss, logits, {n: p.grad for n, p in model.named_parameters()}))
+    (loss_a, logits_a, grads_a), (loss_b, logits_b, grads_b) = results
+    torch.testing.assert_close(loss_a, loss_b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits_a, logits_b, atol=1e-5, rtol=1e-5)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-5, rtol=1e-4)

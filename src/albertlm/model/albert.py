@@ -10,19 +10,19 @@ ALBERT is BERT with two parameter reductions and one new loss:
 Shapes: B batch, T tokens, E embedding size, H hidden size, A heads, hs = H / A head size, V vocab,
 P masked slots per sequence, M masked tokens in the batch.
 Activation checkpointing and torch.compile are applied from outside (`enable_activation_checkpointing`).
+`linear` / `residual_linear` (model/fused.py) are act(x W^T + b) and residual + dropout(x W^T + b),
+computed inside one oneDNN GEMM on CPU in fp32.
 """
 from __future__ import annotations
 
 import functools
-import math
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from albertlm.config import ModelConfig
+from albertlm.model.fused import linear, residual_linear
 from albertlm.model.io import PretrainedMixin, init_weights
 
 
@@ -33,13 +33,6 @@ class ModelOutput(dict):
         if name.startswith("__"):
             raise AttributeError(name)
         return self.get(name)
-
-
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "gelu": F.gelu,                                          # exact (erf)
-    "gelu_new": functools.partial(F.gelu, approximate="tanh"),  # google-research's gelu
-    "relu": F.relu,
-}
 
 
 # ---------------------------------------------------------------------------------------- embeddings
@@ -61,7 +54,7 @@ class Embeddings(nn.Module):
         x = self.word(input_ids) + self.position.weight[:T]  # (B, T, E)
         x = x + (self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0])
         x = self.dropout(self.norm(x))
-        return self.project(x) if self.project is not None else x  # (B, T, H)
+        return linear(x, self.project) if self.project is not None else x  # (B, T, H)
 
 
 # ----------------------------------------------------------------------------------------- attention
@@ -79,27 +72,28 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         B, T, H = x.shape
         # split (not permute + unbind): the gradients of q, k, v then concatenate without a strided gather
-        q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in self.qkv(x).split(H, -1))  # (B, A, T, hs)
+        q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in linear(x, self.qkv).split(H, -1))  # (B, A, T, hs)
         p = self.dropout_p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, A, T, hs)
-        y = self.out(y.transpose(1, 2).reshape(B, T, H))
-        return self.norm(x + self.dropout(y))
+        return self.norm(residual_linear(x, y.transpose(1, 2).reshape(B, T, H), self.out, self.dropout))
 
 
 # ----------------------------------------------------------------------------------------------- FFN
 class FeedForward(nn.Module):
-    """Position-wise H -> I -> H with the activation, post-LN residual."""
+    """Position-wise H -> I -> H with the activation ("gelu" exact, "gelu_new" tanh = google's gelu),
+    post-LN residual."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.up = nn.Linear(cfg.hidden_size, cfg.ffn_size)
         self.down = nn.Linear(cfg.ffn_size, cfg.hidden_size)
-        self.act = ACTIVATIONS[cfg.activation]
+        self.activation = cfg.activation
         self.dropout = nn.Dropout(cfg.hidden_dropout)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.norm(x + self.dropout(self.down(self.act(self.up(x)))))
+        h = linear(x, self.up, self.activation)  # (B, T, I)
+        return self.norm(residual_linear(x, h, self.down, self.dropout))
 
 
 # -------------------------------------------------------------------------------------- sharing plan
@@ -178,12 +172,12 @@ class MaskedLMHead(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size)
-        self.act = ACTIVATIONS[cfg.activation]
+        self.activation = cfg.activation
         self.norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def forward(self, h: Tensor, word_embeddings: Tensor) -> Tensor:
-        return F.linear(self.norm(self.act(self.dense(h))), word_embeddings, self.bias)  # (..., V)
+        return F.linear(self.norm(linear(h, self.dense, self.activation)), word_embeddings, self.bias)  # (..., V)
 
 
 def masked_targets(hidden: Tensor, positions: Tensor | None, ids: Tensor | None, weights: Tensor | None,
