@@ -78,9 +78,15 @@ def _ngram_cdf(max_ngram: int) -> tuple[float, ...]:
     return tuple(np.cumsum(ngram_probabilities(max_ngram))[:-1].tolist())  # the last bound (1.0) is implied
 
 
+def ngram_sizes(uniform: np.ndarray, max_ngram: int) -> np.ndarray:
+    """n in 1..max_ngram for uniform draws, p(n) proportional to 1/n: 1 + the cdf bounds the draw passed.
+    (`greedy_ngrams` computes the same with `bisect` on one draw at a time.)"""
+    return 1 + sum((uniform >= bound).astype(np.int64) for bound in _ngram_cdf(max_ngram))
+
+
 def draw_ngram_sizes(count: int, max_ngram: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` draws of n in 1..max_ngram with p(n) proportional to 1/n (as `choose_ngrams` draws them)."""
-    return np.searchsorted(_ngram_cdf(max_ngram), rng.random(count), side="right") + 1
+    """`count` draws of n, as the maskers draw them."""
+    return ngram_sizes(rng.random(count), max_ngram)
 
 
 def choose_ngrams(bounds: list[int], budget: int, max_ngram: int, rng: np.random.Generator) -> list[tuple[int, int]]:
@@ -213,7 +219,6 @@ def select_ngrams_batch(bounds: np.ndarray, num_words: np.ndarray, budgets: np.n
     columns = np.arange(wmax)
     keys = np.where(columns < num_words[:, None], keys, 2.0)  # padding words sort last
     order = np.argsort(keys, axis=1)
-    cdf = _ngram_cdf(max_ngram)
     covered = np.zeros((rows_n, wmax + max_ngram), dtype=bool)
     total = np.zeros(rows_n, dtype=np.int64)
     for r in range(wmax):
@@ -221,8 +226,7 @@ def select_ngrams_batch(bounds: np.ndarray, num_words: np.ndarray, budgets: np.n
         if not active.any():
             break
         start = order[:, r]
-        draw = size_draws[rows, start]
-        drawn = np.minimum(1 + sum((draw >= bound).astype(np.int64) for bound in cdf), num_words - start)
+        drawn = np.minimum(ngram_sizes(size_draws[rows, start], max_ngram), num_words - start)
         base = bounds[rows, start]
         n = np.zeros(rows_n, dtype=np.int64)
         for k in range(1, max_ngram + 1):  # the largest k <= drawn that fits the budget (google shrinks n)
