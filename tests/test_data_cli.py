@@ -87,3 +87,13 @@ def test_wikiextractor_jsonl_and_tasks(tmp_path, capsys, task):
 
 def test_stats_of_a_non_build_is_an_error(tmp_path, capsys):
     _one_line_error(capsys, main(["data", "stats", str(tmp_path)]), "no meta.json")
+
+
+def test_wordpiece_vocab_and_chinese_text(tmp_path, capsys):
+    code = main(["data", "build", "--input", str(shared_path("text", "zh", "news_zh_1.txt")), "--tokenizer",
+                 str(shared_path("vocab", "albert_zh_vocab.txt")), "--out", str(tmp_path / "zh"),
+                 "--max-seq-length", "128", "--dupe-factor", "2", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert main(["data", "stats", str(tmp_path / "zh"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["num_instances"] > 100 and 0.14 < summary["mask_rate"] < 0.16
