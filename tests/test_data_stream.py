@@ -103,6 +103,9 @@ def test_a_crashed_build_leaves_nothing_that_looks_complete(corpus, tmp_path, mo
     assert not (tmp_path / "meta.json").exists() and not list(tmp_path.glob("*.tmp"))
     with pytest.raises(UserError, match="no meta.json"):
         PretrainingDataset(tmp_path)
+    monkeypatch.setattr(build_module, "process_chunk", real)
+    build(_config(corpus, tmp_path, records_per_shard=300))  # a rerun clears the leftovers, no --overwrite
+    assert len(PretrainingDataset(tmp_path)) > 0
 
 
 def _peak_memory(cfg) -> int:

@@ -409,13 +409,15 @@ def _why_empty(corpus: CorpusCounts, instances: InstanceCounts) -> str:
 
 
 def _prepare_output(out: Path, cfg: BuildConfig) -> Path:
-    """Create `out`; refuse to mix with an earlier build of the same part unless `overwrite`."""
+    """Create `out`; refuse to replace a finished build of the same part unless `overwrite`. Files of an
+    unfinished one (shards without a meta) are leftovers of a crash and simply removed."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     mine = _own_files(out, cfg)
-    if mine and not cfg.overwrite:
-        raise UserError(f"{out} already holds a build ({mine[0].name}, ...); pass --overwrite or another --out")
+    finished = [p for p in mine if p.name.startswith("meta") and p.name.endswith(".json")]
+    if finished and not cfg.overwrite:
+        raise UserError(f"{out} already holds a build ({finished[0].name}); pass --overwrite or another --out")
     _remove_files(out, [p.name for p in mine])
     return out
 
