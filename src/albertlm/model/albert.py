@@ -16,6 +16,7 @@ computed inside one oneDNN GEMM on CPU in fp32.
 from __future__ import annotations
 
 import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -72,7 +73,8 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         B, T, H = x.shape
         # split (not permute + unbind): the gradients of q, k, v then concatenate without a strided gather
-        q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in linear(x, self.qkv).split(H, -1))  # (B, A, T, hs)
+        qkv = linear(x, self.qkv).split(H, -1)  # 3 x (B, T, H)
+        q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in qkv)  # (B, A, T, hs)
         p = self.dropout_p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, A, T, hs)
         return self.norm(residual_linear(x, y.transpose(1, 2).reshape(B, T, H), self.out, self.dropout))

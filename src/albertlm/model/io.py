@@ -85,7 +85,8 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
         log.warning("checkpoint head weight %s has another shape; it is freshly initialised", key)
         del state[key]
     missing, unexpected = model.load_state_dict(state, strict=False)
-    for keys, what in ((missing, "checkpoint lacks model weights"), (unexpected, "checkpoint has weights this config does not")):
+    for keys, what in ((missing, "checkpoint lacks model weights"),
+                       (unexpected, "checkpoint has weights this config does not")):
         if [k for k in keys if is_backbone(k)]:
             raise UserError(f"{what}: {', '.join([k for k in keys if is_backbone(k)][:5])}")
     if missing:
