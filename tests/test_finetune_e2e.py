@@ -151,3 +151,31 @@ def test_classify_regression_jsonl_and_csv(model_dir, tmp_path, capsys):
                  "--labels", "neg,pos", "--model", str(model_dir), "--out", str(tmp_path / "bad")])
     assert code == 2
     assert "bad.csv:4: label 'maybe' is not in the label set" in capsys.readouterr().err
+
+
+def test_model_may_be_a_pretraining_run(model_dir, tmp_path, capsys):
+    """MODEL = a pretraining run dir: its newest checkpoint, and the tokenizer its data was built with."""
+    import shutil
+
+    from albertlm.training.checkpoint import step_dir
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "meta.json").write_text(json.dumps({"tokenizer": {"path": str(model_dir / "spiece.model")}}))
+    for step in (2, 4):
+        checkpoint = step_dir(tmp_path / "pretrain", step)
+        checkpoint.mkdir(parents=True)
+        for name in ("model.safetensors", "config.json"):
+            shutil.copy(model_dir / name, checkpoint / name)
+        (checkpoint / "run_config.json").write_text(json.dumps({"data": {"path": str(data_dir)}}))
+    rows = shared_path("glue", "SST-2", "dev.tsv").read_text().splitlines()[:17]
+    (tmp_path / "d.tsv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "run"
+    code = main(["finetune", "classify", "--train", str(tmp_path / "d.tsv"), "--text-column", "sentence",
+                 "--model", str(tmp_path / "pretrain"), "--out", str(out), "--max-steps", "2", "--batch-size", "8"])
+    assert code == 0
+    assert f"step_{4:08d}" in capsys.readouterr().err
+    assert (out / "best" / "spiece.model").read_bytes() == (model_dir / "spiece.model").read_bytes()
+    code = main(["finetune", "classify", "--train", str(tmp_path / "d.tsv"), "--model", str(tmp_path / "data"),
+                 "--out", str(out)])
+    assert code == 2 and "not a model directory" in capsys.readouterr().err
