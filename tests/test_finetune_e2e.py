@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from albertlm.cli.main import main
 from conftest import shared_path
@@ -19,8 +20,6 @@ RUN = ["--lr", "5e-3", "--warmup-steps", "3", "--seed", "1", "--log-every", "10"
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tiny matrices: one thread is faster than two fighting over a busy machine."""
-    import torch
-
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -31,7 +30,6 @@ def one_thread():
 def model_dir(tmp_path_factory):
     """A random tiny AlbertForPreTraining checkpoint with its spiece.model beside it."""
     import sentencepiece as spm
-    import torch
 
     from albertlm.config import ModelConfig
     from albertlm.model.albert import AlbertForPreTraining
@@ -179,3 +177,26 @@ def test_model_may_be_a_pretraining_run(model_dir, tmp_path, capsys):
     code = main(["finetune", "classify", "--train", str(tmp_path / "d.tsv"), "--model", str(tmp_path / "data"),
                  "--out", str(out)])
     assert code == 2 and "not a model directory" in capsys.readouterr().err
+
+
+def test_gradient_accumulation_matches_one_batch(model_dir, tmp_path):
+    """Steps split into unequal micro-batches (4+3+3, 1+1) give the weights of whole-batch steps."""
+    from albertlm.config.task import FinetuneConfig
+    from albertlm.tasks import finetune, specs
+    from albertlm.tasks.classify import Columns
+    from albertlm.tokenization import load_tokenizer
+
+    rows = shared_path("glue", "SST-2", "dev.tsv").read_text().splitlines()[:13]
+    (tmp_path / "d.tsv").write_text("\n".join(rows) + "\n")
+    tokenizer = load_tokenizer(model_dir)
+    weights = []
+    for accum in (1, 3):
+        cfg = FinetuneConfig(lr=1e-3, batch_size=10, grad_accum=accum, max_steps=2, warmup_steps=0,
+                             max_seq_length=32, seed=3)
+        spec = specs.classify_spec(tokenizer, cfg, Columns("sentence"), train_file=tmp_path / "d.tsv")
+        torch.manual_seed(0)
+        model = finetune.load_model(spec, model_dir, cfg)
+        finetune.Finetuner(spec, model, tokenizer, cfg, tmp_path / f"run{accum}", log=lambda *a: None).run()
+        weights.append(model.state_dict())
+    for key, value in weights[0].items():
+        torch.testing.assert_close(weights[1][key], value, rtol=1e-4, atol=1e-6)

@@ -17,7 +17,7 @@ from pathlib import Path
 from albertlm.errors import UserError
 
 FAMILIES = ("glue", "squad", "race", "classify")
-RUN_FLAGS = ("lr", "batch_size", "epochs", "max_steps", "warmup_steps", "warmup_ratio", "max_seq_length",
+RUN_FLAGS = ("lr", "batch_size", "grad_accum", "epochs", "max_steps", "warmup_steps", "warmup_ratio", "max_seq_length",
              "seed", "precision", "eval_batch_size", "eval_every", "log_every", "device", "weight_decay",
              "hidden_dropout", "attention_dropout", "classifier_dropout")
 
@@ -89,7 +89,8 @@ def _run_arguments(p) -> None:
     p.add_argument("--recipe", help="paper hyperparameters: 'paper' (for this task) or a name "
                                     "(cola, sst2, ..., squad1.1, squad2.0, race, race-v2); flags override")
     p.add_argument("--lr", type=float)
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--batch-size", type=int, help="examples per optimizer step")
+    p.add_argument("--grad-accum", type=int, help="split each step into N micro-batches (less memory)")
     p.add_argument("--epochs", type=float)
     p.add_argument("--max-steps", type=int, help="optimizer steps (overrides --epochs)")
     p.add_argument("--warmup-steps", type=int)

@@ -11,7 +11,8 @@ from albertlm.config.model import ConfigError
 @dataclass
 class FinetuneConfig:
     lr: float = 2e-5
-    batch_size: int = 32
+    batch_size: int = 32                 # examples per optimizer step
+    grad_accum: int = 1                  # micro-batches per step (batch_size / grad_accum each): less memory
     epochs: float = 3.0                  # used when max_steps is 0
     max_steps: int = 0                   # 0 = epochs * steps per epoch
     warmup_steps: int = -1               # -1 = warmup_ratio * total steps
@@ -40,6 +41,7 @@ class FinetuneConfig:
 
         need(self.lr > 0, "lr", "must be positive")
         need(self.batch_size >= 1, "batch_size", "must be >= 1")
+        need(1 <= self.grad_accum <= self.batch_size, "grad_accum", "must be in [1, batch_size]")
         need(self.eval_batch_size >= 1, "eval_batch_size", "must be >= 1")
         need(self.epochs > 0 or self.max_steps > 0, "epochs", "must be positive (or set max_steps)")
         need(self.max_steps >= 0, "max_steps", "must be >= 0 (0 = from epochs)")

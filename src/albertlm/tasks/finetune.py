@@ -173,9 +173,8 @@ class Finetuner:
         _write_json(self.out_dir / "train_log.json", {"losses": losses, "history": history})
         return RunResult(best or {}, history, losses, self.out_dir)
 
-    def _train_step(self, optimizer, index: np.ndarray, lr: float) -> float:
-        self.model.train()
-        set_lr(optimizer, lr)
+    def _micro_loss(self, index: np.ndarray, weight: float, lr: float) -> float:
+        """Forward + backward of one micro-batch; its mean loss counts `weight` of the step's loss."""
         batch = collate([self.spec.train[i] for i in index], self.tokenizer.pad_id, self.spec.label_dtype)
         batch = {k: v.to(self.device) for k, v in model_inputs(batch, self.spec.family).items()}
         with autocast(self.cfg.precision, self.device):
@@ -183,11 +182,18 @@ class Finetuner:
         if not torch.isfinite(loss):
             raise UserError(f"the loss became {loss.item()} at a step with lr {lr:g}; "
                             "lower --lr (v2 models on RACE: use --recipe race-v2)")
+        scaled = loss * weight
+        (scaled if self.scaler is None else self.scaler.scale(scaled)).backward()
+        return float(loss.detach()) * weight
+
+    def _train_step(self, optimizer, index: np.ndarray, lr: float) -> float:
+        self.model.train()
+        set_lr(optimizer, lr)
         optimizer.zero_grad(set_to_none=True)
-        if self.scaler is None:
-            loss.backward()
-        else:
-            self.scaler.scale(loss).backward()
+        # the batch is length-bucketed already, so its micro-batches pad alike
+        loss = sum(self._micro_loss(part, len(part) / len(index), lr)
+                   for part in np.array_split(index, min(self.cfg.grad_accum, len(index))))
+        if self.scaler is not None:
             self.scaler.unscale_(optimizer)
         if self.cfg.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
@@ -196,7 +202,7 @@ class Finetuner:
         else:
             self.scaler.step(optimizer)
             self.scaler.update()
-        return float(loss.detach())
+        return loss
 
     def _evaluate(self, step: int, history: list, best: dict | None) -> dict | None:
         scored = [s for s in self.spec.eval_sets if s.score is not None]
