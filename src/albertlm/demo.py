@@ -153,11 +153,12 @@ def run_config(size: DemoSize, vocab_size: int, train_dir: Path, eval_dir: Path,
                      data=DataConfig(path=str(train_dir), eval_path=str(eval_dir)))
 
 
-def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 4) -> tuple[int, float]:
+def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 6) -> tuple[int, float]:
     """Time a few training steps on this machine and return (steps that fit the budget, seconds per step),
-    so a slow or busy machine trains fewer steps (with a complete lr schedule) instead of running late."""
+    so a slow machine trains fewer steps (with a complete lr schedule) instead of running late. The fastest
+    probe step counts (the first ones warm up; a busy machine's pauses pass); `train.max_minutes` stops
+    the run if the guess was too optimistic."""
     import copy
-    import statistics
 
     from albertlm.training.distributed import DistInfo
     from albertlm.training.pretrain import make_loop, open_datasets
@@ -171,7 +172,7 @@ def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 4) -> tuple
     stamps = []
     loop.on_step = lambda step, metrics: stamps.append(time.perf_counter())
     loop.run()
-    seconds = statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
+    seconds = min(b - a for a, b in zip(stamps, stamps[1:]))
     seconds *= 1.1                                  # evaluations and checkpoints on top of the steps
     steps = int(size.train_minutes * 60 / seconds)
     return max(size.min_steps, min(size.max_steps, steps)), seconds
