@@ -41,6 +41,7 @@ class DemoSize:
     lr: float
     train_minutes: float          # the pretraining budget the step count is fitted to
     optimizer: str = "adamw"
+    masking: str = "token"        # BERT's per-token masking: learnt faster in minutes than n-gram spans
     precision: str = "fp32"
 
 
@@ -132,6 +133,7 @@ def build_data(corpus: Path, tokenizer: Path, out: Path, size: DemoSize, dupe_fa
 
     build(BuildConfig(inputs=[str(corpus)], tokenizer=str(tokenizer), out=str(out), format="lines",
                       max_seq_length=size.max_seq_length, sentence_task="sop", dupe_factor=dupe_factor,
+                      masking=size.masking,
                       seed=seed, overwrite=True, progress=False))
     return json.loads((out / "meta.json").read_text())
 
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     stage(f"    {corpus_stats}")
     stage(f"2/6 training a SentencePiece tokenizer, V={size.vocab_size}")
     tokenizer = train_tokenizer(train_txt, out / "tokenizer", size.vocab_size)
-    stage("3/6 building SOP pretraining data (n-gram masking)")
+    stage(f"3/6 building SOP pretraining data ({size.masking} masking)")
     meta = build_data(train_txt, tokenizer, out / "data" / "train", size, size.dupe_factor, seed=1)
     eval_meta = build_data(heldout_txt, tokenizer, out / "data" / "heldout", size, 1, seed=2)
     stage(f"    {meta['num_instances']} training / {eval_meta['num_instances']} held-out sequences of "
