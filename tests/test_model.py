@@ -199,3 +199,24 @@ def test_fused_cpu_linears_match_plain_ops(tiny_config, monkeypatch, dropout):
     torch.testing.assert_close(logits_a, logits_b, atol=1e-5, rtol=1e-5)
     for name in grads_a:
         torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-5, rtol=1e-4)
+
+
+def test_fused_linears_under_bf16_autocast_match_plain_ops(tiny_config, monkeypatch):
+    from albertlm.model import fused
+
+    if not fused.AVAILABLE:
+        pytest.skip("oneDNN not available")
+    ids, mask, pos, targets, weights = batch()
+    results = []
+    for available in (True, False):
+        monkeypatch.setattr(fused, "AVAILABLE", available)
+        torch.manual_seed(0)
+        model = AlbertForPreTraining(tiny_config)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(ids, mask, masked_lm_positions=pos, masked_lm_ids=targets, masked_lm_weights=weights)
+        out.loss.backward()
+        results.append((out.prediction_logits.float(), model.albert.encoder.ffns[0].up.weight.grad))
+    (logits_a, grad_a), (logits_b, grad_b) = results
+    assert grad_a.dtype == torch.float32
+    torch.testing.assert_close(logits_a, logits_b, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(grad_a, grad_b, atol=2e-2 * grad_b.abs().max().item(), rtol=0.05)

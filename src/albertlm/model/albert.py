@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from albertlm.config import ModelConfig
-from albertlm.model.fused import linear, residual_linear
+from albertlm.model.fused import cast_once, linear, residual_linear
 from albertlm.model.io import PretrainedMixin, init_weights
 
 
@@ -161,8 +161,9 @@ class AlbertModel(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> ModelOutput:
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
-        x = self.encoder(x, attention_bias(attention_mask))
+        with cast_once():  # under bf16 autocast each shared weight is cast once, not once per layer
+            x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
+            x = self.encoder(x, attention_bias(attention_mask))
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # (B, H)
         return ModelOutput(last_hidden_state=x, pooler_output=pooled)
 

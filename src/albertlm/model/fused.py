@@ -1,13 +1,20 @@
 """Linear layers with the bias, the residual add and (without autograd) the activation computed inside
-oneDNN's GEMM on CPU. Same results as `act(F.linear(x, W, b))` / `residual + F.linear(x, W, b)`.
+oneDNN's GEMM on CPU. Same results as `act(F.linear(x, W, b))` / `residual + dropout(F.linear(x, W, b))`.
 
 Why: on CPU, `addmm` first copies the broadcast bias into its output, and the activation and the
-residual add are further passes over (B, T, I) / (B, T, H) tensors. At albert-base sizes these
-memory passes cost as much as a third of the matmul time (torch.profiler, benchmarks/model_speed.py).
-The fused path runs only for fp32 CPU tensors outside autocast (bf16 autocast keeps the plain ops,
-whose weight casts autocast caches); everything else takes the plain path.
+residual add are further passes over (B, T, I) / (B, T, H) tensors. Each such op is a parallel
+region, which costs a lot more than its bytes when other processes share the cores; at albert-base
+sizes they took as long as the matmuls in bf16 (torch.profiler, benchmarks/model_speed.py).
+
+Used for CPU tensors in fp32, or under bf16 autocast; anything else takes the plain ops. Under
+autocast the weights are cast to bf16 as autocast would, once per `cast_once()` scope (one model
+forward), so a weight shared by 12 layers is cast once and its gradient accumulates in bf16.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -17,11 +24,38 @@ AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "
 # our activation name -> oneDNN post-op (name, algorithm)
 POST_OPS = {None: ("none", ""), "gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "relu": ("relu", "")}
 PLAIN = {None: lambda x: x, "gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
+_CASTS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("albertlm_casts", default=None)
 
 
-def _fusable(x: Tensor, layer: nn.Linear) -> bool:
-    return (AVAILABLE and x.device.type == "cpu" and x.dtype == layer.weight.dtype == torch.float32
-            and layer.bias is not None and not torch.is_autocast_enabled("cpu"))
+@contextlib.contextmanager
+def cast_once() -> Iterator[None]:
+    """Inside, each parameter is cast to the autocast dtype at most once (like autocast's own cache)."""
+    token = _CASTS.set({})
+    try:
+        yield
+    finally:
+        _CASTS.reset(token)
+
+
+def _compute_dtype(x: Tensor, layer: nn.Linear) -> torch.dtype | None:
+    """The dtype the fused op runs in, or None for the plain path."""
+    if not AVAILABLE or x.device.type != "cpu" or layer.bias is None or layer.weight.dtype != torch.float32:
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        return torch.bfloat16 if torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
+    return torch.float32 if x.dtype == torch.float32 else None
+
+
+def _cast(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """A parameter in `dtype`, cached for the current `cast_once` scope."""
+    if t.dtype == dtype:
+        return t
+    cache = _CASTS.get()
+    if cache is None:
+        return t.to(dtype)
+    if id(t) not in cache:
+        cache[id(t)] = (t, t.to(dtype))  # keep t alive so its id stays unique
+    return cache[id(t)][1]
 
 
 def _needs_grad(*tensors: Tensor) -> bool:
@@ -29,7 +63,7 @@ def _needs_grad(*tensors: Tensor) -> bool:
 
 
 class _BiasLinear(torch.autograd.Function):
-    """y = x W^T + b (+ residual) in one oneDNN call; the backward is the usual three matmuls/sums."""
+    """y = x W^T + b (+ residual) in one oneDNN call; the backward is the usual matmuls and sums."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, residual: Tensor | None) -> Tensor:
@@ -52,18 +86,22 @@ class _BiasLinear(torch.autograd.Function):
 
 def linear(x: Tensor, layer: nn.Linear, activation: str | None = None) -> Tensor:
     """activation(x W^T + b)."""
-    if not _fusable(x, layer):
+    dtype = _compute_dtype(x, layer)
+    if dtype is None:
         return PLAIN[activation](layer(x))
-    if not _needs_grad(x, layer.weight, layer.bias):  # inference: the activation is fused too
+    x, w, b = x.to(dtype), _cast(layer.weight, dtype), _cast(layer.bias, dtype)
+    if not _needs_grad(x, w, b):  # inference: the activation is fused too
         attr, algorithm = POST_OPS[activation]
-        return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, attr, [], algorithm)
-    return PLAIN[activation](_BiasLinear.apply(x, layer.weight, layer.bias, None))
+        return torch.ops.mkldnn._linear_pointwise(x, w, b, attr, [], algorithm)
+    return PLAIN[activation](_BiasLinear.apply(x, w, b, None))
 
 
 def residual_linear(residual: Tensor, x: Tensor, layer: nn.Linear, dropout: nn.Dropout) -> Tensor:
     """residual + dropout(x W^T + b); fused when the dropout is inactive (eval, or p = 0 as in v2)."""
-    if not _fusable(x, layer) or (dropout.training and dropout.p > 0) or residual.dtype != x.dtype:
+    dtype = _compute_dtype(x, layer)
+    if dtype is None or (dropout.training and dropout.p > 0) or residual.dtype != dtype:
         return residual + dropout(layer(x))
-    if not _needs_grad(x, residual, layer.weight, layer.bias):
-        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, layer.weight, layer.bias, "add")
-    return _BiasLinear.apply(x, layer.weight, layer.bias, residual)
+    x, w, b = x.to(dtype), _cast(layer.weight, dtype), _cast(layer.bias, dtype)
+    if not _needs_grad(x, residual, w, b):
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, w, b, "add")
+    return _BiasLinear.apply(x, w, b, residual)
