@@ -7,7 +7,8 @@ with -100 elsewhere) and sentence-order labels. Also measures this CPU's dense m
 each row's model FLOP utilisation (MFU): model FLOPs are the same for both implementations (encoder,
 E->H projection, MLM head at the masked positions), so the MFU ratio equals the speed ratio.
 
-    .venv/bin/python benchmarks/model_speed.py [--reps 3] [--rows 8x128,2x512] [--quick]
+    .venv/bin/python benchmarks/model_speed.py [--reps 3] [--infer-reps 10] [--rows 8x128,2x512]
+        [--modes train,infer] [--dtypes fp32,bf16]
 """
 from __future__ import annotations
 
@@ -109,7 +110,8 @@ def time_pair(steps, reps: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3, help="timed training steps per model and row")
+    parser.add_argument("--infer-reps", type=int, default=10, help="timed inference steps per model and row")
     parser.add_argument("--rows", default="8x128,2x512")
     parser.add_argument("--modes", default="train,infer")
     parser.add_argument("--dtypes", default="fp32,bf16")
@@ -130,7 +132,7 @@ def main() -> None:
                 train = mode == "train"
                 steps = [step_fn(m, batch, m is ours, train, dtype) for m in (ours, theirs)]
                 rate = matmul_rate(dtype, seconds=1.0)
-                t_ours, t_hf = time_pair(steps, args.reps)
+                t_ours, t_hf = time_pair(steps, args.reps if train else args.infer_reps)
                 flops = model_flops(cfg, B, T, batch["masked_lm_positions"].shape[1], train)
                 mfu = [flops / t / rate for t in (t_ours, t_hf)]
                 print(f"{mode:6} {shape:6} {dname:5} {B * T / t_ours:11.0f} {B * T / t_hf:9.0f} "
