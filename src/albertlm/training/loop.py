@@ -320,7 +320,9 @@ class Loop:
         return path
 
     def _print(self, message: str) -> None:
-        if self.info.is_main:
+        if self.logger is not None:
+            self.logger.note(message)          # above the progress bar, not through it
+        elif self.info.is_main:
             print(message, flush=True)
 
 
