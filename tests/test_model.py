@@ -220,3 +220,18 @@ def test_fused_linears_under_bf16_autocast_match_plain_ops(tiny_config, monkeypa
     assert grad_a.dtype == torch.float32
     torch.testing.assert_close(logits_a, logits_b, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(grad_a, grad_b, atol=2e-2 * grad_b.abs().max().item(), rtol=0.05)
+
+
+def test_short_bf16_training_attention_runs_in_fp32_with_same_result():
+    from albertlm.model import fused
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 9, 8, generator=g).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    mask[1, ..., 6:] = False
+    y = fused.attention(q, k, v, mask, 0.0)
+    assert y.dtype == torch.bfloat16
+    reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    torch.testing.assert_close(y.float(), reference, atol=1e-2, rtol=1e-2)
+    y.float().sum().backward()
+    assert q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from albertlm.config import ModelConfig
-from albertlm.model.fused import cast_once, linear, residual_linear
+from albertlm.model.fused import attention, cast_once, linear, residual_linear
 from albertlm.model.io import PretrainedMixin, init_weights
 
 
@@ -76,7 +76,7 @@ class Attention(nn.Module):
         qkv = linear(x, self.qkv).split(H, -1)  # 3 x (B, T, H)
         q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in qkv)  # (B, A, T, hs)
         p = self.dropout_p if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, A, T, hs)
+        y = attention(q, k, v, mask, p)  # (B, A, T, hs): SDPA
         return self.norm(residual_linear(x, y.transpose(1, 2).reshape(B, T, H), self.out, self.dropout))
 
 

@@ -105,3 +105,14 @@ def residual_linear(residual: Tensor, x: Tensor, layer: nn.Linear, dropout: nn.D
     if not _needs_grad(x, residual, w, b):
         return torch.ops.mkldnn._linear_pointwise.binary(x, residual, w, b, "add")
     return _BiasLinear.apply(x, w, b, residual)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+    """SDPA; when training in bf16 on CPU with short sequences (T <= 128) it runs in fp32, because
+    there the bf16 flash-attention backward is slower than the fp32 one (measured: 26 vs 15 ms per
+    albert-base layer at 8x128, a 1.12x faster training step; even at 4x256, bf16 faster at 2x512)."""
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.shape[-2] <= 128 and _needs_grad(q, k, v):
+        with torch.autocast("cpu", enabled=False):
+            y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
+        return y.to(torch.bfloat16)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
