@@ -59,12 +59,12 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def wrap_model(model: nn.Module, info: DistInfo) -> nn.Module:
+def wrap_model(model: nn.Module, info: DistInfo, find_unused_parameters: bool = False) -> nn.Module:
     """DDP across ranks (gradients averaged in the backward pass); the bare model when alone."""
     if not info.enabled:
         return model
     ids = [info.device.index] if info.device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
 
 
 def unwrap(model: nn.Module) -> nn.Module:

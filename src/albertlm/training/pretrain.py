@@ -117,8 +117,7 @@ def open_datasets(run: RunConfig) -> Datasets:
 def open_dataset(path: str | Path, dynamic_masking: bool = False, seed: int = 0):
     from albertlm.data import loader
 
-    if not (Path(path) / "meta.json").is_file():
-        raise UserError(f"{path}: not a pretraining data directory (no meta.json); build one with `albertlm data build`")
+    # the loader reads `meta.json` or the part metas of a `--num-shards K` build, with its own clear errors
     return loader.PretrainingDataset(path, dynamic_masking=dynamic_masking, seed=seed)
 
 
@@ -168,7 +167,8 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
                     run.train.seed, run.data.num_workers, run.data.dynamic_masking)
     data.check_resume(state.data)
     objective = objective or PretrainingObjective()
-    wrapped = wrap_model(model, info)
+    # without a sentence task the pooler and SOP head get no gradient, which DDP must be told
+    wrapped = wrap_model(model, info, find_unused_parameters=datasets.meta.get("sentence_task") == "none")
     evaluate_fn = None
     if datasets.eval is not None:
         def evaluate_fn():
