@@ -47,7 +47,9 @@ class DemoSize:
 
 # Docstrings are short: 64-token sequences waste little on padding, so more steps fit the budget. AdamW at
 # 2e-3 learned SOP within a few hundred steps where LAMB (lr 0.01-0.03) was still at chance in our trials.
-FULL = DemoSize(vocab_size=8000, max_seq_length=64, dupe_factor=4, hidden_size=128, num_layers=2, num_heads=2,
+# A 2000-piece vocabulary for a 1.4 MB corpus: at V=8000 three minutes reached 2x the unigram baseline in MLM
+# accuracy, at V=2000 2.9x (V=4000: 2x); lr 1e-3 and 5e-3 did no better than 2e-3.
+FULL = DemoSize(vocab_size=2000, max_seq_length=64, dupe_factor=4, hidden_size=128, num_layers=2, num_heads=2,
                 embedding_size=64, batch_size=32, max_steps=4000, min_steps=100, lr=0.002, train_minutes=7.5)
 QUICK = DemoSize(vocab_size=2000, max_seq_length=64, dupe_factor=1, hidden_size=64, num_layers=2, num_heads=2,
                  embedding_size=32, batch_size=16, max_steps=10, min_steps=10, lr=0.005, train_minutes=1.0)
