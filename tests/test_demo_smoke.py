@@ -64,6 +64,6 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert cli(["pretrain", "--out", str(tmp_path), "--optim.weight_decay=abc"]) == 2
     assert "optim.weight_decay" in capsys.readouterr().err
     assert cli(["pretrain", "--out", str(tmp_path), "--data", str(tmp_path / "missing")]) == 2
-    assert "not a pretraining data directory" in capsys.readouterr().err
+    assert "not a data directory" in capsys.readouterr().err
     assert cli(["pretrain", "--out", str(tmp_path), "--batch-size", "6", "--micro-batch-size", "4",
                 "--dry-run"]) == 2
