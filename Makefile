@@ -23,6 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench]'
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -1,5 +1,9 @@
 """Pretraining-data build speed and memory: `albertlm data build` on the English text of ../shared/data/text.
 
+First, the reading speed of each input format (`albertlm.data.corpus.read_documents`, in-process, best of
+2): the plain files, their .gz/.bz2/.xz/.zst copies, and the same documents as JSONL, Parquet and an Arrow
+stream (as `datasets.save_to_disk` writes), in MB of text per second and relative to the plain files.
+
 Runs the real CLI in a subprocess (dupe factor 5, albert-base-v2 SentencePiece model) at max length 128 and
 512 with 1 and 2 worker processes, then on a 10x corpus (every file listed ten times), and prints
 instances/s (wall clock, interpreter start included), peak RSS of the whole process tree (sampled every
@@ -7,7 +11,7 @@ instances/s (wall clock, interpreter start included), peak RSS of the whole proc
 google's `create_pretraining_data.py` on this kind of machine (390 instances/s at 128, 80 at 512, one
 process); it needs TensorFlow, which this environment does not have, so it is not re-run here.
 
-    python benchmarks/data_speed.py [--dupe-factor 5] [--skip-10x]
+    python benchmarks/data_speed.py [--dupe-factor 5] [--skip-10x] [--formats-only]
 """
 from __future__ import annotations
 
@@ -67,11 +71,75 @@ def run_build(inputs: list[Path], out: Path, max_seq_length: int, workers: int, 
             "per_cpu_second": instances / cpu, "peak_rss_mb": peak / 2**20}
 
 
+def write_formats(tmp: Path) -> dict[str, list[Path]]:
+    """The English corpus in every input format, holding the same text."""
+    import bz2
+    import gzip
+    import lzma
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    from albertlm.data.corpus import read_documents
+
+    compress = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress,
+                "zst": lambda data: zstandard.ZstdCompressor(level=3).compress(data)}
+    forms = {"plain": list(ENGLISH)}
+    for name, fn in compress.items():
+        forms[name] = []
+        for k, path in enumerate(ENGLISH):
+            target = tmp / name / f"{k:02d}-{path.name}.{name}"
+            target.parent.mkdir(exist_ok=True)
+            target.write_bytes(fn(path.read_bytes()))
+            forms[name].append(target)
+    texts = ["\n".join(doc.sentences) for doc in read_documents(ENGLISH)]
+    (tmp / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    table = pa.table({"text": texts})
+    pq.write_table(table, tmp / "docs.parquet", row_group_size=256)
+    with pa.OSFile(str(tmp / "docs.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=1000):  # datasets' default writer batch size
+            writer.write_batch(batch)
+    forms.update({"jsonl": [tmp / "docs.jsonl"], "parquet": [tmp / "docs.parquet"], "arrow": [tmp / "docs.arrow"]})
+    return forms
+
+
+def format_speeds(tmp: Path) -> None:
+    from albertlm.data.corpus import CorpusCounts, read_documents
+
+    forms = write_formats(tmp)
+    rows = []
+    for name, files in forms.items():
+        best, counts = float("inf"), None
+        for _ in range(2):
+            counts = CorpusCounts()
+            started = time.perf_counter()
+            for _doc in read_documents(files, counts=counts):
+                pass
+            best = min(best, time.perf_counter() - started)
+        stored = sum(p.stat().st_size for p in files) / 1e6
+        rows.append((name, stored, counts.chars / 1e6, counts.documents, best))
+    plain = rows[0][4]
+    print("| input | stored MB | text MB | documents | seconds | text MB/s | time vs plain |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, stored, text, docs, seconds in rows:
+        print(f"| {name} | {stored:.2f} | {text:.2f} | {docs:,} | {seconds:.2f} | {text / seconds:.1f} | "
+              f"{seconds / plain:.2f}x |")
+    print("(plain and compressed: the original files, 1 raw document each; JSONL/Parquet/Arrow: those documents "
+          "as rows, re-split into sentences like raw text)\n", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dupe-factor", type=int, default=5)
     parser.add_argument("--skip-10x", action="store_true")
+    parser.add_argument("--formats-only", action="store_true", help="only the reading speed of each input format")
     args = parser.parse_args()
+    print(f"reading speed per input format; load average before: {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        format_speeds(Path(tmp))
+    if args.formats_only:
+        return
     size_mb = sum(p.stat().st_size for p in ENGLISH) / 1e6
     print(f"corpus: {len(ENGLISH)} English files, {size_mb:.1f} MB; dupe factor {args.dupe_factor}; "
           f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()[0]:.1f}\n")

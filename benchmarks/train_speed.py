@@ -14,6 +14,7 @@ waiting for the next batch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -64,8 +65,8 @@ def run_ours_chunk(loop, run_dir: Path, steps: int) -> tuple[list[float], list[f
     from albertlm.training.metrics import MetricsLogger, read_metrics
 
     stamps = []
-    loop.run_config.train.max_steps = loop.state.step + steps     # (only the lr schedule sees this)
-    loop.logger = MetricsLogger(run_dir, loop.run_config.train.max_steps, loop.state.step, progress=False)
+    loop.plan = dataclasses.replace(loop.plan, total_steps=loop.state.step + steps)   # (and the lr schedule)
+    loop.logger = MetricsLogger(run_dir, loop.plan.total_steps, loop.state.step, progress=False)
     loop.on_step = lambda step, metrics: stamps.append(time.perf_counter())
     loop.save = lambda: None                 # no checkpoint at the end of a chunk
     loop.run()

@@ -1,5 +1,6 @@
 """The build as a stream: shard round-trip, determinism across workers and parts, atomicity, bounded memory,
-and the loader's batches, rank sharding, dynamic masking and resumable cursor."""
+and reading it for training: batches, the training sampler's rank sharding and resumable position
+(`training.loop.StepData`, the one sampler), dynamic masking."""
 from __future__ import annotations
 
 import tracemalloc
@@ -10,7 +11,7 @@ import pytest
 
 from albertlm.data import build as build_module
 from albertlm.data.build import BuildConfig, build
-from albertlm.data.loader import BATCH_KEYS, PretrainingDataset, PretrainingLoader, collate
+from albertlm.data.loader import BATCH_KEYS, PretrainingDataset, collate
 from albertlm.errors import UserError
 from conftest import shared_path
 
@@ -152,23 +153,32 @@ def test_dataset_pickles_without_copying_the_shards(built):
     blob = pickle.dumps(ds)
     assert len(blob) < 100_000 < sum(p.stat().st_size for p in built.glob("shard-*.bin"))
     copy = pickle.loads(blob)
-    np.testing.assert_array_equal(copy[(7, 3)]["input_ids"], ds[(7, 3)]["input_ids"])
+    np.testing.assert_array_equal(copy[(3, 7)]["input_ids"], ds[(3, 7)]["input_ids"])   # (epoch, index)
+
+
+def _sampler(ds, batch_size, seed, rank=0, world_size=1, micro_batches=1):
+    from albertlm.training.loop import StepData, shuffled_batches
+
+    return StepData(ds, collate, shuffled_batches(len(ds), batch_size, seed), micro_batches, rank, world_size,
+                    epoch_keys=ds.dynamic_masking, identity={"batch_size": batch_size, "seed": seed})
 
 
 def test_ranks_split_each_epoch_disjointly(built):
+    """Global batches of 32: each of 2 ranks reads its 16 per step, never the other's."""
     ds = PretrainingDataset(built)
     seen = []
     for rank in range(2):
-        loader = PretrainingLoader(ds, 16, seed=3, rank=rank, world_size=2, epochs=1)
-        seen.append({i for b in loader._batches(0, 0) for i, _ in b})
-        assert len(list(loader)) == len(loader)
+        sampler = _sampler(ds, 32, seed=3, rank=rank, world_size=2)
+        steps = list(zip(range(sampler.steps_per_epoch), sampler.plan(0)))
+        seen.append({i for _, parts in steps for part in parts for i in part})
+        assert len(steps) == sampler.steps_per_epoch
     assert not seen[0] & seen[1]
     assert len(seen[0]) == len(seen[1]) == len(ds) // 2 // 16 * 16
 
 
 def test_dynamic_masking_changes_per_epoch_and_is_seeded(built):
     ds = PretrainingDataset(built, dynamic_masking=True, seed=5)
-    first, again, later = ds[(3, 0)], ds[(3, 0)], ds[(3, 1)]
+    first, again, later = ds[(0, 3)], ds[(0, 3)], ds[(1, 3)]          # (epoch, index)
     np.testing.assert_array_equal(first["input_ids"], again["input_ids"])
     assert not np.array_equal(first["masked_lm_positions"], later["masked_lm_positions"])
     static = PretrainingDataset(built)[3]
@@ -176,24 +186,34 @@ def test_dynamic_masking_changes_per_epoch_and_is_seeded(built):
     assert first["masked_lm_weights"].sum() == static["masked_lm_weights"].sum()  # same budget
 
 
+def test_dynamic_masks_of_a_batch_are_the_builders_masking(built):
+    """A micro-batch is masked in one `mask_records` call (the builder's), seeded by its keys: the same
+    keys give the same masks, whole words stay whole and the budget is the build's."""
+    ds = PretrainingDataset(built, dynamic_masking=True, seed=5)
+    keys = [(2, i) for i in range(0, 40, 3)]
+    a, b = ds.__getitems__(keys), ds.__getitems__(keys)
+    for x, y, (_, index) in zip(a, b, keys):
+        np.testing.assert_array_equal(x["input_ids"], y["input_ids"])
+        static = PretrainingDataset(built)[index]
+        assert x["masked_lm_weights"].sum() == static["masked_lm_weights"].sum()
+        used = x["masked_lm_weights"] > 0
+        np.testing.assert_array_equal(x["masked_lm_ids"][used], ds.record(index)["input_ids"][x["masked_lm_positions"][used]])
+
+
 def test_cursor_resumes_exactly_across_epochs(built):
     ds = PretrainingDataset(built, dynamic_masking=True)
-    per_epoch = len(PretrainingLoader(ds, 64, seed=1))
-    reference = PretrainingLoader(ds, 64, seed=1)
-    stream = iter(reference)
+    per_epoch = _sampler(ds, 64, seed=1).steps_per_epoch
+    stream = _sampler(ds, 64, seed=1).steps(0)
     expected = [next(stream) for _ in range(per_epoch + 3)]
     resumed_at = per_epoch - 2
-    first = PretrainingLoader(ds, 64, seed=1)
-    stream = iter(first)
-    for _ in range(resumed_at):
-        next(stream)
-    state = first.state_dict()
-    second = PretrainingLoader(ds, 64, seed=1)
-    second.load_state_dict(state)
-    stream = iter(second)
+    first = _sampler(ds, 64, seed=1)
+    state = first.state_dict(resumed_at)
+    second = _sampler(ds, 64, seed=1)
+    second.check_resume(state)
+    stream = second.steps(state["step"])
     for want in expected[resumed_at:]:
         got = next(stream)
-        assert all(bool((got[k] == want[k]).all()) for k in BATCH_KEYS)
-    assert second.state_dict()["epoch"] == 1
-    with pytest.raises(ValueError, match="batch_size"):
-        PretrainingLoader(ds, 32, seed=1).load_state_dict(state)
+        assert all(bool((g[k] == w[k]).all()) for g, w in zip(got, want) for k in BATCH_KEYS)
+    assert divmod(resumed_at + len(expected[resumed_at:]) - 1, per_epoch)[0] == 1   # crossed into epoch 1
+    with pytest.raises(UserError, match="batch_size"):
+        _sampler(ds, 32, seed=1).check_resume(state)

@@ -48,11 +48,10 @@ def test_cli_pretrain_resume_evaluate_plot(demo_dir, tmp_path, capsys):
 
 
 def test_dynamic_masking_changes_masks_between_epochs(demo_dir):
-    from albertlm.training.loop import _EpochItems
     from albertlm.training.pretrain import open_dataset
 
     def positions(dynamic: bool, epoch: int) -> list:
-        items = _EpochItems(open_dataset(demo_dir / "data" / "train", dynamic, seed=0), dynamic)
+        items = open_dataset(demo_dir / "data" / "train", dynamic, seed=0)
         return [items[(epoch, i)]["masked_lm_positions"].tolist() for i in range(20)]
 
     assert positions(True, 0) != positions(True, 1)

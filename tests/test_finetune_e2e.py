@@ -181,22 +181,25 @@ def test_model_may_be_a_pretraining_run(model_dir, tmp_path, capsys):
 
 def test_gradient_accumulation_matches_one_batch(model_dir, tmp_path):
     """Steps split into unequal micro-batches (4+3+3, 1+1) give the weights of whole-batch steps."""
-    from albertlm.config.task import FinetuneConfig
+    from albertlm.config.task import FinetuneConfig, finetune_optim, finetune_train
     from albertlm.tasks import finetune, specs
     from albertlm.tasks.classify import Columns
     from albertlm.tokenization import load_tokenizer
+    from albertlm.training.distributed import DistInfo
 
     rows = shared_path("glue", "SST-2", "dev.tsv").read_text().splitlines()[:13]
     (tmp_path / "d.tsv").write_text("\n".join(rows) + "\n")
     tokenizer = load_tokenizer(model_dir)
     weights = []
-    for accum in (1, 3):
-        cfg = FinetuneConfig(lr=1e-3, batch_size=10, grad_accum=accum, max_steps=2, warmup_steps=0,
-                             max_seq_length=32, seed=3)
+    for micro in (0, 4):   # 0: the whole batch of 10 at once; 4: micro-batches of 4+3+3 (the batch of 2: 1+1)
+        cfg = FinetuneConfig(finetune_optim(lr=1e-3, warmup_steps=0),
+                             finetune_train(batch_size=10, micro_batch_size=micro, max_steps=2, seed=3,
+                                            progress=False, tensorboard=False), max_seq_length=32)
         spec = specs.classify_spec(tokenizer, cfg, Columns("sentence"), train_file=tmp_path / "d.tsv")
-        torch.manual_seed(0)
-        model = finetune.load_model(spec, model_dir, cfg)
-        finetune.Finetuner(spec, model, tokenizer, cfg, tmp_path / f"run{accum}", log=lambda *a: None).run()
-        weights.append(model.state_dict())
+        loop = finetune.make_finetune_loop(spec, model_dir, tokenizer, cfg, tmp_path / f"run{micro}", DistInfo())
+        assert [len(p) for p in next(loop.data.plan(0))] == ([10] if micro == 0 else [4, 3, 3])
+        assert [len(p) for p in next(loop.data.plan(1))] == ([2] if micro == 0 else [1, 1])
+        loop.run()
+        weights.append(loop.raw_model.state_dict())
     for key, value in weights[0].items():
         torch.testing.assert_close(weights[1][key], value, rtol=1e-4, atol=1e-6)

@@ -171,13 +171,16 @@ def test_recipes_and_flag_precedence():
     from albertlm.tasks.recipes import recipe
 
     rte = recipe("RTE")
-    assert (rte.lr, rte.batch_size, rte.max_steps, rte.warmup_steps) == (3e-5, 32, 800, 200)  # run_glue.sh
-    assert recipe("race-v2").lr == 1e-5 and recipe("race-v2").hidden_dropout == 0.0
+    assert (rte.optim.lr, rte.train.batch_size, rte.train.max_steps, rte.optim.warmup_steps) == \
+        (3e-5, 32, 800, 200)  # run_glue.sh
+    assert recipe("race-v2").optim.lr == 1e-5 and recipe("race-v2").hidden_dropout == 0.0
     parser = argparse.ArgumentParser()
     task_commands.add_arguments(parser, "finetune")
     args = parser.parse_args(["glue", "--task", "rte", "--model", "m", "--out", "o", "--recipe", "paper",
                               "--lr", "1e-4", "--epochs", "2"])
+    args.command = "finetune"
     cfg = task_commands._config(args, "glue")
-    assert (cfg.lr, cfg.batch_size, cfg.max_steps, cfg.epochs, cfg.warmup_steps) == (1e-4, 32, 0, 2.0, 200)
+    assert (cfg.optim.lr, cfg.train.batch_size, cfg.train.max_steps, cfg.train.epochs, cfg.optim.warmup_steps) == \
+        (1e-4, 32, 0, 2.0, 200)
     with pytest.raises(UserError, match="unknown recipe"):
         recipe("imagenet")

@@ -1,4 +1,7 @@
-"""n-gram MLM masking: p(n) = (1/n)/sum(1/k), masking rate and budget, whole words, 80/10/10, seeding."""
+"""n-gram MLM masking: p(n) = (1/n)/sum(1/k), masking rate and budget, whole words, 80/10/10, seeding.
+
+The one masking path is the vectorised `mask_batch` (builder and loader alike); `greedy_ngrams` below is
+the per-instance loop it is checked against, draw for draw."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from albertlm.data.masking import (MaskingConfig, MaskingVocab, choose_ngrams, draw_ngram_sizes, greedy_ngrams,
-                                   mask_batch, mask_sequence, ngram_probabilities, num_to_predict, replacement_ids,
-                                   select_ngrams_batch, word_spans)
+import bisect
+
+from albertlm.data.masking import (MaskingConfig, MaskingVocab, _ngram_cdf, mask_batch, ngram_probabilities,
+                                   ngram_sizes, num_to_predict, replacement_ids, select_ngrams_batch, word_index)
 from conftest import shared_path
 
 SPM = ("spm", "albert-base-v2_spiece.model")
@@ -32,6 +36,50 @@ def real_sequences(tokenizer):
     return [np.concatenate(([tokenizer.cls_id], w, [tokenizer.sep_id])) for w in windows]
 
 
+def greedy_ngrams(bounds: list[int], budget: int, max_ngram: int, keys: np.ndarray,
+                  size_draws: np.ndarray) -> list[tuple[int, int]]:
+    """The reference: google's greedy selection, one instance at a time, given its uniform draws (one
+    order key and one size draw per word); returns the chosen (first word, n)."""
+    num_words = len(bounds) - 1
+    order = np.argsort(keys).tolist()
+    cdf = _ngram_cdf(max_ngram)
+    covered = bytearray(num_words)
+    chosen, total = [], 0
+    for start in order:
+        if total >= budget:
+            break
+        n = min(bisect.bisect_right(cdf, size_draws[start]) + 1, num_words - start)  # clipped at the last word
+        while n > 1 and total + bounds[start + n] - bounds[start] > budget:
+            n -= 1
+        size = bounds[start + n] - bounds[start]
+        if total + size > budget or any(covered[start:start + n]):
+            continue
+        covered[start:start + n] = b"\x01" * n
+        chosen.append((start, n))
+        total += size
+    return chosen
+
+
+def mask_sequence(tokens, special, vocab, cfg, rng):
+    """One sequence through the batched masker: (sorted positions, what the model sees there)."""
+    batch = mask_batch(tokens[None], np.array([tokens.size]), special[None], vocab, cfg, rng, vocab.random_ids)
+    count = int(batch.counts[0])
+    return batch.positions[0, :count], batch.inputs[0, :count]
+
+
+def _batched_selection(lengths_per_row, budgets, max_ngram, rng):
+    """Covered words of `select_ngrams_batch` for rows of word lengths."""
+    rows = len(lengths_per_row)
+    num_words = np.array([len(x) for x in lengths_per_row])
+    wmax = max(int(num_words.max()), 1)
+    bounds = np.zeros((rows, wmax + 1 + max_ngram), dtype=np.int64)
+    for i, lengths in enumerate(lengths_per_row):
+        cum = np.concatenate(([0], np.cumsum(lengths)))
+        bounds[i, :len(cum)], bounds[i, len(cum):] = cum, cum[-1]
+    keys, sizes = rng.random((rows, wmax)), rng.random((rows, wmax))
+    return select_ngrams_batch(bounds, num_words, np.asarray(budgets), max_ngram, keys, sizes)
+
+
 def _vocab(tokenizer) -> MaskingVocab:
     special = (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id)
     return MaskingVocab(np.asarray(tokenizer.word_start_mask(), dtype=bool), tokenizer.mask_id, special)
@@ -49,7 +97,7 @@ def test_ngram_probabilities_are_harmonic():
 
 
 def test_ngram_size_draws_follow_one_over_n():
-    draws = draw_ngram_sizes(200_000, 3, np.random.default_rng(0))
+    draws = ngram_sizes(np.random.default_rng(0).random(200_000), 3)
     observed = np.bincount(draws, minlength=4)[1:]
     expected = ngram_probabilities(3) * draws.size
     assert stats.chisquare(observed, expected).pvalue > 1e-3
@@ -83,15 +131,24 @@ def test_mask_rate_and_runs_on_real_text(tokenizer, real_sequences):
 
 
 def test_chosen_ngrams_respect_budget_and_never_overlap():
+    """On the reference's n-grams (n <= 3, inside the row, disjoint, within budget) for the same draws
+    that give the batched selection's covered words."""
     rng = np.random.default_rng(2)
-    for _ in range(300):
-        lengths = rng.integers(1, 4, size=int(rng.integers(1, 60)))
-        budget = int(rng.integers(1, 25))
-        chosen = choose_ngrams([0, *np.cumsum(lengths).tolist()], budget, 3, rng)
+    rows = [rng.integers(1, 4, size=int(rng.integers(1, 60))) for _ in range(300)]
+    budgets = [int(rng.integers(1, 25)) for _ in rows]
+    draws = np.random.default_rng(3)
+    covered = _batched_selection(rows, budgets, 3, draws)
+    draws = np.random.default_rng(3)
+    wmax = max(len(r) for r in rows)
+    keys, sizes = draws.random((len(rows), wmax)), draws.random((len(rows), wmax))
+    for i, (lengths, budget) in enumerate(zip(rows, budgets)):
+        bounds = [0, *np.cumsum(lengths).tolist()]
+        chosen = greedy_ngrams(bounds, budget, 3, keys[i, :lengths.size], sizes[i, :lengths.size])
         words = [w for start, n in chosen for w in range(start, start + n)]
         assert len(words) == len(set(words))
         assert all(1 <= n <= 3 and start + n <= lengths.size for start, n in chosen)
         assert sum(lengths[w] for w in words) <= budget
+        assert sorted(words) == np.flatnonzero(covered[i]).tolist()
 
 
 def test_whole_words_are_masked_entirely_and_specials_never(tokenizer, real_sequences):
@@ -100,11 +157,11 @@ def test_whole_words_are_masked_entirely_and_specials_never(tokenizer, real_sequ
         special = _special(seq)
         positions, _ = mask_sequence(seq, special, vocab, cfg, rng)
         assert not special[positions].any()
-        candidates = np.flatnonzero(~special)
-        lengths = word_spans(candidates, vocab.word_start[seq[candidates]])
-        word_of = np.repeat(np.arange(lengths.size), lengths)
+        words, _ = word_index(seq[None], ~special[None], vocab.word_start, cfg)
+        words = words[0]
+        lengths = np.bincount(words[words >= 0])
         hit = np.zeros(lengths.size, dtype=int)
-        np.add.at(hit, word_of[np.searchsorted(candidates, positions)], 1)
+        np.add.at(hit, words[positions], 1)
         touched = hit > 0
         assert (hit[touched] == lengths[touched]).all()
 

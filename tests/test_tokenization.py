@@ -1,5 +1,6 @@
-"""Tokenizers against references: transformers' AlbertTokenizer / BertTokenizer on real text, the albert-base-v2
-ids transcribed from transformers' tests, and tiny models trained in-process."""
+"""Tokenizers against references: google-research's SentencePiece algorithm (an independent implementation in
+`google_albert.py`) and transformers' AlbertTokenizer / BertTokenizer on real text, the albert-base-v2 ids
+transcribed from transformers' tests, and tiny models trained in-process."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentenceP
                                                  train_sentencepiece)
 from albertlm.tokenization.wordpiece import WordPieceOptions, train_wordpiece
 from conftest import shared_path
+import google_albert
 
 transformers = pytest.importorskip("transformers")
 
@@ -29,10 +31,13 @@ def _lines(*parts: str, limit: int = LINES_PER_CORPUS, keep=lambda line: True) -
 
 
 CORPORA = {
-    "english": lambda: _lines("text", "gutenberg", "austen-emma.txt") + _lines("text", "sample_text.txt"),
+    # Gutenberg + wiki_00 + RTE sentences: prose, and numbers such as "In 1999," that google's "9," rule splits
+    "english": lambda: _lines("text", "gutenberg", "austen-emma.txt") + _lines("text", "sample_text.txt")
+    + _lines("text", "wiki_text", "wiki_00") + [c for line in _lines("glue", "RTE", "val.tsv")[1:]
+                                                for c in line.split("\t")[1:3]],
     "accented": lambda: _lines("text", "wikitext-2-raw", "wiki.test.raw", keep=lambda s: not s.isascii()),
     "chinese": lambda: _lines("text", "zh", "news_zh_1.txt"),
-    "korean": lambda: [c for line in _lines("korean", "KorNLI", "xnli.dev.ko.tsv", limit=600)
+    "korean": lambda: [c for line in _lines("korean", "KorNLI", "xnli.dev.ko.tsv", limit=2500)
                        for c in line.split("\t")[:2]],
 }
 
@@ -85,21 +90,52 @@ def test_reference_cases_and_integration_ids(albert_dir):
         assert types == [0] * len(ids)
 
 
-# -- albert-base-v2: parity with transformers on real text -------------------------------------------
+# -- albert-base-v2: parity with google-research and transformers on real text ------------------------
+
+@pytest.fixture(scope="module")
+def albert_sp():
+    import sentencepiece
+
+    return sentencepiece.SentencePieceProcessor(model_file=str(shared_path(*ALBERT_MODEL)))
+
 
 @pytest.mark.parametrize("corpus", sorted(CORPORA))
-def test_ids_match_transformers_albert(corpus, albert, albert_dir, hf_albert):
+def test_default_ids_are_google_research_on_every_line(corpus, albert, albert_dir, albert_sp):
+    """Every line, punctuation included, against google's preprocess_text + encode_pieces (google_albert.py)."""
     lines = CORPORA[corpus]()
     assert len(lines) > 50
+    expected = [google_albert.encode_ids(albert_sp, line) for line in lines]
+    ours = albert.encode_batch(lines)
+    differ = [lines[i] for i in range(len(lines)) if ours[i] != expected[i]]
+    assert not differ, f"{len(differ)} of {len(lines)} lines differ from google's algorithm, e.g. {differ[:3]}"
+    assert [albert.encode(line) for line in lines[:20]] == expected[:20]
+    split = sum(google_albert.splits_digit_comma(albert_sp, line) for line in lines)
+    assert split > 0 or corpus in ("accented", "chinese")  # the "9," rule is exercised, not skipped
+    uncased = load_tokenizer(albert_dir, keep_accents=True, do_lower_case=False)
+    sample = lines[:300]
+    assert uncased.encode_batch(sample) == [
+        google_albert.encode_ids(albert_sp, line, keep_accents=True, do_lower_case=False) for line in sample]
+
+
+def test_default_strips_combining_characters_as_google_does(albert, albert_sp):
+    """google drops characters with a combining class (NFKD accents, virama, nukta) but keeps spacing marks
+    (Devanagari vowel signs), which transformers 5's StripAccents also drops."""
+    lines = ["हिन्दी भाषा क़िला", "ఒ్9, ١٢٣,", "Ça n'a pas été facile, 2003,", "ÅŠİ ﬁ ² ½ Straße", "x\u0301\u034f y"]
+    assert albert.encode_batch(lines) == [google_albert.encode_ids(albert_sp, line) for line in lines]
+
+
+@pytest.mark.parametrize("corpus", sorted(CORPORA))
+def test_transformers5_mode_matches_transformers_albert(corpus, albert, albert_dir, hf_albert):
+    lines = CORPORA[corpus]()
     expected = _hf_ids(hf_albert, lines)
-    # transformers-v5 mode: every line, user-defined symbols included.
+    # transformers-v5 mode: every line, user-defined symbols and "9," pieces included.
     compat = load_tokenizer(albert_dir, split_added_tokens=True)
     assert compat.encode_batch(lines) == expected
-    # Default (sentencepiece / google-research) mode: the same wherever v5's added-token split does not apply.
-    plain = [i for i, line in enumerate(lines) if not ADDED_CHARS.search(line)]
-    ours = albert.encode_batch([lines[i] for i in plain])
-    assert ours == [expected[i] for i in plain]
-    assert [albert.encode(lines[i]) for i in plain[:20]] == ours[:20]
+    # The default (google) mode gives the same ids wherever neither v5's added-token split nor google's
+    # "9," rule applies.
+    plain = [i for i, line in enumerate(lines) if not ADDED_CHARS.search(line) and not re.search(r"\d,", line)]
+    assert len(plain) > 10
+    assert albert.encode_batch([lines[i] for i in plain]) == [expected[i] for i in plain]
 
 
 def test_keep_accents_and_case_match_transformers(albert_dir):
@@ -118,13 +154,37 @@ def test_added_token_modes_differ_only_around_symbols(albert, albert_dir, hf_alb
     assert albert.tokenize("emma, hi") == compat.tokenize("emma, hi")
 
 
-def test_digit_comma_rule_is_google_research_option(albert_dir, hf_albert):
-    text = "In 1999, 10,000 people; 9, x9,"
+def test_digit_comma_rule_is_google_default(albert_dir, hf_albert, albert_sp):
+    text = "In 1999, 10,000 people; 9, x9, $5, 2003,"
     default = load_tokenizer(albert_dir)
-    assert default.encode(text) == _hf_ids(hf_albert, [text])[0]
-    google = load_tokenizer(albert_dir, split_digit_comma=True).tokenize(text)
-    assert "▁1999," in default.tokenize(text) and "▁1999," not in google
-    assert google[:4] == ["▁in", "▁1999", ",", "▁10,000"]
+    assert default.options.split_digit_comma is None and default.options.digit_comma_rule
+    pieces = default.tokenize(text)
+    assert pieces[:4] == ["▁in", "▁1999", ",", "▁10,000"] and "▁1999," not in pieces
+    assert pieces == google_albert.encode_pieces(albert_sp, google_albert.preprocess_text(text))
+    # off: sentencepiece's own pieces, which is what transformers 5 gives on this text
+    plain = load_tokenizer(albert_dir, split_digit_comma=False)
+    assert "▁1999," in plain.tokenize(text) and plain.encode(text) == _hf_ids(hf_albert, [text])[0]
+    # transformers-5 mode has no such rule unless asked for
+    assert load_tokenizer(albert_dir, split_added_tokens=True).encode(text) == _hf_ids(hf_albert, [text])[0]
+    forced = load_tokenizer(albert_dir, split_added_tokens=True, split_digit_comma=True)
+    assert "▁1999," not in forced.tokenize(text)
+    default.save(albert_dir.parent / "saved-default")  # None survives a save: the rule stays on
+    assert load_tokenizer(albert_dir.parent / "saved-default").options.digit_comma_rule
+
+
+def test_digit_comma_rule_on_a_model_with_an_unknown_comma(tmp_path):
+    """A tiny model whose comma is unknown: google splits an unknown piece "9," too (its surface is seen)."""
+    import sentencepiece
+
+    corpus = tmp_path / "digits.txt"
+    corpus.write_text("\n".join(f"x{i} y{i % 7} z" for i in range(400)) + "\n", encoding="utf-8")
+    tok = train_sentencepiece([corpus], tmp_path / "m", SentencePieceTrainOptions(vocab_size=40),
+                              SentencePieceOptions(), show_progress=False)
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "m" / "spiece.model"))
+    assert sp.piece_to_id(",") == sp.unk_id()
+    lines = ["x9, y٣, z", "²,", "x1,2,", "9,,", ",9,", "ab, 1 , 2,"]
+    options = dict(do_lower_case=True, keep_accents=False)
+    assert tok.encode_batch(lines) == [google_albert.encode_ids(sp, line, **options) for line in lines]
 
 
 def test_decode_and_pairs(albert):

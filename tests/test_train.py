@@ -17,7 +17,7 @@ from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import DistInfo
 from albertlm.training.loop import TrainingDiverged
-from albertlm.training.pretrain import Datasets, make_loop
+from albertlm.training.pretrain import Datasets, make_loop, resolve_run
 from albertlm.training.schedule import lr_at
 from train_fixtures import SyntheticPretraining, tiny_run
 
@@ -215,6 +215,7 @@ def test_init_from_a_saved_model(tmp_path):
     run = tiny_run(max_steps=1)
     run.init_from = str(tmp_path / "init")
     run.model = run.model.replace(hidden_size=64)          # ignored: the checkpoint's config wins
+    run = resolve_run(run, tmp_path / "run")                # a new config; the given one is not changed
     loop = make_loop(run, tmp_path / "run", datasets(), DistInfo(), False)
     assert run.model.hidden_size == 32
     for (name, p), q in zip(loop.model.named_parameters(), source.parameters()):

@@ -88,3 +88,73 @@ def ddp_worker(rank: int, world_size: int, port: int, run_dir: str, out_file: st
         weights = {k: v.detach().clone() for k, v in loop.model.module.state_dict().items()}
         torch.save({"losses": losses, "weights": weights, "eval": evaluation}, out_file)
     shutdown()
+
+
+# ------------------------------------------------------------------------------------------ fine-tuning
+class StubTokenizer:
+    """What the fine-tuning driver needs of a tokenizer: the pad id, and saving itself beside best/."""
+    pad_id = 0
+
+    def save(self, directory) -> None:
+        (Path(directory) / "vocab.txt").write_text("[PAD]\n")
+
+
+def synthetic_task(n: int = 32, seed: int = 0, vocab_size: int = 17):
+    """A classification TaskSpec on random token features (label: parity of the first token), learnable."""
+    import torch
+
+    from albertlm.model.heads import AlbertForSequenceClassification
+    from albertlm.tasks.features import Feature
+    from albertlm.tasks.finetune import EvalSet, TaskSpec
+
+    rng = np.random.default_rng(seed)
+
+    def features(count):
+        out = []
+        for i in range(count):
+            ids = rng.integers(5, vocab_size, size=int(rng.integers(8, 21)))
+            ids[0] = 2
+            out.append(Feature(ids, np.zeros_like(ids), i, int(ids[1] % 2)))
+        return out
+
+    train, dev = features(n), features(12)
+    gold = np.array([f.label for f in dev])
+
+    def score(out):
+        return {"accuracy": float((out["logits"].argmax(-1) == gold).mean())}
+
+    return TaskSpec("classify", AlbertForSequenceClassification, {"num_labels": 2}, train,
+                    [EvalSet("dev", dev, score)], "accuracy", torch.long, {"labels": ["0", "1"]})
+
+
+def finetune_config(max_steps: int = 6, micro: int = 0):
+    from albertlm.config.task import FinetuneConfig, finetune_optim, finetune_train
+
+    return FinetuneConfig(finetune_optim(lr=5e-3, warmup_steps=1),
+                          finetune_train(batch_size=8, micro_batch_size=micro, max_steps=max_steps, seed=5,
+                                         eval_every=3, log_every=1, progress=False, tensorboard=False),
+                          hidden_dropout=0.0, attention_dropout=0.0, classifier_dropout=0.0)
+
+
+def finetune_ddp_worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str, out_file: str) -> None:
+    """One rank of a 2-process gloo fine-tune (spawned by tests/test_finetune_loop.py)."""
+    import os
+
+    import torch
+
+    from albertlm.tasks.finetune import make_finetune_loop
+    from albertlm.training.distributed import init_distributed, shutdown
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    info = init_distributed("gloo", "cpu")
+    loop = make_finetune_loop(synthetic_task(), model_dir, StubTokenizer(), finetune_config(micro=2), out_dir, info)
+    losses = {}
+    hook = loop.on_step
+    loop.on_step = lambda step, metrics: (hook(step, metrics), losses.__setitem__(step, metrics["loss"]))
+    loop.run()
+    if rank == 0:
+        weights = {k: v.detach().clone() for k, v in loop.raw_model.state_dict().items()}
+        torch.save({"losses": losses, "weights": weights, "best": loop.state.extra["best"]}, out_file)
+    shutdown()

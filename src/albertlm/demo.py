@@ -162,15 +162,14 @@ def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 6) -> tuple
     so a slow machine trains fewer steps (with a complete lr schedule) instead of running late. The fastest
     probe step counts (the first ones warm up; a busy machine's pauses pass); `train.max_minutes` stops
     the run if the guess was too optimistic."""
-    import copy
+    from dataclasses import replace
 
     from albertlm.training.distributed import DistInfo
     from albertlm.training.pretrain import make_loop, open_datasets
 
-    probe = copy.deepcopy(run)
-    probe.train.max_steps, probe.train.progress, probe.train.tensorboard = probe_steps, False, False
-    probe.train.save_every, probe.train.eval_every, probe.train.log_every, probe.train.max_minutes = 0, 0, 0, 0
-    probe.data.eval_path = ""
+    probe = run.replace(train=replace(run.train, max_steps=probe_steps, progress=False, tensorboard=False,
+                                      save_every=0, eval_every=0, log_every=0, max_minutes=0),
+                        data=replace(run.data, eval_path=""))
     loop = make_loop(probe, scratch, open_datasets(probe), DistInfo(), False)
     loop.save = lambda: None
     stamps = []
@@ -237,11 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(run_dir, ignore_errors=True)
     status = pretrain(run, run_dir)
     stage(f"5/6 evaluating the final checkpoint on held-out modules ({status})")
-    from albertlm.cli.train_commands import evaluate_checkpoint
     from albertlm.training.checkpoint import latest_checkpoint
+    from albertlm.training.evaluate import evaluate_checkpoint
 
     final = latest_checkpoint(run_dir)
-    metrics = evaluate_checkpoint(final, out / "data" / "heldout")
+    metrics = evaluate_checkpoint(final, out / "data" / "heldout", device="cpu")
     baseline, _ = unigram_baseline(out / "data" / "train", out / "data" / "heldout")
     stage("6/6 plotting")
     from albertlm.training.plots import plot_run

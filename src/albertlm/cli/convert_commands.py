@@ -46,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 def run(args: argparse.Namespace, command: str) -> int:
     src, dst = Path(args.src), Path(args.dst)
+    if src.is_dir() and not (src / "config.json").is_file() and any((src / d).is_dir() for d in ("checkpoints", "best")):
+        from albertlm.tasks.inference import resolve_checkpoint  # a run directory -> its newest / best checkpoint
+
+        src = resolve_checkpoint(src)
     src_format = detect_format(src) if args.src_format == "auto" else args.src_format
     if src_format == args.dst_format:
         raise UserError(f"SRC is already in {src_format} format; nothing to convert (use --to)")
@@ -55,6 +59,12 @@ def run(args: argparse.Namespace, command: str) -> int:
     model, notes = load_model(src, src_format, args.config, args.verify)
     save_model(model, dst, args.dst_format)
     copied = copy_tokenizer(src, dst, Path(args.tokenizer) if args.tokenizer else None)
+    if args.dst_format == "hf":  # tokenizer_config.json, tokenizer.json and README.md beside the model
+        from albertlm.interop.hf import complete_export
+        from albertlm.tasks.inference import find_tokenizer
+
+        base = src if src.is_dir() else src.parent
+        copied = copied + complete_export(model, dst, src, args.tokenizer or find_tokenizer(base))
     print_summary(model, src, src_format, dst, args.dst_format, notes, copied)
     return 0
 
@@ -128,28 +138,9 @@ def _load_directory(src: Path, src_format: str):
         from albertlm.interop.hf import import_hf
 
         return import_hf(src)
-    import albertlm.model.albert as albert
-    import albertlm.model.heads as heads
+    from albertlm.model.registry import load_saved_model
 
-    name = saved_class_name(src)
-    return (getattr(albert, name, None) or getattr(heads, name)).from_pretrained(src)
-
-
-def saved_class_name(directory: Path) -> str:
-    """The albertlm class a checkpoint was saved from (safetensors metadata), AlbertForPreTraining if unknown."""
-    from safetensors import safe_open
-
-    import albertlm.model.albert as albert
-    import albertlm.model.heads as heads
-
-    path = directory / "model.safetensors"
-    if not path.is_file():
-        raise UserError(f"no model.safetensors in {directory}")
-    with safe_open(str(path), framework="pt") as f:
-        name = (f.metadata() or {}).get("albertlm_class", "AlbertForPreTraining")
-    if not (hasattr(albert, name) or hasattr(heads, name)):
-        raise UserError(f"{path}: saved from unknown class {name!r}")
-    return name
+    return load_saved_model(src)
 
 
 def save_model(model, dst: Path, dst_format: str) -> None:

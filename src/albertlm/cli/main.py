@@ -1,11 +1,14 @@
 """`albertlm <command>`: dispatch to a command module, imported lazily; errors become one line and an exit code.
 
-Each command module defines `add_arguments(parser)` and `run(args) -> int`; only the chosen one is imported,
-so `albertlm --help` does not load torch.
+Each command module defines `add_arguments(parser, command)` and `run(args, command) -> int`; only the chosen
+one is imported, so `albertlm --help` does not load torch. A command whose options are a config dataclass
+generates them with `albertlm.config.overrides.add_options` and reads them back with `read_options`.
+Bad arguments are one line `albertlm <cmd>: error: ...` and exit 2, like any `UserError`.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -21,6 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("albertlm.cli.train_commands", "write PNG curves of a run's metrics"),
     "finetune": ("albertlm.cli.task_commands", "fine-tune on GLUE, SQuAD, RACE or your own data"),
     "predict": ("albertlm.cli.task_commands", "predict with a fine-tuned checkpoint"),
+    "fill-mask": ("albertlm.cli.infer_commands", "top-k tokens for each [MASK] in a text (or stdin lines)"),
+    "embed": ("albertlm.cli.infer_commands", "sentence embeddings (mean or [CLS]) of a file's lines to .npy"),
+    "export": ("albertlm.cli.export_commands", "export a model to ONNX (encoder or fine-tuned head), optional int8"),
 }
 TASK_NAMES = ("glue", "squad", "race", "classify")
 
@@ -38,6 +44,26 @@ def _module_for(command: str, rest: list[str]) -> str:
     return COMMANDS[command][0]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (`albertlm <cmd>: error: ...`, exit 2), naming the nearest
+    option when one is unknown; no abbreviations (`--inner.rat` is not silently `--inner.rate`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        if message.startswith("unrecognized arguments:"):
+            options = [o for action in self._actions for o in action.option_strings]
+            for word in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(word.split("=")[0], options, n=1) if word.startswith("--") else []
+                if close:
+                    message += f" (did you mean {close[0]}?)"
+                    break
+        print(f"{self.prog}: error: {message}", file=sys.stderr)   # one line, no usage block
+        raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -50,8 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        import difflib
-
         close = difflib.get_close_matches(command, COMMANDS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         print(f"albertlm: error: unknown command {command!r}{hint}\n\n{_usage()}", file=sys.stderr)
@@ -60,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         module = importlib.import_module(_module_for(command, rest))
-        parser = argparse.ArgumentParser(prog=f"albertlm {command}", description=COMMANDS[command][1])
+        parser = Parser(prog=f"albertlm {command}", description=COMMANDS[command][1])
         module.add_arguments(parser, command)
         args = parser.parse_args(rest)
         return int(module.run(args, command) or 0)

@@ -1,18 +1,21 @@
 """`albertlm params` (the paper's parameter tables, any preset with overrides) and `albertlm info DIR`.
 
-Overrides are generated from ModelConfig's fields: `--embedding-size 768 --sharing attention` etc.
+Overrides are generated from ModelConfig's fields (`config.overrides`): `--embedding-size 768 --sharing attention`.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import typing
 
 from albertlm.config import ModelConfig
+from albertlm.config.overrides import Options, add_options, command_line_values
 from albertlm.errors import UserError
 
 COLUMNS = ("preset", "L", "H", "E", "A", "I", "sharing", "groups", "params", "paper", "heads")
+
+
+PARAMS = Options(ModelConfig, show_defaults=False, title="ModelConfig overrides (applied to every shown preset)")
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -20,23 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         parser.add_argument("directory", help="an albertlm or transformers model directory")
         parser.add_argument("--json", action="store_true", help="print JSON")
         return
-    parser.add_argument("--preset", action="append", help="preset(s) to show (default: all)")
+    parser.add_argument("--preset", action="append", help="preset(s) to show (repeatable; default: all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    group = parser.add_argument_group("ModelConfig overrides (applied to every shown preset)")
-    hints = typing.get_type_hints(ModelConfig)
-    for f in dataclasses.fields(ModelConfig):
-        kind = hints[f.name]
-        kind = _parse_bool if kind is bool else kind if kind in (int, float) else str
-        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=None,
-                           metavar=f.name.upper(), help=f"default {f.default!r}")
-
-
-def _parse_bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes"):
-        return True
-    if text.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+    add_options(parser, PARAMS)
 
 
 def count_parameters(cfg: ModelConfig) -> tuple[int, int]:
@@ -60,8 +49,7 @@ def _row(name: str, cfg: ModelConfig, paper: float | None) -> dict[str, typing.A
 def _params_rows(args: argparse.Namespace) -> list[dict[str, typing.Any]]:
     from albertlm.config.presets import PRESETS, get_preset
 
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ModelConfig)
-                 if getattr(args, f.name) is not None}
+    overrides = command_line_values(args, PARAMS)
     names = args.preset or list(PRESETS)
     rows = []
     for name in names:

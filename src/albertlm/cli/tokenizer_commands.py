@@ -40,19 +40,23 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="text files (one sentence or paragraph per line) or directories of them")
     p.add_argument("--vocab-size", type=int, default=30000, help="vocabulary size (default 30000, as ALBERT)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (spiece.model or vocab.txt)")
-    p.add_argument("--kind", choices=("sentencepiece", "wordpiece"), default="sentencepiece")
+    p.add_argument("--kind", choices=("sentencepiece", "wordpiece"), default="sentencepiece",
+                   help="SentencePiece (ALBERT) or a WordPiece vocab.txt (BERT) (default: sentencepiece)")
     p.add_argument("--lowercase", action="store_true", help="lowercase text (ALBERT's English models do)")
     p.add_argument("--strip-accents", action="store_true",
                    help="NFKD + drop accents (café -> cafe); ALBERT's English models do. Off by default")
-    p.add_argument("--character-coverage", type=float, default=0.99995)
+    p.add_argument("--character-coverage", type=float, default=0.99995,
+                   help="share of characters the vocabulary must cover; the rarest others become <unk> "
+                        "(default 0.99995)")
     p.add_argument("--input-sentence-size", type=int, default=10_000_000,
                    help="sentences sampled from the input for training (0 = all; default 10M as ALBERT)")
     p.add_argument("--no-shuffle", action="store_true", help="take the first sentences instead of a random sample")
-    p.add_argument("--model-type", choices=("unigram", "bpe"), default="unigram")
+    p.add_argument("--model-type", choices=("unigram", "bpe"), default="unigram",
+                   help="SentencePiece algorithm: unigram (ALBERT) or BPE (default: unigram)")
     p.add_argument("--user-defined-symbols", default="", metavar="A,B,...",
                    help="pieces always kept whole (ALBERT used '(,),\",-,.,–,£,€'; see docs/tokenization.md)")
     p.add_argument("--threads", type=int, default=0, help="training threads (default: all usable cores)")
-    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--seed", type=int, default=12345, help="sampling seed: same seed, same model (default 12345)")
     p.add_argument("--verbose", action="store_true", help="show sentencepiece's own log")
 
 

@@ -6,41 +6,57 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from albertlm.config.overrides import check_choices
 from albertlm.errors import UserError
 
 Sharing = Literal["all", "attention", "ffn", "none"]
-SHARING_STRATEGIES = ("all", "attention", "ffn", "none")
-ACTIVATIONS = ("gelu", "gelu_new", "relu")
 
 
 class ConfigError(UserError):
     """A configuration value that cannot work; the message names the field."""
 
 
+class Config:
+    """What every config dataclass offers besides its fields."""
+
+    def replace(self, **changes: Any):
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def require(ok: bool, key: str, value: Any, why: str) -> None:
+    """The one check every config uses: `key=value: why` when `ok` is false."""
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: {why}")
+
+
 @dataclass
-class ModelConfig:
-    vocab_size: int = 30000              # V
-    embedding_size: int = 128            # E
-    hidden_size: int = 768               # H
-    num_layers: int = 12                 # L
-    num_heads: int = 12                  # A
-    ffn_size: int = 3072                 # I
-    activation: str = "gelu_new"         # "gelu" (exact erf), "gelu_new" (tanh approximation), "relu"
-    hidden_dropout: float = 0.0          # 0 = off (v2 models)
-    attention_dropout: float = 0.0
-    classifier_dropout: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    sharing: str = "all"                 # which sublayers share weights inside a group
+class ModelConfig(Config):
+    vocab_size: int = 30000              # V: vocabulary size
+    embedding_size: int = 128            # E: token embedding size (factorised: V x E, then E -> H)
+    hidden_size: int = 768               # H: hidden size
+    num_layers: int = 12                 # L: layers (blocks run)
+    num_heads: int = 12                  # A: attention heads
+    ffn_size: int = 3072                 # I: feed-forward inner size
+    activation: Literal["gelu", "gelu_new", "relu"] = "gelu_new"  # "gelu" exact erf, "gelu_new" tanh approximation (google's)
+    hidden_dropout: float = 0.0          # dropout on embeddings and sublayer outputs; 0 = off (v2 models)
+    attention_dropout: float = 0.0       # on the attention probabilities
+    classifier_dropout: float = 0.1      # before the SOP / task head
+    max_position_embeddings: int = 512   # longest sequence the position embeddings cover
+    type_vocab_size: int = 2             # token types (segments A and B)
+    initializer_range: float = 0.02      # std of the normal initialisation
+    layer_norm_eps: float = 1e-12        # LayerNorm epsilon
+    sharing: Sharing = "all"             # which sublayers share weights inside a group
     num_groups: int = 1                  # N: layer l belongs to group l * N // L
     inner_group_num: int = 1             # google's inner repetition: distinct blocks per layer
-    pad_token_id: int = 0
+    pad_token_id: int = 0                # the padding id (its embedding is not special-cased)
     num_labels: int = 2                  # task heads only; 1 = regression
     # google-research skips the E->H projection when E == H; transformers always has one. True keeps it
     # (set when importing a transformers checkpoint with E == H, so its trained projection is not lost).
@@ -51,8 +67,7 @@ class ModelConfig:
 
     def validate(self) -> None:
         def need(ok: bool, name: str, why: str) -> None:
-            if not ok:
-                raise ConfigError(f"{name}={getattr(self, name)!r}: {why}")
+            require(ok, name, getattr(self, name), why)
 
         for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads",
                      "ffn_size", "max_position_embeddings", "type_vocab_size", "num_groups",
@@ -62,9 +77,7 @@ class ModelConfig:
                  name, "must be a positive integer")
         need(self.hidden_size % self.num_heads == 0, "hidden_size",
              f"must be divisible by num_heads={self.num_heads}")
-        need(self.sharing in SHARING_STRATEGIES, "sharing",
-             f"must be one of {', '.join(SHARING_STRATEGIES)}")
-        need(self.activation in ACTIVATIONS, "activation", f"must be one of {', '.join(ACTIVATIONS)}")
+        check_choices(self)  # sharing, activation
         need(self.num_groups <= self.num_layers, "num_groups",
              f"cannot exceed num_layers={self.num_layers}")
         need(self.num_layers % self.num_groups == 0, "num_groups",
@@ -84,12 +97,6 @@ class ModelConfig:
     @property
     def head_size(self) -> int:  # hs
         return self.hidden_size // self.num_heads
-
-    def replace(self, **changes: Any) -> "ModelConfig":
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":

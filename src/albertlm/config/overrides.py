@@ -1,102 +1,220 @@
-"""Dotted `a.b=c` overrides on nested config dataclasses: generated from the fields, never listed by hand.
+"""Typed config dataclasses -> command-line options: the one mechanism every command uses.
 
-Order of precedence (lowest first): dataclass defaults < preset < `--config FILE` (JSON) < CLI overrides.
+A command hands `add_options(parser, Options(...))` its config class; every leaf field becomes an option:
+
+- a top-level field is `--field-name` (`--max-seq-length 128`); a field of a nested section is
+  `--section.field` (`--optim.lr=1e-3`, `--model.hidden_size 64`); `Options.plain` gives a nested field
+  a short name too (`--lr` is `--optim.lr`) and `Options.aliases` a second spelling (`--data` = `--dev`);
+- the help text is the field's comment in the source (the line's trailing `# ...` and any comment lines
+  right above it), then the default; a `Literal[...]` field shows its choices; a bool field reads
+  `--flag`, `--flag=false` (and `--no-flag` where the command declares one);
+- values are read here (text -> the field's type) and validated once, by the config class itself
+  (`__post_init__`): the CLI holds no ranges or choices of its own.
+
+Precedence, lowest first: the command's base config (dataclass defaults, a preset, a recipe, a resumed
+run's saved config) < `--config FILE` (JSON, nested like the saved run_config.json) < the command line.
+There are no silent wins: two spellings of one key on the command line (`--lr 1e-3 --optim.lr=2e-3`, or
+`--dev a --data b`) with different values are an error, as is an unknown key in the file or an unknown
+option; repeating the same option keeps its last value, as argparse always has. Setting a field
+that another one defers to resets that one unless it is given too (`--epochs 2` over a recipe's
+`max_steps`: see `IMPLIES` on the config classes).
+
+To move a plain-argparse command onto this: gather its options in a dataclass with a comment per field,
+call `add_options(parser, Options(ThatClass))` in `add_arguments`, and `read_options(args, options)` in
+`run` to get the instance (see docs/training.md, "Command-line options").
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
+import functools
+import inspect
+import io
 import json
+import re
+import tokenize
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from albertlm.errors import UserError
 
-
-def _field_types(obj: Any) -> dict[str, Any]:
-    hints = typing.get_type_hints(type(obj))
-    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(obj)}
+DEST = "config:"      # argparse dest prefix of the generated options
 
 
-def coerce(text: Any, kind: Any, name: str) -> Any:
-    """Turn a command-line string into a value of the field's declared type."""
-    if not isinstance(text, str):
-        return text
-    origin = typing.get_origin(kind)
+# ------------------------------------------------------------------------------------------- fields
+def field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+def is_section(kind: Any) -> bool:
+    return isinstance(kind, type) and dataclasses.is_dataclass(kind)
+
+
+def leaf_keys(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> type of every leaf field under `cls` (nested sections flattened)."""
+    out: dict[str, Any] = {}
+    for name, kind in field_types(cls).items():
+        if is_section(kind):
+            out.update(leaf_keys(kind, f"{prefix}{name}."))
+        else:
+            out[prefix + name] = kind
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's comment in the class source: comment lines right above it + its trailing comment."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass) or klass is object:
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        lines = source.splitlines()
+        trailing = {tok.start[0]: tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+                    if tok.type == tokenize.COMMENT}
+        own = {f.name for f in dataclasses.fields(klass)} & set(vars(klass).get("__annotations__", {}))
+        for number, line in enumerate(lines, start=1):
+            match = re.match(r"\s+(\w+)\s*:", line)
+            if not match or match.group(1) not in own or match.group(1) in docs:
+                continue
+            above, k = [], number - 1
+            while k >= 1 and lines[k - 1].strip().startswith("#"):
+                above.insert(0, lines[k - 1].strip().lstrip("#").strip())
+                k -= 1
+            after = trailing.get(number, "").lstrip("#").strip() if not line.strip().startswith("#") else ""
+            docs[match.group(1)] = " ".join(part for part in (*above, after) if part)
+    return docs
+
+
+def field_doc(cls: type, key: str) -> str:
+    """The comment of a dotted key's field."""
+    *sections, name = key.split(".")
+    for section in sections:
+        cls = field_types(cls)[section]
+    return field_docs(cls).get(name, "")
+
+
+def _choices(kind: Any) -> tuple | None:
+    kind = _strip_optional(kind)
+    return typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
+
+
+def _strip_optional(kind: Any) -> Any:
     args = typing.get_args(kind)
-    if origin is typing.Union or (origin is not None and type(None) in args):
-        if text.lower() in ("none", "null"):
+    if type(None) in args and len(args) == 2:
+        return next(a for a in args if a is not type(None))
+    return kind
+
+
+def _is_optional(kind: Any) -> bool:
+    return type(None) in typing.get_args(kind)
+
+
+def _is_list(kind: Any) -> bool:
+    return typing.get_origin(_strip_optional(kind)) in (list, tuple)
+
+
+def check_choices(obj: Any, prefix: str = "") -> None:
+    """Every `Literal` field of a config holds one of its choices (called by the configs' validation)."""
+    from albertlm.config.model import ConfigError
+
+    for name, kind in field_types(type(obj)).items():
+        choices = _choices(kind)
+        value = getattr(obj, name)
+        if choices and not (value is None and _is_optional(kind)) and value not in choices:
+            raise ConfigError(f"{prefix}{name}={value!r}: must be one of {', '.join(map(str, choices))}")
+
+
+# ------------------------------------------------------------------------------------------- values
+def coerce(value: Any, kind: Any, key: str) -> Any:
+    """A command-line string (or a JSON value) as the field's declared type."""
+    if _is_optional(kind):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             return None
-        kind = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(kind), typing.get_args(kind)
+        kind = _strip_optional(kind)
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (list, tuple):
+        items = value.split(",") if isinstance(value, str) else list(value)
+        inner = args[0] if args else str
+        return origin(coerce(item, inner, key) for item in items if item != "")
+    if not isinstance(value, str):
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if kind in (int, float, bool, str) and not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise UserError(f"{key}: expected {kind.__name__}, got {value!r}")
+        return value
     try:
         if kind is bool:
-            low = text.lower()
+            low = value.lower()
             if low in ("1", "true", "yes", "on"):
                 return True
             if low in ("0", "false", "no", "off"):
                 return False
-            raise ValueError(text)
+            raise ValueError(value)
         if kind is int:
-            return int(text)
+            return int(value)
         if kind is float:
-            return float(text)
-        if origin is typing.Literal:
-            if text not in args:
-                raise ValueError(text)
-            return text
-        if origin in (list, tuple):
-            items = [s for s in text.split(",") if s]
-            inner = args[0] if args else str
-            return origin(coerce(s, inner, name) for s in items)
+            return float(value)
     except ValueError:
-        raise UserError(f"{name}: cannot read {text!r} as {getattr(kind, '__name__', kind)}") from None
-    return text
+        raise UserError(f"{key}: cannot read {value!r} as {kind.__name__}") from None
+    return value
 
 
-def set_path(root: Any, dotted: str, value: Any) -> None:
-    """Set `root.a.b = value`, coercing strings to the field type; unknown names suggest the nearest."""
-    obj, parts = root, dotted.split(".")
-    for i, part in enumerate(parts):
-        if not dataclasses.is_dataclass(obj):
-            raise UserError(f"{'.'.join(parts[:i])} is not a config section")
-        types = _field_types(obj)
-        key = part.replace("-", "_")
-        if key not in types:
-            close = difflib.get_close_matches(key, types, n=1)
-            hint = f" (did you mean {'.'.join(parts[:i] + close)}?)" if close else ""
-            raise UserError(f"unknown config key {dotted!r}{hint}")
-        if i == len(parts) - 1:
-            setattr(obj, key, coerce(value, types[key], dotted))
-        else:
-            obj = getattr(obj, key)
+def build(base: Any, values: dict[str, Any], prefix: str = "") -> Any:
+    """A new config: `base` (an instance, or a class whose defaults are used) with dotted `values` set;
+    the config's own `__post_init__` validates the result."""
+    cls = base if isinstance(base, type) else type(base)
+    kwargs: dict[str, Any] = {}
+    missing = []
+    for f in dataclasses.fields(cls):
+        kind = field_types(cls)[f.name]
+        sub = {k[len(f.name) + 1:]: v for k, v in values.items() if k.startswith(f.name + ".")}
+        if is_section(kind):
+            current = getattr(base, f.name) if not isinstance(base, type) else _default(f)
+            kwargs[f.name] = build(current, sub, f"{prefix}{f.name}.") if sub else current
+        elif f.name in values:
+            kwargs[f.name] = coerce(values[f.name], kind, prefix + f.name)
+        elif not isinstance(base, type):
+            kwargs[f.name] = getattr(base, f.name)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            missing.append(prefix + f.name)
+    if missing:
+        raise UserError("the following arguments are required: " + ", ".join(option_name(k) for k in missing))
+    return cls(**kwargs)
 
 
-def apply_overrides(root: Any, overrides: list[str]) -> Any:
-    """Apply `a.b=c` strings (a leading `--` is allowed) in order, then re-validate every section."""
-    for item in overrides:
-        item = item[2:] if item.startswith("--") else item
-        if "=" not in item:
-            raise UserError(f"override {item!r} must look like key=value")
-        key, value = item.split("=", 1)
-        set_path(root, key, value)
-    revalidate(root)
-    return root
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
-def apply_dict(root: Any, data: dict[str, Any], prefix: str = "") -> Any:
-    """Apply a nested dict (as read from a JSON config file) onto the dataclass tree."""
+def check_keys(cls: type, values: dict[str, Any], where: str) -> None:
+    known = leaf_keys(cls)
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UserError(f"{where}: unknown config key {key!r}{hint}")
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim": {"lr": 1}} -> {"optim.lr": 1}."""
+    out: dict[str, Any] = {}
     for key, value in data.items():
-        dotted = f"{prefix}{key}"
         if isinstance(value, dict):
-            apply_dict(root, value, dotted + ".")
+            out.update(flatten(value, f"{prefix}{key}."))
         else:
-            set_path(root, dotted, value)
-    return root
+            out[prefix + key] = value
+    return out
 
 
-def load_config_file(root: Any, path: str | Path) -> Any:
+def read_config_file(cls: type, path: str | Path) -> dict[str, Any]:
+    """A JSON config file (nested like run_config.json) as dotted values; unknown keys are an error."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
@@ -104,19 +222,162 @@ def load_config_file(root: Any, path: str | Path) -> Any:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
-    apply_dict(root, data)
-    revalidate(root)
-    return root
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    values = flatten(data)
+    check_keys(cls, values, str(path))
+    return values
 
 
-def revalidate(root: Any) -> None:
-    """Run `validate()` on every dataclass in the tree that has one."""
-    if not dataclasses.is_dataclass(root):
-        return
-    if hasattr(root, "validate"):
-        root.validate()
-    for f in dataclasses.fields(root):
-        revalidate(getattr(root, f.name))
+def implied(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` plus what setting them implies (`IMPLIES` of each section: e.g. epochs -> max_steps=0),
+    for the implied keys that are not set themselves."""
+    out = dict(values)
+    for key in values:
+        *sections, name = key.split(".")
+        section_cls = cls
+        for section in sections:
+            section_cls = field_types(section_cls)[section]
+        prefix = "".join(s + "." for s in sections)
+        for other, value in getattr(section_cls, "IMPLIES", {}).get(name, {}).items():
+            out.setdefault(prefix + other, value)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ options
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How one command offers a config class on its command line."""
+    config: type                                     # the config dataclass
+    plain: dict[str, str] = dataclasses.field(default_factory=dict)      # "--lr" -> "optim.lr"
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)    # "--data" -> "dev" (another spelling)
+    negations: dict[str, str] = dataclasses.field(default_factory=dict)  # "--no-progress" -> "progress"
+    skip: frozenset[str] = frozenset()               # keys the command does not offer
+    config_file: bool = False                        # offer --config FILE
+    defaults: Callable[[], Any] | None = None        # what the help shows as defaults (else the class's)
+    show_defaults: bool = True
+    title: str = ""
+
+    def dest(self, key: str) -> str:
+        return f"{DEST}{self.config.__name__}:{key}"
+
+
+def option_name(key: str) -> str:
+    return f"--{key}" if "." in key else "--" + key.replace("_", "-")
+
+
+def _metavar(kind: Any) -> str:
+    choices = _choices(kind)
+    if choices:
+        return "{" + ",".join(map(str, choices)) + "}"
+    kind = _strip_optional(kind)
+    if _is_list(kind):
+        return "ITEM"
+    return {int: "N", float: "X", str: "TEXT"}.get(kind, "V")
+
+
+def _help(doc: str, default: Any, required: bool) -> str:
+    if required:
+        text = f"{doc} (required)"
+    else:
+        shown = "none" if default is None or default == "" else default
+        if isinstance(shown, (list, tuple)):
+            shown = " ".join(map(str, shown)) or "none"
+        text = f"{doc} (default: {shown})"
+    return text.strip().replace("%", "%%")
+
+
+def add_options(parser: argparse.ArgumentParser, options: Options) -> None:
+    """One option per leaf field of `options.config` (plus --config FILE), grouped by section."""
+    cls = options.config
+    defaults = options.defaults() if options.defaults else None
+    if options.config_file:
+        parser.add_argument("--config", metavar="FILE", dest=options.dest("__file__"),
+                            help="JSON file of config values, nested like the run_config.json a run saves; "
+                                 "the command line overrides it")
+    short = {key: flag for flag, key in options.plain.items()}
+    alias = {}
+    for flag, key in options.aliases.items():
+        alias.setdefault(key, []).append(flag)
+    negation = {key: flag for flag, key in options.negations.items()}
+    groups: dict[str, Any] = {}
+    for key, kind in leaf_keys(cls).items():
+        if key in options.skip:
+            continue
+        section = key.rsplit(".", 1)[0] if "." in key else ""
+        if section not in groups:
+            title = f"{section} options" if section else (options.title or "options")
+            groups[section] = parser.add_argument_group(title, field_doc(cls, section) if section else None)
+        default, required = _shown_default(cls, defaults, key)
+        names = [short[key]] if key in short else []
+        names += [option_name(key), *alias.get(key, [])]
+        doc = field_doc(cls, key)
+        kwargs: dict[str, Any] = dict(dest=options.dest(key), action=_Given, default=argparse.SUPPRESS,
+                                      help=_help(doc, default, required) if options.show_defaults else doc)
+        if _strip_optional(kind) is bool:
+            kwargs.update(nargs="?", const="true", metavar="BOOL")
+        elif _is_list(kind):
+            kwargs.update(nargs="+", metavar=_metavar(kind))
+        else:
+            kwargs.update(metavar=_metavar(kind))
+        groups[section].add_argument(*names, **kwargs)
+        if key in negation:
+            groups[section].add_argument(negation[key], dest=options.dest(key), action=_Given, nargs=0, const="false",
+                                         default=argparse.SUPPRESS, help=f"same as {option_name(key)}=false")
+
+
+class _Given(argparse.Action):
+    """Records (spelling, value) of every occurrence, so that two spellings of one key can be compared."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        value = self.const if self.nargs == 0 or values is None else values
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), (option_string, value)])
+
+
+def _shown_default(cls: type, defaults: Any, key: str) -> tuple[Any, bool]:
+    obj: Any = defaults
+    if obj is not None:
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        return obj, False
+    *sections, name = key.split(".")
+    for section in sections:
+        cls = field_types(cls)[section]
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        return None, not sections
+    return _default(f), False
+
+
+def command_line_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
+    """The keys given on the command line and their values. A repeated option keeps its last value (as
+    argparse does); two spellings of one key (`--lr` and `--optim.lr`, `--dev` and `--data`, `--flag` and
+    `--no-flag`) with different values are an error."""
+    kinds = leaf_keys(options.config)
+    out: dict[str, Any] = {}
+    start = options.dest("")
+    for dest, given in vars(args).items():
+        if not dest.startswith(start) or dest == options.dest("__file__"):
+            continue
+        key = dest[len(start):]
+        last = {flag: coerce(value, kinds[key], key) for flag, value in given}   # the last per spelling
+        values = list(last.values())
+        if any(v != values[0] for v in values[1:]):
+            shown = ", ".join(f"{flag} {value!r}" for flag, value in last.items())
+            raise UserError(f"{' and '.join(last)} set {key} to different values ({shown}); give one")
+        out[key] = values[-1]
+    return out
+
+
+def file_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
+    path = getattr(args, options.dest("__file__"), None)
+    return read_config_file(options.config, path) if path else {}
+
+
+def read_options(args: argparse.Namespace, options: Options, base: Any = None) -> Any:
+    """The config: `base` (default: the class's defaults) < --config FILE < the command line."""
+    values = implied(options.config, {**file_values(args, options), **command_line_values(args, options)})
+    return build(base if base is not None else options.config, values)
 
 
 def to_dict(root: Any) -> dict[str, Any]:

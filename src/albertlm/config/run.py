@@ -1,133 +1,154 @@
 """Run configuration: everything about a training run that is not the model (layer 0, no torch).
 
-`RunConfig` nests `model` (ModelConfig) + `optim` + `train` + `data` + `dist`; every field can be set with a
-dotted override (`--optim.weight_decay=0.0`). Recipes are functions returning a `RunConfig`:
-`paper_recipe()` is the ALBERT paper's pretraining run (google-research `run_pretraining.py` + Section 4.1).
+`RunConfig` nests `model` (ModelConfig) + `optim` + `train` + `data` + `dist`; every field is a command-line
+option (`--optim.weight_decay=0.0`, see `config/overrides.py`). `OptimConfig`, `TrainConfig` and `DistConfig`
+are shared with fine-tuning (`config/task.py`); each config validates itself once, in `__post_init__`.
+Recipes are functions returning a `RunConfig`: `paper_recipe()` is the ALBERT paper's pretraining run (google-research `run_pretraining.py` + Section 4.1).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from albertlm.config.model import ConfigError, ModelConfig
+from albertlm.config.model import Config, ConfigError, ModelConfig, require
+from albertlm.config.overrides import check_choices
 
-PRECISIONS = ("fp32", "bf16", "fp16")
-OPTIMIZERS = ("lamb", "adamw")
-
-
-def _need(ok: bool, section: str, name: str, value: Any, why: str) -> None:
-    if not ok:
-        raise ConfigError(f"{section}.{name}={value!r}: {why}")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 
 
 @dataclass
 class OptimConfig:
-    name: Literal["lamb", "adamw"] = "lamb"
-    lr: float = 0.00176                 # paper: LAMB, 0.00176 for batch 4096
+    IMPLIES: ClassVar[dict] = {"warmup_ratio": {"warmup_steps": -1}}
+    name: Literal["lamb", "adamw"] = "lamb"  # LAMB (the paper's pretraining optimizer) or AdamW (fine-tuning)
+    lr: float = 0.00176                 # peak learning rate (paper: LAMB, 0.00176 for batch 4096)
     weight_decay: float = 0.01          # not applied to LayerNorm weights and biases
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-6
-    bias_correction: bool = False       # google-research LAMB has none; AdamW always corrects
-    clip_norm: float = 1.0              # global gradient norm; 0 = off
-    warmup_steps: int = 3125
-    decay_power: float = 1.0            # polynomial decay to 0 over train.max_steps (1 = linear)
+    beta1: float = 0.9                  # first-moment decay
+    beta2: float = 0.999                # second-moment decay
+    eps: float = 1e-6                   # added to the second-moment root
+    bias_correction: bool = False       # LAMB only: google-research LAMB has none; AdamW always corrects
+    clip_norm: float = 1.0              # clip the global gradient norm to this; 0 = off
+    warmup_steps: int = 3125            # linear warmup from 0 to lr; -1 = warmup_ratio x total steps
+    warmup_ratio: float = 0.0           # share of the total steps spent warming up, when warmup_steps is -1
+    decay_power: float = 1.0            # polynomial decay to 0 at the last step (1 = linear)
 
-    def validate(self) -> None:
-        _need(self.name in OPTIMIZERS, "optim", "name", self.name, f"must be one of {', '.join(OPTIMIZERS)}")
-        _need(self.lr > 0, "optim", "lr", self.lr, "must be positive")
-        _need(self.weight_decay >= 0, "optim", "weight_decay", self.weight_decay, "must be >= 0")
+    def __post_init__(self) -> None:
+        check_choices(self, "optim.")
+        require(self.lr > 0, "optim.lr", self.lr, "must be positive")
+        require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "must be >= 0")
         for name in ("beta1", "beta2"):
             value = getattr(self, name)
-            _need(0 <= value < 1, "optim", name, value, "must be in [0, 1)")
-        _need(self.eps > 0, "optim", "eps", self.eps, "must be positive")
-        _need(self.clip_norm >= 0, "optim", "clip_norm", self.clip_norm, "must be >= 0 (0 = off)")
-        _need(self.warmup_steps >= 0, "optim", "warmup_steps", self.warmup_steps, "must be >= 0")
-        _need(self.decay_power >= 0, "optim", "decay_power", self.decay_power, "must be >= 0")
+            require(0 <= value < 1, f"optim.{name}", value, "must be in [0, 1)")
+        require(self.eps > 0, "optim.eps", self.eps, "must be positive")
+        require(self.clip_norm >= 0, "optim.clip_norm", self.clip_norm, "must be >= 0 (0 = off)")
+        require(self.warmup_steps >= -1, "optim.warmup_steps", self.warmup_steps,
+                "must be >= 0 (or -1 = warmup_ratio x total steps)")
+        require(0 <= self.warmup_ratio < 1, "optim.warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
+        require(self.decay_power >= 0, "optim.decay_power", self.decay_power, "must be >= 0")
+
+    def warmup(self, total_steps: int) -> int:
+        return self.warmup_steps if self.warmup_steps >= 0 else int(self.warmup_ratio * total_steps)
 
 
 @dataclass
 class TrainConfig:
-    max_steps: int = 125_000
-    batch_size: int = 4096              # global: summed over processes and accumulation micro-steps
-    micro_batch_size: int = 0           # per process and forward pass; 0 = batch_size / world_size
+    """The training loop's settings, shared by pretraining and fine-tuning."""
+    IMPLIES: ClassVar[dict] = {"epochs": {"max_steps": 0}}
+    max_steps: int = 125_000            # optimizer updates; 0 = epochs x steps per epoch
+    epochs: float = 0.0                 # passes over the training data, used when max_steps is 0
+    batch_size: int = 4096              # global batch: examples per optimizer step over all processes
+    # examples per process and forward pass (less memory, same result: gradients accumulate);
+    # 0 = the whole per-process batch at once
+    micro_batch_size: int = 0
+    # fp32; bf16 autocast (CPU and CUDA; fp32 weights); fp16 autocast with loss scaling (CUDA only)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    activation_checkpointing: bool = False
-    seed: int = 12345
-    log_every: int = 10
-    eval_every: int = 1000              # 0 = only at the end
-    eval_batches: int = 20              # micro-batches of the held-out data per evaluation; 0 = all
-    save_every: int = 1000              # 0 = only at the end (and on Ctrl-C)
+    # torch.compile the model: none, default, reduce-overhead (CUDA graphs), max-autotune;
+    # the first step's extra time (the compilation) is logged
+    compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = "none"
+    activation_checkpointing: bool = False  # recompute each layer in the backward pass: less memory, more time
+    seed: int = 12345                   # initial weights, data order, dropout
+    log_every: int = 10                 # steps between training-metric records (metrics.jsonl, TensorBoard); 0 = none
+    eval_every: int = 1000              # steps between evaluations; 0 = once per epoch (and always at the end)
+    eval_batches: int = 20              # pretraining: held-out micro-batches per evaluation; 0 = all
+    save_every: int = 1000              # steps between checkpoints; 0 = only at the end (and on Ctrl-C / SIGTERM)
     keep_last: int = 3                  # checkpoints kept in RUN_DIR/checkpoints
     max_minutes: float = 0.0            # wall-clock budget: stop (and save) when exceeded; 0 = none
-    progress: bool = True               # tqdm bar on rank 0
-    tensorboard: bool = True
+    progress: bool = True               # a progress bar on rank 0
+    tensorboard: bool = True            # also write TensorBoard events (RUN_DIR/tensorboard)
 
-    def validate(self) -> None:
-        for name in ("max_steps", "batch_size"):
+    def __post_init__(self) -> None:
+        check_choices(self, "train.")
+        for name in ("max_steps", "micro_batch_size", "log_every", "eval_every", "eval_batches", "save_every"):
             value = getattr(self, name)
-            _need(value >= 1, "train", name, value, "must be >= 1")
-        for name in ("micro_batch_size", "log_every", "eval_every", "eval_batches", "save_every"):
-            value = getattr(self, name)
-            _need(value >= 0, "train", name, value, "must be >= 0")
-        _need(self.max_minutes >= 0, "train", "max_minutes", self.max_minutes, "must be >= 0 (0 = no budget)")
-        _need(self.keep_last >= 1, "train", "keep_last", self.keep_last, "must be >= 1")
-        _need(self.precision in PRECISIONS, "train", "precision", self.precision,
-              f"must be one of {', '.join(PRECISIONS)}")
+            require(value >= 0, f"train.{name}", value, "must be >= 0")
+        require(self.epochs >= 0, "train.epochs", self.epochs, "must be >= 0")
+        require(self.max_steps > 0 or self.epochs > 0, "train.max_steps", self.max_steps,
+                "must be >= 1 (or 0 with train.epochs > 0)")
+        require(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
+        require(self.max_minutes >= 0, "train.max_minutes", self.max_minutes, "must be >= 0 (0 = no budget)")
+        require(self.keep_last >= 1, "train.keep_last", self.keep_last, "must be >= 1")
 
-    def accumulation_steps(self, world_size: int) -> int:
-        """Micro-batches per process per optimizer step, so the global batch never depends on the layout."""
+    # -- the per-step batch arithmetic, in one place ------------------------------------------------
+    def process_batch(self, world_size: int) -> int:
+        """Examples of each global batch one process reads."""
+        require(self.batch_size % world_size == 0, "train.batch_size", self.batch_size,
+                f"is not a multiple of the {world_size} processes")
+        return self.batch_size // world_size
+
+    def forward_batch(self, world_size: int) -> int:
+        """Examples per forward pass (at most): micro_batch_size, or the whole process batch."""
+        return self.micro_batch_size or self.process_batch(world_size)
+
+    def micro_batches(self, world_size: int) -> int:
+        """Micro-batches (forward passes) per process per step: the process batch cut into pieces of at
+        most micro_batch_size examples."""
+        return -(-self.process_batch(world_size) // self.forward_batch(world_size))
+
+    def check_equal_micro_batches(self, world_size: int) -> None:
+        """Fixed-length data (pretraining) keeps every forward pass the same shape (compile, CUDA graphs)."""
         micro = self.micro_batch_size or self.batch_size // world_size
-        per_step = world_size * micro
-        if micro < 1 or self.batch_size % per_step:
+        if micro < 1 or self.batch_size % (world_size * micro):   # (before process_batch: this message names both)
             raise ConfigError(f"train.batch_size={self.batch_size} is not a multiple of world_size "
                               f"({world_size}) x micro_batch_size ({micro})")
-        return self.batch_size // per_step
 
-    def local_micro_batch(self, world_size: int) -> int:
-        return self.micro_batch_size or self.batch_size // world_size
+    def total_steps(self, steps_per_epoch: int) -> int:
+        return self.max_steps or max(1, round(self.epochs * steps_per_epoch))
 
 
 @dataclass
 class DataConfig:
-    path: str = ""                       # a directory written by `albertlm data build` (meta.json + shards)
-    eval_path: str = ""                  # held-out data; "" = the builder's held-out split inside `path`
-    dynamic_masking: bool = False        # a new mask per epoch instead of the builder's static masks
+    path: str = ""                       # training data: a directory written by `albertlm data build`
+    eval_path: str = ""                  # held-out data (another build) to evaluate on; "" = no evaluation
+    dynamic_masking: bool = False        # draw new masks every epoch instead of the build's static masks
     num_workers: int = 0                 # DataLoader worker processes per rank
 
-    def validate(self) -> None:
-        _need(self.num_workers >= 0, "data", "num_workers", self.num_workers, "must be >= 0")
+    def __post_init__(self) -> None:
+        require(self.num_workers >= 0, "data.num_workers", self.num_workers, "must be >= 0")
 
 
 @dataclass
 class DistConfig:
-    backend: Literal["auto", "gloo", "nccl"] = "auto"   # auto: nccl on CUDA, gloo on CPU
-    device: str = "auto"                                # auto: cuda:LOCAL_RANK if available, else cpu
-    timeout_minutes: int = 30
+    """Processes and devices (`torchrun` sets the ranks)."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"   # process group backend; auto: nccl on CUDA, gloo on CPU
+    device: str = "auto"                                # auto (cuda:LOCAL_RANK if CUDA is available, else cpu), cpu, cuda, cuda:N
+    timeout_minutes: int = 30                           # how long a collective may wait for the other ranks
 
-    def validate(self) -> None:
-        _need(self.backend in ("auto", "gloo", "nccl"), "dist", "backend", self.backend,
-              "must be auto, gloo or nccl")
-        _need(self.timeout_minutes >= 1, "dist", "timeout_minutes", self.timeout_minutes, "must be >= 1")
+    def __post_init__(self) -> None:
+        check_choices(self, "dist.")
+        require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "dist.device",
+                self.device, "must be auto, cpu, cuda or cuda:N")
+        require(self.timeout_minutes >= 1, "dist.timeout_minutes", self.timeout_minutes, "must be >= 1")
 
 
 @dataclass
-class RunConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    dist: DistConfig = field(default_factory=DistConfig)
-    preset: str = "albert-base"
-    init_from: str = ""                  # checkpoint dir (ours or transformers') to start from
-
-    def validate(self) -> None:
-        for section in (self.model, self.optim, self.train, self.data, self.dist):
-            section.validate()
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+class RunConfig(Config):
+    """A pretraining run: the model and everything about training it."""
+    model: ModelConfig = field(default_factory=ModelConfig)     # the architecture (saved as config.json)
+    optim: OptimConfig = field(default_factory=OptimConfig)     # optimizer and learning-rate schedule
+    train: TrainConfig = field(default_factory=TrainConfig)     # the training loop
+    data: DataConfig = field(default_factory=DataConfig)        # pretraining data
+    dist: DistConfig = field(default_factory=DistConfig)        # processes and devices
+    preset: str = "albert-base"          # model preset the run starts from (see `albertlm params`); --model.* change it
+    init_from: str = ""                  # start from this checkpoint directory (ours or transformers') instead of random weights
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":

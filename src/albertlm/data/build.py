@@ -23,14 +23,14 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Literal
 
 import numpy as np
 
-from albertlm.data.corpus import FORMATS, CorpusCounts, Document, find_input_files, read_documents
+from albertlm.data.corpus import FORMATS, CorpusCounts, Document, check_inputs, find_input_files, read_documents
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
-from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_batch
+from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
 from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, record_dtype,
                                   write_json_atomic)
 from albertlm.errors import UserError
@@ -43,27 +43,27 @@ NEGATIVE_DOCUMENTS, NEGATIVE_SENTENCES = 8, 64  # NSP: excerpts of the previous 
 
 @dataclass
 class BuildConfig:
-    inputs: list[str]
-    tokenizer: str
-    out: str
-    max_seq_length: int = 512
-    sentence_task: str = "sop"
-    dupe_factor: int = 10
-    short_seq_prob: float = 0.1
-    masked_lm_prob: float = 0.15
-    max_predictions_per_seq: int | None = None  # None: max(20, round(max_seq_length * masked_lm_prob))
-    max_ngram: int = 3
-    masking: str = "ngram"
-    workers: int = 1
-    seed: int = 12345
-    num_shards: int = 1
-    shard_index: int = 0
-    format: str = "auto"
-    text_field: str = "text"
-    chunk_chars: int = 500_000
-    records_per_shard: int | None = None  # None: about 256 MB per shard
-    overwrite: bool = False
-    progress: bool = True
+    inputs: list[str]                    # text files or directories
+    tokenizer: str                       # SentencePiece .model, vocab.txt, tokenizer.json, or a directory holding one
+    out: str                             # output directory
+    max_seq_length: int = 512            # tokens per instance (T)
+    sentence_task: Literal["sop", "nsp", "none"] = "sop"  # sentence-order, next-sentence, or MLM only
+    dupe_factor: int = 10                # copies of the corpus, each with its own pairs and masks
+    short_seq_prob: float = 0.1          # probability of a shorter target length
+    masked_lm_prob: float = 0.15         # share of tokens to predict
+    max_predictions_per_seq: int | None = None  # cap on masked tokens; none = max(20, round(T * masked_lm_prob))
+    max_ngram: int = 3                   # longest masked n-gram (words)
+    masking: Literal["ngram", "token"] = "ngram"  # whole-word n-grams (ALBERT) or single tokens (BERT)
+    workers: int = 1                     # worker processes (the output is identical for any number)
+    seed: int = 12345                    # same seed, same bytes
+    num_shards: int = 1                  # split the build into K parts (one per machine)
+    shard_index: int = 0                 # which part this run builds
+    format: Literal["auto", "lines", "raw", "jsonl", "wikiextractor", "parquet", "arrow"] = "auto"  # input format; .gz/.bz2/.xz/.zst text is decompressed (docs/data.md)
+    text_field: str = "text"             # JSONL field / Parquet or Arrow column holding the text
+    chunk_chars: int = 500_000           # characters per work unit
+    records_per_shard: int | None = None  # instances per shard file; none = about 256 MB per shard
+    overwrite: bool = False              # replace an earlier build in --out
+    progress: bool = True                # a progress bar (stderr)
 
     def __post_init__(self):
         if self.dupe_factor < 1:
@@ -249,14 +249,12 @@ def fill_record(columns: RecordColumns, k: int, pair: Pair, ctx: ChunkContext) -
 
 
 def mask_block(columns: RecordColumns, rows: slice, ctx: ChunkContext, rng: np.random.Generator) -> None:
-    """Static masks for a block of records, drawn together (see `albertlm.data.masking.mask_batch`)."""
+    """Static masks for a block of records, drawn together (`albertlm.data.masking.mask_records`, which the
+    loader's dynamic masking uses too)."""
     tokens = columns.input_ids[rows].astype(np.int64)
     lengths = np.array(columns.scalars["length"][rows], dtype=np.int64)
     boundaries = np.array(columns.scalars["type_boundary"][rows], dtype=np.int64)
-    special = np.zeros(tokens.shape, dtype=bool)
-    index = np.arange(tokens.shape[0])
-    special[index, 0] = special[index, boundaries - 1] = special[index, lengths - 1] = True
-    masked = mask_batch(tokens, lengths, special, ctx.vocab, ctx.masking, rng, ctx.random_ids)
+    masked = mask_records(tokens, lengths, boundaries, ctx.vocab, ctx.masking, rng, ctx.random_ids)
     columns.masked_positions[rows] = masked.positions
     columns.masked_inputs[rows] = masked.inputs
     columns.scalars["num_masked"][rows] = masked.counts.tolist()
@@ -332,6 +330,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
     started = time.perf_counter()
     limit_heap_growth()
     files = find_input_files(cfg.inputs)
+    check_inputs(files, cfg.format, cfg.text_field)  # a wrong --text-field fails now, not mid-build
     out = _prepare_output(Path(cfg.out), cfg)
     ctx = ChunkContext(str(cfg.tokenizer), cfg.instance_config(), cfg.masking_config(), cfg.dupe_factor,
                        cfg.seed).load()
@@ -363,10 +362,9 @@ def build(cfg: BuildConfig) -> BuildSummary:
 
 def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, bar) -> Iterator[Chunk]:
     """This part's chunks. Every chunk is read (and gives negatives to the next), whichever part owns it."""
-    documents = read_documents(files, cfg.format, cfg.text_field, corpus)
+    documents = read_documents(files, cfg.format, cfg.text_field, corpus, progress=bar.update)
     negatives: list[list[str]] = []
     for index, docs in enumerate(chunk_documents(documents, cfg.chunk_chars)):
-        bar.update(sum(doc.num_chars for doc in docs))
         if index % cfg.num_shards == cfg.shard_index:
             yield Chunk(index, docs, negatives)
         if cfg.sentence_task == "nsp":
@@ -379,6 +377,7 @@ def _excerpt(sentences: list[str]) -> list[str]:
 
 
 def _progress_bar(files, enabled: bool):
+    """Over the input files' bytes as stored (compressed or not), which the reader reports as it goes."""
     from tqdm import tqdm
 
     total = sum(f.stat().st_size for f in files)
@@ -403,9 +402,11 @@ def _instance_counts_dict(counts: InstanceCounts) -> dict:
 
 
 def _why_empty(corpus: CorpusCounts, instances: InstanceCounts) -> str:
+    skipped = [f"{getattr(corpus, kind)} {kind.replace('_', ' ')}, first: {example}"
+               for kind, example in corpus.examples.items()]
     return (f"{corpus.documents} documents with text ({corpus.empty_files} empty and {corpus.binary_files} binary "
             f"files skipped, {instances.empty_documents} documents without tokens, "
-            f"{instances.dropped_chunks} one-token chunks dropped)")
+            f"{instances.dropped_chunks} one-token chunks dropped" + "".join(f"; {s}" for s in skipped) + ")")
 
 
 def _prepare_output(out: Path, cfg: BuildConfig) -> Path:

@@ -1,4 +1,4 @@
-"""Stream documents (lists of sentences) from text files, with bounded memory.
+"""Stream documents (lists of sentences) from text, compressed text, Parquet and Arrow files, with bounded memory.
 
 Formats (``--format``):
 - ``lines``: the BERT/ALBERT layout, one sentence per line, a blank line between documents.
@@ -8,24 +8,48 @@ Formats (``--format``):
   split like ``raw``.
 - ``wikiextractor``: ``<doc ...>`` ... ``</doc>`` blocks; each is one document, split like ``raw``
   (the title line that WikiExtractor repeats as the first line is dropped).
-- ``auto`` (default): ``.jsonl``/``.json`` -> jsonl; a file starting with ``<doc`` -> wikiextractor;
-  otherwise ``raw`` if most lines hold several sentences, else ``lines``.
+- ``parquet``: a Parquet file (Hugging Face Hub datasets, ``Dataset.to_parquet``); each row's
+  ``--text-field`` column is one document, split like ``raw``. Read one record batch at a time.
+- ``arrow``: an Arrow IPC stream or file, as ``datasets.Dataset.save_to_disk`` writes them
+  (``data-00000-of-00001.arrow``); rows as for ``parquet``, one record batch at a time.
+- ``auto`` (default): Parquet and Arrow by their magic bytes; ``.jsonl``/``.json`` -> jsonl; a file starting
+  with ``<doc`` -> wikiextractor; otherwise ``raw`` if most lines hold several sentences, else ``lines``.
+
+The text formats may be compressed: gzip, bzip2, xz or zstd, recognised by their magic bytes (the name's
+``.gz``/``.bz2``/``.xz``/``.zst`` is dropped before the name-based guess, so ``a.jsonl.zst`` is JSONL). A
+Parquet or Arrow file is always read as such, whatever text ``--format`` says.
 
 In every format the end of a file ends a document (google's builder silently merges files that do not end
-with a blank line). Undecodable bytes are replaced with U+FFFD and the line is counted.
+with a blank line). Damage is skipped and counted, never fatal: undecodable bytes are replaced with U+FFFD
+(`invalid_utf8_lines`), JSONL lines that are not JSON objects with a string text field (`bad_json_lines`),
+Parquet/Arrow rows whose text is null (`bad_rows`), and a compressed or Parquet/Arrow file that is
+corrupt or cut short keeps what was read before the damage (`corrupt_files`). The first case of each kind
+is kept in `CorpusCounts.examples` (file, line or row, what is wrong). A wrong ``--text-field`` (a Parquet or
+Arrow file without that column, a JSONL file none of whose first records has it) is a UserError, found by
+:func:`check_inputs` before any work starts.
 """
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
+import itertools
 import json
+import lzma
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from albertlm.errors import UserError
 
-FORMATS = ("auto", "lines", "raw", "jsonl", "wikiextractor")
+FORMATS = ("auto", "lines", "raw", "jsonl", "wikiextractor", "parquet", "arrow")
+TABLE_FORMATS = ("parquet", "arrow")
+COMPRESSIONS = {"gz": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00", "zst": b"\x28\xb5\x2f\xfd"}
+COMPRESSED_SUFFIXES = {".gz": "gz", ".gzip": "gz", ".bz2": "bz2", ".xz": "xz", ".zst": "zst", ".zstd": "zst"}
+TABLE_SUFFIXES = (".parquet", ".arrow")
+_ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Arrow IPC stream
 
 # A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start,
 # or right after CJK full stops. Abbreviations and single initials are protected afterwards.
@@ -38,6 +62,9 @@ _ABBREVIATION = re.compile(
 _DOC_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _SNIFF_BYTES = 1 << 16
+_READ_BUFFER = 1 << 20  # bytes per read from a decompressor
+TABLE_BATCH_ROWS = 1024  # Parquet rows per record batch (Arrow files keep the batches they were written with)
+JSONL_CHECK_RECORDS = 100  # check_inputs: records of a JSONL file searched for the text field
 # Documents are cut at a sentence boundary beyond this size, so memory stays bounded even for a corpus
 # that is one giant document (counted as `documents_split`).
 MAX_DOCUMENT_CHARS = 32_000_000
@@ -57,18 +84,28 @@ class Document:
 
 @dataclass
 class CorpusCounts:
-    """What the reader saw and skipped; printed in the build summary."""
+    """What the reader saw and skipped; printed in the build summary. `examples`: the first case of each
+    skip counter, as "file line N: what is wrong"."""
 
     files: int = 0
     empty_files: int = 0
     binary_files: int = 0
     invalid_utf8_lines: int = 0
     bad_json_lines: int = 0
+    bad_rows: int = 0
+    corrupt_files: int = 0
     documents_split: int = 0
     documents: int = 0
     sentences: int = 0
     chars: int = 0
     formats: dict[str, int] = field(default_factory=dict)
+    compressed: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def skip(self, kind: str, where: str) -> None:
+        """Count one skipped (or repaired) item of `kind`, keeping the first example."""
+        setattr(self, kind, getattr(self, kind) + 1)
+        self.examples.setdefault(kind, where)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -88,18 +125,22 @@ def split_sentences(text: str) -> list[str]:
     return [p for p in pieces if p]
 
 
+# -- finding the input files -------------------------------------------------------------------------------
 def find_input_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
-    """Files named directly plus every non-hidden file under named directories, sorted (deterministic)."""
+    """Files named directly plus the files under named directories, sorted (deterministic).
+
+    A directory gives every non-hidden file below it, except: a `datasets.save_to_disk` directory
+    (state.json) gives its Arrow files in the order state.json lists them; a directory tree holding
+    Parquet or Arrow files gives only those (a Hub dataset's README.md and JSON metadata are not text);
+    a DatasetDict directory (dataset_dict.json) is refused, naming its splits, so that test splits are
+    never mixed into pretraining data by accident."""
     files: list[Path] = []
     for item in inputs:
         path = Path(item)
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and not _is_hidden(p.relative_to(path)))
-            if not found:
-                raise UserError(f"no files found in directory {path}")
-            files.extend(found)
+            files.extend(_directory_files(path))
         else:
             raise UserError(f"input not found: {path}")
     if not files:
@@ -107,12 +148,45 @@ def find_input_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     return files
 
 
+def _directory_files(directory: Path) -> list[Path]:
+    if (directory / "dataset_dict.json").is_file():
+        splits = _read_json_file(directory / "dataset_dict.json").get("splits") or []
+        example = directory / (splits[0] if splits else "train")
+        raise UserError(f"{directory} is a datasets DatasetDict with splits {', '.join(map(str, splits)) or '?'}: "
+                        f"pass one split's directory, e.g. --input {example}")
+    if (directory / "state.json").is_file():
+        state = _read_json_file(directory / "state.json")
+        names = [entry.get("filename") for entry in state.get("_data_files") or [] if isinstance(entry, dict)]
+        if names:
+            missing = [n for n in names if not isinstance(n, str) or not (directory / n).is_file()]
+            if missing:
+                raise UserError(f"{directory / 'state.json'} lists data files that are missing: {missing[:3]}")
+            return [directory / n for n in names]
+    found = sorted(p for p in directory.rglob("*") if p.is_file() and not _is_hidden(p.relative_to(directory)))
+    if not found:
+        raise UserError(f"no files found in directory {directory}")
+    tables = [p for p in found if p.suffix.lower() in TABLE_SUFFIXES]
+    return tables or found
+
+
+def _read_json_file(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return data
+
+
 def _is_hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
+# -- what a file is ----------------------------------------------------------------------------------------
 def detect_format(path: Path, head: bytes) -> str:
-    """Guess a file's format from its name and first 64 KiB (see the module docstring)."""
+    """Guess a text file's format from its name and first 64 KiB (see the module docstring); `path` is
+    the name without a compression suffix."""
     if path.suffix.lower() in (".jsonl", ".json"):
         return "jsonl"
     text = head.decode("utf-8", errors="replace")
@@ -123,9 +197,135 @@ def detect_format(path: Path, head: bytes) -> str:
     return "raw" if multi > len(lines) / 2 else "lines"
 
 
+def table_format(path: Path, magic: bytes) -> str | None:
+    """"parquet" / "arrow" when the first bytes say so (Arrow streams, which have no magic number, by the
+    `.arrow` name plus their continuation marker), else None."""
+    if magic.startswith(b"PAR1"):
+        return "parquet"
+    if magic.startswith(b"ARROW1") or (path.suffix.lower() == ".arrow" and magic.startswith(_ARROW_STREAM)):
+        return "arrow"
+    return None
+
+
+def compression_of(magic: bytes) -> str | None:
+    return next((name for name, prefix in COMPRESSIONS.items() if magic.startswith(prefix)), None)
+
+
+def inner_name(path: Path) -> Path:
+    """`a.jsonl.zst` -> `a.jsonl`: the name the format guess looks at."""
+    return path.with_suffix("") if path.suffix.lower() in COMPRESSED_SUFFIXES else path
+
+
+def open_text_stream(path: Path, compression: str | None, on_error: Callable[[Exception], None]):
+    """A binary stream of the file's (decompressed) bytes, buffered for fast line iteration. A decompression
+    error (corrupt or truncated data) ends the stream early and is reported to `on_error`."""
+    raw = open(path, "rb")
+    if compression is None:
+        return raw, raw
+    if compression == "gz":
+        inner = gzip.GzipFile(fileobj=raw)
+    elif compression == "bz2":
+        inner = bz2.BZ2File(raw)
+    elif compression == "xz":
+        inner = lzma.LZMAFile(raw)
+    else:
+        inner = _ZstdReader(raw)
+    return io.BufferedReader(_Guarded(inner, on_error), _READ_BUFFER), raw
+
+
+class _ZstdReader:
+    """zstd frames one after another (what `zstd` and `pzstd` write), with a truncated last frame reported
+    as an EOFError: zstandard's own stream_reader silently ends there. Compressed input goes in 8 KiB at a
+    time, which bounds the output of one call."""
+
+    def __init__(self, raw):
+        try:
+            import zstandard
+        except ImportError:  # a declared dependency; only a broken install lacks it
+            raise UserError("reading .zst files needs the zstandard package: pip install zstandard") from None
+        self.raw, self.new = raw, zstandard.ZstdDecompressor().decompressobj
+        self.frame, self.in_frame, self.pending = self.new(), False, b""
+
+    def read(self, size: int) -> bytes:
+        while not self.pending:
+            data = self.raw.read(1 << 13)
+            if not data:
+                if self.in_frame:
+                    raise EOFError("the zstd data ends inside a frame (the file is truncated)")
+                return b""
+            self.pending = self._decompress(data)
+        out, self.pending = self.pending[:size], self.pending[size:]
+        return out
+
+    def _decompress(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            self.in_frame = True
+            out.append(self.frame.decompress(data))
+            if not self.frame.eof:
+                break
+            data, self.frame, self.in_frame = self.frame.unused_data, self.new(), False
+        return b"".join(out)
+
+    def close(self) -> None:
+        pass
+
+
+class _Guarded(io.RawIOBase):
+    """Reads a decompressor; its first error (bad data, early end) becomes the end of the stream. Reads
+    with `read1` where the decompressor has it, so the text decoded before the error is not lost with it."""
+
+    def __init__(self, inner, on_error: Callable[[Exception], None]):
+        self.inner, self.on_error, self.failed = inner, on_error, False
+        self._read = getattr(inner, "read1", inner.read)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.failed:
+            return 0
+        try:
+            data = self._read(len(buffer))
+        except Exception as exc:  # gzip/bz2/lzma raise OSError, EOFError or LZMAError; zstandard ZstdError
+            self.failed = True
+            self.on_error(exc)
+            return 0
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        except Exception:
+            pass
+        super().close()
+
+
+def _peek(path: Path, size: int) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(size)
+
+
+def _read_head(path: Path, compression: str | None) -> tuple[bytes, Exception | None]:
+    """The first 64 KiB of the decompressed text (what is readable of a damaged file) and the
+    decompression error met on the way, if any."""
+    errors: list[Exception] = []
+    stream, raw = open_text_stream(path, compression, errors.append)
+    try:
+        return stream.read(_SNIFF_BYTES), (errors[0] if errors else None)
+    finally:
+        stream.close()
+        raw.close()
+
+
+# -- reading documents -------------------------------------------------------------------------------------
 def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "text",
-                   counts: CorpusCounts | None = None) -> Iterator[Document]:
-    """Yield documents from the files in order; memory is bounded by the largest document.
+                   counts: CorpusCounts | None = None,
+                   progress: Callable[[int], None] | None = None) -> Iterator[Document]:
+    """Yield documents from the files in order; memory is bounded by the largest document (and one
+    record batch for Parquet/Arrow). `progress(n)` is told how many more bytes of the input files (as
+    stored, compressed or not) have been read.
 
     Empty and binary files are skipped and counted in ``counts``."""
     if fmt not in FORMATS:
@@ -134,17 +334,7 @@ def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "
     index = 0
     for path in files:
         counts.files += 1
-        with open(path, "rb") as handle:
-            head = handle.read(_SNIFF_BYTES)
-        if not head.strip():
-            counts.empty_files += 1
-            continue
-        if b"\x00" in head:
-            counts.binary_files += 1
-            continue
-        file_format = detect_format(path, head) if fmt == "auto" else fmt
-        counts.formats[file_format] = counts.formats.get(file_format, 0) + 1
-        for sentences in _READERS[file_format](path, counts, text_field):
+        for sentences in _file_documents(Path(path), fmt, text_field, counts, progress):
             if sentences:
                 counts.documents += 1
                 counts.sentences += len(sentences)
@@ -153,29 +343,84 @@ def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "
                 index += 1
 
 
-def _decoded_lines(path: Path, counts: CorpusCounts) -> Iterator[str]:
-    with open(path, "rb") as handle:
-        for raw in handle:
+def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
+                    progress: Callable[[int], None] | None) -> Iterator[list[str]]:
+    size = path.stat().st_size
+    magic = _peek(path, 8)
+    table = table_format(path, magic)
+    if fmt in TABLE_FORMATS and table != fmt:
+        raise UserError(f"{path} is not a{'n' if fmt == 'arrow' else ''} {fmt} file (--format {fmt}); "
+                        f"use --format auto")
+    if table is not None:
+        counts.formats[table] = counts.formats.get(table, 0) + 1
+        reader = _read_parquet if table == "parquet" else _read_arrow
+        done = 0
+        for sentences, fraction in reader(path, counts, text_field):
+            yield sentences
+            if progress is not None:
+                progress(int(size * fraction) - done)
+                done = int(size * fraction)
+        if progress is not None:
+            progress(size - done)
+        return
+    compression = compression_of(magic)
+    head, error = _read_head(path, compression)
+    if not head.strip() and error is not None:
+        counts.skip("corrupt_files", f"{path}: {type(error).__name__}: {error}")
+    elif not head.strip():
+        counts.empty_files += 1
+    elif b"\x00" in head:
+        counts.binary_files += 1
+    else:
+        file_format = detect_format(inner_name(path), head) if fmt == "auto" else fmt
+        counts.formats[file_format] = counts.formats.get(file_format, 0) + 1
+        if compression is not None:
+            counts.compressed[compression] = counts.compressed.get(compression, 0) + 1
+        yield from _read_text_file(path, compression, file_format, text_field, counts, progress)
+        return
+    if progress is not None:
+        progress(size)
+
+
+def _read_text_file(path: Path, compression: str | None, file_format: str, text_field: str,
+                    counts: CorpusCounts, progress: Callable[[int], None] | None) -> Iterator[list[str]]:
+    def corrupt(exc: Exception) -> None:
+        counts.skip("corrupt_files", f"{path}: {type(exc).__name__}: {exc} (the text before it was kept)")
+
+    stream, raw = open_text_stream(path, compression, corrupt)
+    source = _TextSource(path, stream, counts)
+    done = 0
+    try:
+        for sentences in _READERS[file_format](source, text_field):
+            yield sentences
+            if progress is not None:
+                position = raw.tell()
+                progress(position - done)
+                done = position
+        if progress is not None:
+            progress(path.stat().st_size - done)
+    finally:
+        stream.close()
+        raw.close()
+
+
+class _TextSource:
+    """The decoded, stripped lines of one text file, with the current line number for messages."""
+
+    def __init__(self, path: Path, stream, counts: CorpusCounts):
+        self.path, self.stream, self.counts, self.line_number = path, stream, counts, 0
+
+    def lines(self) -> Iterator[str]:
+        for self.line_number, raw in enumerate(self.stream, 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
-                counts.invalid_utf8_lines += 1
+                self.counts.skip("invalid_utf8_lines", f"{self.path} line {self.line_number}")
                 line = raw.decode("utf-8", errors="replace")
             yield line.strip()
 
-
-def _read_lines(path: Path, counts: CorpusCounts, text_field: str) -> Iterator[list[str]]:
-    sentences: list[str] = []
-    num_chars = 0
-    for line in _decoded_lines(path, counts):
-        if line:
-            sentences.append(line)
-            num_chars += len(line)
-        if sentences and (not line or num_chars > MAX_DOCUMENT_CHARS):
-            counts.documents_split += bool(line)
-            yield sentences
-            sentences, num_chars = [], 0
-    yield sentences  # the end of a file ends a document
+    def where(self) -> str:
+        return f"{self.path} line {self.line_number}"
 
 
 def _paragraph_sentences(lines: Sequence[str]) -> list[str]:
@@ -191,11 +436,30 @@ def _paragraph_sentences(lines: Sequence[str]) -> list[str]:
     return sentences
 
 
-def _read_raw(path: Path, counts: CorpusCounts, text_field: str) -> Iterator[list[str]]:
+def _text_sentences(text: str) -> list[str]:
+    """A JSONL / Parquet / Arrow document's text, split like `raw`."""
+    return _paragraph_sentences([part.strip() for part in text.splitlines()])
+
+
+def _read_lines(source: _TextSource, text_field: str) -> Iterator[list[str]]:
+    sentences: list[str] = []
+    num_chars = 0
+    for line in source.lines():
+        if line:
+            sentences.append(line)
+            num_chars += len(line)
+        if sentences and (not line or num_chars > MAX_DOCUMENT_CHARS):
+            source.counts.documents_split += bool(line)
+            yield sentences
+            sentences, num_chars = [], 0
+    yield sentences  # the end of a file ends a document
+
+
+def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     sentences: list[str] = []
     paragraph: list[str] = []
     num_chars = 0
-    for line in _with_final_blank(_decoded_lines(path, counts)):
+    for line in itertools.chain(source.lines(), [""]):
         if line:
             paragraph.append(line)
             num_chars += len(line)
@@ -203,37 +467,43 @@ def _read_raw(path: Path, counts: CorpusCounts, text_field: str) -> Iterator[lis
             sentences.extend(split_sentences(" ".join(paragraph)))
             paragraph = []
             if num_chars > MAX_DOCUMENT_CHARS:
-                counts.documents_split += 1
+                source.counts.documents_split += 1
                 yield sentences
                 sentences, num_chars = [], 0
     yield sentences  # a raw file is one document
 
 
-def _with_final_blank(lines: Iterator[str]) -> Iterator[str]:
-    yield from lines
-    yield ""
-
-
-def _read_jsonl(path: Path, counts: CorpusCounts, text_field: str) -> Iterator[list[str]]:
-    for line in _decoded_lines(path, counts):
+def _read_jsonl(source: _TextSource, text_field: str) -> Iterator[list[str]]:
+    for line in source.lines():
         if not line:
             continue
-        try:
-            record = json.loads(line)
-            text = record[text_field]
-        except (ValueError, KeyError, TypeError):
-            counts.bad_json_lines += 1
-            continue
-        if isinstance(text, str):
-            yield _paragraph_sentences([part.strip() for part in text.splitlines()])
+        text, problem = _json_text(line, text_field)
+        if problem:
+            source.counts.skip("bad_json_lines", f"{source.where()}: {problem}")
         else:
-            counts.bad_json_lines += 1
+            yield _text_sentences(text)
 
 
-def _read_wikiextractor(path: Path, counts: CorpusCounts, text_field: str) -> Iterator[list[str]]:
+def _json_text(line: str, text_field: str) -> tuple[str, str | None]:
+    """(text, None) or ("", what is wrong with the line)."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        return "", f"not JSON ({exc})"
+    if not isinstance(record, dict):
+        return "", f"a JSON {type(record).__name__}, not an object"
+    if text_field not in record:
+        return "", f"no field {text_field!r} (fields: {', '.join(map(str, list(record)[:8]))}; see --text-field)"
+    text = record[text_field]
+    if not isinstance(text, str):
+        return "", f"field {text_field!r} is a JSON {type(text).__name__}, not a string"
+    return text, None
+
+
+def _read_wikiextractor(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     lines: list[str] | None = None
     title = None
-    for line in _decoded_lines(path, counts):
+    for line in source.lines():
         if _DOC_OPEN.match(line):
             found = _DOC_TITLE.search(line)
             lines, title = [], (found.group(1) if found else None)
@@ -250,3 +520,138 @@ def _read_wikiextractor(path: Path, counts: CorpusCounts, text_field: str) -> It
 
 
 _READERS = {"lines": _read_lines, "raw": _read_raw, "jsonl": _read_jsonl, "wikiextractor": _read_wikiextractor}
+
+
+# -- Parquet and Arrow -------------------------------------------------------------------------------------
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401  (registers the submodule)
+    except ImportError:  # a declared dependency; only a broken install lacks it
+        raise UserError("reading Parquet/Arrow files needs the pyarrow package: pip install pyarrow") from None
+    return pyarrow
+
+
+def _text_column_index(schema, text_field: str, path: Path) -> int:
+    """The column holding the documents; a UserError naming the file and its columns if it is absent
+    or not a string column."""
+    pa = _pyarrow()
+    if text_field not in schema.names:
+        raise UserError(f"{path} has no column {text_field!r} (columns: {', '.join(schema.names[:12])}); "
+                        f"choose one with --text-field")
+    kind = schema.field(text_field).type
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or getattr(pa.types, "is_string_view", lambda t: False)(kind)):
+        raise UserError(f"{path}: column {text_field!r} holds {kind}, not text; choose a string column "
+                        f"with --text-field")
+    return schema.get_field_index(text_field)
+
+
+def _open_parquet(path: Path):
+    pa = _pyarrow()
+    try:
+        return pa.parquet.ParquetFile(str(path))
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"cannot read {path} as Parquet ({exc})") from None
+
+
+def _open_arrow(path: Path, source):
+    """(schema, record batches) of an Arrow IPC file or stream, read one batch at a time."""
+    pa = _pyarrow()
+    try:
+        if _peek(path, 6) == b"ARROW1":
+            reader = pa.ipc.open_file(source)
+            return reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches))
+        reader = pa.ipc.open_stream(source)
+        return reader.schema, iter(reader)
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"cannot read {path} as Arrow IPC ({exc})") from None
+
+
+def _read_parquet(path: Path, counts: CorpusCounts, text_field: str) -> Iterator[tuple[list[str], float]]:
+    parquet = _open_parquet(path)
+    _text_column_index(parquet.schema_arrow, text_field, path)
+    total = max(1, parquet.metadata.num_rows)
+    batches = parquet.iter_batches(batch_size=TABLE_BATCH_ROWS, columns=[text_field], use_threads=False)
+    yield from _table_documents(path, batches, 0, lambda row: row / total, counts)
+
+
+def _read_arrow(path: Path, counts: CorpusCounts, text_field: str) -> Iterator[tuple[list[str], float]]:
+    pa = _pyarrow()
+    with pa.OSFile(str(path)) as source:  # plain reads, not a memory map: pages are freed batch by batch
+        schema, batches = _open_arrow(path, source)
+        column = _text_column_index(schema, text_field, path)
+        size = max(1, path.stat().st_size)
+        yield from _table_documents(path, batches, column, lambda row: source.tell() / size, counts)
+
+
+def _table_documents(path: Path, batches, column: int, fraction: Callable[[int], float],
+                     counts: CorpusCounts) -> Iterator[tuple[list[str], float]]:
+    """(sentences, fraction of the file read) per row; a batch that cannot be decoded ends the file
+    (counted in corrupt_files)."""
+    pa = _pyarrow()
+    row = 0
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError) as exc:
+            counts.skip("corrupt_files", f"{path} after row {row}: {exc} (the rows before it were kept)")
+            return
+        if batch is None:
+            return
+        values = batch.column(column).to_pylist()
+        for text in values:
+            row += 1
+            if text is None:
+                counts.skip("bad_rows", f"{path} row {row}: the text is null")
+                continue
+            yield _text_sentences(text), fraction(row)
+
+
+# -- checks before the work starts -------------------------------------------------------------------------
+def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "text") -> None:
+    """Fail fast on what would otherwise be found mid-build: a Parquet/Arrow file without a string
+    `text_field` column or that cannot be opened, `--format parquet/arrow` on other files, and a JSONL
+    file none of whose first 100 records has `text_field` (almost surely the wrong --text-field).
+    Reads only each file's first bytes (and a Parquet footer or an Arrow schema)."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    for path in map(Path, files):
+        magic = _peek(path, 8)
+        table = table_format(path, magic)
+        if fmt in TABLE_FORMATS and table != fmt:
+            raise UserError(f"{path} is not a{'n' if fmt == 'arrow' else ''} {fmt} file (--format {fmt}); "
+                            f"use --format auto")
+        if table == "parquet":
+            _text_column_index(_open_parquet(path).schema_arrow, text_field, path)
+        elif table == "arrow":
+            with _pyarrow().OSFile(str(path)) as source:
+                _text_column_index(_open_arrow(path, source)[0], text_field, path)
+        elif fmt == "jsonl" or (fmt == "auto" and inner_name(path).suffix.lower() in (".jsonl", ".json")):
+            _check_jsonl(path, compression_of(magic), text_field)
+
+
+def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
+    stream, raw = open_text_stream(path, compression, lambda exc: None)
+    first = None
+    try:
+        source = _TextSource(path, stream, CorpusCounts())
+        records = 0
+        for line in source.lines():
+            if not line:
+                continue
+            text, problem = _json_text(line, text_field)
+            if problem is None:
+                return
+            if problem.startswith("no field"):
+                first = first or f"{source.where()}: {problem}"
+            records += not problem.startswith(("not JSON", "a JSON"))
+            if records >= JSONL_CHECK_RECORDS:
+                break
+    finally:
+        stream.close()
+        raw.close()
+    if first is not None:
+        raise UserError(f"{first}; none of the first {records} record(s) has field {text_field!r}")

@@ -14,7 +14,6 @@ seeded ``random.Random`` with numpy's unseeded global RNG), and random replaceme
 """
 from __future__ import annotations
 
-import bisect
 import functools
 from dataclasses import dataclass
 
@@ -55,87 +54,14 @@ def num_to_predict(length: int, cfg: MaskingConfig) -> int:
     return min(cfg.max_predictions_per_seq, max(1, int(round(length * cfg.masked_lm_prob))))
 
 
-def word_bounds(candidates: np.ndarray, word_start: np.ndarray) -> list[int]:
-    """Where each whole word begins, as an index into `candidates`, plus `candidates.size` at the end.
-
-    A word begins at a word-start token or wherever candidate positions stop being adjacent
-    (so a word never straddles [SEP]). Word k is candidates[bounds[k]:bounds[k + 1]]."""
-    if candidates.size == 0:
-        return [0]
-    starts = word_start.copy()
-    starts[0] = True
-    starts[1:] |= candidates[1:] != candidates[:-1] + 1
-    return np.flatnonzero(starts).tolist() + [candidates.size]
-
-
-def word_spans(candidates: np.ndarray, word_start: np.ndarray) -> np.ndarray:
-    """Lengths (in candidate tokens) of the whole words made by the candidate positions."""
-    return np.diff(word_bounds(candidates, word_start))
-
-
 @functools.lru_cache(maxsize=None)
 def _ngram_cdf(max_ngram: int) -> tuple[float, ...]:
     return tuple(np.cumsum(ngram_probabilities(max_ngram))[:-1].tolist())  # the last bound (1.0) is implied
 
 
 def ngram_sizes(uniform: np.ndarray, max_ngram: int) -> np.ndarray:
-    """n in 1..max_ngram for uniform draws, p(n) proportional to 1/n: 1 + the cdf bounds the draw passed.
-    (`greedy_ngrams` computes the same with `bisect` on one draw at a time.)"""
+    """n in 1..max_ngram for uniform draws, p(n) proportional to 1/n: 1 + the cdf bounds the draw passed."""
     return 1 + sum((uniform >= bound).astype(np.int64) for bound in _ngram_cdf(max_ngram))
-
-
-def draw_ngram_sizes(count: int, max_ngram: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` draws of n, as the maskers draw them."""
-    return ngram_sizes(rng.random(count), max_ngram)
-
-
-def choose_ngrams(bounds: list[int], budget: int, max_ngram: int, rng: np.random.Generator) -> list[tuple[int, int]]:
-    """Greedy n-gram selection over words (google's order of tests); returns the chosen (first word, n).
-
-    `bounds` are cumulative token counts (see `word_bounds`). Starts are visited in a uniformly random
-    order (argsort of uniform keys); each start's n comes from its own uniform draw."""
-    num_words = len(bounds) - 1
-    if num_words <= 0 or budget <= 0:
-        return []
-    draws = rng.random(2 * num_words)
-    return greedy_ngrams(bounds, budget, max_ngram, draws[:num_words], draws[num_words:])
-
-
-def greedy_ngrams(bounds: list[int], budget: int, max_ngram: int, keys: np.ndarray,
-                  size_draws: np.ndarray) -> list[tuple[int, int]]:
-    """`choose_ngrams` given its uniform draws (one order key and one size draw per word). Runs once per
-    instance, so it is plain Python on short lists; `mask_batch` is the vectorised twin."""
-    num_words = len(bounds) - 1
-    order = np.argsort(keys).tolist()  # uniform float keys: ties have probability ~0
-    size_draws = size_draws.tolist()
-    cdf = _ngram_cdf(max_ngram)
-    covered = bytearray(num_words)
-    chosen, total = [], 0
-    for start in order:
-        if total >= budget:
-            break
-        n = min(bisect.bisect_right(cdf, size_draws[start]) + 1, num_words - start)  # clipped at the last word
-        while n > 1 and total + bounds[start + n] - bounds[start] > budget:
-            n -= 1
-        size = bounds[start + n] - bounds[start]
-        if total + size > budget or any(covered[start:start + n]):
-            continue
-        covered[start:start + n] = b"\x01" * n
-        chosen.append((start, n))
-        total += size
-    return chosen
-
-
-def choose_positions(candidates: np.ndarray, word_start: np.ndarray, budget: int, cfg: MaskingConfig,
-                     rng: np.random.Generator) -> np.ndarray:
-    """Sorted positions to mask among `candidates` (sorted int positions); `word_start` per candidate."""
-    if cfg.mode == "token":
-        bounds, max_ngram = list(range(candidates.size + 1)), 1
-    else:
-        bounds, max_ngram = word_bounds(candidates, word_start), cfg.max_ngram
-    chosen = choose_ngrams(bounds, budget, max_ngram, rng)
-    picked = sorted(i for start, n in chosen for i in range(bounds[start], bounds[start + n]))
-    return candidates[picked]
 
 
 def replacement_ids(original: np.ndarray, mask_id: int, random_ids: np.ndarray, cfg: MaskingConfig,
@@ -167,27 +93,11 @@ class MaskingVocab:
         return ids[~np.isin(ids, self.special_ids)]
 
 
-def mask_sequence(tokens: np.ndarray, special: np.ndarray, vocab: MaskingVocab, cfg: MaskingConfig,
-                  rng: np.random.Generator, random_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Mask one sequence. `tokens` are the real (unpadded) ids, `special` marks [CLS]/[SEP] positions.
-
-    Returns (positions, inputs): sorted masked positions and the ids the model sees there."""
-    return mask_candidates(tokens, np.flatnonzero(~special), vocab, cfg, rng, random_ids)
-
-
-def mask_candidates(tokens: np.ndarray, candidates: np.ndarray, vocab: MaskingVocab, cfg: MaskingConfig,
-                    rng: np.random.Generator, random_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """`mask_sequence` given the candidate positions (all but [CLS]/[SEP]) directly."""
-    budget = num_to_predict(tokens.size, cfg)
-    positions = choose_positions(candidates, vocab.word_start[tokens[candidates]], budget, cfg, rng)
-    random_ids = vocab.random_ids if random_ids is None else random_ids
-    return positions, replacement_ids(tokens[positions], vocab.mask_id, random_ids, cfg, rng)
-
-
-# -- many sequences at once ------------------------------------------------------------------------------
-# The builder masks a block of records together: the same greedy algorithm, run for all rows in lock-step
-# rounds (round r visits every row's r-th start), so the per-instance Python loop becomes ~a dozen numpy
-# operations per round. `greedy_ngrams` is the reference it must agree with, draw for draw.
+# -- many sequences at once: the one masking path ---------------------------------------------------------
+# The builder (static masks) and the loader (dynamic masks) mask blocks of rows together: the greedy
+# algorithm above, run for all rows in lock-step rounds (round r visits every row's r-th start), so a
+# per-instance Python loop becomes ~a dozen numpy operations per round. tests/test_masking.py keeps the
+# per-instance loop as the reference it must agree with, draw for draw.
 
 
 @dataclass
@@ -212,7 +122,7 @@ def word_index(tokens: np.ndarray, candidate: np.ndarray, word_start: np.ndarray
 
 def select_ngrams_batch(bounds: np.ndarray, num_words: np.ndarray, budgets: np.ndarray, max_ngram: int,
                         keys: np.ndarray, size_draws: np.ndarray) -> np.ndarray:
-    """Covered words (I, Wmax) of `greedy_ngrams` for every row: bounds (I, Wmax + 1 + max_ngram) cumulative
+    """Covered words (I, Wmax) of the greedy selection for every row: bounds (I, Wmax + 1 + max_ngram) cumulative
     token counts (edge-padded), keys/size_draws (I, Wmax) uniforms (only the first num_words[i] matter)."""
     rows_n, wmax = keys.shape
     rows = np.arange(rows_n)
@@ -246,8 +156,8 @@ def mask_batch(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, voc
                cfg: MaskingConfig, rng: np.random.Generator, random_ids: np.ndarray) -> MaskedBatch:
     """Mask rows of `tokens` (I, T) at once: `lengths` (I,) real tokens, `special` (I, T) marks [CLS]/[SEP].
 
-    Same algorithm and distribution as `mask_sequence` (budget from each row's length, whole-word n-grams,
-    80/10/10); the draws come from `rng` in bulk."""
+    The budget comes from each row's length, whole-word n-grams are chosen greedily, then 80/10/10;
+    the draws come from `rng` in bulk."""
     rows_n, width = tokens.shape
     candidate = (np.arange(width) < lengths[:, None]) & ~special
     word, num_words = word_index(tokens, candidate, vocab.word_start, cfg)
@@ -271,3 +181,13 @@ def mask_batch(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, voc
     inputs[row_of, slot] = replacement_ids(tokens[row_of, position].astype(np.int64), vocab.mask_id, random_ids,
                                            cfg, rng)
     return MaskedBatch(positions, inputs, counts)
+
+
+def mask_records(tokens: np.ndarray, lengths: np.ndarray, boundaries: np.ndarray, vocab: MaskingVocab,
+                 cfg: MaskingConfig, rng: np.random.Generator, random_ids: np.ndarray) -> MaskedBatch:
+    """Mask built `[CLS] A [SEP] B [SEP]` rows: `boundaries` (I,) is where segment B starts, so [CLS] is at
+    0 and the [SEP]s at boundary - 1 and length - 1 (the layout `albertlm.data.shards` stores)."""
+    special = np.zeros(tokens.shape, dtype=bool)
+    rows = np.arange(tokens.shape[0])
+    special[rows, 0] = special[rows, boundaries - 1] = special[rows, lengths - 1] = True
+    return mask_batch(tokens, lengths, special, vocab, cfg, rng, random_ids)

@@ -109,24 +109,84 @@ def _part_metas(directory: Path) -> list[Path]:
 
 
 def read_meta(directory: str | os.PathLike) -> dict:
-    """The dataset's meta: `meta.json`, or the merged metas of a complete `--num-shards K` set of parts."""
+    """The dataset's meta: `meta.json`, or the merged metas of a complete `--num-shards K` set of parts.
+    Each file is checked (`check_meta`): damage is a UserError naming the file and the field."""
     directory = Path(directory)
     if not directory.is_dir():
         raise UserError(f"not a data directory: {directory}")
     single = directory / META_FILE
     if single.exists():
-        return json.loads(single.read_text())
+        return _read_meta_file(single)
     parts = _part_metas(directory)
     if not parts:
         hint = " (an unfinished build: it has .tmp files)" if any(directory.glob("*.tmp")) else ""
         raise UserError(f"no {META_FILE} in {directory}{hint}; build it with `albertlm data build`")
-    metas = [json.loads(p.read_text()) for p in parts]
+    metas = [_read_meta_file(p, part=True) for p in parts]
     total = metas[0]["num_shards"]
     found = sorted(m["shard_index"] for m in metas)
-    if found != list(range(total)):
+    if found != list(range(total)) or any(m["num_shards"] != total for m in metas):
         missing = sorted(set(range(total)) - set(found))
         raise UserError(f"{directory} holds parts {found} of {total}; missing {missing}")
     return merge_metas(sorted(metas, key=lambda m: m["shard_index"]))
+
+
+def _read_meta_file(path: Path, part: bool = False) -> dict:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise UserError(f"{path}: not a valid JSON file ({str(exc) or type(exc).__name__}); rebuild the data") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    check_meta(meta, path, part)
+    return meta
+
+
+def check_meta(meta, source: object, part: bool = False) -> None:
+    """The fields readers rely on, with their types and ranges, and their consistency (shard counts add up
+    to num_instances; shard files are plain names in the data directory). A UserError names `source`."""
+    def fail(what: str):
+        raise UserError(f"{source}: {what} (a damaged or hand-edited meta file? rebuild the data)")
+
+    def integer(container: dict, key: str, low: int, high: int | None = None, where: str = "") -> int:
+        value = container.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+            bound = f"{low}..{high}" if high is not None else f">= {low}"
+            fail(f"{where}{key} is {value!r}, expected an integer {bound}")
+        return value
+
+    if not isinstance(meta, dict):
+        fail(f"expected a JSON object, got {type(meta).__name__}")
+    version = meta.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        fail(f"format_version {version!r}: this albertlm reads format {FORMAT_VERSION}")
+    length = integer(meta, "max_seq_length", 1, 65535)  # lengths and positions are stored as uint16
+    integer(meta, "max_predictions_per_seq", 0, length)
+    tokenizer = meta.get("tokenizer")
+    if not isinstance(tokenizer, dict):
+        fail(f"tokenizer is {tokenizer!r}, expected an object with vocab_size and the special ids")
+    vocab = integer(tokenizer, "vocab_size", 1, 2**31 - 1, "tokenizer.")
+    for key in ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id"):
+        if key in tokenizer:
+            integer(tokenizer, key, 0, vocab - 1, "tokenizer.")
+    for key in ("masking", "counts"):
+        if key in meta and not isinstance(meta[key], dict):
+            fail(f"{key} is {meta[key]!r}, expected an object")
+    shards = meta.get("shards")
+    if not isinstance(shards, list):
+        fail(f"shards is {shards!r}, expected a list of {{file, num_instances}}")
+    for i, shard in enumerate(shards):
+        if not isinstance(shard, dict):
+            fail(f"shards[{i}] is {shard!r}, expected {{file, num_instances}}")
+        name = shard.get("file")
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+            fail(f"shards[{i}].file is {name!r}, expected a file name in the data directory")
+        integer(shard, "num_instances", 0, where=f"shards[{i}].")
+    total = sum(shard["num_instances"] for shard in shards)
+    if "num_instances" in meta and integer(meta, "num_instances", 0) != total:
+        fail(f"num_instances is {meta['num_instances']}, but its shards hold {total}")
+    if part:
+        shards_total = integer(meta, "num_shards", 1)
+        integer(meta, "shard_index", 0, shards_total - 1)
 
 
 def merge_metas(metas: list[dict]) -> dict:
@@ -158,7 +218,10 @@ def open_shards(directory: str | os.PathLike, meta: dict) -> list[np.ndarray]:
     for shard in meta["shards"]:
         path = directory / shard["file"]
         expected = shard["num_instances"] * dtype.itemsize
-        if not path.exists() or path.stat().st_size != expected:
+        if not path.is_file() or path.stat().st_size != expected:
             raise UserError(f"shard {path} is missing or has the wrong size (expected {expected} bytes)")
+        if not expected:  # mmap refuses empty files
+            maps.append(np.zeros(0, dtype=dtype))
+            continue
         maps.append(np.memmap(path, dtype=dtype, mode="r", shape=(shard["num_instances"],)))
     return maps

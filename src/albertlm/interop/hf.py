@@ -8,6 +8,7 @@ sharing `attention` or `ffn` cannot be exported (a UserError says so).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from torch import nn
@@ -49,12 +50,212 @@ def import_hf(directory: str | Path, model_class: type | None = None) -> nn.Modu
     """Load a transformers ALBERT directory as the albertlm class named by its `architectures`
     (or `model_class`)."""
     if model_class is None:
-        import albertlm.model.albert as albert
-        import albertlm.model.heads as heads
+        from albertlm.model.registry import model_class as class_named
 
         data = json.loads((Path(directory) / "config.json").read_text())
         name = (data.get("architectures") or ["AlbertForPreTraining"])[0]
         if name not in HF_ARCHITECTURES:
             raise UserError(f"{directory}: architecture {name!r} is not an ALBERT class we know")
-        model_class = getattr(albert, name, None) or getattr(heads, name)
+        model_class = class_named(name)
     return model_class.from_pretrained(directory)
+
+
+# -- tokenizer files and the model card: an exported directory that works as a whole ------------------------
+def export_tokenizer(tokenizer, directory: str | Path) -> tuple[list[str], str | None]:
+    """Write the tokenizer beside an exported model: `spiece.model` or `vocab.txt` plus
+    `tokenizer_config.json` (what `tokenizer.save` writes), and `tokenizer.json` when the tokenizer can be
+    expressed as one. Returns (files written, why tokenizer.json was left out or None)."""
+    directory = Path(directory)
+    tokenizer.save(directory)
+    written = sorted(p.name for p in directory.iterdir() if p.name in ("spiece.model", "vocab.txt",
+                                                                       "tokenizer_config.json"))
+    pipeline, why_not = tokenizer_pipeline(tokenizer)
+    if pipeline is not None:
+        pipeline.save(str(directory / "tokenizer.json"))
+        written.append("tokenizer.json")
+    return written, why_not
+
+
+def tokenizer_pipeline(tokenizer):
+    """(a `tokenizers.Tokenizer` giving the same ids as `tokenizer`, with transformers' [CLS]/[SEP]
+    template, or None; why not). SentencePiece unigram models get transformers' AlbertTokenizer pipeline
+    (normalizers, the model's own precompiled normalizer, whitespace split + "▁" on every word); WordPiece
+    and tokenizer.json tokenizers reuse their `tokenizers` backend."""
+    from tokenizers import processors
+
+    kind = type(tokenizer).__name__
+    if kind == "SentencePieceTokenizer":
+        pipeline, why_not = _sentencepiece_pipeline(tokenizer)
+        if pipeline is None:
+            return None, why_not
+    elif hasattr(tokenizer, "backend"):
+        from tokenizers import Tokenizer
+
+        pipeline = Tokenizer.from_str(tokenizer.backend.to_str())
+    else:
+        return None, f"{kind} has no tokenizer.json form"
+    cls, sep = tokenizer.id_to_token(tokenizer.cls_id), tokenizer.id_to_token(tokenizer.sep_id)
+    pipeline.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, tokenizer.cls_id), (sep, tokenizer.sep_id)])
+    return pipeline, None
+
+
+def _sentencepiece_pipeline(tokenizer):
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import Unigram
+
+    from albertlm.interop.tf_checkpoint import parse_message
+
+    options = tokenizer.options
+    if getattr(options, "split_digit_comma", False):
+        return None, "split_digit_comma (google's rule) has no tokenizer.json form; transformers reads spiece.model"
+    proto = parse_message(tokenizer.sp.serialized_model_proto())
+    trainer = parse_message(proto[2][-1]) if 2 in proto else {}
+    if trainer.get(3, [1])[-1] != 1:
+        return None, "only unigram SentencePiece models have a tokenizer.json form here; transformers reads spiece.model"
+    normalizer = parse_message(proto[3][-1]) if 3 in proto else {}
+    sp = tokenizer.sp
+    vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(tokenizer.vocab_size)]
+    pipeline = Tokenizer(Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=False))
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    if not options.keep_accents:
+        steps += [normalizers.NFKD(), normalizers.StripAccents()]
+    if options.do_lower_case:
+        steps.append(normalizers.Lowercase())
+    charsmap = normalizer.get(2, [b""])[-1]
+    if charsmap:
+        steps.append(normalizers.Precompiled(charsmap))
+    pipeline.normalizer = normalizers.Sequence(steps)
+    pipeline.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                      pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    pipeline.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    special = [tokenizer.id_to_token(i) for i in sorted({tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id,
+                                                          tokenizer.sep_id, tokenizer.mask_id})]
+    pipeline.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    if getattr(options, "split_added_tokens", False):  # transformers v5's added tokens (see the options)
+        user = [sp.id_to_piece(i) for i in range(tokenizer.vocab_size)
+                if sp.get_score(i) == 0.0 and not (sp.is_unused(i) or sp.is_control(i) or sp.is_unknown(i))]
+        pipeline.add_tokens([AddedToken(p, normalized=False) for p in user if p not in special])
+    return pipeline, None
+
+
+def complete_export(model: nn.Module, directory: str | Path, source: str | Path | None,
+                    tokenizer_path: str | Path | None) -> list[str]:
+    """After `export_hf`: the tokenizer files (when a tokenizer is found) and README.md. Returns lines for
+    the convert summary. A tokenizer that cannot be loaded is reported, not fatal (its files were copied)."""
+    from albertlm.tokenization import load_tokenizer
+
+    notes, written = [], []
+    if tokenizer_path is not None:
+        try:
+            written, why_not = export_tokenizer(load_tokenizer(tokenizer_path), directory)
+            notes.append(f"tokenizer files from {tokenizer_path}: {', '.join(written)}"
+                         + (f" (no tokenizer.json: {why_not})" if why_not else ""))
+        except UserError as exc:
+            notes.append(f"tokenizer files not written ({exc})")
+    card = write_model_card(model, directory, source, written)
+    return notes + [f"model card: {card}"]
+
+
+def write_model_card(model: nn.Module, directory: str | Path, source: str | Path | None = None,
+                     tokenizer_files: list[str] | None = None) -> Path:
+    """README.md for an exported model: the config, the parameter count, and, when `source` is a
+    checkpoint of an albertlm run, the training data (the data build's meta.json) and the run's measured
+    metrics (pretraining: the eval record of the checkpoint's step in metrics.jsonl; fine-tuning: the
+    best dev scores in metrics.json)."""
+    directory = Path(directory)
+    cfg = model.config
+    name = type(model).__name__
+    params = sum(p.numel() for p in model.parameters())
+    run = run_facts(Path(source)) if source is not None else {}
+    task = "fill-mask" if name in ("AlbertForPreTraining", "AlbertForMaskedLM") else _PIPELINE_TAGS.get(name)
+    lines = ["---", "library_name: transformers", "tags:", "- albert", "- albertlm"]
+    lines += [f"pipeline_tag: {task}"] if task else []
+    lines += ["---", "", f"# {directory.name}", "",
+              f"An ALBERT model (Lan et al., 2020, arXiv 1909.11942), `{name}`, exported by albertlm "
+              f"(`albertlm convert ... --to hf`) from `{source}`." if source else "", "",
+              "## Model", "", "| field | value |", "|---|---|"]
+    rows = {"parameters": f"{params:,} ({params / 1e6:.1f}M, shared weights counted once)",
+            "vocabulary V": cfg.vocab_size, "embedding size E": cfg.embedding_size, "hidden size H": cfg.hidden_size,
+            "layers L": cfg.num_layers, "attention heads A": cfg.num_heads, "FFN size I": cfg.ffn_size,
+            "sharing": f"{cfg.sharing} ({cfg.num_groups} group(s))", "activation": cfg.activation,
+            "max positions": cfg.max_position_embeddings}
+    lines += [f"| {k} | {v} |" for k, v in rows.items()]
+    lines += ["", "## Training data", ""] + (run.get("data") or ["Not recorded (the source is not an albertlm run)."])
+    lines += ["", "## Measured metrics", ""] + (run.get("metrics") or ["None recorded with the source."])
+    lines += ["", "## Use", "", "```python", "from transformers import AutoModel, AutoTokenizer, pipeline", ""]
+    if task == "fill-mask":
+        lines += [f'fill = pipeline("fill-mask", model="{directory.name}")', 'fill("The capital of France is [MASK].")']
+    lines += [f'tokenizer = AutoTokenizer.from_pretrained("{directory.name}")',
+              f'model = AutoModel.from_pretrained("{directory.name}")', "```", ""]
+    if task == "fill-mask":
+        lines += ["```bash", f'albertlm fill-mask {directory.name} "The capital of France is [MASK]."', "```", ""]
+    lines += [f"Files: config.json, model.safetensors, {', '.join(tokenizer_files or []) or 'no tokenizer'}."]
+    path = directory / "README.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+_PIPELINE_TAGS = {"AlbertForSequenceClassification": "text-classification",
+                  "AlbertForTokenClassification": "token-classification",
+                  "AlbertForQuestionAnswering": "question-answering", "AlbertForMultipleChoice": "multiple-choice",
+                  "AlbertModel": "feature-extraction"}
+
+
+def run_facts(checkpoint: Path) -> dict[str, list[str]]:
+    """Markdown lines about the run a checkpoint came from: {"data": [...], "metrics": [...]}."""
+    facts: dict[str, list[str]] = {}
+    step_match = re.fullmatch(r"step_(\d+)", checkpoint.name)
+    run_dir = checkpoint.parent.parent if step_match and checkpoint.parent.name == "checkpoints" else checkpoint.parent
+    run_config = next((p for p in (checkpoint / "run_config.json", run_dir / "run_config.json") if p.is_file()), None)
+    if run_config is not None:
+        data_dir = _json(run_config).get("data", {}).get("path")
+        meta = _json(Path(data_dir) / "meta.json") if data_dir else {}
+        if meta:
+            corpus = meta.get("counts", {}).get("corpus", {})
+            facts["data"] = [
+                f"- pretraining data `{data_dir}`: {meta.get('num_instances', 0):,} instances of "
+                f"{meta.get('max_seq_length')} tokens, sentence task `{meta.get('sentence_task')}`, "
+                f"masking `{meta.get('masking', {}).get('masking')}`, dupe factor {meta.get('dupe_factor')}",
+                f"- built from {len(meta.get('inputs', []))} file(s) "
+                f"({', '.join(Path(p).name for p in meta.get('inputs', [])[:5])}"
+                f"{', ...' if len(meta.get('inputs', [])) > 5 else ''}): {corpus.get('documents', 0):,} documents, "
+                f"{corpus.get('sentences', 0):,} sentences",
+                f"- tokenizer: {meta.get('tokenizer', {}).get('kind')}, V={meta.get('tokenizer', {}).get('vocab_size')}"]
+    step = int(step_match.group(1)) if step_match else None
+    records = _metrics_records(run_dir / "metrics.jsonl")
+    evals = [r for r in records if r.get("split") == "eval" and (step is None or r.get("step") == step)]
+    if evals:
+        record = evals[-1]
+        values = ", ".join(f"{k} {v:.4f}" for k, v in record.items() if k not in ("step", "split", "time"))
+        facts["metrics"] = [f"- held-out evaluation during pretraining at step {record['step']:,}: {values}",
+                            f"- (run directory `{run_dir}`, metrics.jsonl)"]
+    finetune = _json(checkpoint.parent / "metrics.json") if checkpoint.name == "best" else {}
+    if finetune.get("best"):
+        best = finetune["best"]
+        values = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in best.items())
+        facts["metrics"] = [f"- fine-tuning ({finetune.get('family')}, {finetune.get('task', '')}): best dev {values}"]
+        facts.setdefault("data", [f"- fine-tuned on {finetune.get('family')} {finetune.get('task', '')} "
+                                  f"(see {checkpoint.parent / 'metrics.json'})"])
+    return facts
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _metrics_records(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records

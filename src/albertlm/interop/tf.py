@@ -26,7 +26,6 @@ is skipped. TF-Hub exports (`module/` prefix, `variables/variables.*`) read the 
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,10 +213,16 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
 
 
 def read_google_config(path: Path) -> ModelConfig:
+    """albert_config.json -> ModelConfig; a missing, damaged or inconsistent file is a UserError naming it."""
+    from albertlm.model.io import read_json_object
+
+    if not path.is_file():
+        raise UserError(f"{path}: no such config file")
+    data = read_json_object(path, "an albert_config.json")
     try:
-        return config_from_google(json.loads(path.read_text()))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
+        return config_from_google(data)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
 
 
 def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:

@@ -280,13 +280,22 @@ class TFCheckpoint:
     def __init__(self, path: str | Path):
         self.prefix = resolve_prefix(path)
         index = Path(f"{self.prefix}.index")
-        table = read_table(index.read_bytes(), str(index))
-        header = parse_message(table.pop(HEADER_KEY, b""))
-        self.num_shards = _last(header, 1, 1)
-        if _last(header, 2) != 0:
-            raise CheckpointError(f"{index}: big-endian checkpoints are not supported")
-        # keys starting with a NUL byte are the slices of partitioned variables
-        self.entries = {k.decode("utf-8"): parse_entry(v) for k, v in table.items() if not k.startswith(b"\x00")}
+        if not index.is_file():
+            raise CheckpointError(f"{index}: no such checkpoint index")
+        try:
+            table = read_table(index.read_bytes(), str(index))
+            header = parse_message(table.pop(HEADER_KEY, b""))
+            self.num_shards = _last(header, 1, 1)
+            if _last(header, 2) != 0:
+                raise CheckpointError(f"{index}: big-endian checkpoints are not supported")
+            # keys starting with a NUL byte are the slices of partitioned variables
+            self.entries = {k.decode("utf-8"): parse_entry(v) for k, v in table.items() if not k.startswith(b"\x00")}
+        except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:  # damage the checksums missed
+            raise CheckpointError(f"{index}: corrupt checkpoint index ({exc})") from None
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {index}: {exc.strerror or exc}") from None
+        if not isinstance(self.num_shards, int) or not 1 <= self.num_shards <= 99999:
+            raise CheckpointError(f"{index}: corrupt checkpoint index (num_shards {self.num_shards})")
 
     def names(self) -> list[str]:
         return sorted(self.entries)
@@ -307,6 +316,10 @@ class TFCheckpoint:
             raise CheckpointError(f"{name}: partitioned (sliced) variables are not supported")
         if entry.dtype not in DTYPES and entry.dtype != DT_BFLOAT16:
             raise CheckpointError(f"{name}: dtype {entry.dtype_name} is not supported")
+        itemsize = 2 if entry.dtype == DT_BFLOAT16 else np.dtype(DTYPES[entry.dtype]).itemsize
+        if any(d < 0 for d in entry.shape) or int(np.prod(entry.shape, dtype=np.int64)) * itemsize != entry.size:
+            raise CheckpointError(f"{self.prefix}.index: corrupt entry for {name} (shape {entry.shape} does not "
+                                  f"fit its {entry.size} bytes)")
         data = self._read_bytes(entry, name)
         if verify and crc32c(data) != unmask_crc(entry.crc32c):
             raise CheckpointError(f"{name}: data checksum mismatch (corrupt {self.shard_path(entry.shard_id).name})")
@@ -319,9 +332,13 @@ class TFCheckpoint:
         path = self.shard_path(entry.shard_id)
         if not path.is_file():
             raise CheckpointError(f"{name}: data file {path} is missing")
-        with open(path, "rb") as f:
-            f.seek(entry.offset)
-            data = f.read(entry.size)
+        try:
+            with open(path, "rb") as f:
+                f.seek(entry.offset)
+                data = f.read(entry.size)
+        except (OSError, OverflowError, ValueError) as exc:
+            raise CheckpointError(f"{name}: cannot read {path} at offset {entry.offset} ({exc})") from None
         if len(data) != entry.size:
-            raise CheckpointError(f"{name}: {path.name} is truncated")
+            raise CheckpointError(f"{name}: {path} is truncated (the index expects {entry.size} bytes at offset "
+                                  f"{entry.offset})")
         return data

@@ -88,8 +88,33 @@ def hf_num_groups(cfg: ModelConfig) -> int:
     return cfg.num_groups if cfg.sharing == "all" else cfg.num_layers
 
 
+def check_config_types(values: dict[str, Any], spelled: dict[str, str] | None = None) -> None:
+    """Each known ModelConfig field in `values` has its JSON type (a number for a float, an integer for an int,
+    true/false for a bool, a string for a str); else a UserError with the field's name as `spelled` there.
+    Ranges are ModelConfig's own checks."""
+    import dataclasses
+
+    kinds = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+    for f in dataclasses.fields(ModelConfig):
+        name = spelled.get(f.name, f.name) if spelled else f.name
+        if name not in values or (spelled and values[name] is None):  # transformers writes null for "unset"
+            continue
+        value, allowed = values[name], kinds.get(str(f.type), (object,))
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+            raise UserError(f"{name} is {value!r}, expected {what.get(str(f.type), str(f.type))}")
+
+
 def config_from_hf(data: dict[str, Any]) -> ModelConfig:
     """A transformers `config.json` or google-research `albert_config.json` -> ModelConfig."""
+    if not isinstance(data, dict):
+        raise UserError(f"expected a JSON object (an ALBERT config), got {type(data).__name__}")
+    check_config_types(data, CONFIG_FIELDS)
+    for name, kind, what in (("num_hidden_groups", int, "an integer"), ("hidden_act", str, "a string"),
+                             ("id2label", dict, "an object"), ("num_labels", int, "an integer")):
+        value = data.get(name)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise UserError(f"{name} is {value!r}, expected {what}")
     google = "model_type" not in data
     for name, plain in (("net_structure_type", 0), ("gap_size", 0), ("num_memory_blocks", 0), ("down_scale_factor", 1)):
         if data.get(name, plain) != plain:
@@ -102,7 +127,7 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
     fields["activation"] = table[act]
     L, N = data.get("num_hidden_layers", 12), data.get("num_hidden_groups", 1)
     fields.update(sharing="none", num_groups=1) if N == L and L > 1 else fields.update(sharing="all", num_groups=N)
-    if "id2label" in data:
+    if data.get("id2label") is not None:
         fields["num_labels"] = len(data["id2label"])
     elif data.get("num_labels") is not None:
         fields["num_labels"] = data["num_labels"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +37,111 @@ def init_weights(module: nn.Module, std: float) -> None:
 
 
 def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
-    """(config, is_transformers_format) of a checkpoint directory."""
+    """(config, is_transformers_format) of a checkpoint directory. A damaged config.json (not JSON, not an
+    object, a field of the wrong type or out of range) is a UserError naming the file and the field."""
     path = Path(directory) / CONFIG
     if not path.is_file():
         raise UserError(f"no {CONFIG} in {directory}: not a model directory")
-    data = json.loads(path.read_text())
-    if hf_format.is_hf_config(data):
-        return hf_format.config_from_hf(data), True
-    return ModelConfig.from_dict(data), False
+    data = read_json_object(path, "a model config")
+    try:
+        if hf_format.is_hf_config(data):
+            return hf_format.config_from_hf(data), True
+        hf_format.check_config_types(data)
+        return ModelConfig.from_dict(data), False
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+def read_json_object(path: Path, what: str) -> dict:
+    """A JSON object from `path`; anything else (not UTF-8, not JSON, another type) is a UserError naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise UserError(f"{path}: not a valid JSON file ({str(exc) or type(exc).__name__})") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object ({what}), got {type(data).__name__}")
+    return data
+
+
+PICKLE_WEIGHTS = "pytorch_model.bin"
 
 
 def read_state(directory: str | Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
+    """The weights of a checkpoint directory: `model.safetensors`, else a transformers `pytorch_model.bin`
+    loaded with weights_only=True (a pickle holding anything but tensors is refused, never run). A truncated
+    or damaged file is a UserError naming it."""
     directory = Path(directory)
     if (directory / WEIGHTS).is_file():
-        return load_file(directory / WEIGHTS)
-    if (directory / "pytorch_model.bin").is_file():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise UserError(f"no {WEIGHTS} or pytorch_model.bin in {directory}")
+        return _checked(read_safetensors(directory / WEIGHTS), directory / WEIGHTS)
+    if (directory / PICKLE_WEIGHTS).is_file():
+        return _checked(read_torch_file(directory / PICKLE_WEIGHTS), directory / PICKLE_WEIGHTS)
+    raise UserError(f"no {WEIGHTS} or {PICKLE_WEIGHTS} in {directory}")
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a safetensors file; a truncated or damaged file is a UserError naming it."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except Exception as exc:  # safetensors raises SafetensorError (a bare Exception) on damaged files
+        raise UserError(f"{path}: not a readable safetensors file, truncated or damaged ({_first_line(exc)})") from None
+
+
+def read_torch_file(path: Path):
+    """`torch.load(path, weights_only=True)` on the CPU: a pickle holding anything but tensors and plain
+    containers is refused (its payload never runs), a truncated or damaged file is a UserError naming it.
+    For any torch-saved file (weights, a trainer state)."""
+    import pickle
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": noise next to the error below
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        detail = next((line.strip() for line in str(exc).splitlines() if "global" in line.lower()), "")
+        raise UserError(f"{path}: refused: the pickle holds Python objects other than tensors, which could run "
+                        f"code when loaded (loaded with weights_only=True{'; ' + detail if detail else ''})") from None
+    except Exception as exc:  # torch raises RuntimeError, EOFError, KeyError, ... on damaged files
+        raise UserError(f"{path}: not a readable PyTorch checkpoint, truncated or damaged ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _checked(state, path: Path) -> dict[str, torch.Tensor]:
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in state.items()):
+        raise UserError(f"{path}: expected a state dict (tensor names -> tensors), got {type(state).__name__}")
+    return state
+
+
+def check_shapes(model: nn.Module, state: dict[str, torch.Tensor], source: object) -> None:
+    """Every tensor of `state` that `model` has must have the model's shape; else a UserError naming `source`
+    and the first mismatches (e.g. resuming a run whose model config changed)."""
+    own = model.state_dict()
+    wrong = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items() if k in own
+             and tuple(own[k].shape) != tuple(v.shape)]
+    if wrong:
+        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+        raise UserError(f"{source}: tensors do not fit this model's config (checkpoint vs model): "
+                        f"{'; '.join(wrong[:3])}{more}")
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The string metadata of a safetensors file ({} if none); a damaged file is a UserError naming it."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # SafetensorError
+        raise UserError(f"{path}: not a readable safetensors file, truncated or damaged ({_first_line(exc)})") from None
 
 
 def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path) -> Path:
@@ -116,12 +203,43 @@ class PretrainedMixin:
     def from_pretrained(cls, directory: str | Path, **overrides: Any):
         config, is_hf = read_config(directory)
         state = read_state(directory)
-        if is_hf:
-            from albertlm.model.albert import sharing_plan
-
-            state = hf_format.state_from_hf(state, config, sharing_plan(config))
+        model = cls(config.replace(**overrides) if overrides else config)
+        if is_hf:  # transformers' layer-per-group keys follow the plan the encoder was built with
+            plan = model.get_submodule(cls.base_prefix + "encoder").plan
+            state = hf_format.state_from_hf(state, config, plan)
         else:
             state = to_full_state(state)
-        model = cls(config.replace(**overrides) if overrides else config)
         load_state_into(model, state, cls.base_prefix)
         return model
+
+
+# ------------------------------------------------------------------------------------ finding checkpoints
+# A training run keeps its checkpoints in RUN_DIR/checkpoints/step_00001000/ (see training/checkpoint.py).
+CHECKPOINT_DIR = "checkpoints"
+STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (half-written `.tmp-*` directories are ignored)."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_RE.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A model directory (ours or transformers': it has config.json) is itself; a training run directory
+    (pretraining or fine-tuning) means its newest checkpoint."""
+    path = Path(path)
+    if (path / CONFIG).is_file():
+        return path
+    latest = latest_checkpoint(path) if path.is_dir() else None
+    if latest is None:
+        raise UserError(f"{path}: not a model directory (no {CONFIG}) nor a training run with checkpoints")
+    return latest

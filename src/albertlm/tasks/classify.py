@@ -6,6 +6,7 @@ is an error naming the file and line.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -32,8 +33,28 @@ class Columns:
 
 def _cell(record: dict, column: str, where: str, path: Path) -> object:
     if column not in record:
-        raise DataError(f"{where}: no column {column!r} (columns: {', '.join(map(str, record))})")
+        raise DataError(f"{where}: no column {column!r} (columns: {', '.join(map(repr, record))})")
     return record[column]
+
+
+def _text(value, column: str, where: str) -> str:
+    """A text cell: a string (a JSON number is taken as its text; null as empty); a list, an object or a
+    boolean is an error naming the column."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise DataError(f"{where}: column {column!r} holds {type(value).__name__} {value!r}, expected text")
+
+
+def _label(value, column: str, where: str) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DataError(f"{where}: no label in column {column!r}")
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return str(value).strip()
+    raise DataError(f"{where}: label {value!r} in column {column!r} is not a class name (a string or an integer)")
 
 
 def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
@@ -43,16 +64,17 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
     examples = []
     for lineno, record in read_records(path):
         where = f"{path}:{lineno}"
-        text = _cell(record, columns.text, where, path)
-        if text is None or str(text).strip() == "":
+        text = _text(_cell(record, columns.text, where, path), columns.text, where)
+        if not text.strip():
             problems.add("empty text", where)
-        pair = str(_cell(record, columns.text_pair, where, path)) if columns.text_pair else None
+        pair = (_text(_cell(record, columns.text_pair, where, path), columns.text_pair, where)
+                if columns.text_pair else None)
         label = None
         if with_labels and columns.label:
             label = _cell(record, columns.label, where, path)
-            label = _regression_value(label, where) if regression else str(label).strip()
+            label = _regression_value(label, where) if regression else _label(label, columns.label, where)
         guid = str(record[columns.id]) if columns.id and columns.id in record else str(len(examples))
-        examples.append(TextExample(guid, "" if text is None else str(text), pair, label, where))
+        examples.append(TextExample(guid, text, pair, label, where))
     if not examples:
         raise DataError(f"{path}: no rows")
     return examples
@@ -60,19 +82,33 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
 
 def _regression_value(value, where: str) -> float:
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         raise DataError(f"{where}: label {value!r} is not a number (regression)") from None
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise DataError(f"{where}: label {value!r} is not a finite number (regression)")
+    return number
 
 
 def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = None) -> tuple[str, ...]:
     """Given labels, or the sorted distinct training labels (numeric order when they are all integers)."""
     if given:
+        duplicated = sorted({label for label in given if list(given).count(label) > 1})
+        if duplicated:
+            raise DataError(f"the label set lists {duplicated} more than once")
         return tuple(given)
     labels = {e.label for e in examples}
-    if all(str(x).lstrip("-").isdigit() for x in labels):
-        return tuple(sorted(labels, key=int))
+    numbers = {label: _integer(label) for label in labels}
+    if None not in numbers.values():
+        return tuple(sorted(labels, key=lambda label: (numbers[label], label)))
     return tuple(sorted(labels))
+
+
+def _integer(label) -> int | None:
+    try:
+        return int(label)
+    except (TypeError, ValueError):
+        return None
 
 
 def label_ids(examples: Sequence[TextExample], labels: Sequence[str] | None) -> list:

@@ -1,35 +1,36 @@
-"""The fine-tuning driver shared by every task family.
+"""The fine-tuning driver shared by every task family, on the training loop pretraining uses.
 
 A task family supplies a `TaskSpec`: the head class, train features, evaluation sets, and how to turn
-model outputs into metrics and prediction files. The driver runs the steps (AdamW with the training
-layer's decay exemptions, warmup + linear decay from `training.schedule`, autocast from
-`training.precision`), evaluates on dev, and keeps the best dev checkpoint in `RUN_DIR/best/`.
-
-It does not use `training.loop.Loop`: that loop is built around fixed-length pretraining shards and a
-resumable per-example cursor; fine-tuning wants length-bucketed batches re-drawn each epoch and dev
-evaluation with best-checkpoint selection, which fit in the ~100 lines below.
+model outputs into metrics and prediction files. Training is `training.trainer.build_loop` +
+`training.loop.Loop` with a `TaskObjective` (each head's own loss) and length-bucketed batches re-drawn
+each epoch (`StepData` with `bucketed_batches`): accumulation, clipping, loss scaling, the NaN stop,
+metrics.jsonl + TensorBoard, atomic checkpoints in OUT/checkpoints, exact `--resume`, Ctrl-C / SIGTERM
+and `torchrun` all come from there. What is fine-tuning's own: dev evaluation on rank 0 that keeps the
+best model in OUT/best (the best-so-far record rides in the checkpoint, so a resumed run picks the same),
+and the files written at the end (metrics.json, train_log.json, test predictions).
 """
 from __future__ import annotations
 
+import functools
 import json
-import math
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
-from albertlm.config.run import OptimConfig
 from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
-from albertlm.training.lamb import build_optimizer
-from albertlm.training.precision import autocast, grad_scaler
-from albertlm.training.schedule import lr_at, set_lr
+from albertlm.training.checkpoint import TrainState
+from albertlm.training.distributed import DistInfo, init_distributed, pick_device
+from albertlm.training.loop import Batch, Loop, StepData
+from albertlm.training.precision import autocast
+from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
 TASK_FILE = "task.json"  # beside the best checkpoint: what `predict` / `evaluate` need to know
 
@@ -42,9 +43,20 @@ class EvalSet:
     write: Callable[[dict[str, np.ndarray], Path], None] | None = None  # prediction files
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """How a head's outputs and labels are laid out."""
+    keys: tuple[str, ...] = ("logits",)
+    per_token: bool = False                     # one row per token: kept per feature, cut to its length
+    label_inputs: tuple[str, ...] = ("labels",)  # the head arguments the collated labels (B,) or (B, k) become
+
+
+SPANS = Outputs(("start_logits", "end_logits"), per_token=True, label_inputs=("start_positions", "end_positions"))
+
+
 @dataclass
 class TaskSpec:
-    family: str                         # glue | squad | race | classify
+    family: str                         # glue | squad | race | classify (see tasks.registry)
     model_class: type
     model_overrides: dict[str, Any]     # e.g. num_labels
     train: list[Feature]
@@ -53,12 +65,7 @@ class TaskSpec:
     label_dtype: Any = None
     info: dict[str, Any] = field(default_factory=dict)   # written to task.json
     problems: Problems = field(default_factory=Problems)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    outputs: Outputs = Outputs()
 
 
 def load_model(spec: TaskSpec, model_path: str | Path, cfg: FinetuneConfig):
@@ -70,36 +77,69 @@ def load_model(spec: TaskSpec, model_path: str | Path, cfg: FinetuneConfig):
     return spec.model_class.from_pretrained(model_path, **overrides)
 
 
-def model_inputs(batch: dict, family: str) -> dict:
-    """Rename the collated `labels` to what each head takes (spans: start/end positions)."""
+def model_inputs(batch: dict, outputs: Outputs) -> dict:
+    """Rename the collated `labels` to what the head takes (spans: start/end positions)."""
     batch = dict(batch)
     labels = batch.pop("labels", None)
     if labels is not None:
-        if family == "squad":
-            batch["start_positions"], batch["end_positions"] = labels[:, 0], labels[:, 1]
-        else:
-            batch["labels"] = labels
+        names = outputs.label_inputs
+        batch.update({names[0]: labels} if len(names) == 1 else {n: labels[:, i] for i, n in enumerate(names)})
     return batch
 
 
+class TaskObjective:
+    """Each head's own mean loss, turned into a sum over the global batch: a micro-batch of n examples
+    contributes loss * n / (examples in the global batch), whatever the micro-batch and process layout."""
+
+    def __init__(self, outputs: Outputs):
+        self.outputs = outputs
+
+    def denominators(self, batches: list[Batch]) -> torch.Tensor:
+        ids = batches[0]["input_ids"]
+        return ids.new_tensor([float(sum(b["input_ids"].shape[0] for b in batches))], dtype=torch.float32)
+
+    def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor):
+        loss = model(**model_inputs(batch, self.outputs))["loss"].float()
+        n = denominators.new_tensor(float(batch["input_ids"].shape[0]))
+        return loss * n / denominators[0], torch.stack([loss.detach() * n, n])
+
+    def summarize(self, stats: torch.Tensor) -> dict[str, float]:
+        total, count = stats.tolist()
+        return {"loss": total / max(count, 1.0)}
+
+    def empty_stats(self, device: torch.device) -> torch.Tensor:
+        return torch.zeros(2, device=device)
+
+
+def bucketed_batches(lengths: Sequence[int], batch_size: int, seed: int) -> Callable[[int], list[np.ndarray]]:
+    """Epoch -> length-bucketed global batches, re-drawn each epoch from (seed, epoch)."""
+    return lambda epoch: bucket_batches(lengths, batch_size, np.random.default_rng([seed, epoch]))
+
+
 @torch.no_grad()
-def predict(model, features: Sequence[Feature], family: str, pad_id: int, batch_size: int,
-            device: torch.device, precision: str = "fp32") -> dict[str, np.ndarray]:
-    """Outputs for every feature, in feature order: `logits`, or `start_logits` / `end_logits`
-    (padded positions cut off: a list of per-feature arrays)."""
+def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, batch_size: int,
+            device: torch.device, precision: str = "fp32", progress: bool = False) -> dict[str, Any]:
+    """The head's outputs for every feature, in feature order: stacked arrays, or for per-token outputs a
+    list of per-feature arrays with the padding cut off."""
+    was_training = model.training
     model.eval()
-    keys = ("start_logits", "end_logits") if family == "squad" else ("logits",)
-    out: dict[str, list] = {k: [None] * len(features) for k in keys}
-    for index in bucket_batches([f.length for f in features], batch_size, rng=None):
+    out: dict[str, list] = {k: [None] * len(features) for k in outputs.keys}
+    batches = bucket_batches([f.length for f in features], batch_size, rng=None)
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, unit="batch", desc="predict", dynamic_ncols=True, leave=False)
+    for index in batches:
         batch = collate([features[i] for i in index], pad_id)
         batch.pop("labels", None)
         with autocast(precision, device):
             result = model(**{k: v.to(device) for k, v in batch.items()})
-        for key in keys:
+        for key in outputs.keys:
             values = result[key].float().cpu().numpy()
             for row, i in zip(values, index):
-                out[key][i] = row[: features[i].length] if family == "squad" else row
-    return {k: (v if family == "squad" else np.stack(v)) for k, v in out.items()}
+                out[key][i] = row[: features[i].length] if outputs.per_token else row
+    model.train(was_training)
+    return {k: (v if outputs.per_token else np.stack(v)) for k, v in out.items()}
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -112,150 +152,102 @@ def save_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
     _write_json(directory / TASK_FILE, {"family": spec.family, **spec.info})
 
 
-@dataclass
-class RunResult:
-    best: dict[str, Any]
-    history: list[dict[str, Any]]
-    losses: list[float]
-    out_dir: Path
+def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path, info: DistInfo):
+    """Evaluation on the labelled eval sets (rank 0, the raw model): keeps the best model in OUT/best and
+    the history and best record in the run's state (so they survive a resume)."""
+    scored = [s for s in spec.eval_sets if s.score is not None]
 
-
-class Finetuner:
-    """Train one task head; evaluate every `eval_every` steps (or epoch) and keep the best on dev."""
-
-    def __init__(self, spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: str | Path,
-                 log=print):
-        self.spec, self.model, self.tokenizer, self.cfg = spec, model, tokenizer, cfg
-        self.out_dir = Path(out_dir)
-        self.device = pick_device(cfg.device)
-        self.scaler = grad_scaler(cfg.precision, self.device)  # fp16 only; checks the precision too
-        self.log = log
-        if not spec.train:
-            raise UserError("no training examples")
-
-    def _optimizer(self):
-        optim = OptimConfig(name="adamw", lr=self.cfg.lr, weight_decay=self.cfg.weight_decay,
-                            eps=self.cfg.adam_eps, clip_norm=self.cfg.clip_norm, warmup_steps=0)
-        return build_optimizer(self.model, optim)
-
-    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        rng = np.random.default_rng([self.cfg.seed, epoch])
-        return bucket_batches([f.length for f in self.spec.train], self.cfg.batch_size, rng)
-
-    def run(self) -> RunResult:
-        cfg, spec = self.cfg, self.spec
-        torch.manual_seed(cfg.seed)
-        self.model.to(self.device)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        steps_per_epoch = math.ceil(len(spec.train) / cfg.batch_size)
-        total = cfg.total_steps(steps_per_epoch)
-        warmup = cfg.warmup(total)
-        eval_every = cfg.eval_every or steps_per_epoch
-        optimizer = self._optimizer()
-        self.log(f"finetune {spec.family}: {len(spec.train)} train features, {total} steps "
-                 f"(batch {cfg.batch_size}, warmup {warmup}), lr {cfg.lr}, device {self.device}")
-        if not any(s.score is not None for s in spec.eval_sets):
-            self.log("no labelled dev set: the last model is kept as best/")
-        history, losses, best = [], [], None
-        step, epoch, start = 0, 0, time.perf_counter()
-        while step < total:
-            for index in self._epoch_batches(epoch):
-                if step >= total:
-                    break
-                losses.append(self._train_step(optimizer, index, lr_at(step, cfg.lr, warmup, total)))
-                step += 1
-                if step % cfg.log_every == 0 or step == total:
-                    recent = float(np.mean(losses[-cfg.log_every:]))
-                    self.log(f"step {step}/{total} loss {recent:.4f} ({time.perf_counter() - start:.0f}s)")
-                if step % eval_every == 0 or step == total:
-                    best = self._evaluate(step, history, best)
-            epoch += 1
-        _write_json(self.out_dir / "train_log.json", {"losses": losses, "history": history})
-        return RunResult(best or {}, history, losses, self.out_dir)
-
-    def _micro_loss(self, index: np.ndarray, weight: float, lr: float) -> float:
-        """Forward + backward of one micro-batch; its mean loss counts `weight` of the step's loss."""
-        batch = collate([self.spec.train[i] for i in index], self.tokenizer.pad_id, self.spec.label_dtype)
-        batch = {k: v.to(self.device) for k, v in model_inputs(batch, self.spec.family).items()}
-        with autocast(self.cfg.precision, self.device):
-            loss = self.model(**batch)["loss"]
-        if not torch.isfinite(loss):
-            raise UserError(f"the loss became {loss.item()} at a step with lr {lr:g}; "
-                            "lower --lr (v2 models on RACE: use --recipe race-v2)")
-        scaled = loss * weight
-        (scaled if self.scaler is None else self.scaler.scale(scaled)).backward()
-        return float(loss.detach()) * weight
-
-    def _train_step(self, optimizer, index: np.ndarray, lr: float) -> float:
-        self.model.train()
-        set_lr(optimizer, lr)
-        optimizer.zero_grad(set_to_none=True)
-        # the batch is length-bucketed already, so its micro-batches pad alike
-        loss = sum(self._micro_loss(part, len(part) / len(index), lr)
-                   for part in np.array_split(index, min(self.cfg.grad_accum, len(index))))
-        if self.scaler is not None:
-            self.scaler.unscale_(optimizer)
-        if self.cfg.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        if self.scaler is None:
-            optimizer.step()
-        else:
-            self.scaler.step(optimizer)
-            self.scaler.update()
-        return loss
-
-    def _evaluate(self, step: int, history: list, best: dict | None) -> dict | None:
-        scored = [s for s in self.spec.eval_sets if s.score is not None]
-        if not scored:  # no dev data: the last model is the one kept
-            save_best(self.model, self.tokenizer, self.spec, self.out_dir / "best")
-            return {"step": step}
-        record: dict[str, Any] = {"step": step}
-        outputs = {}
-        for eval_set in scored:
-            outputs[eval_set.name] = predict(self.model, eval_set.features, self.spec.family,
-                                             self.tokenizer.pad_id, self.cfg.eval_batch_size, self.device,
-                                             self.cfg.precision)
-            record[eval_set.name] = eval_set.score(outputs[eval_set.name])
-        history.append(record)
-        value = record[scored[0].name][self.spec.main_metric]
-        self.log(f"step {step} dev: " + json.dumps({k: v for k, v in record.items() if k != "step"},
-                                                   sort_keys=True))
-        if best is None or value > best[scored[0].name][self.spec.main_metric]:
-            save_best(self.model, self.tokenizer, self.spec, self.out_dir / "best")
+    def make(trained: nn.Module, raw: nn.Module, state: TrainState) -> Callable[[], dict]:
+        def run_evaluation_now() -> dict[str, float]:
+            if not info.is_main:
+                return {}
+            step = state.step
+            if not scored:  # no dev data: the last model is the one kept
+                save_best(raw, tokenizer, spec, out_dir / "best")
+                state.extra["best"] = {"step": step}
+                return {}
+            record: dict[str, Any] = {"step": step}
+            outputs = {}
             for eval_set in scored:
-                if eval_set.write is not None:
-                    eval_set.write(outputs[eval_set.name], self.out_dir)
-            return record
-        return best
+                outputs[eval_set.name] = predict(raw, eval_set.features, spec.outputs, tokenizer.pad_id,
+                                                 cfg.eval_batch_size, info.device, cfg.train.precision)
+                record[eval_set.name] = eval_set.score(outputs[eval_set.name])
+            state.extra.setdefault("history", []).append(record)
+            best = state.extra.get("best")
+            main = scored[0].name
+            if best is None or record[main][spec.main_metric] > best[main][spec.main_metric]:
+                save_best(raw, tokenizer, spec, out_dir / "best")
+                for eval_set in scored:
+                    if eval_set.write is not None:
+                        eval_set.write(outputs[eval_set.name], out_dir)
+                state.extra["best"] = record
+            return {f"{name}/{key}": value for name, metrics in record.items() if name != "step"
+                    for key, value in metrics.items() if isinstance(value, (int, float))}
+        return run_evaluation_now
+    return make
+
+
+def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig,
+                       out_dir: str | Path, info: DistInfo, resume: bool = False) -> Loop:
+    """The task head on the checkpoint, its data and dev evaluation, set up by the shared trainer."""
+    if not spec.train:
+        raise UserError("no training examples")
+    out_dir = Path(out_dir)
+    seed_everything(cfg.train.seed)  # the new head's initialisation is part of the run
+    model = load_model(spec, model_path, cfg)
+    train = cfg.train
+    data = StepData(spec.train, functools.partial(collate, pad_id=tokenizer.pad_id, label_dtype=spec.label_dtype),
+                    bucketed_batches([f.length for f in spec.train], train.batch_size, train.seed),
+                    train.micro_batches(info.world_size), info.rank, info.world_size,
+                    identity={"batch_size": train.batch_size, "seed": train.seed})
+    saved = {"family": spec.family, **spec.info, "model": str(model_path), **cfg.to_dict()}
+    loop = build_loop(model, TaskObjective(spec.outputs), data, train, cfg.optim, info, out_dir, saved,
+                      resume=resume, evaluator=dev_evaluator(spec, tokenizer, cfg, out_dir, info))
+    loop.on_step = lambda step, metrics: loop.state.extra.setdefault("losses", []).append(metrics["loss"])
+    return loop
 
 
 def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: Path) -> list[str]:
     """Predictions of the (best) model for every unlabelled eval set; returns the files written."""
-    device = pick_device(cfg.device)
+    device = pick_device(cfg.dist.device)
     model.to(device)
     written = []
     for eval_set in spec.eval_sets:
         if eval_set.score is None and eval_set.write is not None:
-            outputs = predict(model, eval_set.features, spec.family, tokenizer.pad_id, cfg.eval_batch_size,
-                              device, cfg.precision)
+            outputs = predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
+                              device, cfg.train.precision, cfg.train.progress)
             eval_set.write(outputs, out_dir)
             written.append(eval_set.name)
     return written
 
 
 def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig, out_dir: str | Path,
-                 log=print) -> dict:
-    """Fine-tune, keep the best dev checkpoint, write metrics.json and test predictions from the best model."""
+                 log=print, resume: bool = False) -> dict:
+    """Fine-tune (on every `torchrun` process), keep the best dev checkpoint, then on rank 0 write
+    metrics.json, train_log.json and test predictions from the best model. Returns the metrics (rank 0;
+    other ranks and stopped runs get {"status": ...})."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)  # the new head's initialisation is part of the run
-    model = load_model(spec, model_path, cfg)
-    result = Finetuner(spec, model, tokenizer, cfg, out_dir, log).run()
+    info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
+    if info.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    loop = make_finetune_loop(spec, model_path, tokenizer, cfg, out_dir, info, resume)
+    log(f"finetune {spec.family}: {len(spec.train)} train features, {loop.plan.total_steps} steps "
+        f"(batch {cfg.train.batch_size}, warmup {loop.plan.warmup_steps}), lr {cfg.optim.lr}, "
+        f"device {info.device}, {info.world_size} process(es)")
+    if not any(s.score is not None for s in spec.eval_sets):
+        log("no labelled dev set: the last model is kept as best/")
+    open_logger(loop)
+    status = loop.run()
+    if status != "done" or not info.is_main:
+        return {"status": status}
+    extra = loop.state.extra
+    _write_json(out_dir / "train_log.json", {"losses": extra.get("losses", []), "history": extra.get("history", [])})
     best_model = spec.model_class.from_pretrained(out_dir / "best")
     tests = write_test_predictions(spec, best_model, tokenizer, cfg, out_dir)
-    metrics = {"family": spec.family, **spec.info, "best": result.best, "config": cfg.to_dict(),
-               "train_loss_first": result.losses[0], "train_loss_last": float(np.mean(result.losses[-5:])),
-               "problems": spec.problems.to_dict(), "test_predictions": tests}
+    losses = extra.get("losses") or [float("nan")]
+    metrics = {"family": spec.family, **spec.info, "best": extra.get("best", {}), "config": cfg.to_dict(),
+               "train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-5:])),
+               "problems": spec.problems.to_dict(), "test_predictions": tests, "status": status}
     _write_json(out_dir / "metrics.json", metrics)
     spec.problems.report(sys.stderr)
     return metrics
@@ -263,13 +255,14 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
 
 def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: FinetuneConfig,
                    out_dir: str | Path | None) -> dict:
-    """Score a fine-tuned checkpoint on the labelled eval sets (and write prediction files if out_dir)."""
-    device = pick_device(cfg.device)
+    """Score a fine-tuned checkpoint on the labelled eval sets (and write prediction files if out_dir);
+    on the GPU when there is one (`dist.device`), with a progress bar (`train.progress`)."""
+    device = pick_device(cfg.dist.device)
     model = spec.model_class.from_pretrained(model_dir).to(device)
     metrics: dict[str, Any] = {}
     for eval_set in spec.eval_sets:
-        outputs = predict(model, eval_set.features, spec.family, tokenizer.pad_id, cfg.eval_batch_size,
-                          device, cfg.precision)
+        outputs = predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
+                          device, cfg.train.precision, cfg.train.progress)
         if eval_set.score is not None:
             metrics[eval_set.name] = eval_set.score(outputs)
         if out_dir is not None and eval_set.write is not None:

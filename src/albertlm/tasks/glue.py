@@ -7,6 +7,7 @@ re-split files with and without a header both work (e.g. a headerless `val.tsv`)
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,9 +102,12 @@ def _parse_label(task: GlueTask, cell: str, where: str) -> str | float:
     cell = cell.strip()
     if task.is_regression:
         try:
-            return float(cell)
+            score = float(cell)
         except ValueError:
             raise DataError(f"{where}: score {cell!r} is not a number") from None
+        if not math.isfinite(score):
+            raise DataError(f"{where}: score {cell!r} is not a finite number")
+        return score
     if cell not in task.labels:
         raise DataError(f"{where}: label {cell!r} is not one of {task.name}'s labels {list(task.labels)}")
     return cell
@@ -112,7 +116,8 @@ def _parse_label(task: GlueTask, cell: str, where: str) -> str | float:
 def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = True,
                   problems: Problems | None = None) -> list[Example]:
     """Examples of one GLUE file. A row with too few fields is an error naming the file and line,
-    unless `problems` is given: then it is skipped and counted there."""
+    unless `problems` is given: then it is skipped and counted there. A file without a single example
+    (empty, or only a header) is an error: found when the file is read, before any training."""
     task = get_task(task) if isinstance(task, str) else task
     path = Path(path)
     cols = task.train if has_labels else task.test
@@ -121,6 +126,7 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     needed = max(i if i >= 0 else -i - 1 for i in (cols.text_a, cols.text_b, cols.label, cols.guid)
                  if i is not None) + 1
     examples: list[Example] = []
+    skipped = 0
     for n, (lineno, cells) in enumerate(read_tsv(path)):
         where = f"{path}:{lineno}"
         if n == 0 and _is_header(task, cols, cells):
@@ -129,11 +135,15 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
             if problems is None:
                 raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}")
             problems.add("malformed row skipped", where)
+            skipped += 1
             continue
         label = _parse_label(task, cells[cols.label], where) if has_labels and cols.label is not None else None
         guid = cells[cols.guid].strip() if cols.guid is not None else str(len(examples))
         text_b = cells[cols.text_b] if cols.text_b is not None else None
         examples.append(Example(guid, cells[cols.text_a], text_b, label, where))
+    if not examples:
+        why = f"all {skipped} rows are malformed" if skipped else "the file is empty or holds only a header line"
+        raise DataError(f"{path}: no examples ({why})")
     return examples
 
 

@@ -13,6 +13,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from albertlm.errors import UserError
+
 # ---------------------------------------------------------------------------------------------- GLUE
 
 
@@ -129,7 +131,14 @@ def f1_v1(gold: str, pred: str) -> float:
 
 
 def squad_v1_scores(golds: Mapping[str, list[str]], preds: Mapping[str, str]) -> dict[str, float]:
-    """`evaluate-v1.1.py`: max over gold answers; a question without a prediction scores 0 and counts."""
+    """`evaluate-v1.1.py`: max over gold answers; a question without a prediction scores 0 and counts.
+    A question without gold answers (a v2.0 file) or no question at all is a UserError, not a crash."""
+    if not golds:
+        raise UserError("no gold questions to score against")
+    unanswerable = next((qid for qid, answers in golds.items() if not answers), None)
+    if unanswerable is not None:
+        raise UserError(f"question {unanswerable!r} has no gold answer, which SQuAD v1.1 does not allow "
+                        "(a v2.0 file? score it as version 2.0)")
     em = f1_sum = 0.0
     for qid, answers in golds.items():
         if qid not in preds:
@@ -161,12 +170,17 @@ def apply_no_answer_threshold(scores: Mapping[str, float], na_probs: Mapping[str
 
 
 def find_best_threshold(preds: Mapping[str, str], scores: Mapping[str, float],
-                        na_probs: Mapping[str, float], has_answer: Mapping[str, bool]) -> tuple[float, float]:
-    """Sweep the no-answer threshold over the sorted na_probs (official `find_best_thresh`)."""
-    current = best = sum(1 for qid in has_answer if not has_answer[qid])
+                        na_probs: Mapping[str, float], has_answer: Mapping[str, bool],
+                        strict: bool = False) -> tuple[float, float]:
+    """Sweep the no-answer threshold over the sorted na_probs (official `find_best_thresh`).
+
+    The sweep starts from "every prediction is null". The official script counts every unanswerable gold
+    question as right there, predicted or not, over a denominator of the predicted ones; `strict` counts
+    questions without a prediction as wrong at every threshold, over all gold questions (`scores` holds them)."""
+    current = best = sum(1 for qid in has_answer if not has_answer[qid] and (not strict or qid in preds))
     best_threshold = 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
-        if qid not in scores:
+        if qid not in scores or qid not in preds:
             continue
         if has_answer[qid]:
             current += scores[qid]
@@ -185,21 +199,38 @@ def _mean_dict(exact: Mapping[str, float], f1s: Mapping[str, float], qids: Itera
 
 
 def squad_v2_scores(golds: Mapping[str, list[str]], preds: Mapping[str, str],
-                    na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> dict:
+                    na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0,
+                    strict: bool = False) -> dict:
     """`evaluate-v2.0.py`: exact/f1 overall, HasAns_* and NoAns_*, and with na_probs the best
-    thresholds (best_exact, best_exact_thresh, best_f1, best_f1_thresh)."""
+    thresholds (best_exact, best_exact_thresh, best_f1, best_f1_thresh).
+
+    Like the official script, questions without a prediction are left out (`missing` counts them);
+    `strict` scores them as wrong instead (0 EM and F1, whatever the threshold). No prediction matching a
+    gold question, or null odds missing for a predicted one, is a UserError."""
     has_answer = {qid: any(a for a in answers) for qid, answers in golds.items()}
-    probs = dict(na_probs) if na_probs is not None else {qid: 0.0 for qid in preds}
     exact_raw, f1_raw = squad_v2_raw_scores(golds, preds)
+    if not exact_raw:
+        raise UserError(f"none of the {len(preds)} predictions is for one of the {len(golds)} gold questions "
+                        "(different question ids)")
+    probs = dict(na_probs) if na_probs is not None else {qid: 0.0 for qid in exact_raw}
+    lacking = next((qid for qid in exact_raw if qid not in probs), None)
+    if lacking is not None:
+        raise UserError(f"no null odds for question {lacking!r}")
+    missing = [qid for qid in golds if qid not in preds]
     exact = apply_no_answer_threshold(exact_raw, probs, has_answer, na_prob_thresh)
     f1s = apply_no_answer_threshold(f1_raw, probs, has_answer, na_prob_thresh)
+    if strict:  # after the threshold: a question without a prediction is wrong whatever its odds
+        for raw in (exact_raw, f1_raw, exact, f1s):
+            raw.update(dict.fromkeys(missing, 0.0))
     out = _mean_dict(exact, f1s)
     for name, wanted in (("HasAns", True), ("NoAns", False)):
         qids = [q for q in exact if has_answer[q] == wanted]
         if qids:
             out.update({f"{name}_{k}": v for k, v in _mean_dict(exact, f1s, qids).items()})
     if na_probs is not None:
-        out["best_exact"], out["best_exact_thresh"] = find_best_threshold(preds, exact_raw, probs, has_answer)
-        out["best_f1"], out["best_f1_thresh"] = find_best_threshold(preds, f1_raw, probs, has_answer)
-    out["missing"] = sum(1 for q in golds if q not in preds)
+        out["best_exact"], out["best_exact_thresh"] = find_best_threshold(preds, exact_raw, probs, has_answer, strict)
+        out["best_f1"], out["best_f1_thresh"] = find_best_threshold(preds, f1_raw, probs, has_answer, strict)
+    out["missing"] = len(missing)
+    if strict:
+        out["strict"] = True
     return out

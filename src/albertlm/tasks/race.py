@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from albertlm.errors import UserError
 from albertlm.tasks.features import Feature, build_pair
 from albertlm.tasks.tables import DataError, Problems, read_json
 
@@ -51,11 +52,18 @@ def _file_order(path: Path):
 
 
 def read_passage(path: Path, level: str) -> list[RaceExample]:
+    """The questions of one passage file; its fields are checked for type and count (a DataError naming the
+    file and the question otherwise)."""
     data = read_json(path, dict, "a JSON object (a RACE passage)")
     for key in ("article", "questions", "options", "answers"):
         if key not in data:
             raise DataError(f"{path}: missing field {key!r} (a RACE passage needs article, questions, "
                             "options, answers)")
+    if not isinstance(data["article"], str):
+        raise DataError(f"{path}: 'article' is {type(data['article']).__name__}, expected the passage text")
+    for key in ("questions", "options", "answers"):
+        if not isinstance(data[key], list):
+            raise DataError(f"{path}: {key!r} is {type(data[key]).__name__}, expected a list")
     questions, options, answers = data["questions"], data["options"], data["answers"]
     if not len(questions) == len(options) == len(answers):
         raise DataError(f"{path}: {len(questions)} questions, {len(options)} option lists and "
@@ -63,9 +71,14 @@ def read_passage(path: Path, level: str) -> list[RaceExample]:
     examples = []
     for i, (question, opts, answer) in enumerate(zip(questions, options, answers)):
         where = f"{path}: question {i}"
-        if len(opts) != NUM_CHOICES:
-            raise DataError(f"{where}: {len(opts)} options, RACE has {NUM_CHOICES}")
-        if answer not in LETTERS:
+        if not isinstance(question, str):
+            raise DataError(f"{where}: the question is {type(question).__name__}, expected text")
+        if not isinstance(opts, list) or len(opts) != NUM_CHOICES:
+            raise DataError(f"{where}: {len(opts) if isinstance(opts, list) else type(opts).__name__} options, "
+                            f"RACE has a list of {NUM_CHOICES}")
+        if not all(isinstance(o, str) for o in opts):
+            raise DataError(f"{where}: options must be texts, got {opts!r}")
+        if not (isinstance(answer, str) and len(answer) == 1 and answer in LETTERS):
             raise DataError(f"{where}: answer {answer!r} is not one of {', '.join(LETTERS)}")
         examples.append(RaceExample(f"{level}/{path.name}#{i}", level, data["article"], question,
                                     list(opts), LETTERS.index(answer)))
@@ -76,10 +89,18 @@ def question_with_option(question: str, option: str) -> str:
     return question.replace("_", option) if "_" in question else f"{question} {option}"
 
 
+def check_lengths(max_seq_length: int, max_qa_length: int) -> None:
+    """A choice is `[CLS] article [SEP] question+option [SEP]`: both parts need at least one token."""
+    for name, value, least in (("max_seq_length", max_seq_length, 5), ("max_qa_length", max_qa_length, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise UserError(f"RACE setting {name}={value!r}: must be an integer >= {least}")
+
+
 def build_features(tokenizer, examples: Sequence[RaceExample], max_seq_length: int = 512,
                    max_qa_length: int = 128, problems: Problems | None = None) -> list[Feature]:
     """(C, T) ids per question; the question+option keeps its last `max_qa_length` tokens (the option is
     never cut) and the article is cut to fit. Choices are padded to the example's longest one."""
+    check_lengths(max_seq_length, max_qa_length)
     problems = problems if problems is not None else Problems()
     articles = list(dict.fromkeys(e.article for e in examples))
     article_ids = dict(zip(articles, tokenizer.encode_batch(articles)))
@@ -125,9 +146,9 @@ def read_predictions(path: str | Path) -> dict[str, int]:
     data = read_json(path, dict, "a JSON object {question id: option letter}")
     out = {}
     for qid, value in data.items():
-        if isinstance(value, str) and value in LETTERS:
+        if isinstance(value, str) and len(value) == 1 and value in LETTERS:
             out[qid] = LETTERS.index(value)
-        elif isinstance(value, int) and 0 <= value < NUM_CHOICES:
+        elif isinstance(value, int) and not isinstance(value, bool) and 0 <= value < NUM_CHOICES:
             out[qid] = value
         else:
             raise DataError(f"{path}: prediction for {qid!r} is {value!r}, expected one of A-D")

@@ -8,7 +8,7 @@ v2 checkpoints have no dropout and diverge on RACE at the paper's 2e-5, so `race
 """
 from __future__ import annotations
 
-from albertlm.config.task import FinetuneConfig
+from albertlm.config.task import FinetuneConfig, finetune_optim, finetune_train
 from albertlm.errors import UserError
 
 # name: (lr, batch, ALBERT dropout, classifier dropout, train steps, warmup steps, max seq length)
@@ -32,8 +32,8 @@ PAPER_TABLE: dict[str, tuple[float, int, float, float, int, int, int]] = {
 FAMILY_DEFAULTS = {
     "glue": FinetuneConfig(max_seq_length=128),
     "classify": FinetuneConfig(max_seq_length=128),
-    "squad": FinetuneConfig(lr=3e-5, batch_size=32, epochs=2.0, max_seq_length=384),
-    "race": FinetuneConfig(lr=1e-5, batch_size=32, epochs=2.0, max_seq_length=512),
+    "squad": FinetuneConfig(finetune_optim(lr=3e-5), finetune_train(epochs=2.0), max_seq_length=384),
+    "race": FinetuneConfig(finetune_optim(lr=1e-5), finetune_train(epochs=2.0), max_seq_length=512),
 }
 
 
@@ -45,17 +45,6 @@ def recipe(name: str) -> FinetuneConfig:
     if key not in PAPER_TABLE:
         raise UserError(f"unknown recipe {name!r}; choose from {', '.join(PAPER_TABLE)}")
     lr, batch, dropout, cls_dropout, steps, warmup, max_len = PAPER_TABLE[key]
-    return FinetuneConfig(lr=lr, batch_size=batch, max_steps=steps, warmup_steps=warmup,
+    return FinetuneConfig(finetune_optim(lr=lr, warmup_steps=warmup), finetune_train(batch_size=batch, max_steps=steps),
                           max_seq_length=max_len, hidden_dropout=dropout, attention_dropout=dropout,
                           classifier_dropout=cls_dropout)
-
-
-def paper_recipe_name(family: str, task: str | None = None, version: str | None = None) -> str:
-    """The recipe `--recipe paper` picks for a family/task."""
-    if family == "glue":
-        return "mnli" if task == "ax" else task
-    if family == "squad":
-        return "squad2.0" if str(version).startswith("2") else "squad1.1"
-    if family == "race":
-        return "race-v2"
-    raise UserError(f"no paper recipe for {family}; name one with --recipe or set the flags")

@@ -17,7 +17,7 @@ from albertlm.model.heads import (AlbertForMultipleChoice, AlbertForQuestionAnsw
                                   AlbertForSequenceClassification)
 from albertlm.tasks import classify, glue, race, squad
 from albertlm.tasks.features import Feature, encode_pairs
-from albertlm.tasks.finetune import EvalSet, TaskSpec
+from albertlm.tasks.finetune import SPANS, EvalSet, TaskSpec
 from albertlm.tasks.metrics import (GLUE_METRICS, classification_metrics, glue_metrics, regression_metrics,
                                     squad_v1_scores)
 from albertlm.tasks.tables import DataError, Problems
@@ -143,7 +143,7 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
         features = squad.build_features(tokenizer, examples, settings, False, problems)
         eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features))
     return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
-                    {"version": version, "settings": vars(settings)}, problems)
+                    {"version": version, "settings": vars(settings)}, problems, outputs=SPANS)
 
 
 def _squad_eval_set(version: str, tokenizer, settings, examples, features) -> EvalSet:

@@ -6,14 +6,16 @@ token span maps back to the exact original text (`context[start_char:end_char]`)
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from albertlm.errors import UserError
 from albertlm.tasks.features import Feature
-from albertlm.tasks.tables import DataError, Problems, read_json
+from albertlm.tasks.tables import DataError, Problems, read_json, shown
 
 
 @dataclass
@@ -28,11 +30,24 @@ class SquadExample:
 
 @dataclass
 class SquadSettings:
+    """Window and answer settings, checked when made (before any tokenizing or training)."""
+
     max_seq_length: int = 384
     doc_stride: int = 128
     max_query_length: int = 64
     n_best_size: int = 20
     max_answer_length: int = 30
+
+    def __post_init__(self) -> None:
+        for name in ("max_seq_length", "doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"SQuAD setting {name}={value!r}: must be a positive integer")
+        if self.max_seq_length <= self.max_query_length + 3:  # google-research run_squad's own check
+            raise UserError(f"SQuAD settings max_seq_length={self.max_seq_length} and max_query_length="
+                            f"{self.max_query_length} leave no room for the context: a window holds [CLS] "
+                            f"question [SEP] context [SEP], so max_seq_length must exceed max_query_length + 3 "
+                            f"(lower max_query_length or raise max_seq_length)")
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -40,48 +55,133 @@ class SquadSettings:
 
 def read_squad(path: str | Path, problems: Problems | None = None) -> list[SquadExample]:
     """Examples of an official SQuAD file (nested data/paragraphs/qas) or of the flat layout
-    (`{"data": [{id, question, context, answers: {text: [...], answer_start: [...]}}]}`)."""
+    (`{"data": [{id, question, context, answers: {text: [...], answer_start: [...]}}]}`).
+
+    Every field is checked for its type where it is read; a file that breaks the format is a DataError
+    naming the file, the place (`data[3].paragraphs[0]`, a question id) and what is wrong."""
     path = Path(path)
     data = read_json(path, dict, "an object with a 'data' list (the SQuAD format)")
-    if not isinstance(data.get("data"), list):
+    articles = data.get("data")
+    if not isinstance(articles, list):
         raise DataError(f"{path}: expected an object with a 'data' list (the SQuAD format)")
     problems = problems if problems is not None else Problems()
     examples = []
-    for article in data["data"]:
+    for a, article in enumerate(articles):
+        where = f"data[{a}]"
+        if not isinstance(article, dict):
+            raise DataError(f"{path}: {where} is {_kind(article)}, expected an object (an article or a question)")
         if "paragraphs" in article:
-            for paragraph in article["paragraphs"]:
-                for qa in paragraph.get("qas", []):
-                    examples.append(_nested_example(path, article, paragraph, qa, problems))
+            examples += _article_examples(path, article, where, problems)
+        elif "question" in article or "id" in article:
+            examples.append(_flat_example(path, article, where, problems))
         else:
-            examples.append(_flat_example(path, article, problems))
+            raise DataError(f"{path}: {where} has neither 'paragraphs' (the official SQuAD layout) nor "
+                            "'id'/'question' (the flat layout)")
+    if not examples:
+        raise DataError(f"{path}: no questions in the file (its 'data' list holds no 'qas')")
+    seen: set[str] = set()
+    for example in examples:
+        if example.qid in seen:
+            raise DataError(f"{path}: question id {example.qid!r} appears more than once")
+        seen.add(example.qid)
     return examples
 
 
-def _need(path: Path, record: dict, key: str, where: str):
+def _kind(value) -> str:
+    """'a string', 'a list', ... for messages about a value of the wrong type."""
+    name = {str: "string", list: "list", dict: "object", bool: "boolean", int: "integer", float: "number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _field(path: Path, record: dict, key: str, kinds: type | tuple[type, ...], where: str, what: str):
+    """record[key], which must exist and be one of `kinds` (a boolean is not an integer here)."""
     if key not in record:
         raise DataError(f"{path}: {where} has no {key!r} field")
-    return record[key]
+    value = record[key]
+    if not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool):
+        raise DataError(f"{path}: {where}: {key!r} is {_kind(value)}, expected {what}")
+    return value
 
 
-def _nested_example(path, article, paragraph, qa, problems) -> SquadExample:
-    qid = str(_need(path, qa, "id", "a question"))
-    context = _need(path, paragraph, "context", f"the paragraph of question {qid}")
-    answers = [(a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
-    impossible = bool(qa.get("is_impossible", False)) or not answers
-    answers = [] if qa.get("is_impossible", False) else answers
-    return SquadExample(qid, _need(path, qa, "question", f"question {qid}"), context,
-                        _check_answers(path, qid, context, answers, problems), impossible,
-                        article.get("title", ""))
+def _qid(path: Path, record: dict, where: str) -> str:
+    return str(_field(path, record, "id", (str, int), where, "a question id (a string)"))
 
 
-def _flat_example(path, record, problems) -> SquadExample:
-    qid = str(_need(path, record, "id", "a record"))
-    context = _need(path, record, "context", f"question {qid}")
-    raw = record.get("answers", {}) or {}
-    answers = list(zip(raw.get("text", []), map(int, raw.get("answer_start", []))))
-    return SquadExample(qid, _need(path, record, "question", f"question {qid}"), context,
-                        _check_answers(path, qid, context, answers, problems), not answers,
-                        record.get("title", ""))
+def _article_examples(path: Path, article: dict, where: str, problems: Problems) -> list[SquadExample]:
+    paragraphs = _field(path, article, "paragraphs", list, where, "a list of paragraphs")
+    title = str(article.get("title") or "")
+    examples = []
+    for p, paragraph in enumerate(paragraphs):
+        here = f"{where}.paragraphs[{p}]" + (f" (article {title!r})" if title else "")
+        if not isinstance(paragraph, dict):
+            raise DataError(f"{path}: {here} is {_kind(paragraph)}, expected an object with 'context' and 'qas'")
+        if "qas" not in paragraph:
+            raise DataError(f"{path}: {here} has no 'qas' (its list of questions; SQuAD: "
+                            "data[].paragraphs[].qas[])")
+        qas = _field(path, paragraph, "qas", list, here, "a list of questions")
+        context = _field(path, paragraph, "context", str, here, "the paragraph text (a string)")
+        for q, qa in enumerate(qas):
+            if not isinstance(qa, dict):
+                raise DataError(f"{path}: {here}.qas[{q}] is {_kind(qa)}, expected a question object")
+            examples.append(_nested_example(path, title, context, qa, f"{here}.qas[{q}]", problems))
+    return examples
+
+
+def _nested_example(path, title, context, qa, where, problems) -> SquadExample:
+    qid = _qid(path, qa, where)
+    where = f"question {shown(qid)}"
+    question = _field(path, qa, "question", str, where, "the question text (a string)")
+    impossible = qa.get("is_impossible", False)
+    if not isinstance(impossible, bool) and impossible not in (0, 1):
+        raise DataError(f"{path}: {where}: 'is_impossible' is {impossible!r}, expected true or false")
+    raw = qa.get("answers", [])
+    if not isinstance(raw, list):
+        raise DataError(f"{path}: {where}: 'answers' is {_kind(raw)}, expected a list of "
+                        "{\"text\": ..., \"answer_start\": ...} objects")
+    answers = []
+    for k, answer in enumerate(raw):
+        if not isinstance(answer, dict):
+            raise DataError(f"{path}: {where}: answers[{k}] is {_kind(answer)}, expected an object with "
+                            "'text' and 'answer_start'")
+        answers.append((_field(path, answer, "text", str, f"{where}: answers[{k}]", "the answer text (a string)"),
+                        _offset(path, answer.get("answer_start"), f"{where}: answers[{k}]")))
+    answers = [] if impossible else answers
+    return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems),
+                        bool(impossible) or not answers, title)
+
+
+def _offset(path: Path, value, where: str) -> int:
+    """answer_start: a non-negative integer (or a string of digits, as some converted files have)."""
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise DataError(f"{path}: {where}: 'answer_start' is {value!r}, expected a character offset (an "
+                        "integer >= 0)")
+    return value
+
+
+def _flat_example(path, record, where, problems) -> SquadExample:
+    qid = _qid(path, record, where)
+    where = f"question {shown(qid)}"
+    context = _field(path, record, "context", str, where, "the paragraph text (a string)")
+    question = _field(path, record, "question", str, where, "the question text (a string)")
+    raw = record.get("answers") or {}
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: {where}: 'answers' is {_kind(raw)}, expected an object "
+                        "{\"text\": [...], \"answer_start\": [...]} (the flat layout)")
+    texts, starts = raw.get("text") or [], raw.get("answer_start") or []
+    if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+        raise DataError(f"{path}: {where}: 'answers' needs two lists of the same length, 'text' and "
+                        f"'answer_start' (got {_kind(texts)} and {_kind(starts)})")
+    answers = []
+    for k, (text, start) in enumerate(zip(texts, starts)):
+        if not isinstance(text, str):
+            raise DataError(f"{path}: {where}: answers text[{k}] is {_kind(text)}, expected a string")
+        answers.append((text, _offset(path, start, f"{where}: answers[{k}]")))
+    title = record.get("title")
+    return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems),
+                        not answers, str(title or ""))
 
 
 def _check_answers(path, qid, context, answers, problems) -> list[tuple[str, int]]:
@@ -94,9 +194,9 @@ def _check_answers(path, qid, context, answers, problems) -> list[tuple[str, int
             continue
         hits = [i for i in _find_all(context, text)]
         if not hits:
-            raise DataError(f"{path}: question {qid}: answer {text!r} at offset {start} does not match the "
+            raise DataError(f"{path}: question {shown(qid)}: answer {text!r} at offset {start} does not match the "
                             f"context there ({context[start:start + len(text)]!r}) and is not in the context")
-        problems.add("answer offset corrected", f"{path.name}:{qid}")
+        problems.add("answer offset corrected", f"{path.name}:{shown(qid)}")
         checked.append((text, min(hits, key=lambda i: abs(i - start))))
     return checked
 
@@ -111,6 +211,17 @@ def _find_all(text: str, sub: str):
 def gold_answers(examples: Sequence[SquadExample]) -> dict[str, list[str]]:
     """{qid: gold texts} as the official scripts read them ([] for unanswerable)."""
     return {e.qid: [text for text, _ in e.answers] for e in examples}
+
+
+def check_version(examples: Sequence[SquadExample], version: str, path: str | Path, labelled: bool = True) -> None:
+    """SQuAD v1.1 has an answer for every question: unanswerable ones mean a v2.0 file (an error naming it).
+    `labelled=False` (a file to predict on) allows a file in which no question has an answer."""
+    if not str(version).startswith("1"):
+        return
+    unanswerable = [e.qid for e in examples if e.is_impossible]
+    if unanswerable and (labelled or len(unanswerable) < len(examples)):
+        raise DataError(f"{path}: {len(unanswerable)} of {len(examples)} questions have no answer (e.g. "
+                        f"{shown(unanswerable[0])}), which SQuAD v1.1 does not allow: a v2.0 file? use --version 2.0")
 
 
 # ------------------------------------------------------------------------------ tokens and offsets
@@ -182,13 +293,17 @@ def tokenize_contexts(tokenizer, contexts: Sequence[str]) -> list[ContextTokens]
 
 
 def window_starts(num_tokens: int, window: int, stride: int) -> list[int]:
-    """Start of each doc window: step by `stride` until the end is covered (google-research rule)."""
-    starts, start = [], 0
-    while True:
+    """Start of each doc window: step by `stride` (at most a window) until the end is covered (google-research
+    rule). The start always advances: a window or stride below one token is an error, never a loop."""
+    if window < 1 or stride < 1:
+        raise UserError(f"SQuAD windows need room for at least one context token and a doc_stride of at least 1 "
+                        f"(window {window} tokens, doc_stride {stride})")
+    step = min(window, stride)
+    starts, start = [0], 0
+    while start + window < num_tokens:
+        start += step
         starts.append(start)
-        if start + window >= num_tokens:
-            return starts
-        start += min(window, stride)
+    return starts
 
 
 def _answer_tokens(spans: list[tuple[int, int]], char_start: int, char_end: int) -> tuple[int, int] | None:
@@ -354,12 +469,77 @@ def read_predictions(path: str | Path) -> dict[str, str]:
 
 def read_null_odds(path: str | Path) -> dict[str, float]:
     """null_odds.json: {question id: number}, higher = more likely unanswerable."""
-    return {k: float(v) for k, v in _read_json_map(path, (int, float), "a number").items()}
+    odds = {k: float(v) for k, v in _read_json_map(path, (int, float), "a number").items()}
+    bad = next((qid for qid, v in odds.items() if not math.isfinite(v)), None)
+    if bad is not None:
+        raise DataError(f"{path}: the null odds of question {shown(bad)} are {odds[bad]}, expected a finite number")
+    return odds
 
 
 def _read_json_map(path: str | Path, kind, what: str) -> dict:
     data = read_json(path, dict, f"a JSON object {{question id: {what}}}")
     for qid, value in data.items():
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise DataError(f"{path}: the value for question {qid} is {value!r}, expected {what}")
+            raise DataError(f"{path}: the value for question {shown(qid)} is {value!r}, expected {what}")
     return data
+
+
+# ------------------------------------------------------------------------------ scoring prediction files
+
+
+@dataclass
+class SquadEvaluation:
+    """The official metrics of a predictions file, and which gold questions it has no prediction for."""
+
+    metrics: dict
+    missing: list[str]       # gold question ids without a prediction, in file order
+    num_questions: int       # gold questions
+    version: str = "2.0"
+    strict: bool = False
+    unknown: int = 0         # predicted ids that are not gold questions (ignored, as the official scripts do)
+
+    def warning(self, limit: int = 5) -> str | None:
+        """One line for stderr when questions lack a prediction (None when none does)."""
+        if not self.missing:
+            return None
+        first = ", ".join(map(shown, self.missing[:limit])) + (", ..." if len(self.missing) > limit else "")
+        if self.version.startswith("1"):
+            how = "scored as wrong, as the official v1.1 script does"
+        elif self.strict:
+            how = "scored as wrong (strict)"
+        else:
+            how = "left out of the scores, as the official v2.0 script does (strict scoring counts them as wrong)"
+        return f"no prediction for {len(self.missing)} of {self.num_questions} questions ({first}); they are {how}"
+
+
+def evaluate_files(data: str | Path, predictions: str | Path, version: str = "2.0",
+                   na_probs: str | Path | None = None, na_prob_thresh: float = 1.0,
+                   strict: bool = False) -> SquadEvaluation:
+    """Score a predictions.json against a SQuAD file with the official metric of `version`.
+
+    Checked first, each a DataError naming the file: the gold file's format and version (v1.1 on a v2.0
+    file), a predictions file matching none of the gold ids, null odds missing for a predicted question.
+    v1.1 scores a missing question as wrong (its official script); v2.0 leaves it out (its official script)
+    unless `strict`. The caller prints `warning()` on stderr."""
+    from albertlm.tasks.metrics import squad_v1_scores, squad_v2_scores
+
+    examples = read_squad(data)
+    check_version(examples, version, data)
+    golds = gold_answers(examples)
+    preds = read_predictions(predictions)
+    matched = sum(1 for qid in preds if qid in golds)
+    if not matched:
+        what = (f"none of its {len(preds)} question ids (e.g. {next(iter(preds))!r}) is a question of {data}"
+                if preds else "it holds no predictions")
+        raise DataError(f"{predictions}: {what}; are these the predictions for this file?")
+    odds = read_null_odds(na_probs) if na_probs is not None else None
+    if odds is not None:
+        lacking = [qid for qid in preds if qid in golds and qid not in odds]
+        if lacking:
+            raise DataError(f"{na_probs}: no null odds for {len(lacking)} predicted questions (e.g. {shown(lacking[0])})")
+    missing = [qid for qid in golds if qid not in preds]
+    if str(version).startswith("1"):
+        metrics = squad_v1_scores(golds, preds)
+    else:
+        metrics = squad_v2_scores(golds, preds, odds, na_prob_thresh, strict=strict)
+    return SquadEvaluation(metrics, missing, len(golds), str(version), strict, len(preds) - matched)

@@ -52,21 +52,39 @@ class Problems:
             print(f"note: {n} x {kind}" + (f" (first at {where})" if where else ""), file=stream)
 
 
+def shown(name: object) -> str:
+    """A name from the data (a question id, a column) for a one-line message: as it is when printable,
+    else quoted with its escapes (a newline in an id must not break the line)."""
+    text = str(name)
+    return text if text.isprintable() else repr(text)
+
+
 def open_text(path: Path):
     """utf-8-sig drops the BOM that MRPC's files (and Excel exports) start with."""
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"{path}: file not found")
+    if not path.is_file():
+        raise DataError(f"{path}: not a file")
     return path.open(encoding="utf-8-sig", newline="")
 
 
+def _not_utf8(path: Path, after_line: int | None = None) -> DataError:
+    where = f" (after line {after_line})" if after_line is not None else ""
+    return DataError(f"{path}: not UTF-8 text{where}; save the file as UTF-8")
+
+
 def read_json(path: str | Path, expect: type = dict, what: str = "a JSON object"):
-    """A whole JSON file; a missing file, bad JSON or the wrong top-level type names the file."""
+    """A whole JSON file; a missing file, bad JSON, another encoding or the wrong top-level type names the file."""
     path = Path(path)
     with open_text(path) as handle:
         try:
             data = json.load(handle)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
+        except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit number, nesting deeper than Python's stack
+            raise DataError(f"{path}: cannot read this JSON ({str(exc) or type(exc).__name__})") from None
     if not isinstance(data, expect):
         raise DataError(f"{path}: expected {what}")
     return data
@@ -75,11 +93,15 @@ def read_json(path: str | Path, expect: type = dict, what: str = "a JSON object"
 def read_tsv(path: str | Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, cells) of a GLUE-style TSV. No quoting: GLUE texts contain bare quotes."""
     path = Path(path)
+    lineno = 0
     with open_text(path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield lineno, line.split("\t")
+        try:
+            for lineno, line in enumerate(handle, start=1):
+                line = line.rstrip("\r\n")
+                if line.strip():
+                    yield lineno, line.split("\t")
+        except UnicodeDecodeError:
+            raise _not_utf8(path, lineno) from None
 
 
 def read_records(path: str | Path, fmt: str | None = None) -> Iterator[tuple[int, dict]]:
@@ -87,22 +109,30 @@ def read_records(path: str | Path, fmt: str | None = None) -> Iterator[tuple[int
     path = Path(path)
     fmt = fmt or guess_format(path)
     with open_text(path) as handle:
-        if fmt == "jsonl":
-            for lineno, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-                if not isinstance(record, dict):
-                    raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
-                yield lineno, record
-            return
-        if fmt == "tsv":
-            reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        else:
-            reader = csv.reader(handle)
+        try:
+            yield from (_jsonl_records(path, handle) if fmt == "jsonl" else _table_records(path, handle, fmt))
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
+
+
+def _jsonl_records(path: Path, handle) -> Iterator[tuple[int, dict]]:
+    for lineno, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:
+            raise DataError(f"{path}:{lineno}: cannot read this JSON ({str(exc) or type(exc).__name__})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+        yield lineno, record
+
+
+def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
+    reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(handle)
+    try:
         header = next(reader, None)
         if header is None:
             raise DataError(f"{path}: empty file (a header line is needed)")
@@ -113,6 +143,8 @@ def read_records(path: str | Path, fmt: str | None = None) -> Iterator[tuple[int
             if len(row) != len(header):
                 raise DataError(f"{path}:{lineno}: {len(row)} fields, the header has {len(header)}")
             yield lineno, dict(zip(header, row))
+    except csv.Error as exc:  # e.g. a field over csv's size limit, an unterminated quote at the end
+        raise DataError(f"{path}:{reader.line_num}: {exc}") from None
 
 
 def guess_format(path: Path) -> str:

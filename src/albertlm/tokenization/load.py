@@ -8,7 +8,7 @@ WordPiece (lowercase). Keyword options override both.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict
 from pathlib import Path
 
 from albertlm.errors import UserError
@@ -66,8 +66,31 @@ def _tokenizer_json(path: Path, options: dict):
 
 
 def _override(base, options: dict):
-    try:
-        return replace(base, **options)
-    except TypeError:
+    """`base` with `options` replaced: unknown names and values of the wrong type are UserErrors."""
+    unknown = sorted(set(options) - set(base.__dataclass_fields__))
+    if unknown:
         known = ", ".join(base.__dataclass_fields__)
-        raise UserError(f"unknown tokenizer option in {sorted(options)}; known: {known}") from None
+        raise UserError(f"unknown tokenizer option in {unknown}; known: {known}")
+    return type(base).from_dict({**asdict(base), **options}, "tokenizer options")
+
+
+def find_tokenizer(model_dir: str | Path) -> Path | None:
+    """Where the tokenizer of a model directory is: the directory itself when it holds one (spiece.model,
+    vocab.txt, a single *.model, or transformers' tokenizer.json), else the tokenizer a pretraining
+    checkpoint's data was built with (run_config.json -> data.path -> meta.json); None if neither."""
+    import json
+
+    directory = Path(model_dir)
+    if not directory.is_dir():
+        return None
+    names = (spm_tok.MODEL_FILE, wp_tok.VOCAB_FILE, TOKENIZER_FILE)
+    if any((directory / name).is_file() for name in names) or len(list(directory.glob("*.model"))) == 1:
+        return directory
+    try:
+        run_config = json.loads((directory / "run_config.json").read_text())
+        data_dir = run_config.get("data", {}).get("path", "")
+        meta = json.loads((Path(data_dir) / "meta.json").read_text()) if data_dir else {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    recorded = meta.get("tokenizer", {}).get("path") if isinstance(meta, dict) else None
+    return Path(recorded) if recorded and Path(recorded).exists() else None

@@ -1,12 +1,15 @@
-"""SentencePiece tokenizers the ALBERT way: load a `.model` with transformers' AlbertTokenizer preprocessing, or train one.
+"""SentencePiece tokenizers the ALBERT way: load a `.model` and encode as google-research ALBERT does, or train one.
 
-Encoding = ALBERT's Python preprocessing (google-research `tokenization.preprocess_text`, transformers'
-AlbertTokenizer normalizers: `` and '' -> ", NFKD + drop combining marks unless keep_accents, lowercase if
-do_lower_case) followed by the model's own normalizer and segmentation in sentencepiece's C++ code
-(`encode(list, num_threads=...)`), so a big corpus is encoded in native code.
+Encoding (the default) = google-research ALBERT's `tokenization.preprocess_text` as transformers 4's
+AlbertTokenizer applies it (collapse whitespace, `` and '' -> ", NFKD + drop combining characters unless
+keep_accents, lowercase if do_lower_case), then the model's own normalizer and segmentation in sentencepiece's
+C++ code (`encode(list, num_threads=...)`, so a big corpus is encoded in native code), then google's
+`encode_pieces` rule that re-splits a piece ending in a digit and a comma ("▁2003," -> "▁2003" ",").
+`split_added_tokens=True` switches to transformers 5's pipeline instead (see `SentencePieceOptions`).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import unicodedata
@@ -29,57 +32,94 @@ _UNSPACED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HALFWIDTH KATAKANA", "THAI"
 
 @dataclass(frozen=True)
 class SentencePieceOptions:
-    """Preprocessing before the model's own normalizer; defaults = transformers' AlbertTokenizer defaults.
+    """How text is encoded; defaults = google-research ALBERT (= transformers 4's AlbertTokenizer defaults).
 
-    `split_digit_comma` is google-research's `encode_pieces` rule (a piece like "▁9," becomes "▁9" ","),
-    which transformers' AlbertTokenizer (v5) and sentencepiece itself do not apply; off by default so ids
-    match transformers.
-
-    `split_added_tokens` reproduces transformers v5, which (unlike sentencepiece, google-research and
-    transformers v4) matches the model's user-defined symbols (albert-base-v2: `( ) " - . – £ €`) and special
+    `split_added_tokens=True` is transformers 5 compatibility: v5 (unlike sentencepiece, google-research and
+    transformers 4) matches the model's user-defined symbols (albert-base-v2: `( ) " - . – £ €`) and special
     pieces in the raw text first, as "added tokens", then encodes the spans between them on their own: "x ."
-    gives "▁x" "." there instead of "▁x" "▁" ".". Off by default: the sentencepiece segmentation is the one
-    ALBERT was pretrained on. Models without user-defined symbols (ours by default) give the same ids either way.
+    gives "▁x" "." there instead of "▁x" "▁" "."; its preprocessing runs in the `tokenizers` library (which
+    strips every Unicode mark, not only the combining characters google drops) and it has no digit-comma
+    rule. Off by default: google's segmentation is the one ALBERT was pretrained on. Models without
+    user-defined symbols (ours by default) give the same ids either way on text without marks or "9,".
+
+    `split_digit_comma` is google-research's `encode_pieces` rule (a piece like "▁9," becomes "▁9" ","). None
+    (the default) applies it unless `split_added_tokens` asks for transformers 5, which does not.
     """
 
     do_lower_case: bool = True
     keep_accents: bool = False
     remove_space: bool = True
-    split_digit_comma: bool = False
+    split_digit_comma: bool | None = None
     split_added_tokens: bool = False
 
+    @property
+    def digit_comma_rule(self) -> bool:
+        """Whether google's "9," rule applies: as asked, else on in google mode and off in transformers-5 mode."""
+        return self.split_digit_comma if self.split_digit_comma is not None else not self.split_added_tokens
+
     @classmethod
-    def from_dict(cls, values: dict) -> "SentencePieceOptions":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: bool(v) for k, v in values.items() if k in names})
+    def from_dict(cls, values: dict, source: object = "tokenizer options") -> "SentencePieceOptions":
+        """Known keys of `values` (others are ignored: transformers' configs hold many); each must be a
+        boolean (`split_digit_comma` may be null), else a UserError naming `source`."""
+        if not isinstance(values, dict):
+            raise UserError(f"{source}: expected a JSON object of tokenizer options, got {type(values).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        chosen = {}
+        for key, value in values.items():
+            if key not in known:
+                continue
+            if not (isinstance(value, bool) or (value is None and key == "split_digit_comma")):
+                raise UserError(f"{source}: tokenizer option {key} must be true or false, got {value!r}")
+            chosen[key] = value
+        return cls(**chosen)
 
 
 class Preprocessor:
-    """ALBERT's preprocess_text as transformers' AlbertTokenizer normalizers apply it.
+    """ALBERT's `preprocess_text`: google-research's (+ transformers' `` and '' -> "), or transformers 5's.
 
-    ASCII text (most of an English corpus) goes through C-level str methods; other text through the very
-    `tokenizers` normalizers transformers uses (`` and '' -> ", NFKD + StripAccents, Lowercase), so Unicode
-    corner cases (marks, final sigma, dotted I) agree with it by construction.
+    ASCII text (most of an English corpus) goes through C-level str methods in both modes. Other text: by
+    default google's steps with C-level calls (`unicodedata.normalize("NFKD")`, a `str.translate` that drops
+    the characters `unicodedata.combining` flags, `str.lower`), so it is google's Python by construction; with
+    `split_added_tokens` (transformers 5) the very `tokenizers` normalizers transformers 5 runs (NFKD +
+    StripAccents, which drops every mark, Lowercase).
     """
 
     def __init__(self, options: SentencePieceOptions):
-        from tokenizers import normalizers
-
         self.options = options
-        steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
-        if not options.keep_accents:
-            steps += [normalizers.NFKD(), normalizers.StripAccents()]
-        if options.do_lower_case:
-            steps.append(normalizers.Lowercase())
-        self._unicode = normalizers.Sequence(steps)
+        self._unicode = _transformers5_normalizer(options) if options.split_added_tokens else self._google
+
+    def _google(self, text: str) -> str:
+        text = text.replace("``", '"').replace("''", '"')
+        if not self.options.keep_accents:
+            text = unicodedata.normalize("NFKD", text).translate(_combining_characters())
+        return text.lower() if self.options.do_lower_case else text
 
     def __call__(self, text: str) -> str:
         if self.options.remove_space and _needs_space_cleanup(text):
             text = " ".join(text.split())
         if not text.isascii():
-            return self._unicode.normalize_str(text)
+            return self._unicode(text)
         text = text.replace("``", '"').replace("''", '"')
         return text.lower() if self.options.do_lower_case else text
+
+
+def _transformers5_normalizer(options: SentencePieceOptions):
+    from tokenizers import normalizers
+
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    if not options.keep_accents:
+        steps += [normalizers.NFKD(), normalizers.StripAccents()]
+    if options.do_lower_case:
+        steps.append(normalizers.Lowercase())
+    return normalizers.Sequence(steps).normalize_str
+
+
+@functools.lru_cache(maxsize=1)
+def _combining_characters() -> dict[int, None]:
+    """`str.translate` table deleting what google's `preprocess_text` drops: `unicodedata.combining(c) != 0`.
+    Such characters live in planes 0 and 1 (the last, U+1E94A, in Unicode 14); plane 14 is scanned to be safe."""
+    ranges = (range(0x20000), range(0xE0000, 0xE1000))
+    return {cp: None for r in ranges for cp in r if unicodedata.combining(chr(cp))}
 
 
 def _needs_space_cleanup(text: str) -> bool:
@@ -116,7 +156,10 @@ class SentencePieceTokenizer(TokenizerBase):
         self.vocab_size = self.sp.get_piece_size()
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = self._special_ids()
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
-        self._digit_comma_ids = self._find_digit_comma_ids() if self.options.split_digit_comma else set()
+        self._digit_comma_ids = self._find_digit_comma_ids()
+        # An unknown piece can end in "," only where the comma itself is unknown (tiny trained models).
+        self._unknown_comma = self.sp.piece_to_id(",") == self.sp.unk_id()
+        self._digit_comma = self.options.digit_comma_rule and bool(self._digit_comma_ids or self._unknown_comma)
         self._added = self._added_tokens_pattern() if self.options.split_added_tokens else None
         self._preprocess = Preprocessor(self.options)
 
@@ -137,9 +180,10 @@ class SentencePieceTokenizer(TokenizerBase):
         """Preprocess in Python (C-level str methods per text), segment in sentencepiece's threads."""
         if self._added is not None:
             return self._encode_split_added(texts)
-        ids = self.sp.encode(list(map(self._preprocess, texts)), num_threads=self.num_threads)
-        if self._digit_comma_ids:
-            ids = [self._split_digit_comma(row) for row in ids]
+        texts = list(map(self._preprocess, texts))
+        ids = self.sp.encode(texts, num_threads=self.num_threads)
+        if self._digit_comma:
+            ids = [self._split_digit_comma(row, text) for row, text in zip(ids, texts)]
         return ids
 
     def tokenize(self, text: str) -> list[str]:
@@ -156,8 +200,8 @@ class SentencePieceTokenizer(TokenizerBase):
     def _encode_split_added(self, texts: Sequence[str]) -> list[list[int]]:
         """transformers v5 order: split raw text at added tokens, encode the spans between them in one batch."""
         parts = [self._added.split(t) for t in texts]  # [span, token, span, token, ..., span]
-        spans = self.sp.encode([self._preprocess(p) for row in parts for p in row[::2]],
-                               num_threads=self.num_threads)
+        span_texts = [self._preprocess(p) for row in parts for p in row[::2]]
+        spans = self.sp.encode(span_texts, num_threads=self.num_threads)
         out, k = [], 0
         for row in parts:
             ids: list[int] = []
@@ -165,28 +209,32 @@ class SentencePieceTokenizer(TokenizerBase):
                 if j % 2:
                     ids.append(self.sp.piece_to_id(part))
                 else:
-                    ids += self._split_digit_comma(spans[k]) if self._digit_comma_ids else spans[k]
+                    ids += self._split_digit_comma(spans[k], span_texts[k]) if self._digit_comma else spans[k]
                     k += 1
             out.append(ids)
         return out
 
     def _find_digit_comma_ids(self) -> set[int]:
         pieces = (self.sp.id_to_piece(i) for i in range(self.vocab_size))
-        return {i for i, p in enumerate(pieces) if len(p) > 1 and p[-1] == "," and p[-2].isdigit()}
+        return {i for i, p in enumerate(pieces) if _ends_in_digit_comma(p)}
 
-    def _split_digit_comma(self, row: list[int]) -> list[int]:
-        """google-research `encode_pieces`: "▁9," -> "▁9" ","; the piece minus its comma is re-encoded."""
-        if not self._digit_comma_ids.intersection(row):
+    def _split_digit_comma(self, row: list[int], text: str) -> list[int]:
+        """google-research `encode_pieces` on the preprocessed `text` whose ids are `row`.
+
+        Only a row holding a known "9,"-style piece (or, where the comma is unknown, an unknown piece, whose
+        surface may end in ",") can change: such rows are re-encoded as pieces and re-split as google does,
+        the others are returned as they are.
+        """
+        if self._digit_comma_ids.isdisjoint(row) and not (self._unknown_comma and self.unk_id in row):
             return row
         out: list[int] = []
-        for i in row:
-            if i not in self._digit_comma_ids:
-                out.append(i)
+        for token_id, piece in zip(row, self.sp.encode(text, out_type=str), strict=True):
+            if not _ends_in_digit_comma(piece):
+                out.append(token_id)
                 continue
-            piece = self.sp.id_to_piece(i)
             sub = self.sp.encode(piece[:-1].replace("▁", ""), out_type=str)
-            if not piece.startswith("▁") and sub and sub[0].startswith("▁"):
-                sub = sub[1:] if sub[0] == "▁" else [sub[0][1:], *sub[1:]]  # drop the re-encode's dummy prefix
+            if piece[0] != "▁" and sub and sub[0][0] == "▁":  # drop the re-encode's dummy prefix
+                sub = sub[1:] if len(sub[0]) == 1 else [sub[0][1:], *sub[1:]]
             out += [self.sp.piece_to_id(p) for p in [*sub, piece[-1]]]
         return out
 
@@ -214,6 +262,11 @@ class SentencePieceTokenizer(TokenizerBase):
         return f"SentencePieceTokenizer({str(self.model_file)!r}, V={self.vocab_size}, {self.options})"
 
 
+def _ends_in_digit_comma(piece: str) -> bool:
+    """google's test: `len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()` (any Unicode digit)."""
+    return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
+
+
 def _is_start_piece(piece: str) -> bool:
     """google-research ALBERT create_pretraining_data.py `_is_start_piece`, generalised beyond English.
 
@@ -237,8 +290,8 @@ def transformers_config(options: SentencePieceOptions) -> dict:
 
 
 def read_options(config_file: Path | None) -> SentencePieceOptions:
-    """Options from a tokenizer_config.json; keys it lacks take transformers' AlbertTokenizer defaults."""
-    return SentencePieceOptions.from_dict(read_config(config_file))
+    """Options from a tokenizer_config.json; keys it lacks take the defaults (google-research's encoding)."""
+    return SentencePieceOptions.from_dict(read_config(config_file), config_file)
 
 
 # -- training ----------------------------------------------------------------------------------------

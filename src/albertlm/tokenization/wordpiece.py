@@ -31,9 +31,17 @@ class WordPieceOptions:
     strip_accents: bool | None = None
 
     @classmethod
-    def from_dict(cls, values: dict) -> "WordPieceOptions":
+    def from_dict(cls, values: dict, source: object = "tokenizer options") -> "WordPieceOptions":
+        """Known keys of `values` (others are ignored); each a boolean (`strip_accents` may be null), else a
+        UserError naming `source`."""
+        if not isinstance(values, dict):
+            raise UserError(f"{source}: expected a JSON object of tokenizer options, got {type(values).__name__}")
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
+        chosen = {k: v for k, v in values.items() if k in names}
+        for key, value in chosen.items():
+            if not (isinstance(value, bool) or (value is None and key == "strip_accents")):
+                raise UserError(f"{source}: tokenizer option {key} must be true or false, got {value!r}")
+        return cls(**chosen)
 
 
 def read_vocab(vocab_file: Path) -> dict[str, int]:
@@ -118,7 +126,7 @@ def transformers_config(options: WordPieceOptions) -> dict:
 
 
 def read_options(config_file: Path | None) -> WordPieceOptions:
-    return WordPieceOptions.from_dict(read_config(config_file))
+    return WordPieceOptions.from_dict(read_config(config_file), config_file)
 
 
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +21,8 @@ import torch
 from torch import nn
 
 from albertlm.errors import UserError
+from albertlm.model.io import CHECKPOINT_DIR, latest_checkpoint, list_checkpoints  # noqa: F401 (the run layout)
 
-CHECKPOINT_DIR = "checkpoints"
-STEP_RE = re.compile(r"^step_(\d+)$")
 TMP_PREFIX = ".tmp-"
 
 
@@ -35,7 +33,7 @@ class TrainState:
     optimizer: dict = field(default_factory=dict)
     scaler: dict = field(default_factory=dict)
     rng: dict = field(default_factory=dict)         # torch CPU (+ CUDA) generator states
-    data: dict = field(default_factory=dict)        # data position (see loop.StepBatches.state_dict)
+    data: dict = field(default_factory=dict)        # data position (see loop.StepData.state_dict)
     extra: dict = field(default_factory=dict)       # tokens seen, wall time, ...
 
 
@@ -55,20 +53,6 @@ def restore_rng(state: dict) -> None:
 
 def step_dir(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / f"step_{step:08d}"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (half-written `.tmp-*` directories are ignored)."""
-    root = Path(run_dir) / CHECKPOINT_DIR
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_RE.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
 
 
 def save_model(model: nn.Module, directory: Path, model_config: Any) -> None:

@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from albertlm.errors import UserError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -30,17 +32,33 @@ class DistInfo:
         return self.world_size > 1
 
 
-def pick_device(requested: str, local_rank: int) -> torch.device:
+def pick_device(requested: str, local_rank: int = 0) -> torch.device:
+    """auto: cuda:LOCAL_RANK when CUDA is available, else the CPU; otherwise the named device."""
     if requested != "auto":
-        return torch.device(requested)
+        device = torch.device(requested)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"device {requested}: CUDA is not available here (use auto or cpu)")
+        if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+            raise UserError(f"device {requested}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
 
+def world_size_from_env() -> int:
+    """The number of processes `torchrun` launched (1 when run alone); no process group needed."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or alone), from the environment, before or without a process group."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def init_distributed(backend: str = "auto", device: str = "auto", timeout_minutes: int = 30) -> DistInfo:
     """Join the torchrun process group if WORLD_SIZE > 1; otherwise a single-process DistInfo."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = world_size_from_env()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev = pick_device(device, local_rank)

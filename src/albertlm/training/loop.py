@@ -1,16 +1,20 @@
-"""The training loop: for each step, accumulate micro-batches, clip, update, then log / evaluate / save.
+"""The training loop shared by pretraining and fine-tuning: for each step, accumulate micro-batches, clip,
+update, then log / evaluate / save.
 
-The global batch is fixed by `train.batch_size`: each of the W processes reads its own B/W examples of
-every step, in micro-batches of `micro_batch_size`. Losses are normalised by counts summed over the
-*whole* global batch (an all-reduce of a few numbers per step), so the gradient is the same whatever W and
-the micro-batch size are; DDP's averaging is undone by scaling the local loss by W.
+The global batch is fixed by `train.batch_size`: each of the W processes reads its share of every step,
+in micro-batches of at most `train.micro_batch_size` examples (`StepData`). Losses are normalised by counts
+summed over the *whole* global batch (an all-reduce of a few numbers per step), so the gradient is the
+same whatever W and the micro-batch size are; DDP's averaging is undone by scaling the local loss by W.
 
-What a task plugs in is an `Objective` (see `pretrain.PretrainingObjective`).
+What a task plugs in is an `Objective` (`pretrain.PretrainingObjective`, `tasks.finetune.TaskObjective`)
+and its data as a `StepData`; `training.trainer.build_loop` is the one set-up around it.
 """
 from __future__ import annotations
 
 import contextlib
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +24,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from albertlm.config.run import RunConfig
+from albertlm.config.run import TrainConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo, all_reduce_sum, any_rank, unwrap
+from albertlm.training.distributed import DistInfo, all_reduce_sum, any_rank, barrier
 from albertlm.training.precision import autocast
 from albertlm.training.schedule import lr_at, set_lr
 
@@ -51,80 +55,76 @@ class Objective(Protocol):
 
 
 # ------------------------------------------------------------------------------------------------ data
-class _EpochItems(torch.utils.data.Dataset):
-    """Maps (epoch, index) to an example; a dynamically masked dataset is asked for `ds[(index, epoch)]`
-    (the `albertlm.data.loader.PretrainingDataset` convention) so each epoch gets a fresh mask."""
-
-    def __init__(self, dataset, dynamic: bool):
-        self.dataset, self.dynamic = dataset, dynamic
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, key: tuple[int, int]):
-        epoch, index = key
-        return self.dataset[(index, epoch)] if self.dynamic else self.dataset[index]
+def shuffled_batches(num_examples: int, batch_size: int, seed: int) -> Callable[[int], list[np.ndarray]]:
+    """Epoch -> a seeded permutation cut into global batches (the remainder is dropped): pretraining's order."""
+    def epoch_batches(epoch: int) -> list[np.ndarray]:
+        order = np.random.default_rng([seed, epoch]).permutation(num_examples)
+        return [order[k:k + batch_size] for k in range(0, num_examples - batch_size + 1, batch_size)]
+    return epoch_batches
 
 
 @dataclass
 class StepData:
-    """Deterministic global order (a seeded permutation per epoch), cut into global batches; this rank's
-    share of each global batch, as `accumulation` micro-batches. The position is just the step number,
-    which makes resuming exact."""
+    """The one sampler. A deterministic global order (`epoch_batches(epoch)`: the global batches of an
+    epoch), this rank's contiguous share of each, cut into at most `micro_batches` micro-batches. The
+    position is just the step number, which makes resuming exact.
+
+    The dataset is indexed by plain indices, or by `(epoch, index)` keys when `epoch_keys` is set (a
+    dynamically masked `data.loader.PretrainingDataset` draws new masks per epoch)."""
     dataset: Any
     collate: Callable[[list], Batch]
-    batch_size: int                     # global
-    micro_batch_size: int               # per rank and forward pass
+    epoch_batches: Callable[[int], list[np.ndarray]]
+    micro_batches: int                  # per rank and step (`TrainConfig.micro_batches`)
     rank: int = 0
     world_size: int = 1
-    seed: int = 0
     num_workers: int = 0
-    dynamic_masking: bool = False
+    epoch_keys: bool = False
+    identity: dict = field(default_factory=dict)   # what must match to resume exactly (batch size, seed)
 
     def __post_init__(self) -> None:
-        self.steps_per_epoch = len(self.dataset) // self.batch_size
+        self.steps_per_epoch = len(self.batches(0))
         if self.steps_per_epoch < 1:
             raise UserError(f"the data has {len(self.dataset)} examples, fewer than one global batch "
-                            f"({self.batch_size}); lower --batch-size or build more data")
-        self.accumulation = self.batch_size // (self.world_size * self.micro_batch_size)
+                            f"({self.identity.get('batch_size')}); lower --batch-size or build more data")
 
-    def epoch_order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(len(self.dataset))
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's global batches; one with fewer examples than processes (a fine-tuning tail) is skipped."""
+        return [b for b in self.epoch_batches(epoch) if len(b) >= self.world_size]
 
-    def micro_batch_indices(self, start_step: int) -> Iterator[list[tuple[int, int]]]:
-        per_rank = self.batch_size // self.world_size
-        step, order, order_epoch = start_step, None, -1
+    def plan(self, start_step: int) -> Iterator[list[list]]:
+        """For each step from `start_step` on, this rank's micro-batches as lists of dataset keys."""
+        step, cached = start_step, (-1, [])
         while True:
             epoch, k = divmod(step, self.steps_per_epoch)
-            if epoch != order_epoch:
-                order, order_epoch = self.epoch_order(epoch), epoch
-            lo = k * self.batch_size + self.rank * per_rank
-            mine = order[lo:lo + per_rank]
-            for i in range(0, per_rank, self.micro_batch_size):
-                yield [(epoch, int(j)) for j in mine[i:i + self.micro_batch_size]]
+            if cached[0] != epoch:
+                cached = (epoch, self.batches(epoch))
+            mine = np.array_split(cached[1][k], self.world_size)[self.rank]
+            parts = np.array_split(mine, min(self.micro_batches, len(mine)))
+            yield [[(epoch, int(i)) if self.epoch_keys else int(i) for i in part] for part in parts]
             step += 1
 
     def steps(self, start_step: int) -> Iterator[list[Batch]]:
-        """Yields, for every optimizer step from `start_step` on, this rank's list of micro-batches."""
+        """Yields, for every optimizer step from `start_step` on, this rank's list of collated micro-batches."""
+        sizes = (len(parts) for parts in self.plan(start_step))
         loader = torch.utils.data.DataLoader(
-            _EpochItems(self.dataset, self.dynamic_masking), batch_sampler=self.micro_batch_indices(start_step),
+            self.dataset, batch_sampler=(part for parts in self.plan(start_step) for part in parts),
             collate_fn=self.collate, num_workers=self.num_workers,
-            generator=torch.Generator().manual_seed(self.seed),   # never draws from the global RNG
+            generator=torch.Generator().manual_seed(0),     # never draws from the global RNG
             prefetch_factor=4 if self.num_workers else None)
         it = iter(loader)
-        while True:
-            yield [next(it) for _ in range(self.accumulation)]
+        for size in sizes:
+            yield [next(it) for _ in range(size)]
 
     def state_dict(self, step: int) -> dict:
-        return {"step": step, "num_examples": len(self.dataset), "batch_size": self.batch_size, "seed": self.seed}
+        return {"step": step, "num_examples": len(self.dataset), **self.identity}
 
     def check_resume(self, state: dict) -> None:
         if not state:
             return
         mine = self.state_dict(state.get("step", 0))
-        for key in ("num_examples", "batch_size", "seed"):
-            if state.get(key) != mine[key]:
-                raise UserError(f"cannot resume exactly: the checkpoint's {key} is {state.get(key)}, now {mine[key]}")
+        for key in mine:
+            if key != "step" and key in state and state[key] != mine[key]:
+                raise UserError(f"cannot resume exactly: the checkpoint's {key} is {state[key]}, now {mine[key]}")
 
 
 def eval_micro_batches(dataset, collate, micro_batch_size: int, info: DistInfo, max_batches: int) -> Iterator[Batch]:
@@ -162,50 +162,78 @@ def evaluate(model: nn.Module, batches: Iterator[Batch], objective: Objective, p
 
 
 # ---------------------------------------------------------------------------------------------- the loop
+@dataclass(frozen=True)
+class Plan:
+    """The run's numbers, resolved once from the configs and the data (the configs are never changed)."""
+    total_steps: int
+    warmup_steps: int
+    eval_every: int
+    lr: float
+    decay_power: float = 1.0
+
+    def lr_at(self, step: int) -> float:
+        return lr_at(step, self.lr, self.warmup_steps, self.total_steps, self.decay_power)
+
+
+@dataclass
+class StepResult:
+    """What one optimizer update reports (all summed over the global batch)."""
+    stats: torch.Tensor                 # the objective's stats
+    tokens: float                       # non-padding tokens
+    loss: float
+    lr: float
+    grad_norm: float | None             # before clipping; None when clipping is off
+
+
 @dataclass
 class Loop:
     """Everything one training run holds; `run()` is the loop itself, read top-down."""
-    model: nn.Module                    # maybe DDP-wrapped
+    model: nn.Module                    # as trained: maybe DDP-wrapped and compiled
+    raw_model: nn.Module                # as saved
     optimizer: torch.optim.Optimizer
     objective: Objective
     data: StepData
-    run_config: RunConfig
+    train: TrainConfig
+    plan: Plan
+    clip_norm: float
     info: DistInfo
     run_dir: Path
+    saved_config: dict                  # written beside every checkpoint (run_config.json)
     state: ckpt.TrainState = field(default_factory=ckpt.TrainState)
     scaler: Any = None                  # torch.amp.GradScaler for fp16
     evaluate_fn: Callable[[], dict[str, float]] | None = None
     logger: Any = None                  # metrics.MetricsLogger (rank 0) or None
-    on_step: Callable[[int, dict], None] | None = None   # test hook: called after each update
+    on_step: Callable[[int, dict], None] | None = None   # called after each update (tests, the demo)
 
     def run(self) -> str:
-        """Train to `train.max_steps`; returns "done", "interrupted" (Ctrl-C, after saving) or "budget"
-        (`train.max_minutes` ran out, after saving)."""
-        train = self.run_config.train
-        deadline = time.monotonic() + train.max_minutes * 60 if train.max_minutes else math.inf
+        """Train to the plan's last step; returns "done", "interrupted" (Ctrl-C or SIGTERM, after saving) or
+        "budget" (`train.max_minutes` ran out, after saving)."""
+        deadline = time.monotonic() + self.train.max_minutes * 60 if self.train.max_minutes else math.inf
         self.model.train()
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
-        window, timer = None, _Timer()
+        window, first_steps = Window(), []
         try:
-            while self.state.step < train.max_steps:
-                with timer.waiting():
-                    micro_batches = [to_device(b, self.info.device) for b in next(batches)]
-                stats, loss = self.train_step(micro_batches)
-                self.state.step += 1
-                rng_at_boundary = ckpt.capture_rng()
-                tokens = float(stats[-1])
-                timer.tokens += tokens
-                self.state.extra["tokens"] = self.state.extra.get("tokens", 0.0) + tokens
-                window = stats if window is None else window + stats
-                if self.logger is not None:
-                    self.logger.advance(self.state.step, loss, timer.rate())
-                if self.on_step is not None:
-                    self.on_step(self.state.step, self.objective.summarize(stats[:-1]))
-                window = self.after_step(window, timer)
-                if train.max_minutes and self.state.step < train.max_steps and self._budget_spent(deadline):
-                    self._stop_for_budget()
-                    return "budget"
+            with sigterm_as_interrupt():
+                while self.state.step < self.plan.total_steps:
+                    with window.waiting():
+                        micro_batches = [to_device(b, self.info.device) for b in next(batches)]
+                    started = time.perf_counter()
+                    result = self.train_step(micro_batches)
+                    self.state.step += 1
+                    rng_at_boundary = ckpt.capture_rng()
+                    self.state.extra["tokens"] = self.state.extra.get("tokens", 0.0) + result.tokens
+                    window.add(result)
+                    self._report_compile(first_steps, time.perf_counter() - started)
+                    if self.logger is not None:
+                        self.logger.advance(self.state.step, result.loss, window.rate())
+                    if self.on_step is not None:
+                        self.on_step(self.state.step, self.objective.summarize(result.stats))
+                    self.after_step(window)
+                    if self.train.max_minutes and self.state.step < self.plan.total_steps and \
+                            self._budget_spent(deadline):
+                        self._stop_for_budget()
+                        return "budget"
         except KeyboardInterrupt:
             self.state.rng = rng_at_boundary     # a half-done step is redone from its start on resume
             path = self.save()
@@ -215,6 +243,83 @@ class Loop:
             if self.logger is not None:
                 self.logger.close()
         return "done"
+
+    def train_step(self, micro_batches: list[Batch]) -> StepResult:
+        """One optimizer update over this rank's micro-batches."""
+        lr = self.plan.lr_at(self.state.step)
+        set_lr(self.optimizer, lr)
+        denominators = all_reduce_sum(self.objective.denominators(micro_batches))
+        stats, tokens = None, torch.zeros((), device=self.info.device)
+        for i, batch in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            sync = contextlib.nullcontext() if last or not self.info.enabled else self.model.no_sync()
+            with sync:
+                with autocast(self.train.precision, self.info.device):
+                    loss, micro_stats = self.objective.forward(self.model, batch, denominators)
+                loss = loss * self.info.world_size   # DDP averages gradients over ranks; we want the sum
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            stats = micro_stats if stats is None else stats + micro_stats
+            tokens = tokens + count_tokens(batch)
+        summed = all_reduce_sum(torch.cat([stats, tokens.to(stats)[None]]))   # one all-reduce for both
+        stats, tokens = summed[:-1], float(summed[-1])
+        loss = self._check_finite(stats)
+        grad_norm = self._clip_and_update()
+        return StepResult(stats, tokens, loss, lr, grad_norm)
+
+    def _check_finite(self, stats: torch.Tensor) -> float:
+        loss = self.objective.summarize(stats)["loss"]
+        if math.isfinite(loss):
+            return loss
+        last = ckpt.latest_checkpoint(self.run_dir)
+        where = f"the last good checkpoint is {last}" if last else "no checkpoint was saved yet"
+        self.optimizer.zero_grad(set_to_none=True)
+        raise TrainingDiverged(f"loss is {loss} at step {self.state.step + 1} (lr {self.plan.lr_at(self.state.step):g});"
+                               f" stopped without applying that update ({where}); a lower --lr may help")
+
+    def _clip_and_update(self) -> float | None:
+        grad_norm = None
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if self.clip_norm > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm, foreach=True))
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    def after_step(self, window: "Window") -> None:
+        step, final = self.state.step, self.state.step == self.plan.total_steps
+        if self.train.log_every and (step % self.train.log_every == 0 or final):
+            self.log_train(window)
+        if self.evaluate_fn is not None and (step % self.plan.eval_every == 0 or final):
+            metrics = self.evaluate_fn()
+            if self.logger is not None:
+                self.logger.log(step, "eval", metrics)
+        if (self.train.save_every and step % self.train.save_every == 0) or final:
+            self.state.rng = ckpt.capture_rng()
+            self.save()
+
+    def log_train(self, window: "Window") -> None:
+        metrics = {**self.objective.summarize(window.stats), **window.read(),
+                   "tokens": self.state.extra.get("tokens", 0.0)}
+        if self.logger is not None:
+            self.logger.log(self.state.step, "train", metrics)
+
+    def _report_compile(self, first_steps: list[float], seconds: float) -> None:
+        """With train.compile, the first step holds the compilation: log it against the second step."""
+        if self.train.compile == "none" or len(first_steps) >= 2:
+            return
+        first_steps.append(seconds)
+        if len(first_steps) == 2 or self.state.step == self.plan.total_steps:
+            first, then = first_steps[0], first_steps[-1] if len(first_steps) == 2 else 0.0
+            self._print(f"torch.compile (mode {self.train.compile}): the first step took {first:.1f} s, "
+                        f"the next {then:.2f} s, so about {first - then:.1f} s went to compiling")
+            if self.logger is not None:
+                self.logger.log(self.state.step, "compile", {"first_step_s": first, "next_step_s": then,
+                                                            "compile_s": first - then})
 
     def _budget_spent(self, deadline: float) -> bool:
         """Every rank asks every step, so all of them stop at the same step."""
@@ -228,79 +333,7 @@ class Loop:
                 self.logger.log(self.state.step, "eval", metrics)
         self.state.rng = ckpt.capture_rng()
         path = self.save()
-        self._print(f"time budget of {self.run_config.train.max_minutes} min used up at step "
-                    f"{self.state.step}: saved {path}")
-
-    def train_step(self, micro_batches: list[Batch]) -> tuple[torch.Tensor, float]:
-        """One optimizer update over this rank's micro-batches. Returns (global stats + [tokens], loss)."""
-        optim, train = self.run_config.optim, self.run_config.train
-        lr = lr_at(self.state.step, optim.lr, optim.warmup_steps, train.max_steps, optim.decay_power)
-        set_lr(self.optimizer, lr)
-        denominators = all_reduce_sum(self.objective.denominators(micro_batches))
-        total = None
-        for i, batch in enumerate(micro_batches):
-            last = i == len(micro_batches) - 1
-            sync = contextlib.nullcontext() if last or not self.info.enabled else self.model.no_sync()
-            with sync:
-                with autocast(train.precision, self.info.device):
-                    loss, stats = self.objective.forward(self.model, batch, denominators)
-                loss = loss * self.info.world_size   # DDP averages gradients over ranks; we want the sum
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-            tokens = _count_tokens(batch).to(stats)
-            stats = torch.cat([stats.detach(), tokens[None]])
-            total = stats if total is None else total + stats
-        total = all_reduce_sum(total)
-        loss = self._check_finite(total)
-        self._clip_and_update()
-        self._last_lr = lr
-        return total, loss
-
-    def _check_finite(self, stats: torch.Tensor) -> float:
-        loss = self.objective.summarize(stats[:-1])["loss"]
-        if math.isfinite(loss):
-            return loss
-        last = ckpt.latest_checkpoint(self.run_dir)
-        where = f"the last good checkpoint is {last}" if last else "no checkpoint was saved yet"
-        self.optimizer.zero_grad(set_to_none=True)
-        raise TrainingDiverged(f"loss is {loss} at step {self.state.step + 1}; stopped without applying "
-                               f"that update ({where})")
-
-    def _clip_and_update(self) -> None:
-        clip = self.run_config.optim.clip_norm
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
-        if clip > 0:
-            self._grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def after_step(self, window: torch.Tensor, timer: "_Timer") -> torch.Tensor | None:
-        train, step = self.run_config.train, self.state.step
-        final = step == train.max_steps
-        if train.log_every and (step % train.log_every == 0 or final):
-            self.log_train(window, timer)
-            window = None
-        if self.evaluate_fn is not None and ((train.eval_every and step % train.eval_every == 0) or final):
-            metrics = self.evaluate_fn()
-            if self.logger is not None:
-                self.logger.log(step, "eval", metrics)
-        if (train.save_every and step % train.save_every == 0) or final:
-            self.state.rng = ckpt.capture_rng()
-            self.save()
-        return window
-
-    def log_train(self, window: torch.Tensor, timer: "_Timer") -> None:
-        metrics = self.objective.summarize(window[:-1])
-        metrics.update(lr=self._last_lr, **timer.read())
-        if hasattr(self, "_grad_norm"):
-            metrics["grad_norm"] = float(self._grad_norm)
-        metrics["tokens"] = self.state.extra.get("tokens", 0.0)
-        if self.logger is not None:
-            self.logger.log(self.state.step, "train", metrics)
+        self._print(f"time budget of {self.train.max_minutes} min used up at step {self.state.step}: saved {path}")
 
     def save(self) -> Path | None:
         """Rank 0 writes; the others wait so no rank races ahead of a checkpoint."""
@@ -309,13 +342,10 @@ class Loop:
         self.state.scaler = self.scaler.state_dict() if self.scaler is not None else {}
         self.state.data = self.data.state_dict(self.state.step)
         if self.info.is_main:
-            raw = unwrap(self.model)
-            path = ckpt.save_checkpoint(self.run_dir, raw, self.state, raw.config,
-                                        self.run_config.to_dict(), self.run_config.train.keep_last)
+            path = ckpt.save_checkpoint(self.run_dir, self.raw_model, self.state, self.raw_model.config,
+                                        self.saved_config, self.train.keep_last)
             if self.logger is not None:
                 self.logger.note(f"saved {path}")
-        from albertlm.training.distributed import barrier
-
         barrier()
         return path
 
@@ -326,18 +356,40 @@ class Loop:
             print(message, flush=True)
 
 
-def _count_tokens(batch: Batch) -> torch.Tensor:
+def count_tokens(batch: Batch) -> torch.Tensor:
     mask = batch.get("attention_mask")
     if mask is not None:
         return mask.sum().float()
-    return torch.tensor(float(batch["input_ids"].numel()))
+    return torch.tensor(float(batch["input_ids"].numel()), device=batch["input_ids"].device)
 
 
-class _Timer:
-    """Wall time per logging window, split into waiting for data and the rest."""
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (a scheduler, `kill`, torchrun's shutdown) stops the run like Ctrl-C: save, then exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Window:
+    """Stats, tokens and wall time of one logging window; the time is split into waiting for data and the rest."""
 
     def __init__(self) -> None:
-        self.start, self.wait, self.tokens = time.perf_counter(), 0.0, 0.0
+        self._reset(time.perf_counter())
+
+    def _reset(self, now: float) -> None:
+        self.start, self.wait, self.tokens, self.stats = now, 0.0, 0.0, None
+        self.lr: float = 0.0
+        self.grad_norm: float | None = None
 
     @contextlib.contextmanager
     def waiting(self):
@@ -345,13 +397,22 @@ class _Timer:
         yield
         self.wait += time.perf_counter() - t
 
+    def add(self, result: StepResult) -> None:
+        self.stats = result.stats if self.stats is None else self.stats + result.stats
+        self.tokens += result.tokens
+        self.lr, self.grad_norm = result.lr, result.grad_norm
+
     def rate(self) -> float:
         return self.tokens / max(time.perf_counter() - self.start, 1e-9)
 
     def read(self) -> dict[str, float]:
+        """The window's timing, lr and gradient norm; starts the next window."""
         now = time.perf_counter()
         elapsed = max(now - self.start, 1e-9)
-        out = {"tokens_per_s": self.tokens / elapsed, "data_wait_frac": self.wait / elapsed,
+        out = {"lr": self.lr, "tokens_per_s": self.tokens / elapsed, "data_wait_frac": self.wait / elapsed,
                "window_s": elapsed}
-        self.start, self.wait, self.tokens = now, 0.0, 0.0
+        if self.grad_norm is not None:
+            out["grad_norm"] = self.grad_norm
+        self._reset(now)
         return out
+

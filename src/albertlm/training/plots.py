@@ -1,4 +1,5 @@
-"""`albertlm plot RUN_DIR`: PNG curves of losses, accuracies, learning rate and throughput (matplotlib Agg)."""
+"""`albertlm plot RUN_DIR`: PNG curves of losses, accuracies, learning rate and throughput (matplotlib Agg),
+for pretraining and fine-tuning runs alike (both write metrics.jsonl through `metrics.MetricsLogger`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,7 +29,11 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         raise UserError(f"no metrics in {run_dir} (expected {Path(run_dir) / 'metrics.jsonl'})")
     out = Path(out) if out else Path(run_dir) / "curves.png"
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    for ax, (title, series) in zip(axes.flat, PANELS):
+    named = {key for _, series in PANELS for split, key, _ in series if split == "eval"}
+    task_metrics = sorted({k for r in records if r["split"] == "eval" for k in r if "/" in k and k not in named})
+    panels = [(title, series + [("eval", k, f"eval {k}") for k in task_metrics] if title == "accuracy" else series)
+              for title, series in PANELS]   # fine-tuning's dev metrics ("dev/accuracy") join the accuracy panel
+    for ax, (title, series) in zip(axes.flat, panels):
         for split, key, label in series:
             points = [(r["step"], r[key]) for r in records if r["split"] == split and key in r]
             if points:

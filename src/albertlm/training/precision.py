@@ -41,3 +41,19 @@ def enable_activation_checkpointing(model: nn.Module) -> nn.Module:
     from albertlm.model.albert import enable_activation_checkpointing as hook
 
     return hook(model)
+
+
+# ---- STUBS until speed's precision.py lands (TEAM.md "Interfaces" 1); the lead replaces them at merge ----
+def prepare_model(model: nn.Module, *, precision: str, device: torch.device, activation_checkpointing: bool = False,
+                  fast_paths: str = "auto") -> nn.Module:
+    """In place: activation checkpointing (and, in speed's version, the probed CPU fast paths)."""
+    if activation_checkpointing:
+        enable_activation_checkpointing(model)
+    return model
+
+
+def compile_model(model: nn.Module, mode: str) -> nn.Module:
+    """torch.compile with a mode ("default", "reduce-overhead", "max-autotune"); "none" returns the model."""
+    if mode == "none":
+        return model
+    return torch.compile(model, mode=None if mode == "default" else mode)

@@ -1,7 +1,8 @@
-"""Pretraining wiring: MLM + SOP/NSP losses, model and data set-up, resume, and `pretrain()` itself.
+"""Pretraining: MLM + SOP/NSP losses, the run's resolution, model and data, and `pretrain()` itself.
 
-    run config -> process group -> model (scratch or --init-from) -> optimizer -> resume? -> DDP
-               -> data (this rank's share) -> Loop.run()
+    run config -> resolve_run (the model follows the data / the starting checkpoint / a resumed run)
+               -> process group -> model (scratch or --init-from) -> data (this rank's share)
+               -> trainer.build_loop (prepare, device, optimizer, resume, DDP, compile) -> Loop.run()
 """
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ from torch import nn
 from albertlm.config.run import RunConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo, init_distributed, wrap_model
-from albertlm.training.lamb import build_optimizer
-from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate
-from albertlm.training.precision import check_precision, enable_activation_checkpointing, grad_scaler
+from albertlm.training.distributed import DistInfo, init_distributed, world_size_from_env
+from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate, shuffled_batches
+from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "masked_lm_positions", "masked_lm_weights")
 STAT_NAMES = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sop_loss_sum", "sop_correct", "sop_count")
@@ -78,20 +78,38 @@ def _sentence_sums(logits: torch.Tensor, labels: torch.Tensor):
 
 
 # ----------------------------------------------------------------------------------------------- set-up
+def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
+                follow_data_vocab: bool = False) -> RunConfig:
+    """The run as it will train, as a new config (the given one is not changed): a resumed run keeps its
+    own checkpoint over `init_from`; `init_from`'s architecture replaces `run.model` (its dropout settings
+    are kept); with `follow_data_vocab` the vocabulary follows the data's tokenizer. Checks that the
+    global batch splits over this launch's processes."""
+    from albertlm.model.io import read_config
+
+    if run.init_from and resume and ckpt.latest_checkpoint(run_dir):
+        run = run.replace(init_from="")          # the run's own checkpoint wins over the starting point
+    if run.init_from:
+        if not Path(run.init_from).is_dir():
+            raise UserError(f"--init-from {run.init_from}: not a directory")
+        dropout = {k: getattr(run.model, k) for k in ("hidden_dropout", "attention_dropout", "classifier_dropout")}
+        run = run.replace(model=read_config(run.init_from)[0].replace(**dropout))
+    elif follow_data_vocab and run.data.path:
+        vocab = open_dataset(run.data.path).meta["tokenizer"]["vocab_size"]
+        if vocab != run.model.vocab_size:
+            run = run.replace(model=run.model.replace(vocab_size=vocab))
+    run.train.check_equal_micro_batches(world_size_from_env())
+    return run
+
+
 def build_model(run: RunConfig) -> nn.Module:
-    """From scratch with `run.model`, or from `run.init_from` (ours or a transformers directory), whose
-    config then replaces `run.model` (dropout settings of `run.model` are kept)."""
+    """From scratch with `run.model`, or the weights of `run.init_from` (ours or a transformers directory);
+    `resolve_run` has given `run.model` that checkpoint's architecture."""
     from albertlm.model.albert import AlbertForPreTraining
 
     if not run.init_from:
         return AlbertForPreTraining(run.model)
-    source = Path(run.init_from)
-    if not source.is_dir():
-        raise UserError(f"--init-from {source}: not a directory")
     dropout = {k: getattr(run.model, k) for k in ("hidden_dropout", "attention_dropout", "classifier_dropout")}
-    model = AlbertForPreTraining.from_pretrained(source, **dropout)
-    run.model = model.config
-    return model
+    return AlbertForPreTraining.from_pretrained(run.init_from, **dropout)
 
 
 @dataclass
@@ -132,66 +150,44 @@ def check_data_fits(run: RunConfig, meta: dict) -> None:
                         f"max_position_embeddings={run.model.max_position_embeddings}")
 
 
-def resume_state(run_dir: Path, model: nn.Module, optimizer, scaler) -> ckpt.TrainState:
-    """Load the newest complete checkpoint of the run into model/optimizer/scaler; returns its state."""
-    ckpt.remove_stale_tmp(run_dir)
-    last = ckpt.latest_checkpoint(run_dir)
-    if last is None:
-        return ckpt.TrainState()
-    ckpt.load_model_weights(model, last)
-    state = ckpt.load_train_state(last)
-    optimizer.load_state_dict(state.optimizer)
-    if scaler is not None and state.scaler:
-        scaler.load_state_dict(state.scaler)
-    return state
-
-
 def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo, resume: bool,
               model: nn.Module | None = None, objective=None, logger=None) -> Loop:
-    """Everything `Loop.run()` needs; `model`/`objective` default to ALBERT pretraining (tests pass stand-ins)."""
-    check_precision(run.train.precision, info.device)
-    torch.manual_seed(run.train.seed)              # the same initial weights on every rank
-    model = model if model is not None else build_model(run)
+    """Everything `Loop.run()` needs; `model`/`objective` default to ALBERT pretraining (tests pass stand-ins).
+    `run` must be resolved (`resolve_run`)."""
     check_data_fits(run, datasets.meta)
-    if run.train.activation_checkpointing:
-        enable_activation_checkpointing(model)
-    model.to(info.device)
-    optimizer = build_optimizer(model, run.optim)
-    scaler = grad_scaler(run.train.precision, info.device)
-    state = resume_state(run_dir, model, optimizer, scaler) if resume else ckpt.TrainState()
-    if state.rng:
-        ckpt.restore_rng(state.rng)
-    micro = run.train.local_micro_batch(info.world_size)
-    run.train.accumulation_steps(info.world_size)  # raises if the batch does not divide
-    data = StepData(datasets.train, datasets.collate, run.train.batch_size, micro, info.rank, info.world_size,
-                    run.train.seed, run.data.num_workers, run.data.dynamic_masking)
-    data.check_resume(state.data)
+    run.train.check_equal_micro_batches(info.world_size)   # fixed-length data: every forward pass alike
+    seed_everything(run.train.seed)                         # the same initial weights on every rank
+    model = model if model is not None else build_model(run)
     objective = objective or PretrainingObjective()
+    train = datasets.train
+    data = StepData(train, datasets.collate, shuffled_batches(len(train), run.train.batch_size, run.train.seed),
+                    run.train.micro_batches(info.world_size), info.rank, info.world_size, run.data.num_workers,
+                    epoch_keys=run.data.dynamic_masking,
+                    identity={"batch_size": run.train.batch_size, "seed": run.train.seed})
+    micro = run.train.forward_batch(info.world_size)
+
+    def evaluator(trained, raw, state):
+        if datasets.eval is None:
+            return None
+        return lambda: evaluate(trained, eval_micro_batches(datasets.eval, datasets.collate, micro, info,
+                                                            run.train.eval_batches),
+                                objective, run.train.precision, info)
+
     # without a sentence task the pooler and SOP head get no gradient, which DDP must be told
-    wrapped = wrap_model(model, info, find_unused_parameters=datasets.meta.get("sentence_task") == "none")
-    evaluate_fn = None
-    if datasets.eval is not None:
-        def evaluate_fn():
-            batches = eval_micro_batches(datasets.eval, datasets.collate, micro, info, run.train.eval_batches)
-            return evaluate(wrapped, batches, objective, run.train.precision, info)
-    return Loop(model=wrapped, optimizer=optimizer, objective=objective, data=data, run_config=run, info=info,
-                run_dir=run_dir, state=state, scaler=scaler, evaluate_fn=evaluate_fn, logger=logger)
+    loop = build_loop(model, objective, data, run.train, run.optim, info, run_dir, run.to_dict(), resume=resume,
+                      evaluator=evaluator, find_unused_parameters=datasets.meta.get("sentence_task") == "none",
+                      logger=logger)
+    return loop
 
 
 def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False) -> str:
     """Train as configured; returns "done", "interrupted" or "budget". Rank 0 writes the run directory."""
-    from albertlm.training.metrics import MetricsLogger
-
     run_dir = Path(run_dir)
+    run = resolve_run(run, run_dir, resume)
     info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
-    if run.init_from and resume and ckpt.latest_checkpoint(run_dir):
-        run.init_from = ""                          # the run's own checkpoint wins over the starting point
     loop = make_loop(run, run_dir, open_datasets(run), info, resume)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "run_config.json").write_text(json.dumps(run.to_dict(), indent=2) + "\n")
-        loop.logger = MetricsLogger(run_dir, run.train.max_steps, loop.state.step, run.train.tensorboard,
-                                    run.train.progress)
-        if loop.state.step:
-            loop.logger.note(f"resuming from {ckpt.latest_checkpoint(run_dir)} (step {loop.state.step})")
+    open_logger(loop)
     return loop.run()

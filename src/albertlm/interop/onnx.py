@@ -1,0 +1,325 @@
+"""ONNX export of the encoder and of every task head, for ONNX Runtime; optional int8 dynamic quantisation.
+
+    export_onnx(model, "model.onnx")            # any albertlm Albert* model; see OUTPUTS for what comes out
+    compare_with_onnxruntime(model, "model.onnx")  # max |torch - onnxruntime| per output, on fresh inputs
+    quantize_int8("model.onnx", "model.int8.onnx")
+
+- Inputs `input_ids`, `attention_mask`, `token_type_ids` (int64), (batch, sequence) or, for multiple
+  choice, (batch, choices, sequence): every axis is dynamic (sequence up to the model's positions).
+- Each shared weight is stored once: the encoder holds only the unique modules and the exported graph reuses
+  their initializers in every layer; identical initializers the exporter may still produce (a transposed
+  copy per use) are merged after export (`merge_duplicate_initializers`), so an all-shared 12-layer model
+  is about as large as its safetensors file, not 12 times its layer.
+- The export traces the plain PyTorch ops: `plain_model_ops()` turns off the CPU fast paths of
+  `albertlm.model.fused` (oneDNN ops ONNX has no form for) and makes the attention mask unconditional
+  (the model skips it when nothing is padded, a data-dependent branch a traced graph must not bake in).
+- Exporters: "torchscript" (torch.onnx's TorchScript exporter, the default while torch ships it: about 1 s
+  for a small model) or "dynamo" (torch.export-based, torch's default since 2.9; about 20x slower to run
+  here, needs onnxscript). Both are tested against onnxruntime.
+
+Needs the `onnx` extra: `pip install 'albertlm[onnx]'` (onnx, onnxruntime, onnxscript).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from albertlm.errors import UserError
+
+# class -> the outputs the exported graph returns, in order (transformers' names)
+OUTPUTS = {
+    "AlbertModel": ("last_hidden_state", "pooler_output"),
+    "AlbertForPreTraining": ("prediction_logits", "sop_logits"),
+    "AlbertForMaskedLM": ("logits",),
+    "AlbertForSequenceClassification": ("logits",),
+    "AlbertForTokenClassification": ("logits",),
+    "AlbertForQuestionAnswering": ("start_logits", "end_logits"),
+    "AlbertForMultipleChoice": ("logits",),
+}
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+EXPORTERS = ("torchscript", "dynamo")
+OPSET = 18
+EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's 2 GB limit: bigger models keep their weights in a .data file
+
+
+def require_onnx():
+    try:
+        import onnx
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise UserError("ONNX export needs the onnx extra: pip install 'albertlm[onnx]'") from None
+    return onnx
+
+
+class _Outputs(nn.Module):
+    """The model with a fixed signature (input_ids, attention_mask, token_type_ids) -> tuple of tensors."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...]):
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
+        out = self.model(input_ids, attention_mask, token_type_ids)
+        return tuple(out[name] for name in self.names)
+
+
+def output_names(model: nn.Module) -> tuple[str, ...]:
+    name = type(model).__name__
+    if name not in OUTPUTS:
+        raise UserError(f"cannot export {name} to ONNX (one of {', '.join(OUTPUTS)})")
+    if name == "AlbertModel" and model.pooler is None:
+        return ("last_hidden_state",)
+    return OUTPUTS[name]
+
+
+@contextlib.contextmanager
+def plain_model_ops() -> Iterator[None]:
+    """Inside, the model runs plain PyTorch ops with an unconditional attention mask (see the module doc).
+
+    Relies on two names in the model package (checked by the tests): `albertlm.model.fused.AVAILABLE`
+    (the oneDNN fast paths; once they are applied from outside the model, this is a no-op) and
+    `albertlm.model.albert.attention_bias`."""
+    from albertlm.model import albert, fused
+
+    saved = {}
+    if hasattr(fused, "AVAILABLE"):
+        saved[(fused, "AVAILABLE")] = fused.AVAILABLE
+        fused.AVAILABLE = False
+    if hasattr(albert, "attention_bias"):
+        saved[(albert, "attention_bias")] = albert.attention_bias
+        albert.attention_bias = _always_mask
+    try:
+        yield
+    finally:
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
+
+
+def _always_mask(attention_mask: Tensor | None) -> Tensor | None:
+    return None if attention_mask is None else attention_mask[:, None, None, :].bool()
+
+
+def example_inputs(model: nn.Module, batch: int = 2, length: int = 16, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """Random ids with the last row padded and a second segment: every branch the graph needs."""
+    cfg = model.config
+    length = min(length, cfg.max_position_embeddings)
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch, 3, length) if type(model).__name__ == "AlbertForMultipleChoice" else (batch, length)
+    ids = torch.randint(min(5, cfg.vocab_size - 1), cfg.vocab_size, shape, generator=g)
+    mask = torch.ones(shape, dtype=torch.long)
+    mask[-1, ..., length * 2 // 3:] = 0
+    types = torch.zeros(shape, dtype=torch.long)
+    types[..., length // 2:] = 1
+    return ids, mask * 1, types * mask
+
+
+def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscript", opset: int = OPSET) -> dict:
+    """Write `model` (traced in eval mode, on CPU, fp32; its own mode is left as it was) to `path`;
+    returns {"outputs", "initializers", "merged_initializers", "bytes"}."""
+    onnx = require_onnx()
+    if exporter not in EXPORTERS:
+        raise UserError(f"exporter must be one of {', '.join(EXPORTERS)}, got {exporter!r}")
+    names = output_names(model)
+    was_training = model.training
+    model = model.eval().float().cpu()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    args = example_inputs(model)
+    axes = ({0: "batch", 1: "choices", 2: "sequence"} if args[0].dim() == 3 else {0: "batch", 1: "sequence"})
+    wrapper = _Outputs(model, names).eval()  # the exporter restores the wrapper's mode, and so the model's, after
+    with plain_model_ops(), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
+        if exporter == "torchscript":
+            dynamic = {**{n: axes for n in INPUTS}, **{n: output_axes(model, n) for n in names}}
+            torch.onnx.export(wrapper, args, str(path), input_names=list(INPUTS), output_names=list(names),
+                              dynamic_axes=dynamic, opset_version=opset, do_constant_folding=True, dynamo=False)
+        else:
+            _export_dynamo(wrapper, args, path, names, axes, opset)
+    model.train(was_training)
+    proto = onnx.load(str(path))
+    merged = finish_graph(proto)
+    _save(proto, path)
+    return {"outputs": names, "initializers": len(proto.graph.initializer), "merged_initializers": merged,
+            "bytes": _size(path)}
+
+
+def output_axes(model: nn.Module, output: str) -> dict[int, str]:
+    """The dynamic axes of an output: batch, plus sequence (per-token outputs) or choices."""
+    kind = type(model).__name__
+    if output in ("pooler_output", "sop_logits") or (output == "logits" and kind == "AlbertForSequenceClassification"):
+        return {0: "batch"}
+    if kind == "AlbertForMultipleChoice":
+        return {0: "batch", 1: "choices"}
+    return {0: "batch", 1: "sequence"}
+
+
+def _export_dynamo(wrapper: nn.Module, args, path: Path, names, axes: dict, opset: int) -> None:
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise UserError("--exporter dynamo needs onnxscript: pip install 'albertlm[onnx]'") from None
+    dims = {k: torch.export.Dim(v, max=wrapper.model.config.max_position_embeddings) if v == "sequence"
+            else torch.export.Dim(v) for k, v in axes.items()}
+    shapes = {name: dims for name in INPUTS}
+    program = torch.onnx.export(wrapper, args, input_names=list(INPUTS), output_names=list(names),
+                                dynamic_shapes=shapes, opset_version=max(opset, 18), dynamo=True, verbose=False,
+                                optimize=True)
+    program.save(str(path), external_data=False)
+
+
+def finish_graph(proto) -> int:
+    """Drop the exporter's per-node metadata (stack traces: more bytes than a small model's weights) and
+    merge identical initializers; returns how many were merged away."""
+    for node in proto.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    bypass_initializer_identities(proto)
+    return merge_duplicate_initializers(proto)
+
+
+def bypass_initializer_identities(proto) -> int:
+    """Nodes read a shared weight directly instead of through `Identity(weight)`, which the TorchScript
+    exporter puts in front of every reuse of an initializer (and which hides the weight from
+    onnxruntime's quantizer). Returns the Identity nodes removed."""
+    initializers = {init.name for init in proto.graph.initializer}
+    outputs = {o.name for o in proto.graph.output}
+    alias = {n.output[0]: n.input[0] for n in proto.graph.node
+             if n.op_type == "Identity" and n.input[0] in initializers and n.output[0] not in outputs}
+    if not alias:
+        return 0
+    keep = [n for n in proto.graph.node if not (n.op_type == "Identity" and n.output[0] in alias)]
+    for node in keep:
+        for k, name in enumerate(node.input):
+            if name in alias:
+                node.input[k] = alias[name]
+    del proto.graph.node[:]
+    proto.graph.node.extend(keep)
+    return len(alias)
+
+
+def merge_duplicate_initializers(proto) -> int:
+    """Initializers with the same dtype, shape and bytes become one (inputs re-pointed): a shared layer's
+    weight, or a transposed copy of it made per use, is stored once."""
+    from onnx import numpy_helper
+
+    first: dict[tuple, str] = {}
+    rename: dict[str, str] = {}
+    keep = []
+    for init in proto.graph.initializer:
+        data = numpy_helper.to_array(init)
+        key = (init.data_type, tuple(init.dims), hashlib.sha256(data.tobytes()).hexdigest())
+        if key in first:
+            rename[init.name] = first[key]
+        else:
+            first[key] = init.name
+            keep.append(init)
+    if rename:
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+        for node in proto.graph.node:
+            for k, name in enumerate(node.input):
+                if name in rename:
+                    node.input[k] = rename[name]
+    return len(rename)
+
+
+def _save(proto, path: Path) -> None:
+    import onnx
+
+    big = sum(len(i.raw_data) for i in proto.graph.initializer) > EXTERNAL_DATA_BYTES
+    onnx.save_model(proto, str(path), save_as_external_data=big, all_tensors_to_one_file=True,
+                    location=path.name + ".data" if big else None)
+
+
+def _size(path: Path) -> int:
+    data = path.with_name(path.name + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
+
+
+def onnx_session(path: str | Path, threads: int = 0):
+    require_onnx()
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def compare_with_onnxruntime(model: nn.Module, path: str | Path, batch: int = 3, length: int = 37,
+                             seed: int = 1) -> dict[str, float]:
+    """max |PyTorch - onnxruntime| per output on fresh inputs of another batch size and length than the
+    export's example (so the dynamic axes are exercised), with padding and two segments."""
+    names = output_names(model)
+    args = example_inputs(model, batch, length, seed)
+    session = onnx_session(path)
+    got = session.run(list(names), {k: v.numpy() for k, v in zip(INPUTS, args)})
+    was_training = model.training
+    with torch.no_grad():
+        expected = _Outputs(model.eval(), names)(*args)
+    model.train(was_training)
+    return {n: float((torch.from_numpy(g) - e).abs().max()) for n, g, e in zip(names, got, expected)}
+
+
+def quantize_int8(path: str | Path, out: str | Path) -> dict:
+    """Dynamic int8 quantisation (onnxruntime.quantization.quantize_dynamic): int8 weights for MatMul/Gemm
+    (and the embedding Gathers), activations quantised at run time.
+
+    onnxruntime's quantizer converts only the first node that uses a shared weight and leaves the other
+    layers' MatMuls in fp32 (keeping both copies), so each use first gets its own copy of the weight; the
+    identical int8 copies that come out are then merged back into one (`merge_duplicate_initializers`):
+    every layer runs in int8 and each shared weight is still stored once."""
+    onnx = require_onnx()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out = Path(out)
+    untied = out.with_name(out.name + ".untied.tmp")
+    proto = onnx.load(str(path))
+    untie_shared_initializers(proto)
+    onnx.save_model(proto, str(untied))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_dynamic(str(untied), str(out), weight_type=QuantType.QInt8)
+    finally:
+        untied.unlink(missing_ok=True)
+    proto = onnx.load(str(out))
+    merged = merge_duplicate_initializers(proto)
+    _drop_unused_initializers(proto)
+    _save(proto, out)
+    return {"bytes": _size(out), "merged_initializers": merged,
+            "int8_matmuls": sum(n.op_type in ("MatMulInteger", "QGemm") for n in proto.graph.node),
+            "fp32_matmuls": sum(n.op_type in ("MatMul", "Gemm") for n in proto.graph.node)}
+
+
+def untie_shared_initializers(proto) -> int:
+    """Give every node its own copy of an initializer that several nodes read; returns the copies made."""
+    by_name = {init.name: init for init in proto.graph.initializer}
+    seen: dict[str, int] = {}
+    copies = 0
+    for node in proto.graph.node:
+        for k, name in enumerate(node.input):
+            if name not in by_name:
+                continue
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > 1:
+                copy = proto.graph.initializer.add()
+                copy.CopyFrom(by_name[name])
+                copy.name = f"{name}__use{seen[name]}"
+                node.input[k] = copy.name
+                copies += 1
+    return copies
+
+
+def _drop_unused_initializers(proto) -> None:
+    used = {name for node in proto.graph.node for name in node.input} | {o.name for o in proto.graph.output}
+    keep = [init for init in proto.graph.initializer if init.name in used]
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(keep)

@@ -1,0 +1,267 @@
+"""Poke a model: fill-mask (top-k tokens with probabilities) and sentence embeddings (mean-pooled or [CLS]).
+
+Both take any checkpoint `albertlm` reads: our model directories, transformers ALBERT directories, and
+pretraining run directories (their newest checkpoint). The tokenizer is the one beside the model, else the
+one its pretraining data was built with (run_config.json -> data meta.json), unless one is given.
+
+    fill = FillMask.load("runs/base")                   # or FillMask(model, tokenizer)
+    fill(["The capital of France is [MASK]."], top_k=5)  # [[[{"token": "▁paris", "score": 0.41, ...}, ...]]]
+    embed_texts(AlbertModel.from_pretrained(d), tok, texts, pooling="mean")  # (N, H) float32, input order
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from albertlm.errors import UserError
+
+MASK_TEXT = "[MASK]"  # what users type; every ALBERT/BERT vocabulary has this mask token
+TOKENIZER_FILES = ("spiece.model", "vocab.txt", "tokenizer.json")
+
+
+# -- finding the model and its tokenizer -------------------------------------------------------------------
+# Private stand-ins for arch's `albertlm.model.io.resolve_checkpoint` and
+# `albertlm.tokenization.load.find_tokenizer` (another branch): one function each, swapped at merge.
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A model directory -> itself; a pretraining run -> its newest checkpoint; a fine-tuning output
+    directory -> its best checkpoint (`best/`)."""
+    from albertlm.training.checkpoint import latest_checkpoint
+
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    if not path.is_dir():
+        raise UserError(f"{path}: no such model directory")
+    latest = latest_checkpoint(path)
+    if latest is None and (path / "best" / "config.json").is_file():
+        latest = path / "best"
+    if latest is None:
+        raise UserError(f"{path}: not a model directory (no config.json) nor a run with checkpoints")
+    return latest
+
+
+def find_tokenizer(model_dir: str | Path) -> Path | None:
+    """The tokenizer of a checkpoint: files in its directory, else in its run directory, else the one its
+    pretraining data was built with (run_config.json -> data.path -> meta.json)."""
+    model_dir = Path(model_dir)
+    run_dir = model_dir.parent.parent if model_dir.parent.name == "checkpoints" else model_dir.parent
+    for directory in (model_dir, run_dir):
+        if any((directory / name).is_file() for name in TOKENIZER_FILES) or list(directory.glob("*.model")):
+            return directory
+    for config in (model_dir / "run_config.json", run_dir / "run_config.json"):
+        recorded = _recorded_tokenizer(config)
+        if recorded is not None:
+            return recorded
+    return None
+
+
+def _recorded_tokenizer(run_config: Path) -> Path | None:
+    try:
+        data_dir = json.loads(run_config.read_text()).get("data", {}).get("path", "")
+        meta = json.loads((Path(data_dir) / "meta.json").read_text()) if data_dir else {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    path = meta.get("tokenizer", {}).get("path")
+    return Path(path) if path and Path(path).exists() else None
+
+
+def load_tokenizer_for(model_dir: Path, explicit: str | Path | None = None):
+    from albertlm.tokenization import load_tokenizer
+
+    found = Path(explicit) if explicit else find_tokenizer(model_dir)
+    if found is None:
+        raise UserError(f"no tokenizer beside {model_dir} nor recorded by its run; pass --tokenizer PATH")
+    return load_tokenizer(found)
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available here (use --device cpu or auto)")
+    if name not in ("cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def has_mlm_head(model_dir: Path) -> bool:
+    """Whether the checkpoint holds masked-LM head weights (ours: mlm_head.*, transformers: predictions.*)."""
+    weights = model_dir / "model.safetensors"
+    if not weights.is_file():
+        return True  # pytorch_model.bin: the loader reports a missing head
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as f:
+        return any(k.startswith(("mlm_head.", "predictions.")) for k in f.keys())
+
+
+# -- fill-mask ---------------------------------------------------------------------------------------------
+def encode_masked(tokenizer, text: str, mask_text: str = MASK_TEXT) -> list[int]:
+    """`[CLS] text [SEP]` with every `mask_text` as the mask id. The spans between masks are encoded on
+    their own, as transformers' tokenizers do around a special token (so "[MASK]." gives "." its own
+    word-start piece, the same ids as `pipeline("fill-mask")` on the exported model)."""
+    spans = text.split(mask_text)
+    if len(spans) < 2:
+        raise UserError(f"no {mask_text} in {text!r}")
+    pieces = tokenizer.encode_batch(spans)
+    ids = [tokenizer.cls_id]
+    for k, span_ids in enumerate(pieces):
+        ids += ([tokenizer.mask_id] if k else []) + list(span_ids)
+    return ids + [tokenizer.sep_id]
+
+
+@dataclass
+class FillMask:
+    """A masked-LM model (any class with `albert` and `mlm_head`) and its tokenizer, on one device."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device = torch.device("cpu")
+
+    @classmethod
+    def load(cls, path: str | Path, tokenizer: str | Path | None = None, device: str = "auto") -> "FillMask":
+        from albertlm.model.heads import AlbertForMaskedLM
+
+        model_dir = resolve_checkpoint(path)
+        if not has_mlm_head(model_dir):
+            raise UserError(f"{model_dir} has no masked-LM head (a fine-tuned model?); fill-mask needs a "
+                            "pretrained or masked-LM checkpoint")
+        target = pick_device(device)
+        model = AlbertForMaskedLM.from_pretrained(model_dir).eval().to(target)
+        return cls(model, load_tokenizer_for(model_dir, tokenizer), target)
+
+    @torch.inference_mode()
+    def __call__(self, texts: Sequence[str], top_k: int = 5, batch_size: int = 32) -> list[list[list[dict]]]:
+        """For each text, for each [MASK] in it (left to right), the top_k predictions
+        {"token", "token_id", "token_str", "score"}, best first; scores are softmax probabilities."""
+        if top_k < 1:
+            raise UserError(f"--top-k must be >= 1, got {top_k}")
+        limit = self.model.config.max_position_embeddings
+        encoded = [encode_masked(self.tokenizer, t) for t in texts]
+        for k, ids in enumerate(encoded):
+            if len(ids) > limit:
+                raise UserError(f"text {k + 1} has {len(ids)} tokens; the model reads at most {limit}")
+        results: list[list[list[dict]]] = []
+        for start in range(0, len(encoded), batch_size):
+            results += self._batch(encoded[start:start + batch_size], min(top_k, self.tokenizer.vocab_size))
+        return results
+
+    def _batch(self, encoded: list[list[int]], top_k: int) -> list[list[list[dict]]]:
+        input_ids, attention_mask = pad_batch(encoded, self.tokenizer.pad_id, self.device)
+        hidden = self.model.albert(input_ids, attention_mask).last_hidden_state  # (B, T, H)
+        where = input_ids == self.tokenizer.mask_id  # (B, T)
+        logits = self.model.mlm_head(hidden[where], self.model.albert.embeddings.word.weight)  # (M, V)
+        scores, ids = logits.float().softmax(-1).topk(top_k, dim=-1)  # (M, k)
+        scores, ids = scores.cpu().tolist(), ids.cpu().tolist()
+        per_text = where.sum(1).cpu().tolist()
+        out, m = [], 0
+        for count in per_text:
+            out.append([[self._prediction(i, s) for i, s in zip(ids[j], scores[j])] for j in range(m, m + count)])
+            m += count
+        return out
+
+    def _prediction(self, token_id: int, score: float) -> dict:
+        return {"token": self.tokenizer.id_to_token(token_id), "token_id": token_id,
+                "token_str": self.tokenizer.decode([token_id]), "score": score}
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), both (B, T) with T the longest row."""
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for k, row in enumerate(rows):
+        ids[k, :len(row)] = torch.as_tensor(row, dtype=torch.long)
+        mask[k, :len(row)] = 1
+    return ids.to(device), mask.to(device)
+
+
+# -- embeddings --------------------------------------------------------------------------------------------
+POOLINGS = ("mean", "cls")
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (longest first, so memory peaks at once); every
+    index appears once. Less padding than input order, and the caller scatters results back."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+
+
+@torch.inference_mode()
+def embed_batch(model, rows: Sequence[Sequence[int]], pad_id: int, pooling: str, device: torch.device) -> np.ndarray:
+    """(B, H) float32: the mean of the last hidden states over real tokens ([CLS]/[SEP] included, as
+    sentence-transformers' mean pooling), or the [CLS] hidden state."""
+    input_ids, attention_mask = pad_batch(rows, pad_id, device)
+    hidden = model(input_ids, attention_mask).last_hidden_state.float()  # (B, T, H)
+    if pooling == "cls":
+        pooled = hidden[:, 0]
+    else:
+        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+    return pooled.cpu().numpy()
+
+
+def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean", batch_size: int = 32,
+                max_length: int | None = None, device: torch.device = torch.device("cpu"), normalize: bool = False,
+                window: int = 0, out: np.ndarray | None = None, num_texts: int | None = None,
+                progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Embeddings of `texts` in input order, (N, H) float32 (written into `out` if given, e.g. a memmap).
+
+    Texts are read `window` at a time (default 64 batches), tokenized, sorted into length buckets and run
+    batch by batch, so memory is bounded whatever N. Texts longer than `max_length` (default: the model's
+    positions) are truncated, keeping the final [SEP]."""
+    if pooling not in POOLINGS:
+        raise UserError(f"--pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {batch_size}")
+    limit = min(max_length or model.config.max_position_embeddings, model.config.max_position_embeddings)
+    window = window or batch_size * 64
+    chunks: list[np.ndarray] = []
+    row = 0
+    for texts_window in _windows(texts, window):
+        rows = [_truncate([tokenizer.cls_id, *ids, tokenizer.sep_id], limit)
+                for ids in tokenizer.encode_batch(texts_window)]
+        vectors = np.zeros((len(rows), model.config.hidden_size), dtype=np.float32)
+        for batch in length_buckets([len(r) for r in rows], batch_size):
+            vectors[batch] = embed_batch(model, [rows[i] for i in batch], tokenizer.pad_id, pooling, device)
+            if progress is not None:
+                progress(len(batch))
+        if normalize:
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+        if out is not None:
+            out[row:row + len(rows)] = vectors
+        else:
+            chunks.append(vectors)
+        row += len(rows)
+    if out is not None:
+        return out
+    return np.concatenate(chunks) if chunks else np.zeros((0, model.config.hidden_size), dtype=np.float32)
+
+
+def _truncate(ids: list[int], limit: int) -> list[int]:
+    return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
+
+
+def _windows(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    window: list[str] = []
+    for text in texts:
+        window.append(text)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def load_encoder(path: str | Path, device: str = "auto"):
+    """(AlbertModel, model_dir, device) for embeddings: the backbone of any checkpoint (heads dropped)."""
+    from albertlm.model.albert import AlbertModel
+
+    model_dir = resolve_checkpoint(path)
+    target = pick_device(device)
+    return AlbertModel.from_pretrained(model_dir).eval().to(target), model_dir, target

@@ -1,0 +1,65 @@
+"""Metrics of an existing predictions file against gold data: no model, no tokenizer
+(`albertlm evaluate <family> --predictions FILE`). One function per family, taking its data options
+(see `tasks.registry`) and, for SQuAD, its scoring options."""
+from __future__ import annotations
+
+from albertlm.errors import UserError
+from albertlm.tasks import classify, glue, metrics, race, squad
+from albertlm.tasks.tables import read_records
+
+
+def score_squad(opts, predictions: str, score_opts=None) -> dict:
+    na_probs = score_opts.na_probs if score_opts is not None else ""
+    na_prob_thresh = score_opts.na_prob_thresh if score_opts is not None else 1.0
+    if not opts.dev:
+        raise UserError("give the gold file with --data DEV.json")
+    return squad.evaluate_files(opts.dev, predictions, opts.version, na_probs or None, na_prob_thresh).metrics
+
+
+def score_race(opts, predictions: str, score_opts=None) -> dict:
+    if not opts.data_dir:
+        raise UserError("give the RACE directory with --data-dir")
+    examples = race.read_race(opts.data_dir, opts.split or "dev", opts.level_list())
+    preds = race.read_predictions(predictions)
+    missing = [e.qid for e in examples if e.qid not in preds]
+    if missing:
+        raise UserError(f"{predictions}: no prediction for {len(missing)} questions (e.g. {missing[0]})")
+    return race.race_metrics(examples, [preds[e.qid] for e in examples])
+
+
+def score_glue(opts, predictions: str, score_opts=None) -> dict:
+    task = glue.get_task(opts.task)
+    dev = opts.dev or (glue.find_split(task, opts.data_dir, "dev") if opts.data_dir else [])
+    if not dev:
+        raise UserError("give the gold dev file with --dev FILE (or --data-dir)")
+    examples = glue.read_examples(task, dev[0])
+    preds = glue.read_predictions(task, predictions)
+    keys = [str(i) for i in range(len(examples))]
+    missing = [k for k in keys if k not in preds]
+    if missing:
+        raise UserError(f"{predictions}: no prediction for index {missing[0]} "
+                        f"({len(missing)} of {len(examples)} missing)")
+    gold = glue.label_ids(task, examples)
+    pred_examples = [glue.Example(k, "", None, preds[k], predictions) for k in keys]
+    return metrics.glue_metrics(task.name, gold, glue.label_ids(task, pred_examples))
+
+
+def score_classify(opts, predictions: str, score_opts=None) -> dict:
+    if not opts.dev:
+        raise UserError("give the gold file with --data FILE")
+    examples = classify.read_examples(opts.dev, opts.columns(), True, opts.regression)
+    preds = {}
+    for lineno, record in read_records(predictions, "tsv"):
+        if "id" not in record or "prediction" not in record:
+            raise UserError(f"{predictions}:{lineno}: expected the columns id, prediction")
+        preds[str(record["id"])] = record["prediction"]
+    missing = [e.guid for e in examples if e.guid not in preds]
+    if missing:
+        raise UserError(f"{predictions}: no prediction for id {missing[0]}")
+    if opts.regression:
+        return metrics.regression_metrics([e.label for e in examples], [float(preds[e.guid]) for e in examples])
+    labels = opts.label_list() or classify.label_set(examples)
+    gold = classify.label_ids(examples, labels)
+    pred_examples = [classify.TextExample(e.guid, "", None, str(preds[e.guid]), f"{predictions}:{e.guid}")
+                     for e in examples]
+    return metrics.classification_metrics(gold, classify.label_ids(pred_examples, labels), len(labels))

@@ -1,0 +1,45 @@
+"""`evaluate_checkpoint`: MLM and sentence-task loss/accuracy of any checkpoint on any built pretraining data
+(`albertlm evaluate CKPT --data DIR`, the demo, the paper's Table 5 cross-evaluations), on the GPU when
+there is one."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from albertlm.errors import UserError
+
+
+def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: int = 32, max_batches: int = 0,
+                        precision: str = "fp32", device: str = "auto", progress: bool = False) -> dict:
+    """A model directory (ours or transformers') or a run directory (its newest checkpoint) on `data`;
+    `device` auto picks CUDA when available; `progress` shows a bar over the batches."""
+    from albertlm.data.loader import collate
+    from albertlm.model.albert import AlbertForPreTraining
+    from albertlm.model.io import resolve_checkpoint
+    from albertlm.training.distributed import DistInfo, pick_device
+    from albertlm.training.loop import eval_micro_batches, evaluate
+    from albertlm.training.precision import check_precision
+    from albertlm.training.pretrain import PretrainingObjective, open_dataset
+
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {batch_size}")
+    info = DistInfo(device=pick_device(device))
+    check_precision(precision, info.device)
+    model = AlbertForPreTraining.from_pretrained(resolve_checkpoint(checkpoint)).to(info.device)
+    dataset = open_dataset(data)
+    vocab = dataset.meta["tokenizer"]["vocab_size"]
+    if vocab > model.config.vocab_size:
+        raise UserError(f"{data} uses a {vocab}-token vocabulary, the model has {model.config.vocab_size}")
+    torch.manual_seed(0)
+    batches = eval_micro_batches(dataset, collate, batch_size, info, max_batches)
+    if progress:
+        from tqdm.auto import tqdm
+
+        total = math.ceil(len(dataset) / batch_size)
+        batches = tqdm(batches, total=min(total, max_batches) if max_batches else total, unit="batch",
+                       desc="evaluate", dynamic_ncols=True)
+    metrics = evaluate(model, batches, PretrainingObjective(), precision, info)
+    metrics["sentence_task"] = dataset.meta.get("sentence_task")
+    return metrics

@@ -1,0 +1,81 @@
+"""The one training set-up shared by pretraining and fine-tuning, in the order the pieces need:
+
+    model -> prepare_model (activation checkpointing, CPU fast paths) -> .to(device) -> optimizer, loss scaler
+          -> resume (weights, optimizer, scaler, RNG, data position) -> DDP -> compile_model -> Loop
+
+The callers (`pretrain.make_loop`, `tasks.finetune.make_finetune_loop`) build the model, the objective and
+the data; everything about *how* it trains happens here and in `loop.Loop`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from albertlm.config.run import OptimConfig, TrainConfig
+from albertlm.training import checkpoint as ckpt
+from albertlm.training.distributed import DistInfo, wrap_model
+from albertlm.training.lamb import build_optimizer
+from albertlm.training.loop import Loop, Objective, Plan, StepData
+from albertlm.training.precision import check_precision, compile_model, grad_scaler, prepare_model
+
+# given the model as trained (maybe DDP-wrapped and compiled), the raw model and the run's state (as
+# loaded on resume), returns the evaluation the loop runs every `eval_every` steps (or None)
+Evaluator = Callable[[nn.Module, nn.Module, ckpt.TrainState], "Callable[[], dict] | None"]
+
+
+def build_loop(model: nn.Module, objective: Objective, data: StepData, train: TrainConfig, optim: OptimConfig,
+               info: DistInfo, run_dir: str | Path, saved_config: dict, *, resume: bool = False,
+               evaluator: Evaluator | None = None, find_unused_parameters: bool = False, logger=None) -> Loop:
+    """Everything `Loop.run()` needs, from a freshly built model on the CPU."""
+    run_dir = Path(run_dir)
+    check_precision(train.precision, info.device)
+    last = resume_checkpoint(run_dir) if resume else None
+    if last is not None:
+        ckpt.load_model_weights(model, last)    # before any module swap, in the saved layout
+    prepare_model(model, precision=train.precision, device=info.device,
+                  activation_checkpointing=train.activation_checkpointing)
+    model.to(info.device)
+    optimizer = build_optimizer(model, optim)
+    scaler = grad_scaler(train.precision, info.device)
+    state = ckpt.TrainState()
+    if last is not None:
+        state = ckpt.load_train_state(last)
+        optimizer.load_state_dict(state.optimizer)
+        if scaler is not None and state.scaler:
+            scaler.load_state_dict(state.scaler)
+        ckpt.restore_rng(state.rng)
+    data.check_resume(state.data)
+    trained = compile_model(wrap_model(model, info, find_unused_parameters), train.compile)
+    total = train.total_steps(data.steps_per_epoch)
+    plan = Plan(total_steps=total, warmup_steps=optim.warmup(total),
+                eval_every=train.eval_every or data.steps_per_epoch, lr=optim.lr, decay_power=optim.decay_power)
+    return Loop(model=trained, raw_model=model, optimizer=optimizer, objective=objective, data=data, train=train,
+                plan=plan, clip_norm=optim.clip_norm, info=info, run_dir=run_dir, saved_config=saved_config,
+                state=state, scaler=scaler, evaluate_fn=evaluator(trained, model, state) if evaluator else None,
+                logger=logger)
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint of a run (leftovers of a killed save are removed first)."""
+    ckpt.remove_stale_tmp(run_dir)
+    return ckpt.latest_checkpoint(run_dir)
+
+
+def open_logger(loop: Loop) -> None:
+    """Rank 0: metrics.jsonl + TensorBoard + the progress bar in the run directory."""
+    from albertlm.training.metrics import MetricsLogger
+
+    if not loop.info.is_main:
+        return
+    loop.logger = MetricsLogger(loop.run_dir, loop.plan.total_steps, loop.state.step, loop.train.tensorboard,
+                                loop.train.progress)
+    if loop.state.step:
+        loop.logger.note(f"resuming from {ckpt.latest_checkpoint(loop.run_dir)} (step {loop.state.step})")
+
+
+def seed_everything(seed: int) -> None:
+    """The same initial weights (and head initialisation) on every rank."""
+    torch.manual_seed(seed)
