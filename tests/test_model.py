@@ -204,8 +204,8 @@ def test_fused_cpu_linears_match_plain_ops(tiny_config, monkeypatch, dropout):
 def test_fused_linears_under_bf16_autocast_match_plain_ops(tiny_config, monkeypatch):
     from albertlm.model import fused
 
-    if not fused.AVAILABLE:
-        pytest.skip("oneDNN not available")
+    if not fused.BF16:
+        pytest.skip("this CPU/torch build has no oneDNN bf16 GEMM (AVX-512 or AMX needed)")
     ids, mask, pos, targets, weights = batch()
     results = []
     for available in (True, False):
@@ -235,3 +235,18 @@ def test_short_bf16_training_attention_runs_in_fp32_with_same_result():
     torch.testing.assert_close(y.float(), reference, atol=1e-2, rtol=1e-2)
     y.float().sum().backward()
     assert q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0
+
+
+def test_bf16_autocast_without_onednn_bf16_takes_the_plain_ops(tiny_config, monkeypatch):
+    """On CPUs without bf16 GEMMs (AVX2 only) the fused path must not be chosen: it cannot run there."""
+    from albertlm.model import fused
+
+    monkeypatch.setattr(fused, "BF16", False)
+    ids, mask, pos, targets, weights = batch()
+    model = AlbertForPreTraining(tiny_config)
+    calls = []
+    monkeypatch.setattr(fused._BiasLinear, "apply", lambda *a: calls.append(a))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(ids, mask, masked_lm_positions=pos, masked_lm_ids=targets, masked_lm_weights=weights)
+    out.loss.backward()
+    assert calls == [] and torch.isfinite(out.loss)

@@ -21,6 +21,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _bf16_supported() -> bool:
+    """oneDNN bf16 GEMMs need AVX-512 (bf16 instructions) or AMX; on AVX2-only CPUs they fail to build."""
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(probe()) if probe is not None else False
+    except Exception:  # an older or newer torch without the probe behaves as "not supported"
+        return False
+
+
+BF16 = AVAILABLE and _bf16_supported()
 # our activation name -> oneDNN post-op (name, algorithm)
 POST_OPS = {None: ("none", ""), "gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "relu": ("relu", "")}
 PLAIN = {None: lambda x: x, "gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
@@ -42,7 +54,7 @@ def _compute_dtype(x: Tensor, layer: nn.Linear) -> torch.dtype | None:
     if not AVAILABLE or x.device.type != "cpu" or layer.bias is None or layer.weight.dtype != torch.float32:
         return None
     if torch.is_autocast_enabled("cpu"):
-        return torch.bfloat16 if torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
+        return torch.bfloat16 if BF16 and torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
     return torch.float32 if x.dtype == torch.float32 else None
 
 
