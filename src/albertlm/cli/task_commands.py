@@ -189,7 +189,9 @@ def _evaluate(args) -> int:
     if args.predictions:
         extra = score_options(args.family)
         metrics = get_family(args.family).score(read_options(args, data_options(args.family)), args.predictions,
-                                                read_options(args, extra) if extra else None)
+                                                read_options(args, extra) if extra else None,
+                                                warn=lambda line: print(f"albertlm evaluate: warning: {line}",
+                                                                        file=sys.stderr))
     else:
         metrics = _run_checkpoint(args)
     print(json.dumps(metrics, indent=2, sort_keys=True))
