@@ -144,7 +144,8 @@ def _cases(root: Path) -> dict[str, tuple[list[str], list[str]]]:
                                                  "--max-seq-length", "96"], ["doc_stride=0"]),
         # GLUE / classify files
         "glue dev file with only a header": (["finetune", "glue", "--task", "mrpc", "--model", model,
-                                              "--data-dir", str(root / "MRPC"), "--out", str(root / "glue_run")],
+                                              "--data-dir", str(root / "MRPC"), "--out", str(root / "glue_run"),
+                                              "--overwrite"],
                                              ["dev.tsv", "no examples"]),
         "glue scoring against a header-only dev file": (["evaluate", "glue", "--task", "mrpc", "--dev",
                                                          str(root / "MRPC" / "dev.tsv"), "--predictions",

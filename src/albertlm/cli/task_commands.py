@@ -74,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                            "(cola, sst2, ..., squad1.1, squad2.0, race, race-v2); options override it")
             p.add_argument("--resume", action="store_true", help="continue exactly from the newest checkpoint "
                            "in OUT/checkpoints (the same options as the first run)")
+            p.add_argument("--overwrite", action="store_true", help="start a new run in an OUT that holds another "
+                           "one (its checkpoints, best/ and metrics are removed once everything else has been checked)")
         elif command == "predict":
             p.add_argument("--model", required=True, help="a fine-tuned checkpoint (RUN/best)")
             p.add_argument("--out", required=True, help="directory for the prediction files")
@@ -144,6 +146,12 @@ def _finetune(args) -> int:
     from albertlm.tasks.registry import get_family
     from albertlm.training.distributed import is_main_process, shutdown
 
+    from albertlm.tasks.finetune import RUN_FILES
+    from albertlm.training.checkpoint import check_run_dir
+
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
     cfg = _config(args, args.family)
     model = _model(args.model)
     tokenizer = _tokenizer(args, model)
@@ -151,7 +159,7 @@ def _finetune(args) -> int:
                                               True, {})
     spec.info["max_seq_length"] = cfg.max_seq_length
     try:
-        metrics = run_finetune(spec, model, tokenizer, cfg, args.out, resume=args.resume,
+        metrics = run_finetune(spec, model, tokenizer, cfg, args.out, resume=args.resume, overwrite=args.overwrite,
                                log=print if is_main_process() else lambda *a: None)
     finally:
         shutdown()

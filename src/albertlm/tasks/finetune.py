@@ -26,6 +26,7 @@ from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
+from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
 from albertlm.training.distributed import DistInfo, init_distributed, pick_device
 from albertlm.training.loop import Batch, Loop, StepData
@@ -221,16 +222,22 @@ def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig
     return written
 
 
+RUN_FILES = ("checkpoints", "best", "metrics.json", "metrics.jsonl", "train_log.json", "tensorboard")
+
+
 def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig, out_dir: str | Path,
-                 log=print, resume: bool = False) -> dict:
+                 log=print, resume: bool = False, overwrite: bool = False) -> dict:
     """Fine-tune (on every `torchrun` process), keep the best dev checkpoint, then on rank 0 write
     metrics.json, train_log.json and test predictions from the best model. Returns the metrics (rank 0;
-    other ranks and stopped runs get {"status": ...})."""
+    other ranks and stopped runs get {"status": ...}). An `out_dir` holding another run needs `resume`
+    or `overwrite` (its files go once the model and the checkpoint to resume from have loaded)."""
     out_dir = Path(out_dir)
+    old_run = ckpt.check_run_dir(out_dir, resume, overwrite, RUN_FILES)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
-    if info.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
     loop = make_finetune_loop(spec, model_path, tokenizer, cfg, out_dir, info, resume)
+    if info.is_main:
+        ckpt.clear_run_dir(old_run)
+        out_dir.mkdir(parents=True, exist_ok=True)
     log(f"finetune {spec.family}: {len(spec.train)} train features, {loop.plan.total_steps} steps "
         f"(batch {cfg.train.batch_size}, warmup {loop.plan.warmup_steps}), lr {cfg.optim.lr}, "
         f"device {info.device}, {info.world_size} process(es)")
