@@ -355,7 +355,8 @@ def build(cfg: BuildConfig) -> BuildSummary:
     counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances), "tokens": asdict(stats)}
     if instances.instances == 0:
         _remove_files(out, [s["file"] for s in shards])
-        raise UserError(f"no instances were built from {len(files)} file(s): {_why_empty(corpus, instances)}")
+        named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        raise UserError(f"no instances were built from {len(files)} file(s) ({named}): {_why_empty(corpus, instances)}")
     meta = _meta(cfg, ctx, files, shards, counts)
     try:
         np.save(out / WORD_STARTS_FILE, ctx.vocab.word_start)
