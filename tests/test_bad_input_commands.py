@@ -306,3 +306,18 @@ def test_nothing_destroyed_and_nothing_half_written(results, inputs):
     # the full disk: no half-written step_00000003 (not even a .tmp), step 2 intact
     assert sorted(p.name for p in (inputs / "run_disk" / "checkpoints").iterdir()) == \
         ["step_00000001", "step_00000002"]
+
+
+def test_pretrain_overwrite_starts_over_only_once_everything_is_checked(inputs, tmp_path):
+    """`--overwrite` with bad data keeps the old run whole; with good data the old run's files are replaced."""
+    run = tmp_path / "run"
+    shutil.copytree(inputs / "run", run)
+    before = _digest(run)
+    bad = _albertlm(["pretrain", "--data", str(inputs / "data_bad_meta"), "--out", str(run), *TINY, "--overwrite"])
+    assert bad.returncode == 2 and "meta.json" in bad.stderr and _digest(run) == before
+    good = _albertlm(["pretrain", "--data", str(inputs / "data"), "--out", str(run), *TINY, "--overwrite",
+                      "--max-steps", "1", "--seed", "5"])
+    assert good.returncode == 0, good.stderr[-2000:]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000001"]
+    assert json.loads((run / "run_config.json").read_text())["train"]["seed"] == 5
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1]
