@@ -151,9 +151,9 @@ def _finetune(args) -> int:
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
-    check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
     cfg = _config(args, args.family)
     model = _model(args.model)
+    check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
     tokenizer = _tokenizer(args, model)
     spec = get_family(args.family).build_spec(read_options(args, data_options(args.family)), tokenizer, cfg,
                                               True, {})

@@ -144,10 +144,31 @@ def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, b
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    ckpt.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def save_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
+    """Written beside `directory`, then swapped in by renames: OUT/best is always a complete model (the
+    previous best until the new one is whole); a failed write is a UserError and leaves the previous best."""
+    import os
+    import shutil
+
+    tmp = directory.with_name(f"{ckpt.TMP_PREFIX}{directory.name}-{os.getpid()}")
+    old = directory.with_name(f"{ckpt.TMP_PREFIX}{directory.name}-old-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_best(model, tokenizer, spec, tmp)
+    except Exception as exc:  # OSError, or the write errors safetensors / torch wrap
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"{directory}: cannot write the best model ({exc}; is the disk full?); "
+                        "the previous best is unchanged") from exc
+    if directory.exists():
+        os.replace(directory, old)
+    os.replace(tmp, directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
     model.save_pretrained(directory)
     tokenizer.save(directory)
     _write_json(directory / TASK_FILE, {"family": spec.family, **spec.info})
