@@ -141,7 +141,7 @@ def single_runs(data, tmp_path_factory):
         "full": lambda: _run(_pretrain(data, root / "full")),
         "SIGTERM": lambda: _signal_mid_run(_pretrain(data, root / "SIGTERM"), root / "SIGTERM", signal.SIGTERM),
         "SIGINT": lambda: _signal_mid_run(_pretrain(data, root / "SIGINT"), root / "SIGINT", signal.SIGINT),
-        "budget": lambda: _run(_pretrain(data, root / "budget", "--train.max_minutes=0.002")),
+        "budget": lambda: _run(_pretrain(data, root / "budget", "--train.max_minutes=0.0005")),
     }
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(job) for name, job in jobs.items()}
@@ -176,7 +176,7 @@ def test_signal_mid_run_saves_the_last_step_and_resume_is_exact(signame, single_
 def test_time_budget_stop_then_resume_is_exact(single_runs):
     root, first, resumed, stopped_at = single_runs
     stop = first["budget"]
-    assert stop.returncode == 0 and "time budget of 0.002 min used up" in stop.stdout + stop.stderr, \
+    assert stop.returncode == 0 and "time budget of 0.0005 min used up" in stop.stdout + stop.stderr, \
         (stop.stdout + stop.stderr)[-2000:]
     names = stopped_at["budget"]
     assert len(names) == 1 and int(names[0].split("_")[1]) < STEPS, names
