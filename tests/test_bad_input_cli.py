@@ -144,7 +144,8 @@ def _cases(root: Path) -> dict[str, tuple[list[str], list[str]]]:
                                                  "--max-seq-length", "96"], ["doc_stride=0"]),
         # GLUE / classify files
         "glue dev file with only a header": (["finetune", "glue", "--task", "mrpc", "--model", model,
-                                              "--data-dir", str(root / "MRPC"), "--out", str(root / "glue_run")],
+                                              "--data-dir", str(root / "MRPC"), "--out", str(root / "glue_run"),
+                                              "--overwrite"],
                                              ["dev.tsv", "no examples"]),
         "glue scoring against a header-only dev file": (["evaluate", "glue", "--task", "mrpc", "--dev",
                                                          str(root / "MRPC" / "dev.tsv"), "--predictions",
@@ -213,3 +214,27 @@ def test_nothing_half_written_and_nothing_destroyed(results, inputs):
     assert (inputs / "glue_run" / "metrics.json").read_text() == '{"best": {"accuracy": 0.9}}\n'
     assert not (inputs / "glue_run" / "best").exists()
     assert "step" not in done["glue dev file with only a header"].stdout
+
+
+def test_partial_squad_predictions_warn_on_stderr_and_strict_scores_them_as_wrong(inputs):
+    """v2.0 averages over the predicted ids (the official script), so 5 right answers of 14 questions print
+    exact 100; the missing ids are named on stderr, and `--strict` scores them as wrong."""
+    if not ALBERTLM.is_file():
+        pytest.skip(f"the albertlm command is not installed beside {sys.executable}")
+    squad_dev = str(shared_path("squad", "dev-v2.0-small.json"))
+    data = json.loads(Path(squad_dev).read_text(encoding="utf-8"))
+    ids = [q["id"] for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
+    argv = ["evaluate", "squad", "--data", squad_dev, "--predictions", str(inputs / "partial.json")]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        plain, strict = pool.map(_run, [argv, argv + ["--strict"]])
+    for proc in (plain, strict):
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("albertlm evaluate: warning: "), proc.stderr
+        assert "partial.json" in lines[0] and f"no prediction for {len(ids) - 5} of {len(ids)} questions" in lines[0]
+        assert ids[5] in lines[0] and ids[-1] not in lines[0]          # the first few ids, not all
+    assert "left out of the scores" in plain.stderr and "scored as wrong (strict)" in strict.stderr
+    plain_metrics, strict_metrics = json.loads(plain.stdout), json.loads(strict.stdout)
+    assert plain_metrics["missing"] == strict_metrics["missing"] == len(ids) - 5
+    assert strict_metrics["strict"] is True and "strict" not in plain_metrics
+    assert strict_metrics["exact"] == pytest.approx(plain_metrics["exact"] * 5 / len(ids))

@@ -380,10 +380,6 @@ def test_fuzz_corpus_reader(work, fmt, content):
         assert all(isinstance(s, str) and s for d in documents for s in d.sentences)
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="data/corpus.py (formats) _read_jsonl catches ValueError/KeyError/TypeError but not the "
-                          "RecursionError json.loads raises on a deeply nested line: a traceback, not a counted bad "
-                          "line (reported to the lead)")
 def test_corpus_jsonl_line_nested_deeper_than_the_stack(work):
     from albertlm.data.corpus import CorpusCounts, read_documents
 

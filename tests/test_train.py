@@ -106,11 +106,12 @@ def test_fault_inside_a_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch
         real_write(directory, state)
 
     monkeypatch.setattr(ckpt, "_write_trainer_state", failing_write)
-    with pytest.raises(OSError, match="injected"):
+    with pytest.raises(UserError, match="step_00000004: cannot write the checkpoint.*injected.*newest complete "
+                                         "checkpoint is .*step_00000002"):
         train(run, tmp_path / "cut")
     monkeypatch.setattr(ckpt, "_write_trainer_state", real_write)
     root = tmp_path / "cut" / "checkpoints"
-    assert any(p.name.startswith(".tmp-step_00000004") for p in root.iterdir())   # the half-written one
+    assert not any(p.name.startswith(".tmp-") for p in root.iterdir())   # the half-written one is removed
     assert ckpt.latest_checkpoint(tmp_path / "cut").name == "step_00000002"
     _, resumed, model = train(tiny_run(max_steps=6, save_every=2), tmp_path / "cut", resume=True)
     assert not any(p.name.startswith(".tmp-") for p in root.iterdir())

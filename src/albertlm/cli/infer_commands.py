@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -86,23 +87,47 @@ def _embed(args) -> int:
         path = Path(args.input)
         if not path.is_file():
             raise UserError(f"--input {path}: no such file")
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            count = sum(1 for _ in handle)
+        count = _count_lines(path)       # and the whole file is UTF-8, before any output is made
         source = _lines(path)
     out = Path(args.out)
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
-    array = np.lib.format.open_memmap(out, mode="w+", dtype=np.float32, shape=(count, model.config.hidden_size))
-    with tqdm(total=count, unit="text", desc="albertlm embed", disable=args.no_progress or None, leave=False) as bar:
-        embed_texts(model, tokenizer, source, pooling=args.pooling, batch_size=args.batch_size,
-                    max_length=args.max_length, device=device, normalize=args.normalize, out=array,
-                    progress=bar.update)
-    array.flush()
+    tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # renamed into place when complete
+    try:
+        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
+                                          shape=(count, model.config.hidden_size))
+        with tqdm(total=count, unit="text", desc="albertlm embed", disable=args.no_progress or None,
+                  leave=False) as bar:
+            embed_texts(model, tokenizer, source, pooling=args.pooling, batch_size=args.batch_size,
+                        max_length=args.max_length, device=device, normalize=args.normalize, out=array,
+                        progress=bar.update)
+        array.flush()
+        del array
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     print(f"wrote {count:,} x {model.config.hidden_size} {args.pooling}-pooled embeddings to {out} "
           f"({model_dir}, {device})", file=sys.stderr)
     return 0
 
 
+def _count_lines(path) -> int:
+    """The file's lines; a line that is not UTF-8 is a UserError naming the file and the line."""
+    from albertlm.errors import UserError
+
+    count = 0
+    with open(path, "rb") as handle:
+        for count, raw in enumerate(handle, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{path}:{count}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
+                                f"{exc.start + 1})") from None
+    return count
+
+
 def _lines(path):
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(path, encoding="utf-8") as handle:
         for line in handle:
             yield line.rstrip("\n")

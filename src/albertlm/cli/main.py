@@ -89,16 +89,22 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(rest)
         return int(module.run(args, command) or 0)
     except UserError as exc:
-        print(f"albertlm {command}: error: {exc}", file=sys.stderr)
+        print(f"albertlm {command}: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
-    except FileNotFoundError as exc:
-        print(f"albertlm {command}: error: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:  # a missing file, a full disk, a read-only directory, a quota: the system's words
+        print(f"albertlm {command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"albertlm {command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def one_line(exc: BaseException) -> str:
+    """The message on one line, whatever it quotes (a newline in a file name, a multi-line library error)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return text or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                            "(cola, sst2, ..., squad1.1, squad2.0, race, race-v2); options override it")
             p.add_argument("--resume", action="store_true", help="continue exactly from the newest checkpoint "
                            "in OUT/checkpoints (the same options as the first run)")
+            p.add_argument("--overwrite", action="store_true", help="start a new run in an OUT that holds another "
+                           "one (its checkpoints, best/ and metrics are removed once everything else has been checked)")
         elif command == "predict":
             p.add_argument("--model", required=True, help="a fine-tuned checkpoint (RUN/best)")
             p.add_argument("--out", required=True, help="directory for the prediction files")
@@ -144,14 +146,20 @@ def _finetune(args) -> int:
     from albertlm.tasks.registry import get_family
     from albertlm.training.distributed import is_main_process, shutdown
 
+    from albertlm.tasks.finetune import RUN_FILES
+    from albertlm.training.checkpoint import check_run_dir
+
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
     cfg = _config(args, args.family)
     model = _model(args.model)
+    check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
     tokenizer = _tokenizer(args, model)
     spec = get_family(args.family).build_spec(read_options(args, data_options(args.family)), tokenizer, cfg,
                                               True, {})
     spec.info["max_seq_length"] = cfg.max_seq_length
     try:
-        metrics = run_finetune(spec, model, tokenizer, cfg, args.out, resume=args.resume,
+        metrics = run_finetune(spec, model, tokenizer, cfg, args.out, resume=args.resume, overwrite=args.overwrite,
                                log=print if is_main_process() else lambda *a: None)
     finally:
         shutdown()
@@ -189,7 +197,9 @@ def _evaluate(args) -> int:
     if args.predictions:
         extra = score_options(args.family)
         metrics = get_family(args.family).score(read_options(args, data_options(args.family)), args.predictions,
-                                                read_options(args, extra) if extra else None)
+                                                read_options(args, extra) if extra else None,
+                                                warn=lambda line: print(f"albertlm evaluate: warning: {line}",
+                                                                        file=sys.stderr))
     else:
         metrics = _run_checkpoint(args)
     print(json.dumps(metrics, indent=2, sort_keys=True))

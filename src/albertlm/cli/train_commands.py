@@ -15,6 +15,7 @@ from typing import Literal
 
 from albertlm.config.overrides import Options, add_options, build, command_line_values, file_values, implied
 from albertlm.config.run import RunConfig
+from albertlm.errors import UserError
 
 PRETRAIN = Options(RunConfig, config_file=True, plain={
     "--data": "data.path", "--eval-data": "data.eval_path", "--max-steps": "train.max_steps",
@@ -51,7 +52,10 @@ def _add_pretrain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run directory: checkpoints, metrics, config")
     p.add_argument("--resume", action="store_true",
                    help="continue exactly from the newest checkpoint in --out (its run_config.json is the base)")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start a new run in an --out that holds another run (its checkpoints, metrics and "
+                        "config are removed once everything else has been checked)")
+    p.add_argument("--dry-run", action="store_true", help="check the inputs, print the resolved config and exit")
     add_options(p, PRETRAIN)
 
 
@@ -74,16 +78,28 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
 
 
 def _pretrain(args: argparse.Namespace) -> int:
+    """The config is printed once the run directory, the data, the model and any checkpoint to resume from
+    have been checked: a bad input is one line, not 65 lines of config and then an error."""
+    from albertlm.training import checkpoint as ckpt
     from albertlm.training.distributed import is_main_process, shutdown
-    from albertlm.training.pretrain import pretrain
+    from albertlm.training.pretrain import check_data_fits, open_datasets, pretrain
 
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    ckpt.check_run_dir(args.out, args.resume, args.overwrite)
     run = resolve_run_config(args)
-    if is_main_process():
-        print(json.dumps(run.to_dict(), indent=2), flush=True)
+
+    def show(resolved) -> None:
+        print(json.dumps(resolved.to_dict(), indent=2), flush=True)
+
     if args.dry_run:
+        if run.data.path:                      # a dry run may leave the data out
+            check_data_fits(run, open_datasets(run).meta)
+        if is_main_process():
+            show(run)
         return 0
     try:
-        status = pretrain(run, args.out, resume=args.resume)
+        status = pretrain(run, args.out, resume=args.resume, overwrite=args.overwrite, on_ready=show)
     finally:
         shutdown()
     if is_main_process():

@@ -344,19 +344,25 @@ def build(cfg: BuildConfig) -> BuildSummary:
             writer.write(records)
             instances.add(counts)
             stats.add(records)
+        shards = writer.close()
+    except OSError as exc:            # a full disk or a quota while writing shards
+        _write_failed(out, cfg, writer, exc)
     except BaseException:
         writer.abort()
         raise
     finally:
         bar.close()
-    shards = writer.close()
     counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances), "tokens": asdict(stats)}
     if instances.instances == 0:
         _remove_files(out, [s["file"] for s in shards])
-        raise UserError(f"no instances were built from {len(files)} file(s): {_why_empty(corpus, instances)}")
-    np.save(out / WORD_STARTS_FILE, ctx.vocab.word_start)
+        named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        raise UserError(f"no instances were built from {len(files)} file(s) ({named}): {_why_empty(corpus, instances)}")
     meta = _meta(cfg, ctx, files, shards, counts)
-    write_json_atomic(out / (META_FILE if cfg.part_name is None else f"meta.{cfg.part_name}.json"), meta)
+    try:
+        np.save(out / WORD_STARTS_FILE, ctx.vocab.word_start)
+        write_json_atomic(out / (META_FILE if cfg.part_name is None else f"meta.{cfg.part_name}.json"), meta)
+    except OSError as exc:
+        _write_failed(out, cfg, writer, exc)
     return BuildSummary(str(out), instances.instances, len(shards), time.perf_counter() - started, counts)
 
 
@@ -421,6 +427,17 @@ def _prepare_output(out: Path, cfg: BuildConfig) -> Path:
         raise UserError(f"{out} already holds a build ({finished[0].name}); pass --overwrite or another --out")
     _remove_files(out, [p.name for p in mine])
     return out
+
+
+def _write_failed(out: Path, cfg: BuildConfig, writer: ShardWriter, exc: OSError):
+    """Remove everything this build wrote (nothing half-written stays, the disk gets its space back), then a
+    one-line UserError naming the directory and the system's reason."""
+    writer.abort()
+    _remove_files(out, [p.name for p in _own_files(out, cfg)])
+    if cfg.part_name is None:
+        (out / WORD_STARTS_FILE).unlink(missing_ok=True)
+    raise UserError(f"--out {out}: cannot write the data ({exc.strerror or exc}; is the disk full?); "
+                    "what this build had written was removed") from None
 
 
 def _own_files(out: Path, cfg: BuildConfig) -> list[Path]:

@@ -490,6 +490,8 @@ def _json_text(line: str, text_field: str) -> tuple[str, str | None]:
         record = json.loads(line)
     except ValueError as exc:
         return "", f"not JSON ({exc})"
+    except RecursionError:
+        return "", "not JSON this reader can take (nested deeper than Python's stack)"
     if not isinstance(record, dict):
         return "", f"a JSON {type(record).__name__}, not an object"
     if text_field not in record:

@@ -78,7 +78,10 @@ class ShardWriter:
     def abort(self) -> None:
         """Drop the shard being written (its .tmp file); finished shards stay but no meta lists them."""
         if self._handle is not None:
-            self._handle.close()
+            try:
+                self._handle.close()
+            except OSError:           # flushing the buffer fails again on a full disk
+                pass
             self._tmp_path.unlink(missing_ok=True)
             self._handle = None
 
@@ -100,8 +103,12 @@ class ShardWriter:
 
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _part_metas(directory: Path) -> list[Path]:

@@ -26,6 +26,7 @@ from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
+from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
 from albertlm.training.distributed import DistInfo, init_distributed, pick_device
 from albertlm.training.loop import Batch, Loop, StepData
@@ -143,10 +144,31 @@ def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, b
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    ckpt.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def save_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
+    """Written beside `directory`, then swapped in by renames: OUT/best is always a complete model (the
+    previous best until the new one is whole); a failed write is a UserError and leaves the previous best."""
+    import os
+    import shutil
+
+    tmp = directory.with_name(f"{ckpt.TMP_PREFIX}{directory.name}-{os.getpid()}")
+    old = directory.with_name(f"{ckpt.TMP_PREFIX}{directory.name}-old-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_best(model, tokenizer, spec, tmp)
+    except Exception as exc:  # OSError, or the write errors safetensors / torch wrap
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"{directory}: cannot write the best model ({exc}; is the disk full?); "
+                        "the previous best is unchanged") from exc
+    if directory.exists():
+        os.replace(directory, old)
+    os.replace(tmp, directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
     model.save_pretrained(directory)
     tokenizer.save(directory)
     _write_json(directory / TASK_FILE, {"family": spec.family, **spec.info})
@@ -221,16 +243,22 @@ def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig
     return written
 
 
+RUN_FILES = ("checkpoints", "best", "metrics.json", "metrics.jsonl", "train_log.json", "tensorboard")
+
+
 def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig, out_dir: str | Path,
-                 log=print, resume: bool = False) -> dict:
+                 log=print, resume: bool = False, overwrite: bool = False) -> dict:
     """Fine-tune (on every `torchrun` process), keep the best dev checkpoint, then on rank 0 write
     metrics.json, train_log.json and test predictions from the best model. Returns the metrics (rank 0;
-    other ranks and stopped runs get {"status": ...})."""
+    other ranks and stopped runs get {"status": ...}). An `out_dir` holding another run needs `resume`
+    or `overwrite` (its files go once the model and the checkpoint to resume from have loaded)."""
     out_dir = Path(out_dir)
+    old_run = ckpt.check_run_dir(out_dir, resume, overwrite, RUN_FILES)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
-    if info.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
     loop = make_finetune_loop(spec, model_path, tokenizer, cfg, out_dir, info, resume)
+    if info.is_main:
+        ckpt.clear_run_dir(old_run)
+        out_dir.mkdir(parents=True, exist_ok=True)
     log(f"finetune {spec.family}: {len(spec.train)} train features, {loop.plan.total_steps} steps "
         f"(batch {cfg.train.batch_size}, warmup {loop.plan.warmup_steps}), lr {cfg.optim.lr}, "
         f"device {info.device}, {info.world_size} process(es)")

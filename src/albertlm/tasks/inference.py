@@ -96,8 +96,12 @@ def has_mlm_head(model_dir: Path) -> bool:
         return True  # pytorch_model.bin: the loader reports a missing head
     from safetensors import safe_open
 
-    with safe_open(str(weights), framework="pt") as f:
-        return any(k.startswith(("mlm_head.", "predictions.")) for k in f.keys())
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            return any(k.startswith(("mlm_head.", "predictions.")) for k in f.keys())
+    except Exception as exc:  # SafetensorError on a truncated or damaged file
+        raise UserError(f"{weights}: not a readable safetensors file, truncated or damaged "
+                        f"({str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__})") from None
 
 
 # -- fill-mask ---------------------------------------------------------------------------------------------

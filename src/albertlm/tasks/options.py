@@ -72,6 +72,9 @@ class SquadScoreOptions:
     """`albertlm evaluate squad --predictions`: SQuAD v2.0's no-answer odds."""
     na_probs: str = ""                   # null_odds.json for SQuAD v2.0 (enables the best-threshold scores)
     na_prob_thresh: float = 1.0          # no-answer odds above which a question counts as unanswered
+    # score a question without a prediction as wrong (0 EM/F1, over all gold questions); by default v2.0
+    # leaves it out, as the official script does (a warning on stderr names how many and the first few)
+    strict: bool = False
 
 
 OPTIONS = {"glue": GlueOptions, "squad": SquadOptions, "race": RaceOptions, "classify": ClassifyOptions}

@@ -42,7 +42,7 @@ class TaskFamily:
     name: str
     options: type                                        # the data options dataclass
     build_spec: Callable[..., Any]                       # (options, tokenizer, cfg, training, task info) -> TaskSpec
-    score: Callable[..., dict]                           # (options, predictions file, score options) -> metrics
+    score: Callable[..., dict]                           # (options, predictions file, score options, warn=) -> metrics
     paper_recipe: Callable[[Any], str] | None = None     # options -> the recipe `--recipe paper` names
 
 

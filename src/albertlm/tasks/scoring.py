@@ -8,15 +8,22 @@ from albertlm.tasks import classify, glue, metrics, race, squad
 from albertlm.tasks.tables import read_records
 
 
-def score_squad(opts, predictions: str, score_opts=None) -> dict:
+def score_squad(opts, predictions: str, score_opts=None, warn=None) -> dict:
+    """`warn(line)` gets `SquadEvaluation.warning()` when gold questions have no prediction."""
     na_probs = score_opts.na_probs if score_opts is not None else ""
     na_prob_thresh = score_opts.na_prob_thresh if score_opts is not None else 1.0
+    strict = bool(getattr(score_opts, "strict", False))
     if not opts.dev:
         raise UserError("give the gold file with --data DEV.json")
-    return squad.evaluate_files(opts.dev, predictions, opts.version, na_probs or None, na_prob_thresh).metrics
+    result = squad.evaluate_files(opts.dev, predictions, opts.version, na_probs or None, na_prob_thresh,
+                                  strict=strict)
+    warning = result.warning()
+    if warning and warn is not None:
+        warn(f"{predictions}: {warning}")
+    return result.metrics
 
 
-def score_race(opts, predictions: str, score_opts=None) -> dict:
+def score_race(opts, predictions: str, score_opts=None, warn=None) -> dict:
     if not opts.data_dir:
         raise UserError("give the RACE directory with --data-dir")
     examples = race.read_race(opts.data_dir, opts.split or "dev", opts.level_list())
@@ -27,7 +34,7 @@ def score_race(opts, predictions: str, score_opts=None) -> dict:
     return race.race_metrics(examples, [preds[e.qid] for e in examples])
 
 
-def score_glue(opts, predictions: str, score_opts=None) -> dict:
+def score_glue(opts, predictions: str, score_opts=None, warn=None) -> dict:
     task = glue.get_task(opts.task)
     dev = opts.dev or (glue.find_split(task, opts.data_dir, "dev") if opts.data_dir else [])
     if not dev:
@@ -44,7 +51,7 @@ def score_glue(opts, predictions: str, score_opts=None) -> dict:
     return metrics.glue_metrics(task.name, gold, glue.label_ids(task, pred_examples))
 
 
-def score_classify(opts, predictions: str, score_opts=None) -> dict:
+def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
     if not opts.dev:
         raise UserError("give the gold file with --data FILE")
     examples = classify.read_examples(opts.dev, opts.columns(), True, opts.regression)

@@ -68,34 +68,61 @@ def save_model(model: nn.Module, directory: Path, model_config: Any) -> None:
 
 
 def load_model_weights(model: nn.Module, directory: str | Path) -> None:
-    """Exact weights of one of our training checkpoints (same class and config, strict)."""
-    from safetensors.torch import load_file
+    """Exact weights of one of our training checkpoints (same class and config, strict). A truncated or
+    damaged file, or weights of another shape (`--resume` with changed `--model.*` options), is a UserError."""
+    from albertlm.model.io import check_shapes, read_safetensors
 
     path = Path(directory) / "model.safetensors"
     if not path.is_file():
         raise UserError(f"no model.safetensors in {directory}")
-    model.load_state_dict(load_file(str(path)), strict=True)
+    state = read_safetensors(path)
+    hint = "; a resumed run keeps the model it was started with (drop the --model.* options that change it)"
+    try:
+        check_shapes(model, state, path)
+    except UserError as exc:
+        raise UserError(f"{exc}{hint}") from None
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if missing or unexpected:
+        what = "; ".join(f"{name}: {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
+                         for name, keys in (("missing", missing), ("unexpected", unexpected)) if keys)
+        raise UserError(f"{path}: its tensors do not match this model ({what}){hint}")
+    model.load_state_dict(state, strict=True)
 
 
 def save_checkpoint(run_dir: str | Path, model: nn.Module, state: TrainState, model_config: Any,
                     run_config: dict | None = None, keep_last: int = 3) -> Path:
-    """Write atomically, then delete all but the newest `keep_last` checkpoints. Returns the directory."""
+    """Write atomically, then delete all but the newest `keep_last` checkpoints. Returns the directory.
+    A failed write (a full disk, a quota, a read-only directory) removes the half-written directory and is
+    a UserError naming the checkpoint and the newest complete one, which is untouched."""
     final = step_dir(run_dir, state.step)
     if final.is_dir():                                 # same step saved already (e.g. Ctrl-C right after a save)
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_model(model, tmp, model_config)
-    _write_trainer_state(tmp, state)
-    if run_config is not None:
-        (tmp / "run_config.json").write_text(json.dumps(run_config, indent=2) + "\n")
-    _fsync_tree(tmp)
-    os.replace(tmp, final)                             # the commit point
-    _fsync_dir(final.parent)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_model(model, tmp, model_config)
+        _write_trainer_state(tmp, state)
+        if run_config is not None:
+            (tmp / "run_config.json").write_text(json.dumps(run_config, indent=2) + "\n")
+        _fsync_tree(tmp)
+        os.replace(tmp, final)                         # the commit point
+        _fsync_dir(final.parent)
+    except Exception as exc:  # OSError; safetensors and torch.save wrap write errors in their own types
+        shutil.rmtree(tmp, ignore_errors=True)         # frees the space; it never looked complete
+        last = latest_checkpoint(run_dir)
+        kept = f"the newest complete checkpoint is {last}" if last else "no checkpoint was saved before"
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
+        raise UserError(f"{final}: cannot write the checkpoint ({reason}; is the disk full?); {kept}") from exc
     prune_checkpoints(run_dir, keep_last)
     return final
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _write_trainer_state(directory: Path, state: TrainState) -> None:
@@ -103,10 +130,73 @@ def _write_trainer_state(directory: Path, state: TrainState) -> None:
 
 
 def load_train_state(directory: str | Path) -> TrainState:
+    """The training state of a checkpoint; an empty, truncated, foreign or malicious file is a UserError."""
+    from albertlm.model.io import read_torch_file
+
     path = Path(directory) / "trainer_state.pt"
     if not path.is_file():
         raise UserError(f"{directory} is not a training checkpoint (no trainer_state.pt)")
-    return TrainState(**torch.load(path, map_location="cpu", weights_only=True))
+    if path.stat().st_size == 0:
+        raise UserError(f"{path}: empty file (a save that did not finish?); remove {directory} to resume "
+                        "from the checkpoint before it")
+    saved = read_torch_file(path)
+    known = set(TrainState.__dataclass_fields__)
+    if not isinstance(saved, dict) or "step" not in saved or not set(saved) <= known:
+        raise UserError(f"{path}: not a training state (expected a dict with {', '.join(sorted(known))})")
+    if not isinstance(saved["step"], int) or saved["step"] < 0:
+        raise UserError(f"{path}: its step is {saved['step']!r}, not an integer >= 0")
+    return TrainState(**saved)
+
+
+RUN_FILES = ("run_config.json", "metrics.jsonl", "tensorboard", CHECKPOINT_DIR)
+
+
+def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
+                  run_files: tuple[str, ...] = RUN_FILES) -> list[Path]:
+    """Refuse to start a new run in a directory that holds another one: without `--resume` its checkpoints
+    would be mixed with the new run's and pruned. Returns what `--overwrite` replaces (remove it with
+    `clear_run_dir` once everything else has been checked). Also refuses a --out that is a file or that
+    cannot be created."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"--out {run_dir} exists and is not a directory")
+    parent = run_dir
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--out {run_dir}: cannot create or write there ({parent} is not writable)")
+    if not run_dir.is_dir():
+        return []
+    found = [run_dir / name for name in run_files if (run_dir / name).exists()]
+    if resume or not found:
+        return []
+    if not overwrite:
+        steps = list_checkpoints(run_dir)
+        what = f"{len(steps)} checkpoint(s), the newest {steps[-1].name}" if steps else \
+            ", ".join(p.name for p in found)
+        raise UserError(f"--out {run_dir} already holds a run ({what}); pass --resume to continue it, "
+                        "--overwrite to start over (its files are removed), or another --out")
+    return found
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `path` through a temporary file and a rename: never a half-written file under its name."""
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def clear_run_dir(found: list[Path]) -> None:
+    """Remove an old run's files (what `check_run_dir` returned), for `--overwrite`."""
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:

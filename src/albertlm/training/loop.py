@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from torch import nn
 from albertlm.config.run import TrainConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo, all_reduce_sum, any_rank, barrier
+from albertlm.training.distributed import DistInfo, all_reduce_sum, any_rank
 from albertlm.training.precision import autocast
 from albertlm.training.schedule import lr_at, set_lr
 
@@ -207,14 +208,20 @@ class Loop:
 
     def run(self) -> str:
         """Train to the plan's last step; returns "done", "interrupted" (Ctrl-C or SIGTERM, after saving) or
-        "budget" (`train.max_minutes` ran out, after saving)."""
+        "budget" (`train.max_minutes` ran out, after saving).
+
+        SIGINT and SIGTERM (a scheduler's notice, `kill`, torchrun passing either on) ask to stop: the step in
+        progress finishes, every rank agrees on that step, the checkpoint is written, and the run returns
+        "interrupted"; `--resume` continues exactly. A second signal stops at once (KeyboardInterrupt), and a
+        KeyboardInterrupt raised by code between steps (`on_step`) saves too."""
         deadline = time.monotonic() + self.train.max_minutes * 60 if self.train.max_minutes else math.inf
         self.model.train()
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
         window, first_steps = Window(), []
+        self._updating = False                 # True while the optimizer changes the weights
         try:
-            with sigterm_as_interrupt():
+            with stop_on_signals() as request:
                 while self.state.step < self.plan.total_steps:
                     with window.waiting():
                         micro_batches = [to_device(b, self.info.device) for b in next(batches)]
@@ -230,11 +237,24 @@ class Loop:
                     if self.on_step is not None:
                         self.on_step(self.state.step, self.objective.summarize(result.stats))
                     self.after_step(window)
-                    if self.train.max_minutes and self.state.step < self.plan.total_steps and \
-                            self._budget_spent(deadline):
-                        self._stop_for_budget()
-                        return "budget"
+                    if self.state.step < self.plan.total_steps:
+                        reason = self._stop_reason(request, deadline)
+                        if reason == "budget":
+                            self._stop_for_budget()
+                            return "budget"
+                        if reason == "interrupted":
+                            self.state.rng = rng_at_boundary
+                            path = self.save()
+                            self._print(f"stopped by {request.name or 'a signal on another rank'} at step "
+                                        f"{self.state.step}: saved {path}; `--resume` continues from there")
+                            return "interrupted"
         except KeyboardInterrupt:
+            if self._updating or self.info.enabled:
+                # the weights may be half-updated, or the other ranks are inside a collective: not saved
+                last = ckpt.latest_checkpoint(self.run_dir)
+                self._print(f"interrupted during step {self.state.step + 1}: not saved; "
+                            f"{f'the newest checkpoint is {last}' if last else 'no checkpoint was saved'}")
+                return "interrupted"
             self.state.rng = rng_at_boundary     # a half-done step is redone from its start on resume
             path = self.save()
             self._print(f"interrupted at step {self.state.step}: saved {path}")
@@ -243,6 +263,16 @@ class Loop:
             if self.logger is not None:
                 self.logger.close()
         return "done"
+
+    def _stop_reason(self, request: "StopRequest", deadline: float) -> str | None:
+        """"interrupted" (a signal on any rank), "budget" (time is up on any rank) or None; under several
+        processes one all-reduce per step, so all of them stop after the same step."""
+        signalled = request.name is not None
+        spent = time.monotonic() > deadline
+        if self.info.enabled:
+            flags = all_reduce_sum(torch.tensor([float(signalled), float(spent)], device=self.info.device))
+            signalled, spent = bool(flags[0] > 0), bool(flags[1] > 0)
+        return "interrupted" if signalled else "budget" if spent else None
 
     def train_step(self, micro_batches: list[Batch]) -> StepResult:
         """One optimizer update over this rank's micro-batches."""
@@ -263,7 +293,9 @@ class Loop:
         summed = all_reduce_sum(torch.cat([stats, tokens.to(stats)[None]]))   # one all-reduce for both
         stats, tokens = summed[:-1], float(summed[-1])
         loss = self._check_finite(stats)
+        self._updating = True
         grad_norm = self._clip_and_update()
+        self._updating = False
         return StepResult(stats, tokens, loss, lr, grad_norm)
 
     def _check_finite(self, stats: torch.Tensor) -> float:
@@ -321,11 +353,6 @@ class Loop:
                 self.logger.log(self.state.step, "compile", {"first_step_s": first, "next_step_s": then,
                                                             "compile_s": first - then})
 
-    def _budget_spent(self, deadline: float) -> bool:
-        """Every rank asks every step, so all of them stop at the same step."""
-        spent = time.monotonic() > deadline
-        return any_rank(spent, self.info.device) if self.info.enabled else spent
-
     def _stop_for_budget(self) -> None:
         if self.evaluate_fn is not None:
             metrics = self.evaluate_fn()
@@ -336,17 +363,26 @@ class Loop:
         self._print(f"time budget of {self.train.max_minutes} min used up at step {self.state.step}: saved {path}")
 
     def save(self) -> Path | None:
-        """Rank 0 writes; the others wait so no rank races ahead of a checkpoint."""
-        path = None
+        """Rank 0 writes; the others wait so no rank races ahead of a checkpoint. A failed save (a full
+        disk) stops every rank: the others learn of it from the same all-reduce they wait in, not a hang."""
+        path, error = None, None
         self.state.optimizer = self.optimizer.state_dict()
         self.state.scaler = self.scaler.state_dict() if self.scaler is not None else {}
         self.state.data = self.data.state_dict(self.state.step)
         if self.info.is_main:
-            path = ckpt.save_checkpoint(self.run_dir, self.raw_model, self.state, self.raw_model.config,
-                                        self.saved_config, self.train.keep_last)
-            if self.logger is not None:
-                self.logger.note(f"saved {path}")
-        barrier()
+            try:
+                path = ckpt.save_checkpoint(self.run_dir, self.raw_model, self.state, self.raw_model.config,
+                                            self.saved_config, self.train.keep_last)
+            except Exception as exc:  # noqa: BLE001 (re-raised below, after the other ranks know)
+                error = exc
+        failed = any_rank(error is not None, self.info.device) if self.info.enabled else error is not None
+        if error is not None:
+            raise error
+        if failed:
+            raise UserError(f"rank 0 could not write the checkpoint of step {self.state.step} (its error says "
+                            f"why); rank {self.info.rank} stopped with it")
+        if self.logger is not None and path is not None:
+            self.logger.note(f"saved {path}")
         return path
 
     def _print(self, message: str) -> None:
@@ -363,21 +399,36 @@ def count_tokens(batch: Batch) -> torch.Tensor:
     return torch.tensor(float(batch["input_ids"].numel()), device=batch["input_ids"].device)
 
 
+class StopRequest:
+    """Set by SIGINT / SIGTERM: the name of the first signal, read by the loop after each step."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+
+
 @contextlib.contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM (a scheduler, `kill`, torchrun's shutdown) stops the run like Ctrl-C: save, then exit."""
+def stop_on_signals():
+    """SIGINT (Ctrl-C) and SIGTERM (a scheduler, `kill`, torchrun's shutdown) ask the loop to stop after the
+    step in progress, save and return; a second signal raises KeyboardInterrupt at once. Outside the main
+    thread (no signal handlers there) only the caller's KeyboardInterrupt stops the loop."""
+    request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield request
         return
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
+    def ask(signum, frame):
+        if request.name is not None:
+            raise KeyboardInterrupt
+        request.name = signal.Signals(signum).name
+        print(f"{request.name}: stopping after this step to save a checkpoint (send it again to stop at once, "
+              "without saving this step)", file=sys.stderr, flush=True)
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield request
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 class Window:

@@ -5,6 +5,8 @@ import json
 import time
 from pathlib import Path
 
+from albertlm.errors import UserError
+
 
 class MetricsLogger:
     """`log(step, split, metrics)` appends one JSON line and the TensorBoard scalars `split/name`;
@@ -59,14 +61,29 @@ class MetricsLogger:
             self.jsonl.close()
 
 
+def _reason(exc: Exception) -> str:
+    return f"no field {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The JSONL records; after a resume, a step logged twice keeps its latest record."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
     latest: dict[tuple[str, int], dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
             rec = json.loads(line)
-            latest[(rec["split"], rec["step"])] = rec
+            key = (str(rec["split"]), int(rec["step"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines):   # the last line of a killed run, half-written: skipped
+                continue
+            raise UserError(f"{path}:{number}: not a metrics record ({_reason(exc)})") from None
+        latest[key] = rec
     return sorted(latest.values(), key=lambda r: (r["split"], r["step"]))

@@ -180,14 +180,23 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
     return loop
 
 
-def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False) -> str:
-    """Train as configured; returns "done", "interrupted" or "budget". Rank 0 writes the run directory."""
+def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrite: bool = False,
+             on_ready: Callable[[RunConfig], None] | None = None) -> str:
+    """Train as configured; returns "done", "interrupted" or "budget". Rank 0 writes the run directory.
+
+    Everything is checked before anything is written: the run directory (another run in it needs `resume`
+    or `overwrite`), the data, the model and the checkpoint to resume from; then `on_ready(run)` (rank 0;
+    the CLI prints the config there), then an overwritten run's old files go, then training starts."""
     run_dir = Path(run_dir)
+    old_run = ckpt.check_run_dir(run_dir, resume, overwrite)   # every rank, before the process group forms
     run = resolve_run(run, run_dir, resume)
     info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
     loop = make_loop(run, run_dir, open_datasets(run), info, resume)
     if info.is_main:
+        if on_ready is not None:
+            on_ready(run)
+        ckpt.clear_run_dir(old_run)
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "run_config.json").write_text(json.dumps(run.to_dict(), indent=2) + "\n")
+        ckpt.write_text_atomic(run_dir / "run_config.json", json.dumps(run.to_dict(), indent=2) + "\n")
     open_logger(loop)
     return loop.run()
