@@ -350,7 +350,7 @@ def spm_dir(tmp_path):
     ({"keep_accents": 1}, ["keep_accents"]),
     ({"split_digit_comma": "yes"}, ["split_digit_comma"]),
     ([1, 2], ["expected a JSON object"]),
-    ("{not json", ["cannot parse"]),
+    ("{not json", ["not a valid JSON file"]),
 ])
 def test_tokenizer_config_damage(config, phrases, spm_dir):
     from albertlm.tokenization import load_tokenizer

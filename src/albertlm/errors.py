@@ -1,7 +1,25 @@
-"""The one exception type the CLI turns into a one-line message and a non-zero exit."""
+"""The one exception type the CLI turns into a one-line message and a non-zero exit, and the JSON-file reader
+every layer uses so that a damaged JSON file reads the same way everywhere."""
+import json
+from pathlib import Path
 
 
 class UserError(Exception):
     """Bad input from the user (a path, a value, a file's content): message, exit code 2, no traceback."""
 
     exit_code = 2
+
+
+def read_json_object(path: Path, what: str, hint: str = "") -> dict:
+    """A JSON object from `path`; anything else (not UTF-8, not JSON, nested deeper than the stack, another
+    type, unreadable) is a UserError naming the file, `what` it should hold, and `hint` (what to do)."""
+    suffix = f"; {hint}" if hint else ""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise UserError(f"{path}: not a valid JSON file ({str(exc) or type(exc).__name__}){suffix}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object ({what}), got {type(data).__name__}{suffix}")
+    return data

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, read_json_object
 
 META_FILE = "meta.json"
 WORD_STARTS_FILE = "word_starts.npy"
@@ -138,12 +138,7 @@ def read_meta(directory: str | os.PathLike) -> dict:
 
 
 def _read_meta_file(path: Path, part: bool = False) -> dict:
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise UserError(f"{path}: not a valid JSON file ({str(exc) or type(exc).__name__}); rebuild the data") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    meta = read_json_object(path, "a data build's meta.json", hint="rebuild the data")
     check_meta(meta, path, part)
     return meta
 

@@ -214,7 +214,7 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
 
 def read_google_config(path: Path) -> ModelConfig:
     """albert_config.json -> ModelConfig; a missing, damaged or inconsistent file is a UserError naming it."""
-    from albertlm.model.io import read_json_object
+    from albertlm.errors import read_json_object
 
     if not path.is_file():
         raise UserError(f"{path}: no such config file")

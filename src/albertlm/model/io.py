@@ -8,7 +8,6 @@ head weights the checkpoint lacks are freshly initialised, heads it has but the 
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 from torch import nn
 
 from albertlm.config import ModelConfig
-from albertlm.errors import UserError
+from albertlm.errors import UserError, read_json_object
 from albertlm.model import hf_format
 
 log = logging.getLogger("albertlm.model")
@@ -50,19 +49,6 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
         return ModelConfig.from_dict(data), False
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
-
-
-def read_json_object(path: Path, what: str) -> dict:
-    """A JSON object from `path`; anything else (not UTF-8, not JSON, another type) is a UserError naming it."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise UserError(f"{path}: not a valid JSON file ({str(exc) or type(exc).__name__})") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object ({what}), got {type(data).__name__}")
-    return data
 
 
 PICKLE_WEIGHTS = "pytorch_model.bin"

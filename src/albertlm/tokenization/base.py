@@ -111,21 +111,11 @@ CONFIG_FILE = "tokenizer_config.json"  # transformers' name; holds the preproces
 
 def read_config(config_file: Path | None) -> dict:
     """A tokenizer_config.json as a dict ({} when absent); a malformed one is a UserError naming the file."""
-    import json
-
-    from albertlm.errors import UserError
+    from albertlm.errors import read_json_object
 
     if config_file is None or not config_file.is_file():
         return {}
-    try:
-        data = json.loads(config_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise UserError(f"cannot parse {config_file}: {exc}") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {config_file}: {exc.strerror or exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{config_file}: expected a JSON object of tokenizer options, got {type(data).__name__}")
-    return data
+    return read_json_object(config_file, "tokenizer options")
 
 
 def save_directory(directory: str | Path, source: Path, name: str, config: dict) -> None:
