@@ -87,15 +87,20 @@ def apply_fast_paths(model: nn.Module, device: torch.device | str, precision: st
     """In place: the fused CPU linears where `choose_fast_path` picks them; returns the dtype chosen (None:
     the model is left plain). Call before `torch.compile` (compiled models should stay plain)."""
     dtype = choose_fast_path(device, precision)
-    if dtype is None:
-        return None
+    if dtype is not None:
+        swap_in(model, dtype)
+    return dtype
+
+
+def swap_in(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """In place, unprobed: the fused linears in `dtype` (float32, or bfloat16 for bf16 autocast)."""
     for module in _targets(model):
         module.__class__ = SWAPS.get(type(module), type(module))
         module.fused_dtype = dtype
     if dtype == torch.bfloat16 and not hasattr(model, "_fast_path_hooks"):  # cast each weight once per forward
         model._fast_path_hooks = (model.register_forward_pre_hook(_open_cast_scope),
                                   model.register_forward_hook(_close_cast_scope, always_call=True))
-    return dtype
+    return model
 
 
 def remove_fast_paths(model: nn.Module) -> nn.Module:

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _bf16_supported() -> bool:
+def bf16_supported() -> bool:
     """oneDNN bf16 GEMMs need AVX-512 (bf16 instructions) or AMX; on AVX2-only CPUs they fail to build."""
     probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     try:
@@ -34,7 +34,7 @@ def _bf16_supported() -> bool:
         return False
 
 
-BF16 = AVAILABLE and _bf16_supported()
+BF16 = AVAILABLE and bf16_supported()
 # our activation name -> oneDNN post-op (name, algorithm)
 POST_OPS = {None: ("none", ""), "gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "relu": ("relu", "")}
 PLAIN = {None: lambda x: x, "gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
