@@ -1,19 +1,31 @@
 """Speed: our AlbertForPreTraining vs transformers' on the same config, batch and inputs, alternating.
 
-Rows: albert-base at 8x128 and 2x512, fp32 and bf16 autocast, a training step (forward + backward +
-AdamW step) and inference (forward computing the MLM + SOP outputs, no grad). Both models get the
-same weights, the same 15% masked positions (ours as masked_lm_positions, transformers as `labels`
-with -100 elsewhere) and sentence-order labels. Also measures this CPU's dense matmul rate and prints
-each row's model FLOP utilisation (MFU): model FLOPs are the same for both implementations (encoder,
-E->H projection, MLM head at the masked positions), so the MFU ratio equals the speed ratio.
+Rows: a preset (albert-base by default) at B x T shapes, fp32 and bf16 autocast, a training step (forward +
+backward + AdamW step) and inference (forward computing the MLM + SOP outputs, no grad). Both models get the
+same weights, the same 15% masked positions (ours as masked_lm_positions, transformers as `labels` with -100
+elsewhere) and sentence-order labels. Variants (`--variants`): `ours` (eager, with the CPU fast paths
+`training.precision.prepare_model` picks for this machine), `hf` (transformers eager), and `ours-compiled` /
+`hf-compiled` (`torch.compile`, default mode; the first calls, which compile, are not timed; compile
+seconds are printed). Ratios are against transformers eager and, where measured, compiled.
 
-    .venv/bin/python benchmarks/model_speed.py [--reps 3] [--infer-reps 10] [--rows 8x128,2x512]
-        [--modes train,infer] [--dtypes fp32,bf16]
+MFU: model FLOPs (encoder, E->H projection, MLM head at the masked positions, x3 for training: the same
+for every variant, so MFU ratios equal speed ratios) / time / the dense-matmul rate of this device and
+dtype, measured before each row (the load changes; ratios are only meaningful within one run).
+
+`--clock cpu --threads 1` times CPU seconds of one thread instead of wall seconds: on a machine shared with
+other jobs this is far steadier (time spent descheduled does not count), at the price of measuring
+single-thread work only (with more threads, OpenMP's spin-waiting would count as work).
+
+    python benchmarks/model_speed.py [--device cpu|cuda] [--preset albert-base] [--rows 8x128,2x512]
+        [--modes train,infer] [--dtypes fp32,bf16] [--variants ours,hf,ours-compiled,hf-compiled]
+        [--reps 3] [--infer-reps 10] [--threads N] [--clock wall|cpu]
+On CUDA the defaults are 32x512 bf16 and all four variants; peak memory per variant is printed too.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import os
 import statistics
 import tempfile
@@ -25,18 +37,32 @@ from albertlm.config.presets import get_preset
 from albertlm.model.albert import AlbertForPreTraining
 
 MASK_RATE = 0.15
+OUR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label",
+            "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+HF_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label", "labels")
 
 
-def matmul_rate(dtype: torch.dtype, seconds: float = 2.0) -> float:
-    """Dense GEMM FLOP/s at a transformer-like shape (1024 tokens x 768 -> 3072)."""
-    a, b = torch.randn(1024, 768, dtype=dtype), torch.randn(768, 3072, dtype=dtype)
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_rate(dtype: torch.dtype, seconds: float = 2.0, device: torch.device | str = "cpu") -> float:
+    """Dense GEMM FLOP/s at a transformer-like shape (1024 tokens x 768 -> 3072 on CPU; 8192 x 4096 -> 4096
+    on a GPU, big enough to fill it)."""
+    device = torch.device(device)
+    m, k, n = (8192, 4096, 4096) if device.type == "cuda" else (1024, 768, 3072)
+    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
     for _ in range(3):
         a @ b
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        n += 1
-    return n * 2 * 1024 * 768 * 3072 / (time.perf_counter() - start)
+    sync(device)
+    count, start = 0, clock()
+    while clock() - start < seconds:
+        for _ in range(10 if device.type == "cuda" else 1):
+            a @ b
+            count += 1
+        sync(device)
+    return count * 2 * m * k * n / (clock() - start)
 
 
 def model_flops(cfg, B: int, T: int, P: int, train: bool) -> float:
@@ -47,20 +73,22 @@ def model_flops(cfg, B: int, T: int, P: int, train: bool) -> float:
     return forward * (3 if train else 1)
 
 
-def make_inputs(cfg, B: int, T: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def make_inputs(cfg, B: int, T: int, seed: int = 0, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     P = max(1, round(MASK_RATE * T))
     ids = torch.randint(5, cfg.vocab_size, (B, T), generator=g)
     positions = torch.stack([torch.randperm(T - 1, generator=g)[:P].sort().values + 1 for _ in range(B)])
     targets = torch.randint(5, cfg.vocab_size, (B, P), generator=g)
     labels = torch.full_like(ids, -100).scatter_(1, positions, targets)
-    return dict(input_ids=ids, attention_mask=torch.ones_like(ids),
-                token_type_ids=(torch.arange(T) >= T // 2).long().expand(B, T).contiguous(),
-                masked_lm_positions=positions, masked_lm_ids=targets, masked_lm_weights=torch.ones(B, P),
-                labels=labels, sentence_order_label=torch.randint(0, 2, (B,), generator=g))
+    batch = dict(input_ids=ids, attention_mask=torch.ones_like(ids),
+                 token_type_ids=(torch.arange(T) >= T // 2).long().expand(B, T).contiguous(),
+                 masked_lm_positions=positions, masked_lm_ids=targets, masked_lm_weights=torch.ones(B, P),
+                 labels=labels, sentence_order_label=torch.randint(0, 2, (B,), generator=g))
+    return {k: v.to(device) for k, v in batch.items()}
 
 
 def build_models(cfg):
+    """Ours (seeded) and transformers' AlbertForPreTraining with the same weights, on the CPU."""
     import transformers
 
     from albertlm.interop.hf import export_hf
@@ -73,19 +101,31 @@ def build_models(cfg):
     return ours, theirs
 
 
-def step_fn(model, batch, ours: bool, train: bool, dtype):
-    keys = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label")
-    keys += ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights") if ours else ("labels",)
-    kwargs = {k: batch[k] for k in keys}
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == torch.bfloat16 else contextlib.nullcontext()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5) if train else None
-    model.train(train)
+def variant_model(name: str, ours, theirs, precision: str, device: torch.device):
+    """A fresh copy of the model a variant runs, on `device` (ours prepared the way `albertlm pretrain` does)."""
+    from albertlm.training.precision import prepare_model
+
+    compiled = name.endswith("-compiled")
+    if name.startswith("ours"):
+        model = prepare_model(copy.deepcopy(ours), precision=precision, device=device,
+                              fast_paths="off" if compiled else "auto")
+    else:
+        model = copy.deepcopy(theirs)
+    model = model.to(device)
+    return (torch.compile(model) if compiled else model), model
+
+
+def step_fn(model, params, batch, ours: bool, train: bool, precision: str, device: torch.device):
+    kwargs = {k: batch[k] for k in (OUR_KEYS if ours else HF_KEYS)}
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+    optimizer = torch.optim.AdamW(params, lr=1e-5, fused=device.type == "cuda") if train else None
 
     def step():
         if not train:
-            with torch.inference_mode(), autocast:
+            with torch.inference_mode(), autocast():
                 return model(**kwargs).loss
-        with autocast:
+        with autocast():
             loss = model(**kwargs).loss
         loss.backward()
         optimizer.step()
@@ -95,49 +135,110 @@ def step_fn(model, batch, ours: bool, train: bool, dtype):
     return step
 
 
-def time_pair(steps, reps: int) -> list[float]:
-    """Median seconds per step of each function, run alternately (after one warm-up each)."""
-    for step in steps:
-        step()
-    times = [[] for _ in steps]
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCK["wall"]
+
+
+def timed(step, device: torch.device, clock_fn=None) -> float:
+    clock_fn = clock_fn or clock
+    sync(device)
+    start = clock_fn()
+    step()
+    sync(device)
+    return clock_fn() - start
+
+
+def run_row(cfg, ours, theirs, variants: list[str], B: int, T: int, precision: str, train: bool, reps: int,
+            device: torch.device) -> dict[str, dict]:
+    """Median seconds per step of each variant, run alternately after warm-up (compile) calls."""
+    batch = make_inputs(cfg, B, T, device=device)
+    steps, result = {}, {}
+    for name in variants:
+        model, raw = variant_model(name, ours, theirs, precision, device)
+        model.train(train)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        steps[name] = step_fn(model, raw.parameters(), batch, name.startswith("ours"), train, precision, device)
+        wall = time.perf_counter  # compile seconds are wall seconds (the compiler runs in other processes too)
+        first = timed(steps[name], device, wall)
+        second = timed(steps[name], device, wall)  # compiled training recompiles once for the optimizer's state
+        result[name] = {"times": [], "compile_s": first + second - 2 * timed(steps[name], device, wall),
+                        "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
     for _ in range(reps):
-        for i, step in enumerate(steps):
-            start = time.perf_counter()
-            step()
-            times[i].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+        for name in variants:
+            result[name]["times"].append(timed(steps[name], device))
+    for r in result.values():
+        r["seconds"] = statistics.median(r["times"])
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reps", type=int, default=3, help="timed training steps per model and row")
-    parser.add_argument("--infer-reps", type=int, default=10, help="timed inference steps per model and row")
-    parser.add_argument("--rows", default="8x128,2x512")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--preset", default="albert-base")
+    parser.add_argument("--reps", type=int, default=3, help="timed training steps per variant and row")
+    parser.add_argument("--infer-reps", type=int, default=10, help="timed inference steps per variant and row")
+    parser.add_argument("--rows", default=None, help="B x T shapes (default 8x128,2x512; cuda 32x512)")
     parser.add_argument("--modes", default="train,infer")
-    parser.add_argument("--dtypes", default="fp32,bf16")
+    parser.add_argument("--dtypes", default=None, help="fp32,bf16 (cuda default: bf16)")
+    parser.add_argument("--variants", default=None,
+                        help="from ours,hf,ours-compiled,hf-compiled (default: ours,hf on cpu, all four on cuda)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--clock", choices=list(CLOCK), default="wall",
+                        help="wall seconds, or CPU seconds of this process (steadier under load; use --threads 1)")
     args = parser.parse_args()
-    cfg = get_preset("albert-base")
+    global clock
+    clock = CLOCK[args.clock]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if args.clock == "cpu" and device.type == "cuda":
+        parser.error("--clock cpu is for CPU runs")
+    cuda = device.type == "cuda"
+    rows = args.rows or ("32x512" if cuda else "8x128,2x512")
+    dtypes = args.dtypes or ("bf16" if cuda else "fp32,bf16")
+    variants = (args.variants or ("ours,hf,ours-compiled,hf-compiled" if cuda else "ours,hf")).split(",")
+    if not {"ours", "hf"} <= set(variants):
+        parser.error("--variants must include ours and hf (the ratios are against them)")
+    cfg = get_preset(args.preset)
     ours, theirs = build_models(cfg)
-    print(f"load average {os.getloadavg()[0]:.1f} (other processes share the CPU: compare ratios, not absolutes)")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; the matmul rate is measured before "
-          "each row (the load changes), MFU = model FLOPs / time / that rate")
-    print(f"{'mode':6} {'shape':6} {'dtype':5} {'ours tok/s':>11} {'hf tok/s':>9} {'ratio':>6} "
-          f"{'matmul GFLOP/s':>14} {'ours MFU':>9} {'hf MFU':>7}")
+    from albertlm.model.fast_paths import choose_fast_path, cpu_capability
+
+    where = (torch.cuda.get_device_name(device) if cuda else
+             f"CPU {cpu_capability()}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}, "
+             f"{args.clock} clock")
+    print(f"{args.preset} on {where}; torch {torch.__version__}. Fast paths: fp32 "
+          f"{choose_fast_path(device, 'fp32')}, bf16 {choose_fast_path(device, 'bf16')}. The matmul rate is "
+          "measured before each row; MFU = model FLOPs / time / that rate. Compare ratios, not absolutes.")
+    extra = [v for v in variants if v not in ("ours", "hf")]
+    head = (f"{'mode':5} {'shape':7} {'dtype':5} {'ours tok/s':>10} {'hf tok/s':>9} {'ratio':>6} "
+            + "".join(f"{v + ' tok/s':>20}" for v in extra)
+            + (f" {'ours/hf-compiled':>16}" if "hf-compiled" in variants else "")
+            + f" {'matmul TFLOP/s':>14} {'MFU ' + '/'.join(variants):>30}" + ("  peak GiB" if cuda else ""))
+    print(head)
     for mode in args.modes.split(","):
-        for shape in args.rows.split(","):
+        for shape in rows.split(","):
             B, T = map(int, shape.split("x"))
-            batch = make_inputs(cfg, B, T)
-            for dname in args.dtypes.split(","):
-                dtype = torch.bfloat16 if dname == "bf16" else torch.float32
+            for precision in dtypes.split(","):
+                dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
                 train = mode == "train"
-                steps = [step_fn(m, batch, m is ours, train, dtype) for m in (ours, theirs)]
-                rate = matmul_rate(dtype, seconds=1.0)
-                t_ours, t_hf = time_pair(steps, args.reps if train else args.infer_reps)
-                flops = model_flops(cfg, B, T, batch["masked_lm_positions"].shape[1], train)
-                mfu = [flops / t / rate for t in (t_ours, t_hf)]
-                print(f"{mode:6} {shape:6} {dname:5} {B * T / t_ours:11.0f} {B * T / t_hf:9.0f} "
-                      f"{t_hf / t_ours:5.2f}x {rate / 1e9:14.0f} {mfu[0]:8.0%} {mfu[1]:7.0%}", flush=True)
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+                rate = matmul_rate(dtype, seconds=1.0, device=device)
+                r = run_row(cfg, ours, theirs, variants, B, T, precision, train,
+                            args.reps if train else args.infer_reps, device)
+                P = max(1, round(MASK_RATE * T))
+                flops = model_flops(cfg, B, T, P, train)
+                tok = {v: B * T / r[v]["seconds"] for v in variants}
+                mfu = "/".join(f"{flops / r[v]['seconds'] / rate:.0%}" for v in variants)
+                line = (f"{mode:5} {shape:7} {precision:5} {tok['ours']:10.0f} {tok['hf']:9.0f} "
+                        f"{tok['ours'] / tok['hf']:5.2f}x"
+                        + "".join(f"{tok[v]:11.0f} ({r[v]['compile_s']:4.0f}s)" for v in extra)
+                        + (f" {tok['ours'] / tok['hf-compiled']:15.2f}x" if "hf-compiled" in variants else "")
+                        + f" {rate / 1e12:14.2f} {mfu:>30}")
+                if cuda:
+                    line += "  " + "/".join(f"{r[v]['peak_gib']:.1f}" for v in variants)
+                print(line, flush=True)
+    if not cuda:
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -4,17 +4,22 @@ Ours is the real loop (`training.loop.Loop`): batches read from a data directory
 `albertlm.data` (albert-base-v2's 30k SentencePiece vocabulary, text from ../shared/data), the
 accumulation path, LAMB, gradient clipping, and logging every step to metrics.jsonl + TensorBoard.
 The reference gets the very same batches, already in memory (so it pays no data loading), converted to
-transformers' `labels`, and does forward, backward, clip, AdamW step. albert-base, B x T = 8x128 and
-2x512, fp32 and bf16 autocast, alternating chunks of steps; MFU from the CPU's matmul rate measured in
-the same run (model FLOPs as in model_speed.py). "wait" is the fraction of our step time spent
-waiting for the next batch.
+transformers' `labels`, and does forward, backward, clip, AdamW step (fused AdamW on CUDA). albert-base,
+B x T = 8x128 and 2x512, fp32 and bf16 autocast, alternating chunks of steps; MFU from this device's matmul
+rate measured in the same run, before each row (model FLOPs as in model_speed.py). "wait" is the fraction of
+our step time spent waiting for the next batch. `--compiled` adds `albertlm pretrain --train.compile default`
+and transformers under `torch.compile` (their first steps, which compile, are not timed; the compile seconds
+our loop logs are printed).
 
-    .venv/bin/python benchmarks/train_speed.py [--rows 8x128,2x512] [--dtypes fp32,bf16] [--chunks 2]
+    python benchmarks/train_speed.py [--device cpu|cuda] [--rows 8x128,2x512] [--dtypes fp32,bf16]
+        [--chunks 2] [--steps 3] [--compiled]
+On CUDA the defaults are 32x512, bf16, with --compiled.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import sys
 import tempfile
@@ -24,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_speed import build_models, matmul_rate, model_flops  # noqa: E402  (same FLOP model, same weights)
+from model_speed import build_models, matmul_rate, model_flops, sync  # noqa: E402  (same FLOPs and weights)
 
 ROOT = Path(__file__).resolve().parents[1]
 SPIECE = ROOT.parent / "shared" / "data" / "spm" / "albert-base-v2_spiece.model"
@@ -47,39 +52,48 @@ def build_data(tmp: Path, T: int) -> Path:
     return out
 
 
-def our_loop(cfg, model, data_dir: Path, run_dir: Path, B: int, precision: str):
+def our_loop(cfg, model, data_dir: Path, run_dir: Path, B: int, precision: str, device: torch.device,
+             compile_mode: str = "none"):
     from albertlm.config.run import DataConfig, OptimConfig, RunConfig, TrainConfig
     from albertlm.training.distributed import DistInfo
     from albertlm.training.pretrain import make_loop, open_datasets
 
     run = RunConfig(model=cfg, optim=OptimConfig(lr=1e-5, warmup_steps=10),
                     train=TrainConfig(max_steps=1, batch_size=B, micro_batch_size=B, precision=precision,
-                                      log_every=1, eval_every=0, save_every=0, progress=False),
+                                      log_every=1, eval_every=0, save_every=0, progress=False, compile=compile_mode),
                     data=DataConfig(path=str(data_dir)))
-    return make_loop(run, run_dir, open_datasets(run), DistInfo(), False, model=model)
+    return make_loop(run, run_dir, open_datasets(run), DistInfo(device=device), False, model=model)
 
 
 def run_ours_chunk(loop, run_dir: Path, steps: int) -> tuple[list[float], list[float]]:
-    """`steps` steps of the real loop; returns the step times (the first, which opens the data iterator,
-    dropped) and the data-wait fractions logged for them."""
+    """`steps` steps of the real loop; returns the step times (the first, which opens the data iterator and
+    with compile compiles, dropped) and the data-wait fractions logged for them."""
     from albertlm.training.metrics import MetricsLogger, read_metrics
 
     stamps = []
     loop.plan = dataclasses.replace(loop.plan, total_steps=loop.state.step + steps)   # (and the lr schedule)
     loop.logger = MetricsLogger(run_dir, loop.plan.total_steps, loop.state.step, progress=False)
-    loop.on_step = lambda step, metrics: stamps.append(time.perf_counter())
+    loop.on_step = lambda step, metrics: (sync(loop.info.device), stamps.append(time.perf_counter()))
     loop.save = lambda: None                 # no checkpoint at the end of a chunk
     loop.run()
     waits = [r["data_wait_frac"] for r in read_metrics(run_dir) if r["split"] == "train"][-(steps - 1):]
     return [b - a for a, b in zip(stamps, stamps[1:])], waits
 
 
-def reference_step(model, optimizer, batch: dict, precision: str) -> None:
+def compile_seconds(run_dir: Path) -> float | None:
+    from albertlm.training.metrics import read_metrics
+
+    logged = [r["compile_s"] for r in read_metrics(run_dir) if r["split"] == "compile"]
+    return logged[0] if logged else None
+
+
+def reference_step(model, optimizer, batch: dict, precision: str, device: torch.device) -> None:
     labels = torch.full_like(batch["input_ids"], -100)
     keep = batch["masked_lm_weights"] > 0
     rows = torch.arange(labels.shape[0])[:, None].expand_as(keep)
     labels[rows[keep], batch["masked_lm_positions"][keep]] = batch["masked_lm_ids"][keep]
-    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else torch.autocast("cpu", enabled=False)
+    ctx = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
+           else torch.autocast(device.type, enabled=False))
     with ctx:
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                     token_type_ids=batch["token_type_ids"], labels=labels,
@@ -90,61 +104,98 @@ def reference_step(model, optimizer, batch: dict, precision: str) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def run_reference_chunk(model, optimizer, batches: list[dict], precision: str) -> list[float]:
+def run_reference_chunk(model, optimizer, batches: list[dict], precision: str, device: torch.device) -> list[float]:
     stamps = [time.perf_counter()]
     for batch in batches:
-        reference_step(model, optimizer, batch, precision)
+        reference_step(model, optimizer, {k: v.to(device) for k, v in batch.items()}, precision, device)
+        sync(device)
         stamps.append(time.perf_counter())
     return [b - a for a, b in zip(stamps[1:], stamps[2:])]   # the first step is the warm-up
 
 
-def bench_row(cfg, B: int, T: int, precision: str, data_dir: Path, tmp: Path, chunks: int, steps: int, rates):
+def bench_row(cfg, B: int, T: int, precision: str, data_dir: Path, tmp: Path, chunks: int, steps: int,
+              device: torch.device, compiled: bool) -> dict:
     ours, theirs = build_models(cfg)
-    run_dir = tmp / f"run_{B}x{T}_{precision}"
-    loop = our_loop(cfg, ours, data_dir, run_dir, B, precision)
-    feed = loop.data.steps(0)
-    optimizer = torch.optim.AdamW(theirs.parameters(), lr=1e-5)
-    theirs.train()
-    t_ours, t_ref, waits = [], [], []
-    for _ in range(chunks):
+    loops = {"ours": our_loop(cfg, ours, data_dir, tmp / f"run_{B}x{T}_{precision}", B, precision, device)}
+    if compiled:
+        ours_c, _ = build_models(cfg)
+        loops["ours-compiled"] = our_loop(cfg, ours_c, data_dir, tmp / f"run_{B}x{T}_{precision}_c", B, precision,
+                                          device, compile_mode="default")
+    feed = loops["ours"].data.steps(0)
+    refs = {"hf": theirs.to(device).train()}
+    if compiled:
+        refs["hf-compiled"] = torch.compile(refs["hf"])
+    optimizers = {name: torch.optim.AdamW(theirs.parameters(), lr=1e-5, fused=device.type == "cuda") for name in refs}
+    times = {name: [] for name in [*loops, *refs]}
+    waits = []
+    ref_compile = {}
+    for chunk in range(chunks):
         batches = [next(feed)[0] for _ in range(steps)]         # the same examples our loop reads
-        t, w = run_ours_chunk(loop, run_dir, steps)
-        t_ours += t
-        waits += w
-        t_ref += run_reference_chunk(theirs, optimizer, batches, precision)
-    P = int(loop.data.dataset.meta["max_predictions_per_seq"])
+        for name, loop in loops.items():
+            t, w = run_ours_chunk(loop, loop.run_dir, steps)
+            times[name] += t
+            waits += w if name == "ours" else []
+        for name, model in refs.items():
+            if chunk == 0 and name == "hf-compiled":             # compile outside the timed steps
+                start = time.perf_counter()
+                run_reference_chunk(model, optimizers[name], batches[:1], precision, device)
+                ref_compile[name] = time.perf_counter() - start
+            times[name] += run_reference_chunk(model, optimizers[name], batches, precision, device)
+    P = int(loops["ours"].data.dataset.meta["max_predictions_per_seq"])
     flops = model_flops(cfg, B, T, P, train=True)
-    s_ours, s_ref = statistics.median(t_ours), statistics.median(t_ref)
-    return {"shape": f"{B}x{T}", "dtype": precision, "ours": B * T / s_ours, "hf": B * T / s_ref,
-            "ratio": s_ref / s_ours, "mfu_ours": flops / s_ours / rates[precision],
-            "mfu_hf": flops / s_ref / rates[precision], "wait": statistics.mean(waits) if waits else 0.0}
+    seconds = {name: statistics.median(t) for name, t in times.items()}
+    compile_s = {"ours-compiled": compile_seconds(loops["ours-compiled"].run_dir) if compiled else None, **ref_compile}
+    return {"shape": f"{B}x{T}", "dtype": precision, "seconds": seconds, "flops": flops, "compile_s": compile_s,
+            "tokens": B * T, "wait": statistics.mean(waits) if waits else 0.0}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", default="8x128,2x512")
-    parser.add_argument("--dtypes", default="fp32,bf16")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--rows", default=None, help="B x T shapes (default 8x128,2x512; cuda 32x512)")
+    parser.add_argument("--dtypes", default=None, help="fp32,bf16 (cuda default: bf16)")
     parser.add_argument("--chunks", type=int, default=2, help="alternations of ours / reference")
     parser.add_argument("--steps", type=int, default=3, help="steps per chunk (the first is not timed)")
+    parser.add_argument("--compiled", action="store_true", help="also both models under torch.compile (cuda: always)")
     args = parser.parse_args()
     from albertlm.config.presets import get_preset
+    from albertlm.model.fast_paths import choose_fast_path, cpu_capability
 
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    rows, dtypes = args.rows or ("32x512" if cuda else "8x128,2x512"), args.dtypes or ("bf16" if cuda else "fp32,bf16")
+    compiled = args.compiled or cuda
     cfg = get_preset("albert-base")
-    rates = {"fp32": matmul_rate(torch.float32), "bf16": matmul_rate(torch.bfloat16)}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul rate fp32 "
-          f"{rates['fp32'] / 1e9:.0f} GFLOP/s, bf16 {rates['bf16'] / 1e9:.0f} GFLOP/s", flush=True)
-    print("| B x T | dtype | albertlm pretrain tok/s | transformers + AdamW tok/s | speed-up | MFU ours | MFU hf | data wait |")
-    print("|---|---|---|---|---|---|---|---|", flush=True)
+    where = (torch.cuda.get_device_name(device) if cuda else
+             f"CPU {cpu_capability()}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
+    print(f"albert-base on {where}; torch {torch.__version__}; fast paths fp32 {choose_fast_path(device, 'fp32')}, "
+          f"bf16 {choose_fast_path(device, 'bf16')}. Matmul rate measured before each row.", flush=True)
+    names = ["ours", "hf"] + (["ours-compiled", "hf-compiled"] if compiled else [])
+    print("| B x T | dtype | " + " | ".join(f"{n} tok/s" for n in names) + " | ours / hf |"
+          + (" ours / hf-compiled | ours-compiled / hf-compiled | compile s (ours, hf) |" if compiled else "")
+          + " matmul TFLOP/s | MFU " + " / ".join(names) + " | data wait |")
+    print("|---" * (len(names) + 6 + (3 if compiled else 0)) + "|", flush=True)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         data = {}
-        for shape in args.rows.split(","):
+        for shape in rows.split(","):
             B, T = map(int, shape.split("x"))
             data.setdefault(T, build_data(tmp, T))
-            for precision in args.dtypes.split(","):
-                r = bench_row(cfg, B, T, precision, data[T], tmp, args.chunks, args.steps, rates)
-                print(f"| {r['shape']} | {r['dtype']} | {r['ours']:.0f} | {r['hf']:.0f} | {r['ratio']:.2f}x | "
-                      f"{r['mfu_ours']:.0%} | {r['mfu_hf']:.0%} | {r['wait']:.1%} |", flush=True)
+            for precision in dtypes.split(","):
+                rate = matmul_rate(torch.bfloat16 if precision == "bf16" else torch.float32, device=device)
+                r = bench_row(cfg, B, T, precision, data[T], tmp, args.chunks, args.steps, device, compiled)
+                s = r["seconds"]
+                line = (f"| {r['shape']} | {r['dtype']} | " + " | ".join(f"{r['tokens'] / s[n]:.0f}" for n in names)
+                        + f" | {s['hf'] / s['ours']:.2f}x |")
+                if compiled:
+                    c = r["compile_s"]
+                    line += (f" {s['hf-compiled'] / s['ours']:.2f}x | {s['hf-compiled'] / s['ours-compiled']:.2f}x | "
+                             f"{c['ours-compiled'] or 0:.0f}, {c['hf-compiled']:.0f} |")
+                line += (f" {rate / 1e12:.2f} | " + " / ".join(f"{r['flops'] / s[n] / rate:.0%}" for n in names)
+                         + f" | {r['wait']:.1%} |")
+                print(line, flush=True)
+    if not cuda:
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

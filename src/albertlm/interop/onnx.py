@@ -10,9 +10,9 @@
   their initializers in every layer; identical initializers the exporter may still produce (a transposed
   copy per use) are merged after export (`merge_duplicate_initializers`), so an all-shared 12-layer model
   is about as large as its safetensors file, not 12 times its layer.
-- The export traces the plain PyTorch ops: `plain_model_ops()` turns off the CPU fast paths of
-  `albertlm.model.fused` (oneDNN ops ONNX has no form for) and makes the attention mask unconditional
-  (the model skips it when nothing is padded, a data-dependent branch a traced graph must not bake in).
+- The export traces the plain PyTorch ops: the model is plain unless CPU fast paths were applied to it from
+  outside (`albertlm.model.fast_paths`: oneDNN ops ONNX has no form for); `plain_model_ops(model)` removes
+  them for the export and puts them back afterwards.
 - Exporters: "torchscript" (torch.onnx's TorchScript exporter, the default while torch ships it: about 1 s
   for a small model) or "dynamo" (torch.export-based, torch's default since 2.9; about 20x slower to run
   here, needs onnxscript). Both are tested against onnxruntime.
@@ -79,30 +79,17 @@ def output_names(model: nn.Module) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def plain_model_ops() -> Iterator[None]:
-    """Inside, the model runs plain PyTorch ops with an unconditional attention mask (see the module doc).
+def plain_model_ops(model: nn.Module) -> Iterator[None]:
+    """Inside, `model` runs plain PyTorch ops (its CPU fast paths, if any, removed and then restored)."""
+    from albertlm.model.fast_paths import fast_path_dtype, remove_fast_paths, swap_in
 
-    Relies on two names in the model package (checked by the tests): `albertlm.model.fused.AVAILABLE`
-    (the oneDNN fast paths; once they are applied from outside the model, this is a no-op) and
-    `albertlm.model.albert.attention_bias`."""
-    from albertlm.model import albert, fused
-
-    saved = {}
-    if hasattr(fused, "AVAILABLE"):
-        saved[(fused, "AVAILABLE")] = fused.AVAILABLE
-        fused.AVAILABLE = False
-    if hasattr(albert, "attention_bias"):
-        saved[(albert, "attention_bias")] = albert.attention_bias
-        albert.attention_bias = _always_mask
+    dtype = fast_path_dtype(model)
+    remove_fast_paths(model)
     try:
         yield
     finally:
-        for (module, name), value in saved.items():
-            setattr(module, name, value)
-
-
-def _always_mask(attention_mask: Tensor | None) -> Tensor | None:
-    return None if attention_mask is None else attention_mask[:, None, None, :].bool()
+        if dtype is not None:
+            swap_in(model, dtype)
 
 
 def example_inputs(model: nn.Module, batch: int = 2, length: int = 16, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
@@ -133,7 +120,7 @@ def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscr
     args = example_inputs(model)
     axes = ({0: "batch", 1: "choices", 2: "sequence"} if args[0].dim() == 3 else {0: "batch", 1: "sequence"})
     wrapper = _Outputs(model, names).eval()  # the exporter restores the wrapper's mode, and so the model's, after
-    with plain_model_ops(), torch.no_grad(), warnings.catch_warnings():
+    with plain_model_ops(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
         if exporter == "torchscript":
             dynamic = {**{n: axes for n in INPUTS}, **{n: output_axes(model, n) for n in names}}

@@ -9,13 +9,15 @@ ALBERT is BERT with two parameter reductions and one new loss:
 
 Shapes: B batch, T tokens, E embedding size, H hidden size, A heads, hs = H / A head size, V vocab,
 P masked slots per sequence, M masked tokens in the batch.
-Activation checkpointing and torch.compile are applied from outside (`enable_activation_checkpointing`).
-`linear` / `residual_linear` (model/fused.py) are act(x W^T + b) and residual + dropout(x W^T + b),
-computed inside one oneDNN GEMM on CPU in fp32.
+Plain PyTorch ops only (nn.Linear, scaled_dot_product_attention, nn.LayerNorm), and no host-device
+synchronisation in `forward` (no `.item()`, no boolean indexing on the pretraining path), so one
+`torch.compile(model, fullgraph=True)` graph covers the whole pretraining forward. Activation
+checkpointing, torch.compile and the CPU fast paths (`model/fast_paths.py`) are applied from outside.
 """
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,8 +25,11 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from albertlm.config import ModelConfig
-from albertlm.model.fused import attention, cast_once, linear, residual_linear
 from albertlm.model.io import PretrainedMixin, init_weights
+
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": F.gelu, "gelu_new": functools.partial(F.gelu, approximate="tanh"), "relu": F.relu}
 
 
 class ModelOutput(dict):
@@ -55,7 +60,7 @@ class Embeddings(nn.Module):
         x = self.word(input_ids) + self.position.weight[:T]  # (B, T, E)
         x = x + (self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0])
         x = self.dropout(self.norm(x))
-        return linear(x, self.project) if self.project is not None else x  # (B, T, H)
+        return self.project(x) if self.project is not None else x  # (B, T, H)
 
 
 # ----------------------------------------------------------------------------------------- attention
@@ -70,14 +75,24 @@ class Attention(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        B, T, H = x.shape
-        # split (not permute + unbind): the gradients of q, k, v then concatenate without a strided gather
-        qkv = linear(x, self.qkv).split(H, -1)  # 3 x (B, T, H)
-        q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in qkv)  # (B, A, T, hs)
+    def forward(self, x: Tensor, mask: Tensor | None, rows: Tensor | None = None) -> Tensor:
+        """x (B, T, H) -> (B, T, H); with `rows` (B, R) only those positions are computed -> (B, R, H)."""
+        H = x.shape[-1]
+        if rows is None:
+            q, k, v = self.qkv(x).split(H, -1)  # 3 x (B, T, H); split, so the gradients concatenate cheaply
+            residual = x
+        else:  # keys and values from every position, queries only from the rows asked for
+            residual = x.gather(1, rows[..., None].expand(-1, -1, H))  # (B, R, H)
+            q = F.linear(residual, self.qkv.weight[:H], self.qkv.bias[:H])
+            k, v = F.linear(x, self.qkv.weight[H:], self.qkv.bias[H:]).split(H, -1)
+        q, k, v = (t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, A, T, hs)
         p = self.dropout_p if self.training else 0.0
-        y = attention(q, k, v, mask, p)  # (B, A, T, hs): SDPA
-        return self.norm(residual_linear(x, y.transpose(1, 2).reshape(B, T, H), self.out, self.dropout))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, A, R, hs)
+        return self.output(residual, y.transpose(1, 2).flatten(2))
+
+    def output(self, residual: Tensor, y: Tensor) -> Tensor:
+        """Post-LN residual: LayerNorm(x + dropout(y W_o^T + b_o))."""
+        return self.norm(residual + self.dropout(self.out(y)))
 
 
 # ----------------------------------------------------------------------------------------------- FFN
@@ -94,8 +109,8 @@ class FeedForward(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = linear(x, self.up, self.activation)  # (B, T, I)
-        return self.norm(residual_linear(x, h, self.down, self.dropout))
+        h = ACTIVATIONS[self.activation](self.up(x))  # (B, T, I)
+        return self.norm(x + self.dropout(self.down(h)))
 
 
 # -------------------------------------------------------------------------------------- sharing plan
@@ -117,8 +132,9 @@ def sharing_plan(cfg: ModelConfig) -> list[tuple[int, int]]:
     return plan
 
 
-def run_block(attention: Attention, ffn: FeedForward, x: Tensor, mask: Tensor | None) -> Tensor:
-    return ffn(attention(x, mask))
+def run_block(attention: Attention, ffn: FeedForward, x: Tensor, mask: Tensor | None,
+              rows: Tensor | None = None) -> Tensor:
+    return ffn(attention(x, mask, rows))
 
 
 # ------------------------------------------------------------------------------------------- encoder
@@ -132,18 +148,19 @@ class Encoder(nn.Module):
         self.ffns = nn.ModuleList(FeedForward(cfg) for _ in range(1 + max(f for _, f in self.plan)))
         self.run_block = run_block  # replaced from outside, e.g. by enable_activation_checkpointing
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        for a, f in self.plan:
-            x = self.run_block(self.attentions[a], self.ffns[f], x, mask)
-        return x  # (B, T, H)
+    def forward(self, x: Tensor, mask: Tensor | None, rows: Tensor | None = None) -> Tensor:
+        """`rows` (B, R): the positions whose output is read; only the last block narrows to them (exact:
+        every earlier block's output is needed at every position as keys and values)."""
+        last = len(self.plan) - 1
+        for i, (a, f) in enumerate(self.plan):
+            x = self.run_block(self.attentions[a], self.ffns[f], x, mask, rows if i == last else None)
+        return x  # (B, T, H), or (B, R, H) with rows
 
 
 def attention_bias(attention_mask: Tensor | None) -> Tensor | None:
-    """(B, T) 1 = token, 0 = padding -> (B, 1, 1, T) bool, True = may attend. None when nothing is
-    padded, which lets SDPA take its fastest (mask-free) path."""
-    if attention_mask is None or bool(attention_mask.all()):
-        return None
-    return attention_mask[:, None, None, :].bool()
+    """(B, T) 1 = token, 0 = padding -> (B, 1, 1, T) bool, True = may attend. Decided from the argument
+    alone, never from its values (that would be a device sync and a graph break): pass None for no mask."""
+    return None if attention_mask is None else attention_mask[:, None, None, :].bool()
 
 
 class AlbertModel(PretrainedMixin, nn.Module):
@@ -160,10 +177,11 @@ class AlbertModel(PretrainedMixin, nn.Module):
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None) -> ModelOutput:
-        with cast_once():  # under bf16 autocast each shared weight is cast once, not once per layer
-            x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
-            x = self.encoder(x, attention_bias(attention_mask))
+                token_type_ids: Tensor | None = None, rows: Tensor | None = None) -> ModelOutput:
+        """`rows` (B, R), first column 0 ([CLS], which the pooler reads): compute the output only there,
+        so `last_hidden_state` is (B, R, H). Pretraining reads [CLS] and the masked positions only."""
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
+        x = self.encoder(x, attention_bias(attention_mask), rows)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # (B, H)
         return ModelOutput(last_hidden_state=x, pooler_output=pooled)
 
@@ -180,30 +198,17 @@ class MaskedLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def forward(self, h: Tensor, word_embeddings: Tensor) -> Tensor:
-        return F.linear(self.norm(linear(h, self.dense, self.activation)), word_embeddings, self.bias)  # (..., V)
-
-
-def masked_targets(hidden: Tensor, positions: Tensor | None, ids: Tensor | None, weights: Tensor | None,
-                   labels: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """Gather the M masked rows of `hidden` (B, T, H) -> (M, H), with their targets and weights.
-
-    Either google's (positions, ids, weights) (B, P) with weight 0 on padding slots, or transformers'
-    `labels` (B, T) with -100 where nothing is predicted."""
-    if positions is not None:
-        rows = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, P, H)
-        keep = weights > 0 if weights is not None else torch.ones_like(positions, dtype=torch.bool)
-        return rows[keep], (ids[keep] if ids is not None else None), (
-            weights[keep].float() if weights is not None else None)
-    keep = labels != -100
-    return hidden[keep], labels[keep], None
+        h = self.norm(ACTIVATIONS[self.activation](self.dense(h)))  # (..., E)
+        return F.linear(h, word_embeddings, self.bias)  # (..., V)
 
 
 def weighted_cross_entropy(logits: Tensor, targets: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Mean cross entropy and accuracy over rows, weighted like google's `masked_lm_weights`."""
-    loss = F.cross_entropy(logits.float(), targets, reduction="none")
+    """Mean cross entropy and accuracy over rows, weighted like google's `masked_lm_weights` (weight 0
+    drops a row without changing any shape; targets -100 count as weight 0)."""
+    loss = F.cross_entropy(logits.float(), targets, reduction="none")  # 0 where the target is -100
     correct = (logits.argmax(-1) == targets).float()
     if weights is None:
-        return loss.mean(), correct.mean()
+        weights = (targets != -100).float()
     total = weights.sum().clamp(min=1e-5)
     return (loss * weights).sum() / total, (correct * weights).sum() / total
 
@@ -226,32 +231,39 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
                 token_type_ids: Tensor | None = None, masked_lm_positions: Tensor | None = None,
                 masked_lm_ids: Tensor | None = None, masked_lm_weights: Tensor | None = None,
                 labels: Tensor | None = None, sentence_order_label: Tensor | None = None) -> ModelOutput:
-        base = self.albert(input_ids, attention_mask, token_type_ids)
+        rows = None
+        if masked_lm_positions is not None:  # the heads read [CLS] and the P masked slots: (B, 1 + P)
+            rows = torch.cat([masked_lm_positions.new_zeros(len(masked_lm_positions), 1), masked_lm_positions], 1)
+        base = self.albert(input_ids, attention_mask, token_type_ids, rows)
         out = ModelOutput(sop_logits=self.sop_head(self.sop_dropout(base.pooler_output)))  # (B, 2)
-        self._add_mlm(out, base.last_hidden_state, masked_lm_positions, masked_lm_ids, masked_lm_weights, labels)
-        self._add_sop_loss(out, sentence_order_label)
+        hidden = base.last_hidden_state if rows is None else base.last_hidden_state[:, 1:]  # (B, T or P, H)
+        self._add_mlm(out, hidden, masked_lm_positions, masked_lm_ids, masked_lm_weights, labels)
+        if sentence_order_label is not None:  # -100: no sentence task for that example (MLM-only data)
+            out["sop_loss"], out["sop_accuracy"] = weighted_cross_entropy(out.sop_logits, sentence_order_label, None)
         losses = [out[k] for k in ("mlm_loss", "sop_loss") if k in out]
         if losses:
             out["loss"] = sum(losses)
         return out
 
     def _add_mlm(self, out: ModelOutput, hidden: Tensor, positions, ids, weights, labels) -> None:
+        """google's (positions, ids, weights) (B, P): logits for all B * P slots, (B * P, V) in google's
+        order, the loss weighted (padding slots have weight 0). transformers' `labels` (B, T), -100 where
+        nothing is predicted: logits (M, V) for the M labelled tokens (a data-dependent shape, eager only).
+        Neither: (B, T, V) for every position."""
         word = self.albert.embeddings.word.weight
-        if positions is None and labels is None:
-            out["prediction_logits"] = self.mlm_head(hidden, word)  # (B, T, V): no targets, every position
+        if positions is not None:
+            out["prediction_logits"] = self.mlm_head(hidden.flatten(0, 1), word)  # (B * P, V)
+            targets, weights = ids, weights
+        elif labels is not None:
+            keep = labels != -100
+            out["prediction_logits"] = self.mlm_head(hidden[keep], word)  # (M, V)
+            targets = labels[keep]
+        else:
+            out["prediction_logits"] = self.mlm_head(hidden, word)  # (B, T, V)
             return
-        rows, targets, weights = masked_targets(hidden, positions, ids, weights, labels)
-        out["prediction_logits"] = self.mlm_head(rows, word)  # (M, V)
         if targets is not None:
-            out["mlm_loss"], out["mlm_accuracy"] = weighted_cross_entropy(out.prediction_logits, targets, weights)
-
-    @staticmethod
-    def _add_sop_loss(out: ModelOutput, label: Tensor | None) -> None:
-        """-100 (or no label) means no sentence task for that example (MLM-only data)."""
-        if label is None or not bool((label != -100).any()):
-            return
-        keep = label != -100
-        out["sop_loss"], out["sop_accuracy"] = weighted_cross_entropy(out.sop_logits[keep], label[keep], None)
+            w = weights.flatten().float() if weights is not None else None
+            out["mlm_loss"], out["mlm_accuracy"] = weighted_cross_entropy(out.prediction_logits, targets.flatten(), w)
 
 
 def enable_activation_checkpointing(model: nn.Module) -> nn.Module:

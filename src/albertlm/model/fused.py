@@ -6,9 +6,11 @@ residual add are further passes over (B, T, I) / (B, T, H) tensors. Each such op
 region, which costs a lot more than its bytes when other processes share the cores; at albert-base
 sizes they took as long as the matmuls in bf16 (torch.profiler, benchmarks/model_speed.py).
 
-Used for CPU tensors in fp32, or under bf16 autocast; anything else takes the plain ops. Under
-autocast the weights are cast to bf16 as autocast would, once per `cast_once()` scope (one model
-forward), so a weight shared by 12 layers is cast once and its gradient accumulates in bf16.
+The model never calls these: `model/fast_paths.py` swaps them in from outside, only where a probe of this
+CPU and torch build says the dtype is supported (and pays). Each call still checks its inputs and takes the
+plain ops for anything else (CUDA tensors, another dtype, active dropout), so a swapped model never crashes.
+Under bf16 autocast the weights are cast to bf16 as autocast would, once per `cast_once()` scope (one model
+forward, opened by the fast paths' forward hooks), so a weight shared by 12 layers is cast once.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from torch import Tensor, nn
 AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _bf16_supported() -> bool:
+def bf16_supported() -> bool:
     """oneDNN bf16 GEMMs need AVX-512 (bf16 instructions) or AMX; on AVX2-only CPUs they fail to build."""
     probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     try:
@@ -32,7 +34,7 @@ def _bf16_supported() -> bool:
         return False
 
 
-BF16 = AVAILABLE and _bf16_supported()
+BF16 = AVAILABLE and bf16_supported()
 # our activation name -> oneDNN post-op (name, algorithm)
 POST_OPS = {None: ("none", ""), "gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "relu": ("relu", "")}
 PLAIN = {None: lambda x: x, "gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
@@ -49,13 +51,13 @@ def cast_once() -> Iterator[None]:
         _CASTS.reset(token)
 
 
-def _compute_dtype(x: Tensor, layer: nn.Linear) -> torch.dtype | None:
-    """The dtype the fused op runs in, or None for the plain path."""
-    if not AVAILABLE or x.device.type != "cpu" or layer.bias is None or layer.weight.dtype != torch.float32:
+def _compute_dtype(x: Tensor, layer: nn.Linear, fused: torch.dtype) -> torch.dtype | None:
+    """`fused` (the dtype the fast path was chosen for) when this call can run fused in it, else None."""
+    if x.device.type != "cpu" or layer.bias is None or layer.weight.dtype != torch.float32:
         return None
     if torch.is_autocast_enabled("cpu"):
-        return torch.bfloat16 if BF16 and torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
-    return torch.float32 if x.dtype == torch.float32 else None
+        return fused if fused == torch.bfloat16 and torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
+    return fused if fused == torch.float32 and x.dtype == torch.float32 else None
 
 
 def _cast(t: Tensor, dtype: torch.dtype) -> Tensor:
@@ -96,11 +98,11 @@ class _BiasLinear(torch.autograd.Function):
                 grad if ctx.has_residual and need[3] else None)
 
 
-def linear(x: Tensor, layer: nn.Linear, activation: str | None = None) -> Tensor:
+def linear(x: Tensor, layer: nn.Linear, activation: str | None, fused: torch.dtype) -> Tensor:
     """activation(x W^T + b)."""
-    dtype = _compute_dtype(x, layer)
+    dtype = _compute_dtype(x, layer, fused)
     if dtype is None:
-        return PLAIN[activation](layer(x))
+        return PLAIN[activation](F.linear(x, layer.weight, layer.bias))
     x, w, b = x.to(dtype), _cast(layer.weight, dtype), _cast(layer.bias, dtype)
     if not _needs_grad(x, w, b):  # inference: the activation is fused too
         attr, algorithm = POST_OPS[activation]
@@ -108,23 +110,13 @@ def linear(x: Tensor, layer: nn.Linear, activation: str | None = None) -> Tensor
     return PLAIN[activation](_BiasLinear.apply(x, w, b, None))
 
 
-def residual_linear(residual: Tensor, x: Tensor, layer: nn.Linear, dropout: nn.Dropout) -> Tensor:
+def residual_linear(residual: Tensor, x: Tensor, layer: nn.Linear, dropout: nn.Dropout,
+                    fused: torch.dtype) -> Tensor:
     """residual + dropout(x W^T + b); fused when the dropout is inactive (eval, or p = 0 as in v2)."""
-    dtype = _compute_dtype(x, layer)
+    dtype = _compute_dtype(x, layer, fused)
     if dtype is None or (dropout.training and dropout.p > 0) or residual.dtype != dtype:
-        return residual + dropout(layer(x))
+        return residual + dropout(F.linear(x, layer.weight, layer.bias))
     x, w, b = x.to(dtype), _cast(layer.weight, dtype), _cast(layer.bias, dtype)
     if not _needs_grad(x, residual, w, b):
         return torch.ops.mkldnn._linear_pointwise.binary(x, residual, w, b, "add")
     return _BiasLinear.apply(x, w, b, residual)
-
-
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
-    """SDPA; when training in bf16 on CPU with short sequences (T <= 128) it runs in fp32, because
-    there the bf16 flash-attention backward is slower than the fp32 one (measured: 26 vs 15 ms per
-    albert-base layer at 8x128, a 1.12x faster training step; even at 4x256, bf16 faster at 2x512)."""
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.shape[-2] <= 128 and _needs_grad(q, k, v):
-        with torch.autocast("cpu", enabled=False):
-            y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
-        return y.to(torch.bfloat16)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)

@@ -6,6 +6,7 @@ fp16: autocast + dynamic loss scaling (`torch.amp.GradScaler`), CUDA only.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 from torch import nn
@@ -43,17 +44,35 @@ def enable_activation_checkpointing(model: nn.Module) -> nn.Module:
     return hook(model)
 
 
-# ---- STUBS until speed's precision.py lands (TEAM.md "Interfaces" 1); the lead replaces them at merge ----
 def prepare_model(model: nn.Module, *, precision: str, device: torch.device, activation_checkpointing: bool = False,
                   fast_paths: str = "auto") -> nn.Module:
-    """In place: activation checkpointing (and, in speed's version, the probed CPU fast paths)."""
+    """In place, before `.to(device)`: activation checkpointing, and (`fast_paths="auto"`) the CPU fast paths
+    where `model.fast_paths.choose_fast_path` says this CPU supports them ("off": the plain model, e.g. for
+    torch.compile). bf16 on a CPU without bf16 hardware gets a one-line warning: it runs, emulated and slow."""
+    from albertlm.model.fast_paths import apply_fast_paths
+
+    if fast_paths not in ("auto", "off"):
+        raise UserError(f"fast_paths must be auto or off, not {fast_paths!r}")
     if activation_checkpointing:
         enable_activation_checkpointing(model)
+    if precision == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16():
+        print("albertlm: warning: this CPU has no bf16 instructions (AVX-512 BF16 or AMX); --precision bf16 "
+              "runs emulated and is slower than fp32 here", file=sys.stderr, flush=True)
+    if fast_paths == "auto":
+        apply_fast_paths(model, device, precision)
     return model
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 matmuls in hardware (what oneDNN reports)."""
+    from albertlm.model import fused
+
+    return fused.bf16_supported()
+
+
 def compile_model(model: nn.Module, mode: str) -> nn.Module:
-    """torch.compile with a mode ("default", "reduce-overhead", "max-autotune"); "none" returns the model."""
+    """torch.compile with a mode ("default", "reduce-overhead", "max-autotune"); "none" returns the model.
+    (torch compiles lazily: the first steps pay the compile time, which the loop logs.)"""
     if mode == "none":
         return model
     return torch.compile(model, mode=None if mode == "default" else mode)

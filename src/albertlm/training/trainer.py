@@ -35,8 +35,9 @@ def build_loop(model: nn.Module, objective: Objective, data: StepData, train: Tr
     last = resume_checkpoint(run_dir) if resume else None
     if last is not None:
         ckpt.load_model_weights(model, last)    # before any module swap, in the saved layout
-    prepare_model(model, precision=train.precision, device=info.device,
-                  activation_checkpointing=train.activation_checkpointing)
+    prepare_model(model, precision=train.precision, device=info.device,   # a compiled model stays plain:
+                  activation_checkpointing=train.activation_checkpointing,  # inductor does its own fusion
+                  fast_paths="auto" if train.compile == "none" else "off")
     model.to(info.device)
     optimizer = build_optimizer(model, optim)
     scaler = grad_scaler(train.precision, info.device)
