@@ -188,7 +188,7 @@ def test_embed_keeps_input_order_through_length_buckets(ours, tmp_path, capsys):
         assert got.shape == (200, 32) and got.dtype == np.float32
         model, tok = AlbertModel.from_pretrained(ours).eval(), load_tokenizer(ours)
         one_by_one = np.concatenate([embed_texts(model, tok, [t], pooling=pooling) for t in texts[:20]])
-        np.testing.assert_allclose(got[:20], one_by_one, atol=1e-5)
+        np.testing.assert_allclose(got[:20], one_by_one, atol=1e-4, rtol=1e-4)  # fused vs plain GEMM: ~1e-5 apart
     assert "wrote 200 x 32 cls-pooled embeddings" in capsys.readouterr().err
     buckets = length_buckets([3, 9, 1, 9, 4], 2)
     assert sorted(i for b in buckets for i in b) == [0, 1, 2, 3, 4] and buckets[0] == [1, 3]

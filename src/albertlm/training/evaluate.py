@@ -20,14 +20,15 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     from albertlm.model.io import resolve_checkpoint
     from albertlm.training.distributed import DistInfo, pick_device
     from albertlm.training.loop import eval_micro_batches, evaluate
-    from albertlm.training.precision import check_precision
+    from albertlm.training.precision import check_precision, prepare_model
     from albertlm.training.pretrain import PretrainingObjective, open_dataset
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
     info = DistInfo(device=pick_device(device))
     check_precision(precision, info.device)
-    model = AlbertForPreTraining.from_pretrained(resolve_checkpoint(checkpoint)).to(info.device)
+    model = AlbertForPreTraining.from_pretrained(resolve_checkpoint(checkpoint))
+    model = prepare_model(model, precision=precision, device=info.device).to(info.device)
     dataset = open_dataset(data)
     vocab = dataset.meta["tokenizer"]["vocab_size"]
     if vocab > model.config.vocab_size:

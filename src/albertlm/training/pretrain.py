@@ -58,12 +58,10 @@ class PretrainingObjective:
 
 
 def _mlm_sums(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor):
-    """Our model returns logits only for the M slots with weight > 0; a model returning all B*P slots works too."""
-    keep = weights > 0
-    logits = logits.reshape(-1, logits.shape[-1]).float()
-    if logits.shape[0] == keep.numel() and logits.shape[0] != int(keep.sum()):
-        logits = logits[keep.reshape(-1)]
-    targets, w = ids[keep], weights[keep].float()
+    """Weighted sums over the B*P masked-LM slots (the model's `prediction_logits`, in google's order):
+    padding slots have weight 0 and count for nothing. No boolean indexing, so no host sync."""
+    logits = logits.reshape(-1, logits.shape[-1]).float()  # (B*P, V)
+    targets, w = ids.reshape(-1).clamp(min=0), weights.reshape(-1).float()  # (B*P,)
     ce = F.cross_entropy(logits, targets, reduction="none")
     correct = (logits.argmax(-1) == targets).float()
     return (ce * w).sum(), (correct * w).sum(), w.sum()
