@@ -152,13 +152,16 @@ def _copy_capped(src: Path, dst: Path, max_chars: int) -> Path:
 def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
     """Tokenizer, pretraining data and GLUE samples, built once per suite directory (kept on a rerun)."""
     done = suite.prepared / "prepared.json"
-    settings = {"scale": suite.scale.to_dict(), "train": str(suite.train_text), "heldout": str(suite.heldout_text)}
+    s = suite.scale
+    settings = {"vocab_size": s.vocab_size, "max_seq_length": s.max_seq_length, "masking": s.masking,
+                "dupe_factor": s.dupe_factor, "corpus_chars": s.corpus_chars, "heldout_chars": s.heldout_chars,
+                "finetune_tasks": [t.__dict__ for t in s.finetune_tasks],
+                "train": str(suite.train_text), "heldout": str(suite.heldout_text)}
     if done.is_file():
         saved = json.loads(done.read_text())
         if saved.get("settings") != settings:
-            raise UserError(f"{suite.out} was prepared with other settings (scale or corpus); use another --out")
+            raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus); use another --out")
         return saved
-    s = suite.scale
     train = _copy_capped(suite.train_text, suite.prepared / "corpus" / "train.txt", s.corpus_chars)
     heldout = _copy_capped(suite.heldout_text, suite.prepared / "corpus" / "heldout.txt", s.heldout_chars)
     log(f"prepare: tokenizer (SentencePiece unigram, V={s.vocab_size}) on {train}")
@@ -171,7 +174,7 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
     from albertlm.data.build import BuildConfig, build
 
     metas = {}
-    tasks = sorted({r.task for r in suite.runs})
+    tasks = list(("sop", "nsp", "none"))       # all three, so that a later grid in the same --out finds them
     for split, text, task_list, dupe in (("train", train, tasks, s.dupe_factor),
                                          ("heldout", heldout, list(SENTENCE_HELDOUT), 1)):
         for task in task_list:
