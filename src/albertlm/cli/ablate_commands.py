@@ -3,7 +3,7 @@ fine-tune each one and a no-pretraining baseline of its shape, and write the pap
 
     albertlm ablate --grid paper --scale cpu --corpus corpus/en --out ablate_runs/cpu --jobs 2
     albertlm ablate --out ablate_runs/cpu --report-only          # the report from the runs finished so far
-    albertlm ablate --grid my_grid.toml --scale cpu --corpus my_corpus --out runs/mine --list
+    albertlm ablate --grid my_grid.toml --scale cpu --corpus my_corpus --out runs/mine --list-jobs
 
 Rerunning the same command skips the finished runs and continues a killed one (see experiments/runner.py).
 """
@@ -31,7 +31,7 @@ class AblateOptions:
     jobs: int = 1                        # jobs run at the same time (worker processes)
     threads: int = 0                     # torch threads per job; 0 = torch's default
     max_jobs: int = 0                    # run at most this many jobs now, then stop (0 = all)
-    list: bool = False                   # print the runs and jobs of the grid and exit
+    list_jobs: bool = False              # print the jobs of the grid (pretraining runs and baselines) and exit
     report_only: bool = False            # only (re)write the report from the finished runs
     report: bool = True                  # write the report after the runs
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise UserError("--corpus DIR is required (train.txt + heldout.txt; benchmarks/assemble_corpus.py writes one)")
     scale = get_scale(o.scale, **({"max_steps": o.max_steps} if o.max_steps else {}))
     suite = make_suite(o.out, scale, o.grid, o.corpus, o.glue_dir, tuple(o.seeds) or None, o.threads)
-    if o.list:
+    if o.list_jobs:
         for job in plan_jobs(suite.runs):
             print(f"{job.kind:8s} {job.name:32s} {json.dumps({k: job.run.model[k] for k in ('embedding_size', 'sharing', 'hidden_dropout')})}"
                   f" task={job.run.task if job.kind == 'pretrain' else '-'} seed={job.seed}")
