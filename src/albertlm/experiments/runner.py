@@ -75,27 +75,27 @@ class Job:
 
 # ------------------------------------------------------------------------------------------------- plan
 def plan_jobs(runs: list[Run]) -> list[Job]:
-    """Pretraining runs in priority order; after each grid's runs, the no-pretraining baselines of the shapes
-    it introduced (one per shape and seed), so claim 5 is measurable as early as the grid it serves."""
+    """Pretraining runs in priority order; after each grid's first-seed runs, the no-pretraining baselines of
+    the shapes they introduced (one per shape and seed), so claim 5 is measurable as early as possible."""
     jobs: list[Job] = []
     shapes_done: set[str] = set()
     pending: dict[str, Run] = {}
-    seeds: list[int] = []
+    seeds = sorted({r.seed for r in runs})
 
     def flush():
         for key, run in pending.items():
-            for seed in sorted(set(seeds)):
+            for seed in seeds:
                 jobs.append(Job("scratch", f"{shape_name(run)}-s{seed}", run, seed))
             shapes_done.add(key)
         pending.clear()
 
     for i, run in enumerate(runs):
         jobs.append(Job("pretrain", run.name, run, run.seed))
-        seeds.append(run.seed)
         if run.shape_key not in shapes_done and run.shape_key not in pending:
             pending[run.shape_key] = run
-        last_of_grid = i + 1 == len(runs) or runs[i + 1].grids[0] != run.grids[0]
-        if last_of_grid:
+        last_of_block = (i + 1 == len(runs) or runs[i + 1].grids[0] != run.grids[0]
+                         or runs[i + 1].seed != run.seed)
+        if last_of_block:
             flush()
     return jobs
 
@@ -112,7 +112,8 @@ def make_suite(out: str | Path, scale: Scale, grid: str, corpus: str | Path, glu
                seeds: tuple[int, ...] | None = None, threads: int = 0) -> Suite:
     train, heldout = corpus_files(corpus)
     runs = expand(resolve_grids(grid), scale, seeds)
-    return Suite(Path(out), scale, grid, runs, train, heldout, Path(glue_dir), threads)
+    return Suite(Path(out).resolve(), scale, grid, runs, train.resolve(), heldout.resolve(),
+                 Path(glue_dir).resolve(), threads)
 
 
 def corpus_files(corpus: str | Path) -> tuple[Path, Path]:
