@@ -11,6 +11,8 @@ Only prose is kept: paragraphs of 8+ words, mostly letters, with enough English 
 several packages ship are kept once). One document in 20 (by a hash of its name) is held out.
 
     python benchmarks/assemble_corpus.py --out corpus/en      # writes train.txt, heldout.txt, sources.json
+    python benchmarks/assemble_corpus.py --out corpus/en --count-tokens ablate_runs/cpu/prepared/tokenizer
+                                                              # (again) + token counts with a tokenizer
 
 Output layout: one sentence per line, a blank line between documents (`albertlm data build --format lines`).
 """
@@ -181,13 +183,31 @@ def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None) -> dict:
     return summary
 
 
+def count_tokens(out: Path, tokenizer: str) -> dict:
+    """Tokens of train.txt and heldout.txt with a tokenizer (no [CLS]/[SEP]), added to sources.json."""
+    from albertlm.tokenization import load_tokenizer
+
+    tok = load_tokenizer(tokenizer)
+    counts = {}
+    for split in ("train", "heldout"):
+        lines = [line for line in (out / f"{split}.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+        counts[split] = sum(len(ids) for i in range(0, len(lines), 4096) for ids in tok.encode_batch(lines[i:i + 4096]))
+    summary = json.loads((out / "sources.json").read_text())
+    summary["tokens"] = {"tokenizer": str(tokenizer), "vocab_size": tok.vocab_size, **counts}
+    (out / "sources.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary["tokens"]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="corpus/en", help="output directory (train.txt, heldout.txt, sources.json)")
     p.add_argument("--shared-text", default="../shared/data/text", help="the shared text folder")
     p.add_argument("--usr-share-doc", default="/usr/share/doc", help="packaged documentation ('' = skip)")
+    p.add_argument("--count-tokens", metavar="TOKENIZER", help="also count tokens with this tokenizer")
     args = p.parse_args(argv)
     summary = assemble(Path(args.out), Path(args.shared_text), Path(args.usr_share_doc) if args.usr_share_doc else None)
+    if args.count_tokens:
+        summary["tokens"] = count_tokens(Path(args.out), args.count_tokens)
     print(json.dumps(summary, indent=2))
     return 0
 
