@@ -269,10 +269,11 @@ def claims(agg) -> dict[str, dict]:
                 else [k for k, _ in sorted((("sop", sop), ("nsp", nsp), ("none", none)), key=lambda kv: -kv[1]["mean"])]}
     rows = {s: get(Variant(embedding=e, sharing=s).label, "ft_avg") for e in (768,) for s in SHARING_NAMES}
     rows128 = {s: get(Variant(embedding=128, sharing=s).label, "ft_avg") for s in SHARING_NAMES}
-    out["3"] = {"holds": None, "rule": "all-shared within 2 points (Avg) of not-shared at both E, and shared-FFN "
-                "below shared-attention beyond the seeds' spread at both E", "E768": rows, "E128": rows128}
+    out["3"] = {"holds": None, "rule": "all-shared at most 3 points (Avg) below not-shared at both E (the paper: "
+                "2.5 and 1.5), and shared-FFN below shared-attention beyond the seeds' spread at both E",
+                "E768": rows, "E128": rows128}
     if all(r and r.get("n") for r in (*rows.values(), *rows128.values())):
-        small_cost = all((rr["none"]["mean"] - rr["all"]["mean"]) < 0.02 for rr in (rows, rows128))
+        small_cost = all((rr["none"]["mean"] - rr["all"]["mean"]) <= 0.03 for rr in (rows, rows128))
         ffn_worse = all(_separated(rr["attention"], rr["ffn"]) for rr in (rows, rows128))
         out["3"]["holds"] = small_cost and ffn_worse
         out["3"]["all_shared_cost"] = {str(e): (rr["none"]["mean"] - rr["all"]["mean"]) * 100
