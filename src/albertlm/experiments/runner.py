@@ -396,14 +396,39 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0) -> dict
             name, result, error = _job_in_worker(suite, job)
             _note(log, name, result, error, start, failed, finished)
     else:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_job_in_worker, suite, job) for job in todo]
-            for future in as_completed(futures):
-                name, result, error = future.result()
-                _note(log, name, result, error, start, failed, finished)
+        _run_parallel(suite, todo, jobs, lambda *r: _note(log, *r, start, failed, finished))
     return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed}
+
+
+def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:
+    """`jobs` worker processes; SIGTERM or Ctrl-C to the suite cancels the queued jobs and passes SIGTERM on
+    to the workers, whose training loops save a checkpoint and stop (a rerun continues from there)."""
+    import multiprocessing as mp
+    import signal
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+    try:
+        futures = [pool.submit(_job_in_worker, suite, job) for job in todo]
+        for future in as_completed(futures):
+            note(*future.result())
+    except KeyboardInterrupt:
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()                  # the training loop saves a checkpoint and stops
+        deadline = time.time() + 30
+        for worker in workers:
+            worker.join(timeout=max(0.1, deadline - time.time()))
+            if worker.is_alive():               # a worker that went on to a queued job
+                worker.kill()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    pool.shutdown(wait=True)
 
 
 def _note(log, name, result, error, start, failed, finished) -> None:
