@@ -240,8 +240,9 @@ def _md(head: list[str], rows: list[list[str]]) -> list[str]:
 
 # -------------------------------------------------------------------------------------------- claims
 def _separated(a: dict | None, b: dict | None) -> bool | None:
-    """a above b beyond the seeds' spread: a's lowest seed above b's highest (None: not both measured)."""
-    if not a or not b or not a.get("n") or not b.get("n"):
+    """a above b beyond the seeds' spread: a's lowest seed above b's highest (None: not both measured with
+    at least 2 seeds: one seed has no spread to compare with)."""
+    if not a or not b or a.get("n", 0) < 2 or b.get("n", 0) < 2:
         return None
     return a["min"] > b["max"]
 
@@ -252,14 +253,14 @@ def claims(agg) -> dict[str, dict]:
     get = lambda label, key: (v.get(label) or {}).get(key)  # noqa: E731
     out = {}
     nsp_on_sop, sop_on_nsp = get(Variant(task="nsp").label, "sop_acc"), get(Variant(task="sop").label, "nsp_acc")
-    if nsp_on_sop and sop_on_nsp and nsp_on_sop.get("n") and sop_on_nsp.get("n"):
+    if nsp_on_sop and sop_on_nsp and nsp_on_sop.get("n", 0) >= 2 and sop_on_nsp.get("n", 0) >= 2:
         near = nsp_on_sop["max"] < 0.6
         above = sop_on_nsp["min"] > 0.55 and sop_on_nsp["min"] > nsp_on_sop["max"]
         out["1"] = {"holds": near and above, "rule": "NSP-trained on SOP: every seed < 60%; SOP-trained on NSP: "
                     "every seed > 55% and above every NSP-trained seed on SOP",
                     "nsp_model_on_sop": nsp_on_sop, "sop_model_on_nsp": sop_on_nsp}
     else:
-        out["1"] = {"holds": None, "rule": "not measured yet"}
+        out["1"] = {"holds": None, "rule": "not measured yet (needs 2 seeds of the NSP and SOP models)"}
     sop, nsp, none = (get(Variant(task=t).label, "ft_avg") for t in ("sop", "nsp", "none"))
     s_n, s_0 = _separated(sop, nsp), _separated(sop, none)
     out["2"] = {"holds": None if s_n is None or s_0 is None else (s_n and s_0),
@@ -272,7 +273,7 @@ def claims(agg) -> dict[str, dict]:
     out["3"] = {"holds": None, "rule": "all-shared at most 3 points (Avg) below not-shared at both E (the paper: "
                 "2.5 and 1.5), and shared-FFN below shared-attention beyond the seeds' spread at both E",
                 "E768": rows, "E128": rows128}
-    if all(r and r.get("n") for r in (*rows.values(), *rows128.values())):
+    if all(r and r.get("n", 0) >= 2 for r in (*rows.values(), *rows128.values())):
         small_cost = all((rr["none"]["mean"] - rr["all"]["mean"]) <= 0.03 for rr in (rows, rows128))
         ffn_worse = all(_separated(rr["attention"], rr["ffn"]) for rr in (rows, rows128))
         out["3"]["holds"] = small_cost and ffn_worse
@@ -290,13 +291,13 @@ def claims(agg) -> dict[str, dict]:
                     "albert_roughness": {k: roughness(albert[k]) for k in ("l2", "cosine")},
                     "bert_roughness": {k: roughness(bert[k]) for k in ("l2", "cosine")}}
     else:
-        out["4"] = {"holds": None, "rule": "not measured yet"}
+        out["4"] = {"holds": None, "rule": "not measured yet (needs the ALBERT and the BERT run)"}
     checks = {}
     for label, row in v.items():
         base = agg["shapes"].get(row["shape"])
         checks[label] = _separated(row.get("ft_avg"), (base or {}).get("ft_avg"))
     measured = {k: c for k, c in checks.items() if c is not None}
-    out["5"] = {"holds": (all(measured.values()) if measured else None),
+    out["5"] = {"holds": (all(measured.values()) if measured else None),  # any measured failure = does not hold
                 "rule": "each pretrained variant's downstream Avg: lowest seed above the highest scratch seed",
                 "per_variant": checks, "measured": len(measured), "variants": len(checks)}
     return out
