@@ -344,7 +344,7 @@ def plots(agg: dict, data: dict, out: Path) -> list[Path]:
                 ax.errorbar(i + 0.2, base["mean"] * 100, yerr=base["sd"] * 100, fmt="x", color="C3",
                             label="no pretraining" if i == 0 else None)
         ax.set_xticks(range(len(labels)), labels, rotation=70, ha="right", fontsize=7)
-        ax.set(ylabel="downstream Avg (dev)", title="downstream: every pretrained model vs the same shape from scratch")
+        ax.set(ylabel="downstream Avg (dev)", title="pretrained vs the same shape from scratch")
         ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
