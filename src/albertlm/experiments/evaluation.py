@@ -1,0 +1,111 @@
+"""How every pretrained model is measured, the same way for all runs of a suite:
+
+- intrinsic: held-out MLM accuracy, and accuracy on BOTH sentence-order (SOP) and next-sentence (NSP)
+  held-out data, whatever task the model was trained on (the paper's Table 5 cross-evaluation);
+- Figure 1: for each layer, the L2 distance and the cosine similarity between its input and output
+  embeddings (token vectors), averaged over the real tokens of held-out sequences;
+- parameters counted the paper's way (embeddings + encoder + pooler; not the MLM / SOP heads).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from albertlm.config.model import ModelConfig
+
+
+def count_parameters(cfg: ModelConfig) -> int:
+    """Embeddings + encoder + pooler (the paper's tables), on meta-device modules."""
+    from albertlm.model.albert import AlbertModel
+
+    with torch.device("meta"):
+        model = AlbertModel(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+def intrinsic(checkpoint: str | Path, heldout: dict[str, Path], batch_size: int = 64, device: str = "auto",
+              precision: str = "fp32") -> dict[str, float]:
+    """{mlm_acc, mlm_loss, sop_acc, nsp_acc} of a checkpoint: MLM on the held-out SOP data, each sentence
+    task on its own held-out data (the SOP head answers "is this pair in order / consecutive?" on both)."""
+    from albertlm.training.evaluate import evaluate_checkpoint
+
+    out: dict[str, float] = {}
+    for task, data in heldout.items():
+        metrics = evaluate_checkpoint(checkpoint, data, batch_size=batch_size, precision=precision, device=device)
+        out[f"{task}_acc"] = metrics.get("sop_acc", float("nan"))
+        out[f"{task}_loss"] = metrics.get("sop_loss", float("nan"))
+        if task == "sop":
+            out["mlm_acc"], out["mlm_loss"] = metrics["mlm_acc"], metrics["mlm_loss"]
+    return out
+
+
+def unmasked_batches(data: str | Path, batch_size: int, max_batches: int):
+    """Held-out sequences with the masked tokens put back (the original text), as model inputs."""
+    from albertlm.data.loader import collate
+    from albertlm.training.pretrain import open_dataset
+
+    dataset = open_dataset(data)
+    count = min(max_batches, -(-len(dataset) // batch_size)) if max_batches else -(-len(dataset) // batch_size)
+    for j in range(count):
+        batch = collate([dataset[i] for i in range(j * batch_size, min(len(dataset), (j + 1) * batch_size))])
+        ids = batch["input_ids"].clone()
+        keep = batch["masked_lm_weights"] > 0
+        rows = torch.arange(ids.shape[0])[:, None].expand_as(keep)
+        ids[rows[keep], batch["masked_lm_positions"][keep]] = batch["masked_lm_ids"][keep]
+        yield {"input_ids": ids, "attention_mask": batch["attention_mask"], "token_type_ids": batch["token_type_ids"]}
+
+
+@torch.no_grad()
+def layer_transitions(model: nn.Module, batches) -> dict[str, list[float]]:
+    """Per layer l (1..L): mean over real tokens of ||out_l - in_l||_2 and cos(in_l, out_l), where in_l
+    is the token vector entering layer l (the projected embeddings for l = 1) and out_l the one leaving it.
+    `model` is an AlbertModel or a model holding one as `.albert`."""
+    from albertlm.model.albert import Encoder
+
+    base = getattr(model, "albert", model)
+    encoder = next(m for m in base.modules() if isinstance(m, Encoder))
+    was_training = model.training
+    model.eval()
+    sums: list[np.ndarray] = []
+    captured: list[tuple[torch.Tensor, torch.Tensor]] = []
+    inner = encoder.run_block
+
+    def recording_block(attention, ffn, x, mask):
+        y = inner(attention, ffn, x, mask)
+        captured.append((x, y))
+        return y
+
+    encoder.run_block = recording_block
+    try:
+        tokens = 0.0
+        for batch in batches:
+            captured.clear()
+            device = next(base.parameters()).device
+            batch = {k: v.to(device) for k, v in batch.items()}
+            base(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            real = batch["attention_mask"].bool()                       # (B, T)
+            per_layer = []
+            for x, y in captured:
+                x, y = x.float()[real], y.float()[real]                 # (N, H)
+                per_layer.append([(y - x).norm(dim=-1).sum().item(),
+                                  torch.nn.functional.cosine_similarity(x, y, dim=-1).sum().item()])
+            sums.append(np.asarray(per_layer))
+            tokens += float(real.sum())
+    finally:
+        encoder.run_block = inner
+        model.train(was_training)
+    total = np.sum(sums, axis=0) / max(tokens, 1.0)                     # (L, 2)
+    return {"l2": total[:, 0].tolist(), "cosine": total[:, 1].tolist()}
+
+
+def transitions_of_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: int = 64,
+                              max_batches: int = 8, device: str = "cpu") -> dict[str, list[float]]:
+    from albertlm.model.albert import AlbertForPreTraining
+    from albertlm.model.io import resolve_checkpoint
+    from albertlm.training.distributed import pick_device
+
+    model = AlbertForPreTraining.from_pretrained(resolve_checkpoint(checkpoint)).to(pick_device(device))
+    return layer_transitions(model, unmasked_batches(data, batch_size, max_batches))

@@ -1,0 +1,188 @@
+"""Grids: which pretraining runs reproduce which table of the paper.
+
+A grid is a list of `Variant`s (what changes: the paper's E, the sharing, the sentence task, dropout, or
+any other `ModelConfig` field); `expand(grids, scale)` turns them into `Run`s (a name + `ModelConfig`
+overrides + sentence task + seed) at a scale, without duplicates: `paper` is the union of the named grids
+and a run shared by two tables (e.g. all-shared E=128 with SOP is in tables 3, 4 and 5) is trained once.
+
+Runs come out in priority order: the grids in the order given (`paper`: table5, table4, figure1, table3,
+dropout), seed by seed, so a suite cut short has the most comparisons complete.
+
+A user grid file (JSON or TOML) is either a list of variants or {"variants": [...]} (optionally with
+"name"); a variant is {"name": ..., "embedding": 128, "sharing": "all", "task": "sop", "dropout": false,
+"model": {"num_groups": 2}}, every key optional. `embedding` is the paper's E (64/128/256/768, mapped to
+the scale's) unless `model.embedding_size` gives it outright.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from albertlm.config.model import ModelConfig
+from albertlm.errors import UserError
+from albertlm.experiments.scales import PAPER_E, Scale
+
+TASKS = ("none", "nsp", "sop")
+SHARINGS = ("all", "attention", "ffn", "none")
+
+
+@dataclass(frozen=True)
+class Variant:
+    embedding: int = 128                # the paper's E (64, 128, 256, 768 = H); the scale maps it
+    sharing: str = "all"
+    task: str = "sop"                   # sentence task: none, nsp, sop
+    dropout: bool = False               # hidden and attention dropout (the scale's value) or none
+    model: tuple[tuple[str, Any], ...] = ()   # any other ModelConfig overrides, as sorted (key, value) pairs
+    name: str = ""                      # a user variant's own name (else made from the fields)
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise UserError(f"variant {self.label}: task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if self.sharing not in SHARINGS:
+            raise UserError(f"variant {self.label}: sharing must be one of {', '.join(SHARINGS)}")
+        if self.embedding not in PAPER_E and "embedding_size" not in dict(self.model):
+            raise UserError(f"variant {self.label}: embedding is the paper's E, one of {PAPER_E} "
+                            f"(or set model.embedding_size)")
+
+    @property
+    def label(self) -> str:
+        return self.name or f"E{self.embedding}-{self.sharing}-{self.task}" + ("-dropout" if self.dropout else "")
+
+    def model_overrides(self, scale: Scale) -> dict[str, Any]:
+        """The ModelConfig fields this variant sets at `scale` (on top of `base_model(scale)`)."""
+        out: dict[str, Any] = {"embedding_size": scale.embedding_sizes[PAPER_E.index(self.embedding)]
+                               if self.embedding in PAPER_E else scale.small_embedding,
+                               "sharing": self.sharing}
+        rate = scale.dropout if self.dropout else 0.0
+        out.update(hidden_dropout=rate, attention_dropout=rate)
+        out.update(dict(self.model))
+        return out
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str                           # unique within a suite; the run's directory name
+    model: dict                         # the full ModelConfig (as a dict)
+    task: str
+    seed: int
+    variant: str                        # the variant label (runs of other seeds share it)
+    grids: tuple[str, ...] = ()         # the named grids this run belongs to
+
+    @property
+    def shape_key(self) -> str:
+        """What a no-pretraining baseline of the same shape must match: the model, not the sentence task."""
+        return json.dumps(self.model, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    variants: tuple[Variant, ...]
+    what: str = ""
+
+
+def _table3() -> tuple[Variant, ...]:
+    return tuple(Variant(embedding=e, sharing=s) for s in ("none", "all") for e in PAPER_E)
+
+
+def _table4() -> tuple[Variant, ...]:
+    return tuple(Variant(embedding=e, sharing=s) for e in (768, 128) for s in SHARINGS)
+
+
+GRIDS: dict[str, Grid] = {g.name: g for g in (
+    Grid("table5", tuple(Variant(task=t) for t in TASKS), "sentence-prediction task: none / NSP / SOP"),
+    Grid("table4", _table4(), "cross-layer sharing: all / attention / FFN / none at E = H and E = 128"),
+    Grid("figure1", (Variant(embedding=128, sharing="all"), Variant(embedding=768, sharing="none")),
+         "layer transitions: ALBERT (all-shared, E = 128) vs BERT (not shared, E = H)"),
+    Grid("table3", _table3(), "embedding size E in 64 / 128 / 256 / 768, not shared and all-shared"),
+    Grid("dropout", (Variant(dropout=True), Variant(dropout=False)), "with / without dropout (Table 9)"),
+)}
+PAPER_ORDER = ("table5", "table4", "figure1", "table3", "dropout")
+NAMED = (*PAPER_ORDER, "paper")
+
+
+def base_model(scale: Scale) -> ModelConfig:
+    """Every run's model before its variant: the scale's size, no dropout."""
+    return ModelConfig(vocab_size=scale.vocab_size, embedding_size=scale.small_embedding,
+                       hidden_size=scale.hidden_size, num_layers=scale.num_layers, num_heads=scale.num_heads,
+                       ffn_size=scale.ffn_size, max_position_embeddings=scale.max_seq_length,
+                       hidden_dropout=0.0, attention_dropout=0.0, classifier_dropout=0.1)
+
+
+def resolve_grids(name_or_file: str) -> list[Grid]:
+    """A named grid (`paper` = all of them), or a user grid file (JSON or TOML)."""
+    if name_or_file == "paper":
+        return [GRIDS[n] for n in PAPER_ORDER]
+    if name_or_file in GRIDS:
+        return [GRIDS[name_or_file]]
+    path = Path(name_or_file)
+    if not path.is_file():
+        raise UserError(f"grid {name_or_file!r}: not one of {', '.join(NAMED)} nor a grid file")
+    return [read_grid_file(path)]
+
+
+def read_grid_file(path: Path) -> Grid:
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() == ".toml":
+            import tomllib
+
+            data: Any = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:   # json.JSONDecodeError, tomllib.TOMLDecodeError
+        raise UserError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {exc}") from None
+    if isinstance(data, dict):
+        name, items = str(data.get("name", path.stem)), data.get("variants")
+    else:
+        name, items = path.stem, data
+    if not isinstance(items, list) or not items:
+        raise UserError(f"{path}: expected a list of variants (or a table with 'variants')")
+    variants = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise UserError(f"{path}: variant {i} is not an object")
+        unknown = set(item) - {"name", "embedding", "sharing", "task", "dropout", "model"}
+        if unknown:
+            raise UserError(f"{path}: variant {i}: unknown key(s) {', '.join(sorted(unknown))}")
+        model = item.get("model", {})
+        if not isinstance(model, dict):
+            raise UserError(f"{path}: variant {i}: 'model' must be a table of ModelConfig fields")
+        variants.append(Variant(embedding=int(item.get("embedding", 128)), sharing=item.get("sharing", "all"),
+                                task=item.get("task", "sop"), dropout=bool(item.get("dropout", False)),
+                                model=tuple(sorted(model.items())), name=str(item.get("name", ""))))
+    return Grid(name, tuple(variants), f"user grid {path}")
+
+
+def expand(grids: list[Grid], scale: Scale, seeds: tuple[int, ...] | None = None) -> list[Run]:
+    """The runs of `grids` at `scale`, deduplicated (same model, task and seed = one run), in priority order."""
+    seeds = seeds or scale.seeds
+    base = base_model(scale)
+    by_key: dict[str, Run] = {}
+    order: list[str] = []
+    for grid in grids:
+        for seed in seeds:
+            for variant in grid.variants:
+                try:
+                    model = base.replace(**variant.model_overrides(scale)).to_dict()
+                except TypeError as exc:
+                    raise UserError(f"grid {grid.name}, variant {variant.label}: {exc}") from None
+                key = json.dumps([model, variant.task, seed], sort_keys=True)
+                if key in by_key:
+                    run = by_key[key]
+                    if grid.name not in run.grids:
+                        by_key[key] = Run(run.name, run.model, run.task, run.seed, run.variant,
+                                          (*run.grids, grid.name))
+                    continue
+                name = f"{variant.label}-s{seed}"
+                if any(r.name == name for r in by_key.values()):
+                    name = f"{grid.name}-{name}"
+                by_key[key] = Run(name, model, variant.task, seed, variant.label, (grid.name,))
+                order.append(key)
+    return [by_key[k] for k in order]
+
+
+def variant_of(run: Run) -> str:
+    return run.variant

@@ -1,0 +1,443 @@
+"""The suite's report: `report.md` with tables laid out like the paper's (Tables 3, 4, 5, the dropout
+table and Figure 1), the paper's numbers beside ours, parameter counts, mean ± sample standard deviation
+over seeds (n shown); PNG plots; `results.json` with every number. Written from the result.json files
+that exist, so a suite cut short still gets a report of what finished.
+
+The paper's downstream numbers are SQuAD / MNLI / SST-2 / RACE dev scores of base-size models; ours are
+GLUE dev scores of the tasks the scale fine-tunes on. Only SST-2 is common; the paper's Avg is shown for
+the ranking, not as a number to match.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Iterable
+
+from albertlm.experiments.grids import GRIDS, PAPER_ORDER, Variant, base_model
+from albertlm.experiments.scales import PAPER_E, Scale
+
+# ------------------------------------------------------------------------ the paper's numbers (arXiv v6)
+# (parameters in M, SST-2 dev, Avg of SQuAD1.1 F1 / SQuAD2.0 F1 / MNLI / SST-2 / RACE); None = not transcribed
+PAPER_TABLE3 = {("none", 64): (87, 91.5, 81.3), ("none", 128): (89, 91.5, 81.7), ("none", 256): (93, 91.9, 81.8),
+                ("none", 768): (108, 92.8, 82.3), ("all", 64): (10, 89.4, 79.0), ("all", 128): (12, 90.3, 80.1),
+                ("all", 256): (16, 90.3, 79.6), ("all", 768): (31, 90.6, 79.8)}
+PAPER_TABLE4 = {(768, "all"): (31, 90.6, 79.8), (768, "attention"): (83, 91.4, 81.6),
+                (768, "ffn"): (57, 90.8, 79.5), (768, "none"): (108, 92.8, 82.3),
+                (128, "all"): (12, 90.3, 80.1), (128, "attention"): (64, 91.9, 81.7),
+                (128, "ffn"): (38, None, None), (128, "none"): (89, 91.5, 81.6)}
+# sentence task -> (MLM, NSP, SOP intrinsic accuracy, SST-2, Avg)
+PAPER_TABLE5 = {"none": (54.9, 52.4, 53.3, 89.9, 79.0), "nsp": (54.5, 90.5, 52.0, 91.1, 79.2),
+                "sop": (54.0, 78.9, 86.5, 90.3, 80.1)}
+# Table 9 (ALBERT-xxlarge, 1M steps): dropout -> (SST-2, Avg)
+PAPER_DROPOUT = {True: (96.3, 90.4), False: (96.5, 90.7)}
+TASK_NAMES = {"none": "None", "nsp": "NSP", "sop": "SOP"}
+SHARING_NAMES = {"all": "all-shared", "attention": "shared-attention", "ffn": "shared-FFN", "none": "not-shared"}
+
+
+# ------------------------------------------------------------------------------------------------ stats
+def summary(values: Iterable[float]) -> dict[str, Any]:
+    vals = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return {"n": 0}
+    return {"mean": statistics.fmean(vals), "sd": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+            "min": min(vals), "max": max(vals), "n": len(vals), "values": vals}
+
+
+def cell(s: dict | None, scale: float = 100.0, digits: int = 1) -> str:
+    if not s or not s.get("n"):
+        return "–"
+    text = f"{s['mean'] * scale:.{digits}f}"
+    if s["n"] > 1:
+        text += f" ± {s['sd'] * scale:.{digits}f}"
+    return text + f" ({s['n']})" if s["n"] != 2 else text
+
+
+def paper(value) -> str:
+    return "n/t" if value is None else f"{value}"
+
+
+# -------------------------------------------------------------------------------------------- load
+def load_results(out: Path) -> dict[str, Any]:
+    suite = json.loads((out / "suite.json").read_text()) if (out / "suite.json").is_file() else {}
+    results = {"pretrain": {}, "scratch": {}}
+    for kind, folder in (("pretrain", "runs"), ("scratch", "scratch")):
+        for path in sorted((out / folder).glob("*/result.json")):
+            r = json.loads(path.read_text())
+            results[kind][r["name"]] = r
+    return {"suite": suite, **results}
+
+
+def downstream_scores(result: dict) -> dict[str, float]:
+    scores = {t: r["score"] for t, r in (result.get("finetune") or {}).items()}
+    if scores:
+        scores["avg"] = statistics.fmean(scores.values())
+    return scores
+
+
+def aggregate(data: dict) -> dict[str, Any]:
+    """Per variant (pretrained) and per shape (scratch): every metric over seeds."""
+    out: dict[str, Any] = {"variants": {}, "shapes": {}}
+    groups: dict[str, list[dict]] = {}
+    for r in data["pretrain"].values():
+        groups.setdefault(r["variant"], []).append(r)
+    for variant, runs in groups.items():
+        row: dict[str, Any] = {"params": runs[0]["params"], "task": runs[0]["task"], "shape": runs[0]["shape"],
+                               "model": runs[0]["model"], "seeds": sorted(r["seed"] for r in runs)}
+        for key in ("mlm_acc", "sop_acc", "nsp_acc", "mlm_loss"):
+            row[key] = summary(r["intrinsic"].get(key) for r in runs)
+        scores = [downstream_scores(r) for r in runs]
+        for key in sorted({k for s in scores for k in s}):
+            row[f"ft_{key}"] = summary(s.get(key) for s in scores)
+        row["transitions"] = _mean_transitions(runs)
+        row["pretrain_minutes"] = summary(r["pretrain"]["seconds"] / 60 for r in runs)
+        out["variants"][variant] = row
+    shapes: dict[str, list[dict]] = {}
+    for r in data["scratch"].values():
+        shapes.setdefault(r["shape"], []).append(r)
+    for shape, runs in shapes.items():
+        scores = [downstream_scores(r) for r in runs]
+        row = {"params": runs[0]["params"], "seeds": sorted(r["seed"] for r in runs)}
+        for key in sorted({k for s in scores for k in s}):
+            row[f"ft_{key}"] = summary(s.get(key) for s in scores)
+        row["transitions"] = _mean_transitions(runs)
+        out["shapes"][shape] = row
+    return out
+
+
+def _mean_transitions(runs: list[dict]) -> dict[str, list[float]]:
+    found = [r["transitions"] for r in runs if r.get("transitions")]
+    if not found:
+        return {}
+    return {k: [statistics.fmean(t[k][i] for t in found) for i in range(len(found[0][k]))] for k in ("l2", "cosine")}
+
+
+# ------------------------------------------------------------------------------------------- tables
+def _tasks(agg: dict) -> list[str]:
+    keys = {k[3:] for row in [*agg["variants"].values(), *agg["shapes"].values()] for k in row if k.startswith("ft_")}
+    return sorted(keys - {"avg"}) + (["avg"] if "avg" in keys else [])
+
+
+def _downstream_cells(row: dict | None, tasks: list[str]) -> list[str]:
+    return [cell((row or {}).get(f"ft_{t}")) for t in tasks]
+
+
+def _scale_e(scale: Scale | None, e: int) -> str:
+    return f"{e} (ours {scale.embedding_sizes[PAPER_E.index(e)]})" if scale else str(e)
+
+
+def table3(agg, tasks, scale) -> list[str]:
+    head = ["ALBERT base", "E", "Params (ours)", "Params (paper)", "MLM", *[_task_title(t) for t in tasks],
+            "scratch Avg", "paper SST-2", "paper Avg"]
+    rows = []
+    for sharing in ("none", "all"):
+        for e in PAPER_E:
+            label = Variant(embedding=e, sharing=sharing).label
+            row = agg["variants"].get(label)
+            p = PAPER_TABLE3[(sharing, e)]
+            rows.append([SHARING_NAMES[sharing], _scale_e(scale, e), _params(row), f"{p[0]}M", cell(_get(row, "mlm_acc")),
+                         *_downstream_cells(row, tasks), _scratch_avg(agg, row), paper(p[1]), paper(p[2])])
+    return _md(head, rows)
+
+
+def table4(agg, tasks, scale) -> list[str]:
+    head = ["ALBERT base", "model", "Params (ours)", "Params (paper)", "MLM", *[_task_title(t) for t in tasks],
+            "scratch Avg", "paper SST-2", "paper Avg"]
+    rows = []
+    for e in (768, 128):
+        for sharing in ("all", "attention", "ffn", "none"):
+            row = agg["variants"].get(Variant(embedding=e, sharing=sharing).label)
+            p = PAPER_TABLE4[(e, sharing)]
+            rows.append([f"E={_scale_e(scale, e)}", SHARING_NAMES[sharing], _params(row), f"{p[0]}M",
+                         cell(_get(row, "mlm_acc")), *_downstream_cells(row, tasks), _scratch_avg(agg, row),
+                         paper(p[1]), paper(p[2])])
+    return _md(head, rows)
+
+
+def table5(agg, tasks, scale) -> list[str]:
+    head = ["SP task", "MLM", "NSP", "SOP", "paper MLM / NSP / SOP", *[_task_title(t) for t in tasks],
+            "paper SST-2", "paper Avg"]
+    rows = []
+    for task in ("none", "nsp", "sop"):
+        row = agg["variants"].get(Variant(task=task).label)
+        p = PAPER_TABLE5[task]
+        rows.append([TASK_NAMES[task], cell(_get(row, "mlm_acc")), cell(_get(row, "nsp_acc")),
+                     cell(_get(row, "sop_acc")), f"{p[0]} / {p[1]} / {p[2]}", *_downstream_cells(row, tasks),
+                     paper(p[3]), paper(p[4])])
+    return _md(head, rows)
+
+
+def dropout_table(agg, tasks, scale) -> list[str]:
+    head = ["ALBERT", "MLM", "SOP", *[_task_title(t) for t in tasks], "paper SST-2", "paper Avg"]
+    rows = []
+    for flag in (True, False):
+        row = agg["variants"].get(Variant(dropout=flag).label)
+        p = PAPER_DROPOUT[flag]
+        rows.append(["With dropout" if flag else "Without dropout", cell(_get(row, "mlm_acc")),
+                     cell(_get(row, "sop_acc")), *_downstream_cells(row, tasks), p[0], p[1]])
+    return _md(head, rows)
+
+
+def figure1_table(agg) -> list[str]:
+    models = _figure1_models(agg)
+    if not models:
+        return ["(not measured yet)"]
+    layers = max(len(t["l2"]) for _, t in models)
+    head = ["layer", *[f"{name} L2" for name, _ in models], *[f"{name} cos" for name, _ in models]]
+    rows = [[str(i + 1), *[f"{t['l2'][i]:.3f}" for _, t in models], *[f"{t['cosine'][i]:.3f}" for _, t in models]]
+            for i in range(layers)]
+    return _md(head, rows)
+
+
+def _figure1_models(agg) -> list[tuple[str, dict]]:
+    out = []
+    for label, name in ((Variant(embedding=128, sharing="all").label, "ALBERT"),
+                        (Variant(embedding=768, sharing="none").label, "BERT")):
+        row = agg["variants"].get(label)
+        if row and row.get("transitions"):
+            out.append((name, row["transitions"]))
+    return out
+
+
+def scratch_table(agg, tasks) -> list[str]:
+    """Claim 5: every pretrained variant against the no-pretraining baseline of its shape."""
+    head = ["pretrained model", "seeds", *[_task_title(t) for t in tasks], "scratch (same shape)", "Δ Avg"]
+    rows = []
+    for label, row in agg["variants"].items():
+        base = agg["shapes"].get(row["shape"])
+        delta = "–"
+        if base and row.get("ft_avg", {}).get("n") and base.get("ft_avg", {}).get("n"):
+            delta = f"{(row['ft_avg']['mean'] - base['ft_avg']['mean']) * 100:+.1f}"
+        rows.append([label, ",".join(map(str, row["seeds"])), *_downstream_cells(row, tasks),
+                     cell((base or {}).get("ft_avg")), delta])
+    return _md(head, rows)
+
+
+def _task_title(task: str) -> str:
+    return {"sst2": "SST-2", "stsb": "STS-B", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "avg": "Avg"}.get(task, task)
+
+
+def _params(row) -> str:
+    return f"{row['params'] / 1e6:.3f}M" if row else "–"
+
+
+def _get(row, key):
+    return (row or {}).get(key)
+
+
+def _scratch_avg(agg, row) -> str:
+    if not row:
+        return "–"
+    return cell(agg["shapes"].get(row["shape"], {}).get("ft_avg"))
+
+
+def _md(head: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return lines
+
+
+# -------------------------------------------------------------------------------------------- claims
+def _separated(a: dict | None, b: dict | None) -> bool | None:
+    """a above b beyond the seeds' spread: a's lowest seed above b's highest (None: not both measured with
+    at least 2 seeds: one seed has no spread to compare with)."""
+    if not a or not b or a.get("n", 0) < 2 or b.get("n", 0) < 2:
+        return None
+    return a["min"] > b["max"]
+
+
+def claims(agg) -> dict[str, dict]:
+    """Automatic checks of claims 1-5 with the rule each uses; docs/paper.md gives the judgement."""
+    v = agg["variants"]
+    get = lambda label, key: (v.get(label) or {}).get(key)  # noqa: E731
+    out = {}
+    nsp_on_sop, sop_on_nsp = get(Variant(task="nsp").label, "sop_acc"), get(Variant(task="sop").label, "nsp_acc")
+    if nsp_on_sop and sop_on_nsp and nsp_on_sop.get("n", 0) >= 2 and sop_on_nsp.get("n", 0) >= 2:
+        near = nsp_on_sop["max"] < 0.6
+        above = sop_on_nsp["min"] > 0.55 and sop_on_nsp["min"] > nsp_on_sop["max"]
+        out["1"] = {"holds": near and above, "rule": "NSP-trained on SOP: every seed < 60%; SOP-trained on NSP: "
+                    "every seed > 55% and above every NSP-trained seed on SOP",
+                    "nsp_model_on_sop": nsp_on_sop, "sop_model_on_nsp": sop_on_nsp}
+    else:
+        out["1"] = {"holds": None, "rule": "not measured yet (needs 2 seeds of the NSP and SOP models)"}
+    sop, nsp, none = (get(Variant(task=t).label, "ft_avg") for t in ("sop", "nsp", "none"))
+    s_n, s_0 = _separated(sop, nsp), _separated(sop, none)
+    out["2"] = {"holds": None if s_n is None or s_0 is None else (s_n and s_0),
+                "rule": "downstream Avg of the SOP model: lowest seed above the highest seed of NSP and of None",
+                "sop": sop, "nsp": nsp, "none": none,
+                "mean_order": None if None in (sop, nsp, none) or not all(x.get("n") for x in (sop, nsp, none))
+                else [k for k, _ in sorted((("sop", sop), ("nsp", nsp), ("none", none)), key=lambda kv: -kv[1]["mean"])]}
+    rows = {s: get(Variant(embedding=e, sharing=s).label, "ft_avg") for e in (768,) for s in SHARING_NAMES}
+    rows128 = {s: get(Variant(embedding=128, sharing=s).label, "ft_avg") for s in SHARING_NAMES}
+    out["3"] = {"holds": None, "rule": "all-shared at most 3 points (Avg) below not-shared at both E (the paper: "
+                "2.5 and 1.5), and shared-FFN below shared-attention beyond the seeds' spread at both E",
+                "E768": rows, "E128": rows128}
+    if all(r and r.get("n", 0) >= 2 for r in (*rows.values(), *rows128.values())):
+        small_cost = all((rr["none"]["mean"] - rr["all"]["mean"]) <= 0.03 for rr in (rows, rows128))
+        ffn_worse = all(_separated(rr["attention"], rr["ffn"]) for rr in (rows, rows128))
+        out["3"]["holds"] = small_cost and ffn_worse
+        out["3"]["all_shared_cost"] = {str(e): (rr["none"]["mean"] - rr["all"]["mean"]) * 100
+                                       for e, rr in ((768, rows), (128, rows128))}
+    models = dict(_figure1_models(agg))
+    if len(models) == 2:
+        def roughness(t):   # mean absolute change between consecutive layers, after the first layer
+            return statistics.fmean(abs(t[i + 1] - t[i]) for i in range(1, len(t) - 1)) if len(t) > 2 else 0.0
+        albert, bert = models["ALBERT"], models["BERT"]
+        out["4"] = {"holds": roughness(albert["l2"]) < roughness(bert["l2"]) and
+                    roughness(albert["cosine"]) < roughness(bert["cosine"]),
+                    "rule": "mean |change between consecutive layers| (layers 2..L) of L2 and of cosine smaller "
+                            "for ALBERT than for BERT (seed means)",
+                    "albert_roughness": {k: roughness(albert[k]) for k in ("l2", "cosine")},
+                    "bert_roughness": {k: roughness(bert[k]) for k in ("l2", "cosine")}}
+    else:
+        out["4"] = {"holds": None, "rule": "not measured yet (needs the ALBERT and the BERT run)"}
+    checks = {}
+    for label, row in v.items():
+        base = agg["shapes"].get(row["shape"])
+        checks[label] = _separated(row.get("ft_avg"), (base or {}).get("ft_avg"))
+    measured = {k: c for k, c in checks.items() if c is not None}
+    out["5"] = {"holds": (all(measured.values()) if measured else None),  # any measured failure = does not hold
+                "rule": "each pretrained variant's downstream Avg: lowest seed above the highest scratch seed",
+                "per_variant": checks, "measured": len(measured), "variants": len(checks)}
+    return out
+
+
+def _verdict(c: dict) -> str:
+    return {True: "holds", False: "does not hold", None: "not measured yet"}[c.get("holds")]
+
+
+# ---------------------------------------------------------------------------------------------- plots
+def plots(agg: dict, data: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    models = _figure1_models(agg)
+    if models:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for name, t in models:
+            layers = range(1, len(t["l2"]) + 1)
+            axes[0].plot(layers, t["l2"], marker="o", label=name)
+            axes[1].plot(layers, t["cosine"], marker="o", label=name)
+        axes[0].set(title="L2 distance (input vs output embedding)", xlabel="layer", ylabel="L2 distance")
+        axes[1].set(title="cosine similarity (input vs output embedding)", xlabel="layer", ylabel="cosine similarity")
+        for ax in axes:
+            ax.legend()
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        written.append(_save(fig, out / "figure1.png", plt))
+    if agg["variants"]:
+        labels = list(agg["variants"])
+        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(labels) + 2), 4))
+        for i, label in enumerate(labels):
+            row = agg["variants"][label]
+            s = row.get("ft_avg")
+            if s and s.get("n"):
+                ax.errorbar(i, s["mean"] * 100, yerr=s["sd"] * 100, fmt="o", color="C0",
+                            label="pretrained" if i == 0 else None)
+                ax.scatter([i] * len(s["values"]), [x * 100 for x in s["values"]], s=8, color="C0", alpha=0.4)
+            base = agg["shapes"].get(row["shape"], {}).get("ft_avg")
+            if base and base.get("n"):
+                ax.errorbar(i + 0.2, base["mean"] * 100, yerr=base["sd"] * 100, fmt="x", color="C3",
+                            label="no pretraining" if i == 0 else None)
+        ax.set_xticks(range(len(labels)), labels, rotation=70, ha="right", fontsize=7)
+        ax.set(ylabel="downstream Avg (dev)", title="pretrained vs the same shape from scratch")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        written.append(_save(fig, out / "downstream.png", plt))
+    curves = {r["variant"]: r["train_curve"] for r in data["pretrain"].values() if r.get("train_curve") and r["seed"] == min(
+        x["seed"] for x in data["pretrain"].values())}
+    if curves:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for label, rows in sorted(curves.items()):
+            steps = [r["step"] for r in rows if "mlm_acc" in r and "step" in r]
+            axes[0].plot(steps, [r["mlm_acc"] for r in rows if "mlm_acc" in r and "step" in r], label=label, lw=0.8)
+            steps = [r["step"] for r in rows if "loss" in r and "step" in r]
+            axes[1].plot(steps, [r["loss"] for r in rows if "loss" in r and "step" in r], lw=0.8)
+        axes[0].set(title="training MLM accuracy (first seed)", xlabel="step")
+        axes[1].set(title="training loss (first seed)", xlabel="step")
+        axes[0].legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        written.append(_save(fig, out / "pretraining_curves.png", plt))
+    return written
+
+
+def _save(fig, path: Path, plt) -> Path:
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------------------------- report
+def write_report(out: str | Path) -> list[Path]:
+    out = Path(out)
+    data = load_results(out)
+    agg = aggregate(data)
+    scale_dict = data["suite"].get("scale")
+    scale = _scale_from(scale_dict)
+    tasks = _tasks(agg)
+    checked = claims(agg)
+    lines = [f"# Ablation report: `{out}`", ""]
+    if scale_dict:
+        lines += [f"Scale **{scale_dict['name']}**: H={scale_dict['hidden_size']}, L={scale_dict['num_layers']}, "
+                  f"A={scale_dict['num_heads']}, I={4 * scale_dict['hidden_size']}, V={scale_dict['vocab_size']}, "
+                  f"T={scale_dict['max_seq_length']}, {scale_dict['max_steps']} steps x {scale_dict['batch_size']} "
+                  f"sequences = {scale_dict['tokens_per_run'] / 1e6:.1f}M tokens per run, {scale_dict['optimizer']} "
+                  f"lr {scale_dict['lr']}, {scale_dict['masking']} masking; E values {scale_dict['embedding_sizes']} "
+                  f"stand for the paper's {list(PAPER_E)}; pretraining seeds {scale_dict['seeds']}. Fine-tuning: "
+                  + ", ".join(f"{_task_title(t['name'])} ({t['max_train'] or 'all'} train examples, {t['epochs']} "
+                              f"epochs)" for t in scale_dict["finetune_tasks"])
+                  + f", lr {scale_dict['finetune_lr']}, batch {scale_dict['finetune_batch_size']}, one fine-tuning "
+                    f"seed per pretraining seed; dev scores of the best epoch (SST-2 accuracy, STS-B mean of "
+                    f"Pearson and Spearman), x100.", ""]
+    planned = len(data["suite"].get("jobs", []))
+    lines += [f"Finished: {len(data['pretrain'])} pretraining runs and {len(data['scratch'])} no-pretraining "
+              f"baselines of {planned} jobs planned. Cells are mean ± sample standard deviation over seeds (the "
+              f"count in parentheses when it is not 2); – = not finished. Paper columns: the paper's ALBERT-base "
+              f"(Tables 3-5) and ALBERT-xxlarge (Table 9) numbers; its Avg is over SQuAD1.1, SQuAD2.0, MNLI, SST-2 "
+              f"and RACE, ours over the tasks above, so compare orderings, not values.", ""]
+    lines += ["## Claims (automatic checks; rules beside each)", ""]
+    for key, title in (("1", "NSP-trained model near chance on SOP, SOP-trained well above chance on NSP"),
+                       ("2", "SOP better downstream than NSP and than no sentence task"),
+                       ("3", "all-shared costs little; sharing FFN costs more than sharing attention"),
+                       ("4", "ALBERT's layer transitions smoother than BERT's"),
+                       ("5", "every pretrained model beats the same shape from scratch")):
+        lines.append(f"{key}. {title}: **{_verdict(checked[key])}** ({checked[key]['rule']})")
+    lines += [""]
+    sections = [("Table 5: sentence-prediction task (intrinsic accuracy on held-out SOP and NSP data, downstream)",
+                 table5(agg, tasks, scale)),
+                ("Table 4: cross-layer parameter sharing", table4(agg, tasks, scale)),
+                ("Table 3: embedding size E", table3(agg, tasks, scale)),
+                ("Dropout (the paper's Table 9, ALBERT-xxlarge)", dropout_table(agg, tasks, scale)),
+                ("Figure 1: input vs output embedding of each layer (held-out data, seed mean)", figure1_table(agg)),
+                ("No pretraining: every pretrained model vs the same shape trained from scratch",
+                 scratch_table(agg, tasks))]
+    for title, table in sections:
+        lines += [f"## {title}", "", *table, ""]
+    pngs = plots(agg, data, out)
+    lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    results = out / "results.json"
+    results.write_text(json.dumps({"scale": scale_dict, "grid": data["suite"].get("grid"), "claims": checked,
+                                   "aggregate": agg, "runs": data["pretrain"], "scratch": data["scratch"]},
+                                  indent=1, sort_keys=True, default=str) + "\n")
+    return [report, results, *pngs]
+
+
+def _scale_from(d: dict | None) -> Scale | None:
+    if not d:
+        return None
+    from albertlm.experiments.scales import get_scale
+
+    try:
+        return get_scale(d["name"])
+    except Exception:
+        return None
+
+
+__all__ = ["write_report", "aggregate", "claims", "GRIDS", "PAPER_ORDER", "base_model"]

@@ -1,0 +1,444 @@
+"""Run a suite: prepare the shared inputs once, then every job (pretrain a run, or a no-pretraining
+baseline), each ending in one result JSON; `--jobs N` runs N jobs at a time in worker processes.
+
+    OUT/prepared/   corpus (capped by the scale), tokenizer/, data/{train,heldout}_{sop,nsp,none}, glue/ samples
+    OUT/runs/NAME/  the pretraining run (checkpoints/, metrics.jsonl), finetune/TASK-sSEED/, result.json
+    OUT/scratch/NAME/  the same shape from random weights: init/, finetune/TASK-sSEED/, result.json
+    OUT/suite.json  the scale, the grid and the job list;   OUT/report.md, results.json, *.png (report.py)
+
+Resumable: a job whose result.json exists is skipped; a pretraining run killed midway continues from its
+newest checkpoint (the loop's exact resume); a fine-tuning killed midway starts again (they are short).
+Every job of a suite sees the same data, the same data order (the seed's) and the same token budget.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from albertlm.errors import UserError
+from albertlm.experiments.grids import Run, expand, resolve_grids
+from albertlm.experiments.scales import FinetuneTask, Scale, get_scale
+
+RESULT = "result.json"
+SENTENCE_HELDOUT = ("sop", "nsp")
+
+
+@dataclass
+class Suite:
+    """Everything a job needs, picklable (sent to worker processes)."""
+    out: Path
+    scale: Scale
+    grid: str
+    runs: list[Run]
+    train_text: Path
+    heldout_text: Path
+    glue_dir: Path
+    threads: int = 0
+    log_every: int = 100
+    quiet: bool = True
+
+    @property
+    def prepared(self) -> Path:
+        return self.out / "prepared"
+
+    def data(self, split: str, task: str) -> Path:
+        return self.prepared / "data" / f"{split}_{task}"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.prepared / "tokenizer"
+
+    def heldout(self) -> dict[str, Path]:
+        return {task: self.data("heldout", task) for task in SENTENCE_HELDOUT}
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str                 # "pretrain" or "scratch"
+    name: str
+    run: Run                  # scratch: the first run of the shape (its model is the shape)
+    seed: int
+
+    @property
+    def directory(self) -> str:
+        return f"runs/{self.name}" if self.kind == "pretrain" else f"scratch/{self.name}"
+
+
+# ------------------------------------------------------------------------------------------------- plan
+def plan_jobs(runs: list[Run]) -> list[Job]:
+    """Pretraining runs in priority order; after each grid's first-seed runs, the no-pretraining baselines of
+    the shapes they introduced (one per shape and seed), so claim 5 is measurable as early as possible."""
+    jobs: list[Job] = []
+    shapes_done: set[str] = set()
+    pending: dict[str, Run] = {}
+    seeds = sorted({r.seed for r in runs})
+
+    def flush():
+        for key, run in pending.items():
+            for seed in seeds:
+                jobs.append(Job("scratch", f"{shape_name(run)}-s{seed}", run, seed))
+            shapes_done.add(key)
+        pending.clear()
+
+    for i, run in enumerate(runs):
+        jobs.append(Job("pretrain", run.name, run, run.seed))
+        if run.shape_key not in shapes_done and run.shape_key not in pending:
+            pending[run.shape_key] = run
+        last_of_block = (i + 1 == len(runs) or runs[i + 1].grids[0] != run.grids[0]
+                         or runs[i + 1].seed != run.seed)
+        if last_of_block:
+            flush()
+    return jobs
+
+
+def shape_name(run: Run) -> str:
+    """The variant label without its sentence task (E128-all-sop -> scratch-E128-all): the baseline's name."""
+    parts = run.variant.split("-")
+    if len(parts) >= 3 and parts[0].startswith("E") and parts[2] in ("sop", "nsp", "none"):
+        del parts[2]
+    return "scratch-" + "-".join(parts)
+
+
+def make_suite(out: str | Path, scale: Scale, grid: str, corpus: str | Path, glue_dir: str | Path,
+               seeds: tuple[int, ...] | None = None, threads: int = 0) -> Suite:
+    train, heldout = corpus_files(corpus)
+    runs = expand(resolve_grids(grid), scale, seeds)
+    return Suite(Path(out).resolve(), scale, grid, runs, train.resolve(), heldout.resolve(),
+                 Path(glue_dir).resolve(), threads)
+
+
+def corpus_files(corpus: str | Path) -> tuple[Path, Path]:
+    """A corpus directory holds train.txt and heldout.txt (benchmarks/assemble_corpus.py writes them)."""
+    corpus = Path(corpus)
+    train, heldout = corpus / "train.txt", corpus / "heldout.txt"
+    for path in (train, heldout):
+        if not path.is_file():
+            raise UserError(f"--corpus {corpus}: no {path.name} (a corpus directory holds train.txt and "
+                            f"heldout.txt of held-out documents; benchmarks/assemble_corpus.py writes one)")
+    return train, heldout
+
+
+# ---------------------------------------------------------------------------------------------- prepare
+def _copy_capped(src: Path, dst: Path, max_chars: int) -> Path:
+    """The first `max_chars` characters of a corpus, cut at a document boundary (0 = the file itself)."""
+    if not max_chars:
+        return src
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    kept, total = [], 0
+    with src.open(encoding="utf-8") as f:
+        document: list[str] = []
+        for line in f:
+            document.append(line)
+            if not line.strip():
+                kept.extend(document)
+                total += sum(map(len, document))
+                document = []
+                if total >= max_chars:
+                    break
+        else:
+            kept.extend(document)
+    dst.write_text("".join(kept), encoding="utf-8")
+    return dst
+
+
+def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
+    """Tokenizer, pretraining data and GLUE samples, built once per suite directory (kept on a rerun)."""
+    done = suite.prepared / "prepared.json"
+    s = suite.scale
+    settings = {"vocab_size": s.vocab_size, "max_seq_length": s.max_seq_length, "masking": s.masking,
+                "dupe_factor": s.dupe_factor, "corpus_chars": s.corpus_chars, "heldout_chars": s.heldout_chars,
+                "finetune_tasks": [t.__dict__ for t in s.finetune_tasks],
+                "train": str(suite.train_text), "heldout": str(suite.heldout_text)}
+    if done.is_file():
+        saved = json.loads(done.read_text())
+        if saved.get("settings") != settings:
+            raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus); use another --out")
+        return saved
+    train = _copy_capped(suite.train_text, suite.prepared / "corpus" / "train.txt", s.corpus_chars)
+    heldout = _copy_capped(suite.heldout_text, suite.prepared / "corpus" / "heldout.txt", s.heldout_chars)
+    log(f"prepare: tokenizer (SentencePiece unigram, V={s.vocab_size}) on {train}")
+    from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
+                                                     train_sentencepiece)
+
+    train_sentencepiece([train], suite.tokenizer,
+                        SentencePieceTrainOptions(vocab_size=s.vocab_size, input_sentence_size=2_000_000),
+                        SentencePieceOptions(do_lower_case=True, keep_accents=False), show_progress=False)
+    from albertlm.data.build import BuildConfig, build
+
+    metas = {}
+    tasks = list(("sop", "nsp", "none"))       # all three, so that a later grid in the same --out finds them
+    for split, text, task_list, dupe in (("train", train, tasks, s.dupe_factor),
+                                         ("heldout", heldout, list(SENTENCE_HELDOUT), 1)):
+        for task in task_list:
+            out = suite.data(split, task)
+            log(f"prepare: {split} data, sentence task {task}, T={s.max_seq_length}, {s.masking} masking")
+            build(BuildConfig(inputs=[str(text)], tokenizer=str(suite.tokenizer), out=str(out), format="lines",
+                              max_seq_length=s.max_seq_length, sentence_task=task, dupe_factor=dupe,
+                              masking=s.masking, seed=12345, workers=workers, overwrite=True, progress=False))
+            meta = json.loads((out / "meta.json").read_text())
+            metas[f"{split}_{task}"] = {k: meta.get(k) for k in ("num_instances", "counts", "corpus") if k in meta}
+    glue = prepare_glue(suite)
+    summary = {"settings": settings, "data": metas, "glue": glue, "corpus_chars": {
+        "train": train.stat().st_size, "heldout": heldout.stat().st_size}}
+    done.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def prepare_glue(suite: Suite) -> dict:
+    """Each fine-tuning task's files: a seeded sample of `max_train` training rows (the same for every
+    model) or the whole file, and the task's dev set."""
+    from albertlm.tasks import glue
+
+    out = {}
+    for task in suite.scale.finetune_tasks:
+        directory = suite.glue_dir / task.dir_name
+        info = glue.get_task(task.name)
+        train = glue.find_split(info, directory, "train")
+        dev = glue.find_split(info, directory, "dev")
+        if not train or not dev:
+            raise UserError(f"{directory}: no train and dev files for {task.name}")
+        train_file = train[0]
+        if task.max_train:
+            lines = train_file.read_text(encoding="utf-8").splitlines(keepends=True)
+            header, rows = lines[:1], lines[1:]      # a header line, or one row always kept
+            if len(rows) > task.max_train:
+                rows = random.Random(0).sample(rows, task.max_train)
+            train_file = suite.prepared / "glue" / task.dir_name / "train.tsv"
+            train_file.parent.mkdir(parents=True, exist_ok=True)
+            train_file.write_text("".join(header + rows), encoding="utf-8")
+        out[task.name] = {"train": str(train_file), "dev": [str(p) for p in dev]}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- jobs
+def run_config(suite: Suite, run: Run, task: str):
+    from albertlm.config.model import ModelConfig
+    from albertlm.config.run import DataConfig, DistConfig, OptimConfig, RunConfig, TrainConfig
+
+    s = suite.scale
+    return RunConfig(
+        model=ModelConfig(**run.model), preset="ablate",
+        optim=OptimConfig(name=s.optimizer, lr=s.lr, warmup_steps=-1, warmup_ratio=s.warmup_ratio),
+        train=TrainConfig(max_steps=s.max_steps, batch_size=s.batch_size, micro_batch_size=s.micro_batch_size,
+                          precision=s.precision, seed=run.seed, log_every=min(suite.log_every, s.max_steps),
+                          eval_every=s.eval_every or s.max_steps, eval_batches=s.eval_batches,
+                          save_every=max(1, s.max_steps // 6), keep_last=1, progress=False, tensorboard=False),
+        data=DataConfig(path=str(suite.data("train", task)),
+                        eval_path=str(suite.data("heldout", task if task != "none" else "sop"))),
+        dist=DistConfig(device=s.device))
+
+
+def pretrain_run(suite: Suite, run: Run, run_dir: Path) -> dict:
+    from albertlm.model.io import latest_checkpoint
+    from albertlm.training.pretrain import pretrain
+
+    start = time.time()
+    resume = latest_checkpoint(run_dir) is not None
+    status = pretrain(run_config(suite, run, run.task), run_dir, resume=resume)
+    if status != "done":
+        raise RuntimeError(f"pretraining {run.name} stopped: {status}")
+    final = latest_checkpoint(run_dir)
+    return {"status": status, "checkpoint": str(final.relative_to(suite.out)), "seconds": time.time() - start,
+            "resumed": resume}
+
+
+def finetune_all(suite: Suite, model_dir: Path, out_dir: Path, seed: int) -> dict:
+    """Every task of the scale from `model_dir`, one seed; each task's result is kept on its own."""
+    return {task.name: finetune_one(suite, model_dir, task, seed, out_dir / f"{task.name}-s{seed}")
+            for task in suite.scale.finetune_tasks}
+
+
+def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, out_dir: Path) -> dict:
+    from albertlm.config.run import DistConfig
+    from albertlm.config.task import FinetuneConfig, finetune_optim, finetune_train
+    from albertlm.tasks.finetune import run_finetune
+    from albertlm.tasks.metrics import GLUE_METRICS
+    from albertlm.tasks.specs import glue_spec
+    from albertlm.tokenization import load_tokenizer
+
+    done = out_dir / RESULT
+    if done.is_file():
+        return json.loads(done.read_text())
+    if out_dir.exists():
+        shutil.rmtree(out_dir)                  # a killed fine-tuning starts over
+    s = suite.scale
+    files = json.loads((suite.prepared / "prepared.json").read_text())["glue"][task.name]
+    tokenizer = load_tokenizer(suite.tokenizer)
+    cfg = FinetuneConfig(optim=finetune_optim(lr=s.finetune_lr),
+                         train=finetune_train(epochs=task.epochs, batch_size=s.finetune_batch_size, seed=seed,
+                                              progress=False, tensorboard=False, log_every=50),
+                         dist=DistConfig(device=s.device), max_seq_length=s.finetune_seq_length,
+                         eval_batch_size=128)
+    spec = glue_spec(task.name, tokenizer, cfg, train_file=files["train"], dev_files=files["dev"])
+    start = time.time()
+    metrics = run_finetune(spec, model_dir, tokenizer, cfg, out_dir, log=lambda *a, **k: None)
+    best = metrics.get("best", {})
+    dev = next((v for k, v in best.items() if k != "step"), {})
+    names = GLUE_METRICS[task.name]
+    score = sum(dev[n] for n in names if n in dev) / max(1, sum(n in dev for n in names))
+    result = {"task": task.name, "seed": seed, "dev": dev, "best_step": best.get("step"),
+              "score": score, "metric": "/".join(names), "train_examples": len(spec.train),
+              "train_loss_first": metrics.get("train_loss_first"), "train_loss_last": metrics.get("train_loss_last"),
+              "seconds": time.time() - start}
+    for heavy in ("best", "checkpoints"):
+        shutil.rmtree(out_dir / heavy, ignore_errors=True)
+    _write_json(done, result)
+    return result
+
+
+def run_job(suite: Suite, job: Job) -> dict:
+    """One job, start to result.json (skipped when that exists)."""
+    directory = suite.out / job.directory
+    done = directory / RESULT
+    if done.is_file():
+        return json.loads(done.read_text())
+    _set_threads(suite.threads)
+    directory.mkdir(parents=True, exist_ok=True)
+    from albertlm.experiments import evaluation
+
+    from albertlm.config.model import ModelConfig
+
+    run, start = job.run, time.time()
+    result: dict[str, Any] = {"kind": job.kind, "name": job.name, "seed": job.seed, "model": run.model,
+                              "params": evaluation.count_parameters(ModelConfig(**run.model)),
+                              "shape": shape_name(run)}
+    if job.kind == "pretrain":
+        result.update(task=run.task, variant=run.variant, grids=list(run.grids))
+        result["pretrain"] = pretrain_run(suite, run, directory)
+        checkpoint = suite.out / result["pretrain"]["checkpoint"]
+        result["intrinsic"] = evaluation.intrinsic(checkpoint, suite.heldout(), device=suite.scale.device)
+        result["transitions"] = evaluation.transitions_of_checkpoint(checkpoint, suite.data("heldout", "sop"),
+                                                                     device=suite.scale.device)
+        result["train_curve"] = _curve(directory / "metrics.jsonl")
+    else:
+        checkpoint = directory / "init"
+        if not (checkpoint / "config.json").is_file():
+            _save_random_model(ModelConfig(**run.model), job.seed, checkpoint)
+        result["transitions"] = evaluation.transitions_of_checkpoint(checkpoint, suite.data("heldout", "sop"),
+                                                                     device=suite.scale.device)
+    result["finetune"] = finetune_all(suite, checkpoint, directory / "finetune", job.seed)
+    result["seconds"] = time.time() - start
+    _write_json(done, result)
+    return result
+
+
+def _save_random_model(cfg, seed: int, directory: Path) -> None:
+    import torch
+
+    from albertlm.model.albert import AlbertForPreTraining
+
+    torch.manual_seed(seed)
+    AlbertForPreTraining(cfg).save_pretrained(directory)
+
+
+def _curve(metrics_file: Path) -> list[dict]:
+    if not metrics_file.is_file():
+        return []
+    rows = []
+    for line in metrics_file.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        rows.append({k: v for k, v in row.items() if isinstance(v, (int, float))})
+    return rows
+
+
+def _set_threads(threads: int) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _job_in_worker(suite: Suite, job: Job) -> tuple[str, dict | None, str]:
+    try:
+        return job.name, run_job(suite, job), ""
+    except Exception:  # a failed job is reported and the suite goes on
+        return job.name, None, traceback.format_exc()
+
+
+# ---------------------------------------------------------------------------------------------- the suite
+def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0) -> dict:
+    """Prepare, then every job not yet done (at most `max_jobs` of them when > 0); returns a summary."""
+    suite.out.mkdir(parents=True, exist_ok=True)
+    prepare(suite, log, workers=max(1, jobs))
+    planned = plan_jobs(suite.runs)
+    _write_json(suite.out / "suite.json", {"scale": suite.scale.to_dict(), "grid": suite.grid,
+                                           "runs": [r.__dict__ for r in suite.runs],
+                                           "jobs": [{"kind": j.kind, "name": j.name, "dir": j.directory}
+                                                    for j in planned]})
+    todo = [j for j in planned if not (suite.out / j.directory / RESULT).is_file()]
+    skipped = len(planned) - len(todo)
+    if max_jobs:
+        todo = todo[:max_jobs]
+    log(f"suite {suite.out}: {len(planned)} jobs ({len(suite.runs)} pretraining runs), {skipped} already done, "
+        f"{len(todo)} to run, {jobs} at a time")
+    failed, finished = {}, []
+    start = time.time()
+    if jobs <= 1:
+        for job in todo:
+            name, result, error = _job_in_worker(suite, job)
+            _note(log, name, result, error, start, failed, finished)
+    else:
+        _run_parallel(suite, todo, jobs, lambda *r: _note(log, *r, start, failed, finished))
+    return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed}
+
+
+def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:
+    """`jobs` worker processes; SIGTERM or Ctrl-C to the suite cancels the queued jobs and passes SIGTERM on
+    to the workers, whose training loops save a checkpoint and stop (a rerun continues from there)."""
+    import multiprocessing as mp
+    import signal
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+    try:
+        futures = [pool.submit(_job_in_worker, suite, job) for job in todo]
+        for future in as_completed(futures):
+            note(*future.result())
+    except KeyboardInterrupt:
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()                  # the training loop saves a checkpoint and stops
+        deadline = time.time() + 30
+        for worker in workers:
+            worker.join(timeout=max(0.1, deadline - time.time()))
+            if worker.is_alive():               # a worker that went on to a queued job
+                worker.kill()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    pool.shutdown(wait=True)
+
+
+def _note(log, name, result, error, start, failed, finished) -> None:
+    if error:
+        failed[name] = error
+        log(f"[{(time.time() - start) / 60:6.1f} min] FAILED {name}:\n{error}")
+        return
+    finished.append(name)
+    ft = {t: round(r["score"], 4) for t, r in (result.get("finetune") or {}).items()}
+    intrinsic = result.get("intrinsic") or {}
+    shown = {k: round(v, 4) for k, v in intrinsic.items() if k.endswith("_acc")}
+    log(f"[{(time.time() - start) / 60:6.1f} min] done {name}: {shown} finetune {ft}")
+    sys.stdout.flush()

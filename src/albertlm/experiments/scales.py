@@ -1,0 +1,120 @@
+"""Scales: how big every run of a grid is. A grid says *what* varies (E, sharing, sentence task, dropout);
+the scale says everything else, the same for every run of the grid: model size, vocabulary, sequence
+length, steps, batch (so the same number of training tokens), data order and seeds, and the fine-tuning
+protocol.
+
+The paper's E values (64, 128, 256, 768 at H = 768: three doublings, then E = H) are given per scale
+in `embedding_sizes`, the last one always H; "E = 128" (ALBERT's) is the second (`small_embedding`) and
+"E = 768" (BERT's, E = H) the last.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from albertlm.errors import UserError
+
+PAPER_E = (64, 128, 256, 768)      # Table 3's E at H = 768
+
+
+@dataclass(frozen=True)
+class FinetuneTask:
+    """One GLUE task of the downstream protocol: `max_train` examples at most (a seeded sample of the
+    training file), `epochs` passes."""
+    name: str                          # GLUE task name (sst2, stsb, mrpc, rte, cola)
+    dir_name: str                      # folder under the GLUE root
+    max_train: int = 0                 # 0 = the whole training file
+    epochs: float = 3.0
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    # model (every run; grids change E, sharing, dropout)
+    hidden_size: int                   # H
+    num_layers: int                    # L
+    num_heads: int                     # A
+    embedding_sizes: tuple[int, int, int, int]  # Table 3's E (the paper's 64, 128, 256, 768); the last is H
+    vocab_size: int                    # V (a SentencePiece model trained on the corpus)
+    max_seq_length: int                # T
+    # pretraining: the same token budget, data order and seeds for every run
+    max_steps: int
+    batch_size: int
+    lr: float
+    optimizer: str = "adamw"           # adamw learns faster than LAMB at these batch sizes (see docs/paper.md)
+    warmup_ratio: float = 0.05
+    masking: str = "token"             # ngram (the paper's) or token
+    dupe_factor: int = 4
+    seeds: tuple[int, ...] = (1, 2)    # pretraining seeds (initial weights, data order, dropout)
+    eval_batches: int = 0              # held-out micro-batches per evaluation; 0 = all
+    eval_every: int = 0                # steps between held-out evaluations during training; 0 = at the end only
+    precision: str = "fp32"
+    micro_batch_size: int = 0
+    dropout: float = 0.1               # the value of `dropout: true` runs (hidden and attention)
+    # downstream
+    finetune_tasks: tuple[FinetuneTask, ...] = ()
+    finetune_lr: float = 1e-3
+    finetune_batch_size: int = 32
+    finetune_seq_length: int = 64
+    corpus_chars: int = 0              # use at most this many characters of the training corpus; 0 = all
+    heldout_chars: int = 0             # and of the held-out corpus
+    device: str = "auto"
+    notes: str = ""
+
+    @property
+    def ffn_size(self) -> int:         # I = 4H as in BERT/ALBERT
+        return 4 * self.hidden_size
+
+    @property
+    def small_embedding(self) -> int:  # ALBERT's E = 128 at this H
+        return self.embedding_sizes[1]
+
+    @property
+    def tokens_per_run(self) -> int:
+        return self.max_steps * self.batch_size * self.max_seq_length
+
+    def __post_init__(self):
+        if self.embedding_sizes[-1] != self.hidden_size:
+            raise UserError(f"scale {self.name}: the last embedding size must be H={self.hidden_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(tokens_per_run=self.tokens_per_run)
+        return out
+
+
+SST2, STSB, MRPC, RTE, COLA = "sst2", "stsb", "mrpc", "rte", "cola"
+
+SCALES: dict[str, Scale] = {s.name: s for s in (
+    # the whole pipeline in seconds: a test and a first look, nothing to conclude from
+    Scale("smoke", hidden_size=32, num_layers=2, num_heads=2, embedding_sizes=(8, 12, 16, 32), vocab_size=400, max_seq_length=32, max_steps=20,
+          batch_size=8, lr=2e-3, seeds=(1,), dupe_factor=1, corpus_chars=300_000, heldout_chars=60_000,
+          finetune_tasks=(FinetuneTask(SST2, "SST-2", max_train=200, epochs=1.0),),
+          finetune_lr=1e-3, finetune_batch_size=16, finetune_seq_length=32,
+          notes="plumbing only"),
+    # small models on 2 CPU cores: H 64, L 4, V 4000, T 64, 3000 steps of 64 sequences (12.3M tokens); at batch
+    # 32 (6.1M tokens) pretraining did not beat the same shape from scratch downstream (docs/paper.md)
+    Scale("cpu", hidden_size=64, num_layers=4, num_heads=4, embedding_sizes=(8, 16, 32, 64), vocab_size=4000, max_seq_length=64, max_steps=3000,
+          batch_size=64, lr=2e-3, seeds=(1, 2), dupe_factor=4,
+          finetune_tasks=(FinetuneTask(SST2, "SST-2", max_train=8000, epochs=2.0),
+                          FinetuneTask(STSB, "STS-B", epochs=3.0)),
+          finetune_lr=1e-3, finetune_batch_size=32, finetune_seq_length=64,
+          notes="small models and a small corpus: conclusions are about this scale only"),
+    # base-size models on one GPU (not measured: this project's machines had no GPU when it was written).
+    # 1000 steps x 128 sequences of 128 tokens = 16.4M tokens per run, bf16; about 2-3 minutes per run on
+    # an H100 by the train_speed numbers, so table5 + table4 fit in an hour, the whole paper grid in ~2.
+    Scale("gpu", hidden_size=768, num_layers=12, num_heads=12, embedding_sizes=(64, 128, 256, 768),
+          vocab_size=30000, max_seq_length=128, max_steps=1000, batch_size=128, lr=1e-3, optimizer="lamb",
+          warmup_ratio=0.1, masking="ngram", seeds=(1, 2), dupe_factor=5, precision="bf16", device="auto",
+          finetune_tasks=(FinetuneTask(SST2, "SST-2", max_train=20000, epochs=2.0),
+                          FinetuneTask(STSB, "STS-B", epochs=3.0), FinetuneTask(RTE, "RTE", epochs=3.0),
+                          FinetuneTask(COLA, "CoLA", epochs=3.0)),
+          finetune_lr=5e-5, finetune_batch_size=32, finetune_seq_length=128,
+          notes="base-size; unmeasured here"),
+)}
+
+
+def get_scale(name: str, **changes: Any) -> Scale:
+    if name not in SCALES:
+        raise UserError(f"unknown scale {name!r}; choose from {', '.join(SCALES)}")
+    return replace(SCALES[name], **changes) if changes else SCALES[name]

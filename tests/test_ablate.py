@@ -1,0 +1,192 @@
+"""`albertlm ablate`: grids, the layer-transition metric against a direct computation, and a 2-run micro-grid
+end to end at the smoke scale (prepare -> pretrain -> evaluate -> fine-tune + baselines -> report), a rerun
+that skips finished jobs, and a killed job that is redone alone."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from albertlm.experiments import grids
+from albertlm.experiments.scales import get_scale
+from tests.conftest import shared_path
+
+# ------------------------------------------------------------------------------------------------ grids
+
+
+def test_paper_grid_is_the_union_without_duplicates():
+    scale = get_scale("cpu")
+    paper = grids.expand(grids.resolve_grids("paper"), scale)
+    keys = [json.dumps([r.model, r.task, r.seed], sort_keys=True) for r in paper]
+    assert len(keys) == len(set(keys))
+    union = {k for name in grids.PAPER_ORDER
+             for k in (json.dumps([r.model, r.task, r.seed], sort_keys=True)
+                       for r in grids.expand(grids.resolve_grids(name), scale))}
+    assert set(keys) == union
+    # 8 (table 3) + 4 new (table 4) + 2 new (table 5) + 1 new (dropout), each with the scale's 2 seeds
+    assert len(paper) == 15 * 2
+    sop = next(r for r in paper if r.name == "E128-all-sop-s1")
+    assert set(sop.grids) == {"table5", "table4", "figure1", "table3", "dropout"}
+    assert paper[0].grids[0] == "table5"             # priority: table 5 first
+
+
+def test_every_run_of_a_grid_has_the_same_budget_and_size():
+    scale = get_scale("cpu")
+    runs = grids.expand(grids.resolve_grids("table4"), scale)
+    sizes = {(r.model["hidden_size"], r.model["num_layers"], r.model["vocab_size"]) for r in runs}
+    assert sizes == {(64, 4, 4000)}
+    assert {r.model["embedding_size"] for r in runs} == {16, 64}
+    assert {r.model["sharing"] for r in runs} == {"all", "attention", "ffn", "none"}
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_user_grid_file(tmp_path, suffix):
+    path = tmp_path / f"mine{suffix}"
+    if suffix == ".json":
+        path.write_text(json.dumps({"variants": [{"name": "two-groups", "model": {"num_groups": 2}},
+                                                  {"embedding": 768, "sharing": "none", "task": "nsp"}]}))
+    else:
+        path.write_text('[[variants]]\nname = "two-groups"\nmodel = { num_groups = 2 }\n\n'
+                        '[[variants]]\nembedding = 768\nsharing = "none"\ntask = "nsp"\n')
+    runs = grids.expand(grids.resolve_grids(str(path)), get_scale("cpu"), seeds=(7,))
+    assert [r.name for r in runs] == ["two-groups-s7", "E768-none-nsp-s7"]
+    assert runs[0].model["num_groups"] == 2 and runs[1].model["embedding_size"] == 64
+
+
+def test_bad_grid_is_one_clear_error(tmp_path):
+    from albertlm.errors import UserError
+
+    with pytest.raises(UserError, match="not one of"):
+        grids.resolve_grids("table6")
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"sharing": "some"}]')
+    with pytest.raises(UserError, match="sharing must be one of"):
+        grids.resolve_grids(str(bad))
+
+
+def test_parameter_counts_match_the_paper():
+    from albertlm.config.presets import get_preset
+    from albertlm.experiments.evaluation import count_parameters
+
+    assert abs(count_parameters(get_preset("albert-base")) - 11.7e6) < 0.1e6
+    assert abs(count_parameters(get_preset("bert-base")) - 109.1e6) < 0.1e6
+
+
+# ------------------------------------------------------------------------------------- Figure 1 metric
+def test_layer_transitions_match_a_direct_computation(tiny_config):
+    from albertlm.experiments.evaluation import layer_transitions
+    from albertlm.model.albert import AlbertForPreTraining, attention_bias
+
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(tiny_config.replace(sharing="none")).eval()
+    ids = torch.randint(5, 99, (3, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0                                    # padding is not counted
+    types = torch.zeros_like(ids)
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    got = layer_transitions(model, [batch])
+
+    with torch.no_grad():                              # by hand: the plan's blocks one after another
+        enc = model.albert.encoder
+        x = model.albert.embeddings(ids, types)
+        l2, cos = [], []
+        for a, f in enc.plan:
+            y = enc.attentions[a](x, attention_bias(mask))
+            y = enc.ffns[f](y)
+            real = mask.bool()
+            xs, ys = x[real], y[real]
+            l2.append(float(torch.linalg.vector_norm(ys - xs, dim=-1).mean()))
+            cos.append(float((xs * ys).sum(-1).div(xs.norm(dim=-1) * ys.norm(dim=-1)).mean()))
+            x = y
+    assert len(got["l2"]) == tiny_config.num_layers
+    assert got["l2"] == pytest.approx(l2, rel=1e-5)
+    assert got["cosine"] == pytest.approx(cos, rel=1e-5)
+    assert model.albert.encoder.run_block.__name__ == "run_block"   # the hook is removed afterwards
+
+
+# ------------------------------------------------------------------------------------------- micro-grid
+def _corpus(tmp: Path) -> Path:
+    """Alice in Wonderland cut into chapters: 10 for training, 2 held out."""
+    text = shared_path("text", "gutenberg", "carroll-alice.txt").read_text(encoding="utf-8")
+    from albertlm.data.corpus import split_sentences
+
+    chapters = [c for c in re.split(r"\nCHAPTER ", text) if len(c) > 2000]
+    docs = ["\n".join(split_sentences(" ".join(c.split()))) + "\n" for c in chapters]
+    out = tmp / "corpus"
+    out.mkdir()
+    (out / "train.txt").write_text("\n".join(docs[:-2]), encoding="utf-8")
+    (out / "heldout.txt").write_text("\n".join(docs[-2:]), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    from albertlm.experiments.runner import make_suite, run_suite
+
+    glue = shared_path("glue")
+    shared_path("glue", "SST-2", "train.tsv")
+    tmp = tmp_path_factory.mktemp("ablate")
+    grid = tmp / "micro.json"
+    grid.write_text(json.dumps([{"embedding": 128, "sharing": "all"}, {"embedding": 768, "sharing": "none"}]))
+    scale = get_scale("smoke", max_steps=6)
+    suite = make_suite(tmp / "out", scale, str(grid), _corpus(tmp), glue)
+    first = run_suite(suite, jobs=1, log=lambda *a: None)
+    return suite, first
+
+
+def test_micro_grid_runs_end_to_end(micro):
+    suite, summary = micro
+    assert summary["failed"] == {}
+    assert summary["finished"] == ["E128-all-sop-s1", "E768-none-sop-s1", "scratch-E128-all-s1",
+                                   "scratch-E768-none-s1"]
+    result = json.loads((suite.out / "runs" / "E128-all-sop-s1" / "result.json").read_text())
+    for key in ("mlm_acc", "sop_acc", "nsp_acc"):
+        assert 0.0 <= result["intrinsic"][key] <= 1.0
+    assert len(result["transitions"]["l2"]) == suite.scale.num_layers
+    assert 0.0 <= result["finetune"]["sst2"]["score"] <= 1.0
+    scratch = json.loads((suite.out / "scratch" / "scratch-E128-all-s1" / "result.json").read_text())
+    assert scratch["model"] == result["model"] and "sst2" in scratch["finetune"]
+
+
+def test_report_has_every_table(micro):
+    from albertlm.experiments.report import write_report
+
+    suite, _ = micro
+    paths = write_report(suite.out)
+    report = (suite.out / "report.md").read_text()
+    for heading in ("## Table 5", "## Table 4", "## Table 3", "## Dropout", "## Figure 1", "## No pretraining",
+                    "## Claims"):
+        assert heading in report
+    assert "| not-shared |" in report and "86.5" in report        # our rows beside the paper's numbers
+    assert any(p.name == "figure1.png" for p in paths)
+    results = json.loads((suite.out / "results.json").read_text())
+    assert set(results["runs"]) == {"E128-all-sop-s1", "E768-none-sop-s1"}
+    assert set(results["claims"]) == {"1", "2", "3", "4", "5"}
+
+
+def test_rerun_skips_finished_jobs_and_redoes_a_lost_one(micro):
+    from albertlm.experiments.runner import run_suite
+
+    suite, _ = micro
+    again = run_suite(suite, jobs=1, log=lambda *a: None)
+    assert again["finished"] == [] and again["skipped"] == again["planned"] == 4
+    (suite.out / "scratch" / "scratch-E768-none-s1" / "result.json").unlink()   # as if killed before the end
+    third = run_suite(suite, jobs=1, log=lambda *a: None)
+    assert third["finished"] == ["scratch-E768-none-s1"] and third["skipped"] == 3
+
+
+def test_cli_lists_the_jobs(capsys, tmp_path):
+    from albertlm.cli.main import main
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "train.txt").write_text("a\n")
+    (corpus / "heldout.txt").write_text("b\n")
+    assert main(["ablate", "--grid", "table5", "--scale", "cpu", "--corpus", str(corpus), "--out",
+                 str(tmp_path / "o"), "--list-jobs"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("pretrain") == 6 and out.count("scratch ") == 2
+    assert main(["ablate", "--grid", "table9", "--corpus", str(corpus), "--out", str(tmp_path / "o")]) == 2
