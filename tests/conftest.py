@@ -1,6 +1,7 @@
 """Shared fixtures: real data from ../shared/data (read by path, never copied), tiny odd-sized configs."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,28 @@ def tiny_config():
     return ModelConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_layers=5, num_heads=4,
                        ffn_size=37, max_position_embeddings=64, hidden_dropout=0.0,
                        attention_dropout=0.0, classifier_dropout=0.0)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny matrices: one thread is faster than two fighting over a busy machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+ERROR_LINE = re.compile(r"^albertlm [\w -]+: error: ")
+
+
+def assert_one_error_line(proc, phrases) -> None:
+    """A finished `albertlm` subprocess failed the promised way: one line `albertlm <cmd>: error: ...` holding
+    every phrase, exit status 2, no traceback."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    assert len(lines) == 1 and ERROR_LINE.match(lines[0]), proc.stderr[-2000:]
+    for phrase in phrases:
+        assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"

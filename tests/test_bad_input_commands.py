@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import resource
 import shutil
 import signal
@@ -25,10 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_path
+from conftest import assert_one_error_line, shared_path
 
 ALBERTLM = Path(sys.executable).parent / "albertlm"
-ERROR_LINE = re.compile(r"^albertlm [\w -]+: error: ")
 TIMEOUT = 240
 TINY = ["--preset", "albert-tiny", "--batch-size", "8", "--train.progress=false", "--train.tensorboard=false"]
 
@@ -268,12 +266,7 @@ def test_one_line_exit_2_naming_file_and_problem(name, results, inputs):
     done, _ = results
     _, phrases, _, _ = _unpack(_cases(inputs)[name])
     proc = done[name]
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
-    assert len(lines) == 1 and ERROR_LINE.match(lines[0]), proc.stderr[-2000:]
-    for phrase in phrases:
-        assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
+    assert_one_error_line(proc, phrases)
 
 
 def test_pretrain_prints_no_config_before_an_error(results):

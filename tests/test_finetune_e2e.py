@@ -18,12 +18,8 @@ RUN = ["--lr", "5e-3", "--warmup-steps", "3", "--seed", "1", "--log-every", "10"
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is faster than two fighting over a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread):
+    """Tiny matrices: one thread (conftest's `one_thread`) for every test here."""
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,8 @@ WORDS = ["good", "bad", "fine", "awful", "great", "poor", "the", "film", "was", 
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread):
+    """Tiny matrices: one thread (conftest's `one_thread`) for every test here."""
 
 
 @pytest.fixture(scope="module")

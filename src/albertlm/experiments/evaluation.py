@@ -73,8 +73,8 @@ def layer_transitions(model: nn.Module, batches) -> dict[str, list[float]]:
     captured: list[tuple[torch.Tensor, torch.Tensor]] = []
     inner = encoder.run_block
 
-    def recording_block(attention, ffn, x, mask):
-        y = inner(attention, ffn, x, mask)
+    def recording_block(attention, ffn, x, mask, rows=None):  # rows is None here: every position is kept
+        y = inner(attention, ffn, x, mask, rows)
         captured.append((x, y))
         return y
 

@@ -97,7 +97,7 @@ GRIDS: dict[str, Grid] = {g.name: g for g in (
     Grid("figure1", (Variant(embedding=128, sharing="all"), Variant(embedding=768, sharing="none")),
          "layer transitions: ALBERT (all-shared, E = 128) vs BERT (not shared, E = H)"),
     Grid("table3", _table3(), "embedding size E in 64 / 128 / 256 / 768, not shared and all-shared"),
-    Grid("dropout", (Variant(dropout=True), Variant(dropout=False)), "with / without dropout (Table 9)"),
+    Grid("dropout", (Variant(dropout=True), Variant(dropout=False)), "with / without dropout (Table 8)"),
 )}
 PAPER_ORDER = ("table5", "table4", "figure1", "table3", "dropout")
 NAMED = (*PAPER_ORDER, "paper")
