@@ -190,3 +190,18 @@ def test_cli_lists_the_jobs(capsys, tmp_path):
     out = capsys.readouterr().out
     assert out.count("pretrain") == 6 and out.count("scratch ") == 2
     assert main(["ablate", "--grid", "table9", "--corpus", str(corpus), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_stopped_fine_tuning_records_no_result(micro, monkeypatch, tmp_path):
+    """A fine-tuning stopped by SIGTERM / Ctrl-C / the budget returns {"status": ...}: the job must fail (a rerun
+    redoes it), not record a score of 0 as finished."""
+    import albertlm.tasks.finetune as finetune
+    from albertlm.experiments.runner import finetune_one
+
+    suite, _ = micro
+    monkeypatch.setattr(finetune, "run_finetune", lambda *a, **k: {"status": "interrupted"})
+    task = suite.scale.finetune_tasks[0]
+    model_dir = suite.out / "scratch" / "scratch-E128-all-s1" / "init"
+    with pytest.raises(RuntimeError, match="stopped: interrupted"):
+        finetune_one(suite, model_dir, task, 1, tmp_path / "ft")
+    assert not (tmp_path / "ft" / "result.json").exists()

@@ -281,6 +281,8 @@ def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, o
     spec = glue_spec(task.name, tokenizer, cfg, train_file=files["train"], dev_files=files["dev"])
     start = time.time()
     metrics = run_finetune(spec, model_dir, tokenizer, cfg, out_dir, log=lambda *a, **k: None)
+    if metrics.get("status") != "done":  # stopped by a signal or the budget: no result (a rerun continues it)
+        raise RuntimeError(f"fine-tuning {task.name} in {out_dir} stopped: {metrics.get('status')}")
     best = metrics.get("best", {})
     dev = next((v for k, v in best.items() if k != "step"), {})
     names = GLUE_METRICS[task.name]
