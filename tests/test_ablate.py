@@ -205,3 +205,12 @@ def test_a_stopped_fine_tuning_records_no_result(micro, monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="stopped: interrupted"):
         finetune_one(suite, model_dir, task, 1, tmp_path / "ft")
     assert not (tmp_path / "ft" / "result.json").exists()
+
+
+def test_training_curve_keeps_the_latest_record_of_a_resumed_step(tmp_path):
+    from albertlm.experiments.runner import _curve
+
+    rows = [{"step": 1, "split": "train", "mlm_acc": 0.1}, {"step": 2, "split": "train", "mlm_acc": 0.2},
+            {"step": 2, "split": "eval", "mlm_acc": 0.3}, {"step": 2, "split": "train", "mlm_acc": 0.25}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + '\n{"step"')  # killed mid-line
+    assert _curve(tmp_path) == [{"step": 1, "mlm_acc": 0.1}, {"step": 2, "mlm_acc": 0.25}]

@@ -320,7 +320,7 @@ def run_job(suite: Suite, job: Job) -> dict:
         result["intrinsic"] = evaluation.intrinsic(checkpoint, suite.heldout(), device=suite.scale.device)
         result["transitions"] = evaluation.transitions_of_checkpoint(checkpoint, suite.data("heldout", "sop"),
                                                                      device=suite.scale.device)
-        result["train_curve"] = _curve(directory / "metrics.jsonl")
+        result["train_curve"] = _curve(directory)
     else:
         checkpoint = directory / "init"
         if not (checkpoint / "config.json").is_file():
@@ -342,17 +342,13 @@ def _save_random_model(cfg, seed: int, directory: Path) -> None:
     AlbertForPreTraining(cfg).save_pretrained(directory)
 
 
-def _curve(metrics_file: Path) -> list[dict]:
-    if not metrics_file.is_file():
-        return []
-    rows = []
-    for line in metrics_file.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        rows.append({k: v for k, v in row.items() if isinstance(v, (int, float))})
-    return rows
+def _curve(run_dir: Path) -> list[dict]:
+    """The training split's numeric metrics per logged step (the loop's reader: a resumed run's repeated
+    steps keep their latest record, a half-written last line is skipped)."""
+    from albertlm.training.metrics import read_metrics
+
+    return [{k: v for k, v in row.items() if isinstance(v, (int, float))}
+            for row in read_metrics(run_dir) if row.get("split") == "train"]
 
 
 def _set_threads(threads: int) -> None:
