@@ -161,10 +161,12 @@ def test_report_has_every_table(micro):
                     "## Claims"):
         assert heading in report
     assert "| not-shared |" in report and "86.5" in report        # our rows beside the paper's numbers
+    assert "MLM baseline" in report
     assert any(p.name == "figure1.png" for p in paths)
     results = json.loads((suite.out / "results.json").read_text())
     assert set(results["runs"]) == {"E128-all-sop-s1", "E768-none-sop-s1"}
     assert set(results["claims"]) == {"1", "2", "3", "4", "5"}
+    assert 0.0 < results["mlm_unigram_baseline"]["acc"] < 1.0
 
 
 def test_rerun_skips_finished_jobs_and_redoes_a_lost_one(micro):
@@ -214,3 +216,36 @@ def test_training_curve_keeps_the_latest_record_of_a_resumed_step(tmp_path):
             {"step": 2, "split": "eval", "mlm_acc": 0.3}, {"step": 2, "split": "train", "mlm_acc": 0.25}]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + '\n{"step"')  # killed mid-line
     assert _curve(tmp_path) == [{"step": 1, "mlm_acc": 0.1}, {"step": 2, "mlm_acc": 0.25}]
+
+
+def test_unigram_baseline_matches_a_direct_count(micro):
+    """The MLM baseline: the most frequent training target at every held-out masked slot, and the smoothed
+    unigram cross-entropy, recomputed here instance by instance."""
+    import math
+    from collections import Counter
+
+    from albertlm.data.loader import PretrainingDataset
+    from albertlm.experiments.evaluation import unigram_baseline
+    from albertlm.experiments.report import mlm_baseline
+
+    suite, _ = micro
+    train, heldout = suite.data("train", "sop"), suite.data("heldout", "sop")
+
+    def targets(dataset):
+        return [int(t) for i in range(len(dataset)) for t, w in
+                zip(dataset[i]["masked_lm_ids"], dataset[i]["masked_lm_weights"]) if w > 0]
+
+    counts = Counter(targets(PretrainingDataset(train)))
+    held = targets(PretrainingDataset(heldout))
+    vocab = PretrainingDataset(train).meta["tokenizer"]["vocab_size"]
+    top = max(counts, key=lambda t: (counts[t], -t))
+    total = sum(counts.values()) + 0.5 * vocab
+    got = unigram_baseline(train, heldout)
+    assert got["acc"] == pytest.approx(sum(t == top for t in held) / len(held))
+    assert got["loss"] == pytest.approx(-sum(math.log((counts[t] + 0.5) / total) for t in held) / len(held))
+    assert got["heldout_targets"] == len(held) and got["train_targets"] == sum(counts.values())
+    assert 0.0 < got["acc"] < 0.5
+    sampled = unigram_baseline(train, heldout, max_train=50)       # an evenly spaced sample of the training data
+    assert sampled["train_targets"] < got["train_targets"]
+    assert mlm_baseline(suite.out) == pytest.approx(got)           # the report's, cached
+    assert (suite.out / "prepared" / "unigram_baseline.json").is_file()

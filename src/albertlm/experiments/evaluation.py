@@ -4,7 +4,9 @@
   held-out data, whatever task the model was trained on (the paper's Table 5 cross-evaluation);
 - Figure 1: for each layer, the L2 distance and the cosine similarity between its input and output
   embeddings (token vectors), averaged over the real tokens of held-out sequences;
-- parameters counted the paper's way (embeddings + encoder + pooler; not the MLM / SOP heads).
+- parameters counted the paper's way (embeddings + encoder + pooler; not the MLM / SOP heads);
+- the unigram baseline of MLM accuracy: what predicting each masked token from token frequencies alone scores
+  on the same held-out slots (a pretrained model near it has learned little beyond frequencies).
 """
 from __future__ import annotations
 
@@ -40,6 +42,36 @@ def intrinsic(checkpoint: str | Path, heldout: dict[str, Path], batch_size: int 
         if task == "sop":
             out["mlm_acc"], out["mlm_loss"] = metrics["mlm_acc"], metrics["mlm_loss"]
     return out
+
+
+def unigram_baseline(train_data: str | Path, heldout_data: str | Path, max_train: int = 100_000,
+                     chunk: int = 4096) -> dict[str, float]:
+    """{acc, loss, train_targets, heldout_targets}: a model that ignores the context and predicts every masked
+    token from its frequency among the masked targets of (an evenly spaced sample of at most `max_train`
+    instances of) the training data, scored on exactly the held-out slots the MLM accuracy is measured on:
+    top-1 accuracy (always the most frequent token) and cross-entropy in nats (add-half smoothing)."""
+    from albertlm.data.loader import PretrainingDataset
+
+    def targets(dataset, indices):
+        for start in range(0, len(indices), chunk):
+            items = dataset.__getitems__([int(i) for i in indices[start:start + chunk]])
+            ids = np.stack([item["masked_lm_ids"] for item in items])
+            used = np.stack([item["masked_lm_weights"] for item in items]) > 0
+            yield ids[used]
+
+    train, heldout = PretrainingDataset(train_data), PretrainingDataset(heldout_data)
+    vocab = int(train.meta.get("tokenizer", {}).get("vocab_size") or 0)
+    picked = np.unique(np.linspace(0, len(train) - 1, min(max_train, len(train))).round().astype(np.int64))
+    counts = np.zeros(vocab, dtype=np.float64)
+    for ids in targets(train, picked):
+        counts = np.pad(counts, (0, max(0, int(ids.max(initial=0)) + 1 - len(counts))))
+        counts += np.bincount(ids, minlength=len(counts))
+    held = np.concatenate(list(targets(heldout, np.arange(len(heldout))))) if len(heldout) else np.zeros(0, np.int64)
+    counts = np.pad(counts, (0, max(0, int(held.max(initial=0)) + 1 - len(counts))))
+    probability = (counts + 0.5) / (counts + 0.5).sum()
+    return {"acc": float(np.mean(held == int(np.argmax(counts)))) if held.size else float("nan"),
+            "loss": float(-np.log(probability[held]).mean()) if held.size else float("nan"),
+            "train_targets": int(counts.sum()), "heldout_targets": int(held.size)}
 
 
 def unmasked_batches(data: str | Path, batch_size: int, max_batches: int):

@@ -402,6 +402,12 @@ def write_report(out: str | Path) -> list[Path]:
               f"count in parentheses when it is not 2); – = not finished. Paper columns: the paper's ALBERT-base "
               f"(Tables 3-5) and ALBERT-xxlarge (Table 8) numbers; its Avg is over SQuAD1.1, SQuAD2.0, MNLI, SST-2 "
               f"and RACE, ours over the tasks above, so compare orderings, not values.", ""]
+    baseline = mlm_baseline(out)
+    if baseline:
+        lines += [f"MLM baseline: predicting every masked held-out token from its frequency in the training data "
+                  f"(no context) scores **{baseline['acc'] * 100:.1f}%** accuracy, cross-entropy "
+                  f"{baseline['loss']:.2f} nats, on the same held-out slots as the MLM columns below; an MLM "
+                  f"accuracy near it means the model learned little beyond token frequencies.", ""]
     lines += ["## Claims (automatic checks; rules beside each)", ""]
     for key, title in (("1", "NSP-trained model near chance on SOP, SOP-trained well above chance on NSP"),
                        ("2", "SOP better downstream than NSP and than no sentence task"),
@@ -426,9 +432,28 @@ def write_report(out: str | Path) -> list[Path]:
     report.write_text("\n".join(lines) + "\n")
     results = out / "results.json"
     results.write_text(json.dumps({"scale": scale_dict, "grid": data["suite"].get("grid"), "claims": checked,
+                                   "mlm_unigram_baseline": baseline,
                                    "aggregate": agg, "runs": data["pretrain"], "scratch": data["scratch"]},
                                   indent=1, sort_keys=True, default=str) + "\n")
     return [report, results, *pngs]
+
+
+def mlm_baseline(out: Path) -> dict | None:
+    """The unigram baseline of the suite's held-out MLM accuracy (`evaluation.unigram_baseline`), computed
+    once from its prepared data and kept in prepared/unigram_baseline.json; None without prepared data."""
+    cache = out / "prepared" / "unigram_baseline.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    train, heldout = out / "prepared" / "data" / "train_sop", out / "prepared" / "data" / "heldout_sop"
+    if not (train.is_dir() and heldout.is_dir()):
+        return None
+    from albertlm.experiments.evaluation import unigram_baseline
+
+    baseline = unigram_baseline(train, heldout)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(baseline, indent=2) + "\n")
+    tmp.replace(cache)
+    return baseline
 
 
 def _scale_from(d: dict | None) -> Scale | None:
