@@ -60,18 +60,16 @@ def unigram_baseline(train_data: str | Path, heldout_data: str | Path, max_train
             yield ids[used]
 
     train, heldout = PretrainingDataset(train_data), PretrainingDataset(heldout_data)
-    vocab = int(train.meta.get("tokenizer", {}).get("vocab_size") or 0)
     picked = np.unique(np.linspace(0, len(train) - 1, min(max_train, len(train))).round().astype(np.int64))
-    counts = np.zeros(vocab, dtype=np.float64)
-    for ids in targets(train, picked):
-        counts = np.pad(counts, (0, max(0, int(ids.max(initial=0)) + 1 - len(counts))))
-        counts += np.bincount(ids, minlength=len(counts))
-    held = np.concatenate(list(targets(heldout, np.arange(len(heldout))))) if len(heldout) else np.zeros(0, np.int64)
-    counts = np.pad(counts, (0, max(0, int(held.max(initial=0)) + 1 - len(counts))))
+    seen = np.concatenate([np.zeros(0, np.int64), *targets(train, picked)])
+    held = np.concatenate([np.zeros(0, np.int64), *targets(heldout, np.arange(len(heldout)))])
+    size = max(int(train.meta.get("tokenizer", {}).get("vocab_size") or 0), int(seen.max(initial=-1)) + 1,
+               int(held.max(initial=-1)) + 1)
+    counts = np.bincount(seen, minlength=size).astype(np.float64)
     probability = (counts + 0.5) / (counts + 0.5).sum()
     return {"acc": float(np.mean(held == int(np.argmax(counts)))) if held.size else float("nan"),
             "loss": float(-np.log(probability[held]).mean()) if held.size else float("nan"),
-            "train_targets": int(counts.sum()), "heldout_targets": int(held.size)}
+            "train_targets": int(seen.size), "heldout_targets": int(held.size)}
 
 
 def unmasked_batches(data: str | Path, batch_size: int, max_batches: int):
