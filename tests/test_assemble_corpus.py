@@ -20,7 +20,8 @@ def _module():
 
 @pytest.mark.skipif(not GLUE.is_dir(), reason="needs ../shared/data/glue")
 def test_task_text_is_training_text_without_labels_or_dev_sentences():
-    documents = list(_module().task_text_documents(GLUE))
+    module = _module()
+    documents = list(module.task_text_documents(GLUE))
     text = {sentence for _, sentences in documents for sentence in sentences}
     folders = {name.split("/")[1].split("#")[0] for name, _ in documents}
     assert folders == {"SST-2", "STS-B", "CoLA", "MRPC", "RTE"}
@@ -28,6 +29,7 @@ def test_task_text_is_training_text_without_labels_or_dev_sentences():
     assert "A plane is taking off." in text and "An air plane is taking off." in text   # STS-B row 1, both sides
     labels = {"0", "1", "entailment", "not_entailment", "5.000", "sentence", "label"}
     assert not text & labels
+
     def fields(path):
         return {field.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()
                 for field in line.split("\t") if len(field.split()) >= 4}
@@ -36,7 +38,7 @@ def test_task_text_is_training_text_without_labels_or_dev_sentences():
     assert sst2_dev and not (sst2_dev & text)
     # STS-B, RTE and CoLA reuse some sentences between their train and dev files (GLUE's own data): the
     # corpus holds such a sentence only because the labeled training file already does
-    train_files = set().union(*(fields(GLUE / folder / name) for folder, name, _, _ in _module().TASK_TEXT_FILES))
+    train_files = set().union(*(fields(GLUE / folder / name) for folder, name, _, _ in module.TASK_TEXT_FILES))
     for folder, name in (("STS-B", "dev.tsv"), ("RTE", "val.tsv"), ("CoLA", "val.tsv")):
         shared = fields(GLUE / folder / name) & text
         assert shared <= train_files
