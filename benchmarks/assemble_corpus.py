@@ -163,7 +163,8 @@ def stdlib_docs():
 
 
 # ---------------------------------------------------------------------------------------------- assemble
-def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text: Path | None = None) -> dict:
+def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text: Path | None = None,
+             task_words_per_doc: int = 0) -> dict:
     from albertlm.data.corpus import split_sentences
 
     out.mkdir(parents=True, exist_ok=True)
@@ -198,17 +199,31 @@ def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text
         print(f"{source}: {dict(s)}", file=sys.stderr, flush=True)
     if task_text is not None:
         s = stats["glue_train_text"] = Counter()
+        pending: list[str] = []                 # rows of one task file packed into one document
+
+        def flush():
+            if pending:
+                files["train"].write("\n".join(pending) + "\n\n")
+                s["train_documents"] += 1
+                pending.clear()
+
+        folder = None
         for name, sentences in task_text_documents(task_text):
-            s["documents_read"] += 1
+            s["rows_read"] += 1
             key = hashlib.blake2b("\n".join(sentences).lower().encode(), digest_size=12).digest()
             if key in seen:                     # SST-2 repeats phrases; kept once
-                s["duplicate_documents"] += 1
+                s["duplicate_rows"] += 1
                 continue
             seen.add(key)
-            files["train"].write("\n".join(sentences) + "\n\n")
-            s["train_documents"] += 1
+            if name.split("#")[0] != folder:    # never pack rows of two tasks together
+                flush()
+                folder = name.split("#")[0]
+            pending.extend(sentences)
             s["train_words"] += sum(len(x.split()) for x in sentences)
             s["train_chars"] += sum(len(x) for x in sentences)
+            if sum(len(x.split()) for x in pending) >= task_words_per_doc:
+                flush()
+        flush()
         print(f"glue_train_text: {dict(s)}", file=sys.stderr, flush=True)
     for f in files.values():
         f.close()
@@ -243,10 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--usr-share-doc", default="/usr/share/doc", help="packaged documentation ('' = skip)")
     p.add_argument("--task-text", default="../shared/data/glue",
                    help="GLUE folder whose training files' text (no labels) joins the training part ('' = skip)")
+    p.add_argument("--task-words-per-doc", type=int, default=0,
+                   help="pack consecutive rows of one GLUE file into documents of at least this many words "
+                        "(0 = one document per row)")
     p.add_argument("--count-tokens", metavar="TOKENIZER", help="also count tokens with this tokenizer")
     args = p.parse_args(argv)
     summary = assemble(Path(args.out), Path(args.shared_text), Path(args.usr_share_doc) if args.usr_share_doc else None,
-                       Path(args.task_text) if args.task_text else None)
+                       Path(args.task_text) if args.task_text else None, args.task_words_per_doc)
     if args.count_tokens:
         summary["tokens"] = count_tokens(Path(args.out), args.count_tokens)
     print(json.dumps(summary, indent=2))

@@ -44,18 +44,39 @@ def test_task_text_is_training_text_without_labels_or_dev_sentences():
         assert shared <= train_files
 
 
+def _assemble_task_text_only(module, tmp_path, **options):
+    empty = tmp_path / "empty"
+    empty.mkdir(parents=True)
+    summary = module.assemble(tmp_path / "out", empty, None, GLUE, **options)
+    return summary, (tmp_path / "out" / "train.txt").read_text(encoding="utf-8")
+
+
 @pytest.mark.skipif(not GLUE.is_dir(), reason="needs ../shared/data/glue")
 def test_task_text_goes_to_training_part_once(tmp_path):
     module = _module()
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    summary = module.assemble(tmp_path / "out", empty, None, GLUE)
-    train = (tmp_path / "out" / "train.txt").read_text(encoding="utf-8")
+    summary, train = _assemble_task_text_only(module, tmp_path)
     heldout = (tmp_path / "out" / "heldout.txt").read_text(encoding="utf-8")
     assert "contains no wit , only labored gags" in train and "labored gags" not in heldout
     stats = summary["sources"]["glue_train_text"]
     stdlib = summary["sources"]["python_stdlib"]["train_documents"]      # always read (no file needed)
     assert stats["train_documents"] + stdlib == train.count("\n\n") and stats["train_documents"] > 50_000
-    assert stats["duplicate_documents"] > 0                            # repeated rows kept once
+    assert stats["duplicate_rows"] > 0                                 # repeated rows kept once
     documents = train.split("\n\n")
     assert len(set(documents)) == len(documents)
+
+
+@pytest.mark.skipif(not GLUE.is_dir(), reason="needs ../shared/data/glue")
+def test_task_rows_packed_into_documents_of_one_task(tmp_path):
+    module = _module()
+    one_per_row, rows_text = _assemble_task_text_only(module, tmp_path / "rows")
+    summary, train = _assemble_task_text_only(module, tmp_path / "packed", task_words_per_doc=50)
+    stats, before = summary["sources"]["glue_train_text"], one_per_row["sources"]["glue_train_text"]
+    assert stats["train_words"] == before["train_words"] and stats["rows_read"] == before["rows_read"]
+    assert sorted(train.split()) == sorted(rows_text.split())           # the same text, only regrouped
+    assert stats["train_documents"] < before["train_documents"] / 3
+    stdlib = summary["sources"]["python_stdlib"]["train_documents"]
+    glue_docs = train.split("\n\n")[stdlib:-1]
+    short = [d for d in glue_docs if len(d.split()) < 50]
+    assert len(short) <= len(module.TASK_TEXT_FILES)                    # only each task's last document
+    sst2_row, cola_row = "contains no wit , only labored gags", "Our friends won't buy this analysis, let alone the next one we propose."
+    assert not any(sst2_row in d and cola_row in d for d in glue_docs)   # tasks are never mixed
