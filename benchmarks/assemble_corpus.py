@@ -7,8 +7,8 @@ Sources, each cut into documents (a book chapter, a Wikipedia article, a docstri
   - this machine's packaged documentation, /usr/share/doc: plain text, Markdown, reStructuredText and
     HTML (tags stripped), gzipped or not. Change logs, copyright files, code and binary formats are skipped;
   - the unlabeled text of the GLUE tasks' *training* files (`--task-text`, ../shared/data/glue: SST-2,
-    STS-B, CoLA, MRPC, RTE; never a dev file, never a label), one document per training row, all of it in
-    the training part: our attempt at a cpu-scale protocol where pretraining beats the same shape from
+    STS-B, CoLA, MRPC, RTE; never a dev file, never a label), consecutive rows of one file packed into
+    documents of 200+ words (`--task-words-per-doc`; 0 = a document per row), all of it in the training part: our attempt at a cpu-scale protocol where pretraining beats the same shape from
     scratch (docs/paper.md says how far it got); `--task-text ''` leaves it out.
 Only prose is kept from the first three: paragraphs of 8+ words, mostly letters, with enough English function words
 ("the", "of", "and", ...); paragraphs are deduplicated over the whole corpus (licences and pages that
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--usr-share-doc", default="/usr/share/doc", help="packaged documentation ('' = skip)")
     p.add_argument("--task-text", default="../shared/data/glue",
                    help="GLUE folder whose training files' text (no labels) joins the training part ('' = skip)")
-    p.add_argument("--task-words-per-doc", type=int, default=0,
+    p.add_argument("--task-words-per-doc", type=int, default=200,
                    help="pack consecutive rows of one GLUE file into documents of at least this many words "
                         "(0 = one document per row)")
     p.add_argument("--count-tokens", metavar="TOKENIZER", help="also count tokens with this tokenizer")
