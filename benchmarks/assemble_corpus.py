@@ -8,8 +8,9 @@ Sources, each cut into documents (a book chapter, a Wikipedia article, a docstri
     HTML (tags stripped), gzipped or not. Change logs, copyright files, code and binary formats are skipped;
   - the unlabeled text of the GLUE tasks' *training* files (`--task-text`, ../shared/data/glue: SST-2,
     STS-B, CoLA, MRPC, RTE; never a dev file, never a label), consecutive rows of one file packed into
-    documents of 200+ words (`--task-words-per-doc`; 0 = a document per row), all of it in the training part: our attempt at a cpu-scale protocol where pretraining beats the same shape from
-    scratch (docs/paper.md says how far it got); `--task-text ''` leaves it out.
+    documents of 200+ words (`--task-words-per-doc`; 0 = a document per row, as the first cpu scale had it),
+    all of it in the training part: part of the cpu-scale protocol where pretraining should beat the same
+    shape from scratch (docs/paper.md says how far it got); `--task-text ''` leaves it out.
 Only prose is kept from the first three: paragraphs of 8+ words, mostly letters, with enough English function words
 ("the", "of", "and", ...); paragraphs are deduplicated over the whole corpus (licences and pages that
 several packages ship are kept once). One document in 20 (by a hash of its name) is held out.
