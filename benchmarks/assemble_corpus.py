@@ -165,7 +165,7 @@ def stdlib_docs():
 
 # ---------------------------------------------------------------------------------------------- assemble
 def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text: Path | None = None,
-             task_words_per_doc: int = 0) -> dict:
+             task_words_per_doc: int = 200) -> dict:
     from albertlm.data.corpus import split_sentences
 
     out.mkdir(parents=True, exist_ok=True)

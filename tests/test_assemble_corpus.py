@@ -54,7 +54,7 @@ def _assemble_task_text_only(module, tmp_path, **options):
 @pytest.mark.skipif(not GLUE.is_dir(), reason="needs ../shared/data/glue")
 def test_task_text_goes_to_training_part_once(tmp_path):
     module = _module()
-    summary, train = _assemble_task_text_only(module, tmp_path)
+    summary, train = _assemble_task_text_only(module, tmp_path, task_words_per_doc=0)   # a document per row
     heldout = (tmp_path / "out" / "heldout.txt").read_text(encoding="utf-8")
     assert "contains no wit , only labored gags" in train and "labored gags" not in heldout
     stats = summary["sources"]["glue_train_text"]
@@ -68,7 +68,7 @@ def test_task_text_goes_to_training_part_once(tmp_path):
 @pytest.mark.skipif(not GLUE.is_dir(), reason="needs ../shared/data/glue")
 def test_task_rows_packed_into_documents_of_one_task(tmp_path):
     module = _module()
-    one_per_row, rows_text = _assemble_task_text_only(module, tmp_path / "rows")
+    one_per_row, rows_text = _assemble_task_text_only(module, tmp_path / "rows", task_words_per_doc=0)
     summary, train = _assemble_task_text_only(module, tmp_path / "packed", task_words_per_doc=50)
     stats, before = summary["sources"]["glue_train_text"], one_per_row["sources"]["glue_train_text"]
     assert stats["train_words"] == before["train_words"] and stats["rows_read"] == before["rows_read"]
