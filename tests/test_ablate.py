@@ -38,8 +38,10 @@ def test_every_run_of_a_grid_has_the_same_budget_and_size():
     runs = grids.expand(grids.resolve_grids("table4"), scale)
     sizes = {(r.model["hidden_size"], r.model["num_layers"], r.model["vocab_size"]) for r in runs}
     assert sizes == {(64, 4, 4000)}
-    assert {r.model["embedding_size"] for r in runs} == {16, 64}
+    assert {r.model["embedding_size"] for r in runs} == {32, 64}     # ALBERT's E at this scale, and E = H
     assert {r.model["sharing"] for r in runs} == {"all", "attention", "ffn", "none"}
+    first = grids.expand(grids.resolve_grids("table3"), get_scale("cpu-v1"))   # the first cpu scale, kept
+    assert {r.model["embedding_size"] for r in first} == {8, 16, 32, 64}
 
 
 @pytest.mark.parametrize("suffix", [".json", ".toml"])
@@ -191,6 +193,10 @@ def test_cli_lists_the_jobs(capsys, tmp_path):
                  str(tmp_path / "o"), "--list-jobs"]) == 0
     out = capsys.readouterr().out
     assert out.count("pretrain") == 6 and out.count("scratch ") == 2
+    assert '"embedding_size": 32' in out
+    assert main(["ablate", "--grid", "table5", "--scale", "cpu-v1", "--corpus", str(corpus), "--out",
+                 str(tmp_path / "v1"), "--list-jobs"]) == 0
+    assert '"embedding_size": 16' in capsys.readouterr().out
     assert main(["ablate", "--grid", "table9", "--corpus", str(corpus), "--out", str(tmp_path / "o")]) == 2
 
 
