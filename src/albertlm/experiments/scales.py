@@ -96,7 +96,8 @@ SCALES: dict[str, Scale] = {s.name: s for s in (
     # whole paper grid (30 runs, 2 at a time) fits in about 1.5 hours. The corpus should hold the GLUE tasks'
     # unlabeled training text, rows packed into documents (benchmarks/assemble_corpus.py does). E: 16, 32, 48,
     # 64 for the paper's 64, 128, 256, 768, so ALBERT's E is 32: a 16-wide word vector (our first scale's
-    # E = 128 equivalent) never beat scratch at any budget we could afford; the protocols tried are in docs/paper.md
+    # E = 128 equivalent) never beat scratch at any budget we could afford (nor, in the grid that followed, did
+    # any model of this scale); the protocols tried and both grids are in docs/paper.md
     Scale("cpu", hidden_size=64, num_layers=4, num_heads=4, embedding_sizes=(16, 32, 48, 64), vocab_size=4000, max_seq_length=64, max_steps=2400,
           batch_size=32, lr=2e-3, seeds=(1, 2), dupe_factor=4,
           finetune_tasks=(FinetuneTask(SST2, "SST-2", max_train=8000, epochs=2.0),
