@@ -201,12 +201,15 @@ def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text
     if task_text is not None:
         s = stats["glue_train_text"] = Counter()
         pending: list[str] = []                 # rows of one task file packed into one document
+        pending_words = 0
 
         def flush():
+            nonlocal pending_words
             if pending:
                 files["train"].write("\n".join(pending) + "\n\n")
                 s["train_documents"] += 1
                 pending.clear()
+                pending_words = 0
 
         folder = None
         for name, sentences in task_text_documents(task_text):
@@ -219,10 +222,12 @@ def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text
             if name.split("#")[0] != folder:    # never pack rows of two tasks together
                 flush()
                 folder = name.split("#")[0]
+            words = sum(len(x.split()) for x in sentences)
             pending.extend(sentences)
-            s["train_words"] += sum(len(x.split()) for x in sentences)
+            pending_words += words
+            s["train_words"] += words
             s["train_chars"] += sum(len(x) for x in sentences)
-            if sum(len(x.split()) for x in pending) >= task_words_per_doc:
+            if pending_words >= task_words_per_doc:
                 flush()
         flush()
         print(f"glue_train_text: {dict(s)}", file=sys.stderr, flush=True)

@@ -93,8 +93,9 @@ SCALES: dict[str, Scale] = {s.name: s for s in (
           finetune_lr=1e-3, finetune_batch_size=16, finetune_seq_length=32,
           notes="plumbing only"),
     # small models on 2 CPU cores: H 64, L 4, V 4000, T 64, 2400 steps of 32 sequences (4.9M tokens), so the
-    # whole paper grid (30 runs, 2 at a time) fits in about 1.5 hours. The corpus should hold the GLUE tasks'
-    # unlabeled training text, rows packed into documents (benchmarks/assemble_corpus.py does). E: 16, 32, 48,
+    # whole paper grid (30 runs, 2 at a time) took 96 minutes. Its corpus held the GLUE tasks' unlabeled
+    # training text, rows packed into documents (assemble_corpus.py's default; docs/paper.md's protocol 17 found
+    # one document per row better downstream, `--task-words-per-doc 0`). E: 16, 32, 48,
     # 64 for the paper's 64, 128, 256, 768, so ALBERT's E is 32: a 16-wide word vector (our first scale's
     # E = 128 equivalent) never beat scratch at any budget we could afford (nor, in the grid that followed, did
     # any model of this scale); the protocols tried and both grids are in docs/paper.md
