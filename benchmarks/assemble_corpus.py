@@ -7,8 +7,9 @@ Sources, each cut into documents (a book chapter, a Wikipedia article, a docstri
   - this machine's packaged documentation, /usr/share/doc: plain text, Markdown, reStructuredText and
     HTML (tags stripped), gzipped or not. Change logs, copyright files, code and binary formats are skipped;
   - the unlabeled text of the GLUE tasks' *training* files (`--task-text`, ../shared/data/glue: SST-2,
-    STS-B, CoLA, MRPC, RTE; never a dev file, never a label), consecutive rows of one file packed into
-    documents of 200+ words (`--task-words-per-doc`; 0 = a document per row, as the first cpu scale had it),
+    STS-B, CoLA, MRPC, RTE; never a dev file, never a label), one document per row by default, or
+    consecutive rows of one file packed into documents of N+ words (`--task-words-per-doc N`, as the second
+    cpu grid had it with N = 200; docs/paper.md's protocol 17 found packing removed the downstream gain),
     all of it in the training part: part of the cpu-scale protocol where pretraining should beat the same
     shape from scratch (docs/paper.md says how far it got); `--task-text ''` leaves it out.
 Only prose is kept from the first three: paragraphs of 8+ words, mostly letters, with enough English function words
@@ -165,7 +166,7 @@ def stdlib_docs():
 
 # ---------------------------------------------------------------------------------------------- assemble
 def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text: Path | None = None,
-             task_words_per_doc: int = 200) -> dict:
+             task_words_per_doc: int = 0) -> dict:
     from albertlm.data.corpus import split_sentences
 
     out.mkdir(parents=True, exist_ok=True)
@@ -264,9 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--usr-share-doc", default="/usr/share/doc", help="packaged documentation ('' = skip)")
     p.add_argument("--task-text", default="../shared/data/glue",
                    help="GLUE folder whose training files' text (no labels) joins the training part ('' = skip)")
-    p.add_argument("--task-words-per-doc", type=int, default=200,
+    p.add_argument("--task-words-per-doc", type=int, default=0,
                    help="pack consecutive rows of one GLUE file into documents of at least this many words "
-                        "(0 = one document per row)")
+                        "(0, the default = one document per row; docs/paper.md's protocol 17: packing "
+                        "removed the downstream gain)")
     p.add_argument("--count-tokens", metavar="TOKENIZER", help="also count tokens with this tokenizer")
     args = p.parse_args(argv)
     summary = assemble(Path(args.out), Path(args.shared_text), Path(args.usr_share_doc) if args.usr_share_doc else None,
