@@ -137,6 +137,21 @@ def test_pretrain_precedence_recipe_file_flags(tmp_path, capsys):
     assert run["model"]["hidden_size"] == 32
 
 
+def test_a_saved_run_config_with_a_label_preset_runs_again(tmp_path, capsys):
+    """`albertlm ablate` labels its runs' preset "ablate": their run_config.json, which sets the whole model,
+    is a valid --config for `albertlm pretrain`; a half-given model with an unknown preset is still refused."""
+    saved = _dry_run(capsys, "--preset", "albert-tiny", "--model.hidden_size=32", "--model.num_heads=2", "--lr=0.125")
+    saved["preset"] = "ablate"
+    (tmp_path / "run_config.json").write_text(json.dumps(saved))
+    again = _dry_run(capsys, "--config", str(tmp_path / "run_config.json"))
+    assert again == saved
+    del saved["model"]["ffn_size"]
+    (tmp_path / "partial.json").write_text(json.dumps(saved))
+    assert main(["pretrain", "--out", "unused", "--dry-run", "--config", str(tmp_path / "partial.json")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown preset 'ablate'" in err and len(err.splitlines()) == 1
+
+
 def test_pretrain_conflicts_and_bad_values_are_one_line(capsys):
     for argv, message in ((["--lr", "1e-3", "--optim.lr=2e-3"], "--lr and --optim.lr set optim.lr to different"),
                           (["--precision", "fp8"], "train.precision='fp8': must be one of fp32, bf16, fp16"),

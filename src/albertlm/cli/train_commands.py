@@ -72,9 +72,23 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
         base = RunConfig.from_dict(json.loads(saved.read_text()))
     else:
         preset = values.get("preset", RunConfig.preset)
-        base = paper_recipe(get_preset(preset)).replace(preset=preset)
+        base = paper_recipe(get_preset(_recipe_preset(preset, values))).replace(preset=preset)
     run = build(base, values)
     return resolve_run(run, args.out, args.resume, follow_data_vocab="model.vocab_size" not in values)
+
+
+def _recipe_preset(preset: str, values: dict) -> str:
+    """The preset whose recipe is the base. A config that sets every model field (a saved `run_config.json`,
+    e.g. one of `albertlm ablate`'s runs, whose preset is the label "ablate") keeps its preset as a label
+    only; any other unknown name is an error (with a did-you-mean) from `get_preset`."""
+    from dataclasses import fields
+
+    from albertlm.config.model import ModelConfig
+    from albertlm.config.presets import PRESETS
+
+    if preset not in PRESETS and all(f"model.{f.name}" in values for f in fields(ModelConfig)):
+        return RunConfig.preset
+    return preset
 
 
 def _pretrain(args: argparse.Namespace) -> int:
