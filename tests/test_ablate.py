@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,44 @@ def test_rerun_skips_finished_jobs_and_redoes_a_lost_one(micro):
     (suite.out / "scratch" / "scratch-E768-none-s1" / "result.json").unlink()   # as if killed before the end
     third = run_suite(suite, jobs=1, log=lambda *a: None)
     assert third["finished"] == ["scratch-E768-none-s1"] and third["skipped"] == 3
+
+
+def test_more_finetuning_seeds_add_only_the_new_runs(micro, monkeypatch, tmp_path):
+    """A finished suite rerun with finetune_seeds=2 fine-tunes every model once more (seed + 1000) from its kept
+    checkpoint, pretrains nothing, keeps the first run's score and reports the mean; a third run skips all."""
+    from dataclasses import replace
+
+    import albertlm.experiments.runner as runner
+
+    suite, _ = micro
+    shutil.copytree(suite.out, tmp_path / "out")
+    more = replace(suite, out=tmp_path / "out", scale=replace(suite.scale, finetune_seeds=2))
+    before = json.loads((more.out / "runs" / "E128-all-sop-s1" / "result.json").read_text())
+    monkeypatch.setattr(runner, "pretrain_run", lambda *a, **k: pytest.fail("pretrained again"))
+    summary = runner.run_suite(more, jobs=1, log=lambda *a: None)
+    assert summary["failed"] == {} and summary["skipped"] == 0 and len(summary["finished"]) == 4
+    after = json.loads((more.out / "runs" / "E128-all-sop-s1" / "result.json").read_text())
+    sst2 = after["finetune"]["sst2"]
+    assert sst2["seeds"] == [1, 1001] and sst2["scores"][0] == before["finetune"]["sst2"]["score"]
+    assert sst2["score"] == pytest.approx(sum(sst2["scores"]) / 2)
+    assert after["intrinsic"] == before["intrinsic"]
+    assert (more.out / "scratch" / "scratch-E768-none-s1" / "finetune" / "sst2-s1001" / "result.json").is_file()
+    again = runner.run_suite(more, jobs=1, log=lambda *a: None)
+    assert again["finished"] == [] and again["skipped"] == 4
+    assert runner.run_suite(suite, jobs=1, log=lambda *a: None)["skipped"] == 4   # fewer seeds: nothing to do
+
+
+def test_a_suite_at_another_scale_is_refused(micro):
+    from dataclasses import replace
+
+    from albertlm.errors import UserError
+    from albertlm.experiments.runner import run_suite
+
+    suite, _ = micro
+    before = (suite.out / "suite.json").read_text()
+    with pytest.raises(UserError, match="another scale \\(max_steps: 6 there, 7 now"):
+        run_suite(replace(suite, scale=replace(suite.scale, max_steps=7)), jobs=1, log=lambda *a: None)
+    assert (suite.out / "suite.json").read_text() == before
 
 
 def test_cli_lists_the_jobs(capsys, tmp_path):

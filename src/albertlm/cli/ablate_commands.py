@@ -28,6 +28,7 @@ class AblateOptions:
     glue_dir: str = "../shared/data/glue"  # GLUE task folders (SST-2, STS-B, ...) for the downstream evaluation
     seeds: list[int] = field(default_factory=list)  # pretraining seeds (default: the scale's)
     max_steps: int = 0                   # override the scale's pretraining steps (0 = the scale's)
+    finetune_seeds: int = 0              # fine-tuning runs per model, averaged (0 = the scale's); raising it on a finished suite adds only the new runs
     jobs: int = 1                        # jobs run at the same time (worker processes)
     threads: int = 0                     # torch threads per job; 0 = torch's default
     max_jobs: int = 0                    # run at most this many jobs now, then stop (0 = all)
@@ -56,7 +57,10 @@ def run(args: argparse.Namespace, command: str) -> int:
         return 0
     if not o.corpus:
         raise UserError("--corpus DIR is required (train.txt + heldout.txt; benchmarks/assemble_corpus.py writes one)")
-    scale = get_scale(o.scale, **({"max_steps": o.max_steps} if o.max_steps else {}))
+    if o.finetune_seeds < 0:
+        raise UserError(f"--finetune-seeds must be >= 0 (0 = the scale's), got {o.finetune_seeds}")
+    changes = {k: v for k, v in (("max_steps", o.max_steps), ("finetune_seeds", o.finetune_seeds)) if v}
+    scale = get_scale(o.scale, **changes)
     suite = make_suite(o.out, scale, o.grid, o.corpus, o.glue_dir, tuple(o.seeds) or None, o.threads)
     if o.list_jobs:
         for job in plan_jobs(suite.runs):

@@ -60,6 +60,13 @@ def paper(value) -> str:
     return "n/t" if value is None else f"{value}"
 
 
+def _finetune_seeds_text(n: int) -> str:
+    if n == 1:
+        return "one fine-tuning seed per model (the model's own)"
+    return (f"{n} fine-tuning seeds per model (the model's seed, +1000, ...), a model's score their mean, so the "
+            f"spread below is over pretraining seeds")
+
+
 # -------------------------------------------------------------------------------------------- load
 def load_results(out: Path) -> dict[str, Any]:
     suite = json.loads((out / "suite.json").read_text()) if (out / "suite.json").is_file() else {}
@@ -393,9 +400,9 @@ def write_report(out: str | Path) -> list[Path]:
                   f"stand for the paper's {list(PAPER_E)}; pretraining seeds {scale_dict['seeds']}. Fine-tuning: "
                   + ", ".join(f"{_task_title(t['name'])} ({t['max_train'] or 'all'} train examples, {t['epochs']} "
                               f"epochs)" for t in scale_dict["finetune_tasks"])
-                  + f", lr {scale_dict['finetune_lr']}, batch {scale_dict['finetune_batch_size']}, one fine-tuning "
-                    f"seed per pretraining seed; dev scores of the best epoch (SST-2 accuracy, STS-B mean of "
-                    f"Pearson and Spearman), x100.", ""]
+                  + f", lr {scale_dict['finetune_lr']}, batch {scale_dict['finetune_batch_size']}, "
+                  + _finetune_seeds_text(scale_dict.get("finetune_seeds", 1))
+                  + "; dev scores of the best epoch (SST-2 accuracy, STS-B mean of Pearson and Spearman), x100.", ""]
     planned = len(data["suite"].get("jobs", []))
     lines += [f"Finished: {len(data['pretrain'])} pretraining runs and {len(data['scratch'])} no-pretraining "
               f"baselines of {planned} jobs planned. Cells are mean ± sample standard deviation over seeds (the "

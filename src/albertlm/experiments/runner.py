@@ -252,9 +252,31 @@ def pretrain_run(suite: Suite, run: Run, run_dir: Path) -> dict:
 
 
 def finetune_all(suite: Suite, model_dir: Path, out_dir: Path, seed: int) -> dict:
-    """Every task of the scale from `model_dir`, one seed; each task's result is kept on its own."""
-    return {task.name: finetune_one(suite, model_dir, task, seed, out_dir / f"{task.name}-s{seed}")
-            for task in suite.scale.finetune_tasks}
+    """Every task of the scale from `model_dir`, with each of the scale's fine-tuning seeds for this model;
+    a task's score is the mean over those seeds (each seed's run is kept on its own, so a rerun with more
+    seeds runs only the new ones)."""
+    out = {}
+    for task in suite.scale.finetune_tasks:
+        runs = [finetune_one(suite, model_dir, task, s, out_dir / f"{task.name}-s{s}")
+                for s in suite.scale.finetune_seed_list(seed)]
+        scores = [r["score"] for r in runs]
+        out[task.name] = {"task": task.name, "metric": runs[0]["metric"], "score": sum(scores) / len(scores),
+                          "scores": scores, "seeds": [r["seed"] for r in runs], "runs": runs}
+    return out
+
+
+def finetune_complete(suite: Suite, result: dict) -> bool:
+    """Whether a job's result holds every fine-tuning task and seed the scale asks for (a result written
+    before `finetune_seeds` existed holds one run per task)."""
+    done = result.get("finetune") or {}
+    want = suite.scale.finetune_seed_list(result["seed"])
+    return all(set(want) <= set(done.get(t.name, {}).get("seeds", [done.get(t.name, {}).get("seed")]))
+               for t in suite.scale.finetune_tasks)
+
+
+def job_done(suite: Suite, job: Job) -> bool:
+    path = suite.out / job.directory / RESULT
+    return path.is_file() and finetune_complete(suite, json.loads(path.read_text()))
 
 
 def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, out_dir: Path) -> dict:
@@ -302,7 +324,10 @@ def run_job(suite: Suite, job: Job) -> dict:
     directory = suite.out / job.directory
     done = directory / RESULT
     if done.is_file():
-        return json.loads(done.read_text())
+        result = json.loads(done.read_text())
+        if finetune_complete(suite, result):
+            return result
+        return _add_finetuning(suite, job, result)      # the scale now asks for more fine-tuning seeds
     _set_threads(suite.threads)
     directory.mkdir(parents=True, exist_ok=True)
     from albertlm.experiments import evaluation
@@ -330,6 +355,21 @@ def run_job(suite: Suite, job: Job) -> dict:
     result["finetune"] = finetune_all(suite, checkpoint, directory / "finetune", job.seed)
     result["seconds"] = time.time() - start
     _write_json(done, result)
+    return result
+
+
+def _add_finetuning(suite: Suite, job: Job, result: dict) -> dict:
+    """A finished job, fine-tuned with the seeds it lacks (from its kept checkpoint; the runs it has are reused)."""
+    directory = suite.out / job.directory
+    checkpoint = suite.out / result["pretrain"]["checkpoint"] if job.kind == "pretrain" else directory / "init"
+    if not (checkpoint / "config.json").is_file():
+        raise RuntimeError(f"{job.name}: its model {checkpoint} is gone, so it cannot be fine-tuned with more "
+                           f"seeds; remove {directory / RESULT} to rerun the whole job")
+    _set_threads(suite.threads)
+    start = time.time()
+    result["finetune"] = finetune_all(suite, checkpoint, directory / "finetune", job.seed)
+    result["seconds"] = result.get("seconds", 0.0) + time.time() - start
+    _write_json(directory / RESULT, result)
     return result
 
 
@@ -374,6 +414,7 @@ def _job_in_worker(suite: Suite, job: Job) -> tuple[str, dict | None, str]:
 # ---------------------------------------------------------------------------------------------- the suite
 def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0) -> dict:
     """Prepare, then every job not yet done (at most `max_jobs` of them when > 0); returns a summary."""
+    check_same_scale(suite)
     suite.out.mkdir(parents=True, exist_ok=True)
     prepare(suite, log, workers=max(1, jobs))
     planned = plan_jobs(suite.runs)
@@ -381,7 +422,7 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0) -> dict
                                            "runs": [r.__dict__ for r in suite.runs],
                                            "jobs": [{"kind": j.kind, "name": j.name, "dir": j.directory}
                                                     for j in planned]})
-    todo = [j for j in planned if not (suite.out / j.directory / RESULT).is_file()]
+    todo = [j for j in planned if not job_done(suite, j)]
     skipped = len(planned) - len(todo)
     if max_jobs:
         todo = todo[:max_jobs]
@@ -396,6 +437,27 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0) -> dict
     else:
         _run_parallel(suite, todo, jobs, lambda *r: _note(log, *r, start, failed, finished))
     return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed}
+
+
+# a suite may be rerun with more fine-tuning seeds (the new runs are added); anything else in the scale
+# changes what a finished job measured, so it needs another --out
+RESCALABLE = ("finetune_seeds", "notes")
+
+
+def check_same_scale(suite: Suite) -> None:
+    """Refuse to continue a suite whose finished jobs were run at another scale (their results would be
+    reported as this scale's)."""
+    saved = suite.out / "suite.json"
+    if not saved.is_file():
+        return
+    old = json.loads(saved.read_text()).get("scale") or {}
+    new = json.loads(json.dumps(suite.scale.to_dict()))
+    changed = [k for k in new if k not in RESCALABLE and k in old and old[k] != new[k]]
+    if changed:
+        k = changed[0]
+        raise UserError(f"--out {suite.out} holds a suite run at another scale ({k}: {old[k]} there, {new[k]} now"
+                        + (f"; also {', '.join(changed[1:])}" if changed[1:] else "")
+                        + "): give another --out, or the options it was run with")
 
 
 def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:

@@ -56,6 +56,7 @@ class Scale:
     finetune_lr: float = 1e-3
     finetune_batch_size: int = 32
     finetune_seq_length: int = 64
+    finetune_seeds: int = 1            # fine-tuning runs per model, their mean its score (seeds: the model's, +1000, ...)
     corpus_chars: int = 0              # use at most this many characters of the training corpus; 0 = all
     heldout_chars: int = 0             # and of the held-out corpus
     device: str = "auto"
@@ -76,6 +77,13 @@ class Scale:
     def __post_init__(self):
         if self.embedding_sizes[-1] != self.hidden_size:
             raise UserError(f"scale {self.name}: the last embedding size must be H={self.hidden_size}")
+        if self.finetune_seeds < 1:
+            raise UserError(f"scale {self.name}: finetune_seeds must be >= 1, got {self.finetune_seeds}")
+
+    def finetune_seed_list(self, seed: int) -> list[int]:
+        """The fine-tuning seeds of a model pretrained (or initialised) with `seed`: that seed first, so a
+        suite given more fine-tuning seeds later keeps the runs it has."""
+        return [seed + 1000 * i for i in range(self.finetune_seeds)]
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
