@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -189,8 +190,6 @@ def test_rerun_skips_finished_jobs_and_redoes_a_lost_one(micro):
 def test_more_finetuning_seeds_add_only_the_new_runs(micro, monkeypatch, tmp_path):
     """A finished suite rerun with finetune_seeds=2 fine-tunes every model once more (seed + 1000) from its kept
     checkpoint, pretrains nothing, keeps the first run's score and reports the mean; a third run skips all."""
-    from dataclasses import replace
-
     import albertlm.experiments.runner as runner
 
     suite, _ = micro
@@ -212,8 +211,6 @@ def test_more_finetuning_seeds_add_only_the_new_runs(micro, monkeypatch, tmp_pat
 
 
 def test_a_suite_at_another_scale_is_refused(micro):
-    from dataclasses import replace
-
     from albertlm.errors import UserError
     from albertlm.experiments.runner import run_suite
 
@@ -255,6 +252,23 @@ def test_a_stopped_fine_tuning_records_no_result(micro, monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="stopped: interrupted"):
         finetune_one(suite, model_dir, task, 1, tmp_path / "ft")
     assert not (tmp_path / "ft" / "result.json").exists()
+
+
+def test_a_signal_stops_a_serial_suite_not_only_its_job(micro, monkeypatch, tmp_path):
+    """With --jobs 1 the jobs run in this process, whose training loop turns SIGTERM / Ctrl-C into "interrupted":
+    the suite must stop there (and the CLI exit 130), not record a failure and start the next job."""
+    import albertlm.training.pretrain as pretrain
+    from albertlm.experiments.runner import run_suite
+
+    suite, _ = micro
+    shutil.copytree(suite.out, tmp_path / "out")
+    copy = replace(suite, out=tmp_path / "out")
+    for job in ("runs/E128-all-sop-s1", "scratch/scratch-E768-none-s1"):
+        (copy.out / job / "result.json").unlink()
+    monkeypatch.setattr(pretrain, "pretrain", lambda *a, **k: "interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(copy, jobs=1, log=lambda *a: None)
+    assert not (copy.out / "scratch" / "scratch-E768-none-s1" / "result.json").exists()   # not started
 
 
 def test_training_curve_keeps_the_latest_record_of_a_resumed_step(tmp_path):

@@ -29,6 +29,10 @@ from albertlm.experiments.grids import Run, expand, resolve_grids
 from albertlm.experiments.scales import FinetuneTask, Scale, get_scale
 
 RESULT = "result.json"
+
+
+class Stopped(RuntimeError):
+    """A job's training loop stopped on a signal (after saving): the suite stops too, a rerun continues."""
 SENTENCE_HELDOUT = ("sop", "nsp")
 
 
@@ -245,7 +249,7 @@ def pretrain_run(suite: Suite, run: Run, run_dir: Path) -> dict:
     resume = latest_checkpoint(run_dir) is not None
     status = pretrain(run_config(suite, run, run.task), run_dir, resume=resume)
     if status != "done":
-        raise RuntimeError(f"pretraining {run.name} stopped: {status}")
+        raise (Stopped if status == "interrupted" else RuntimeError)(f"pretraining {run.name} stopped: {status}")
     final = latest_checkpoint(run_dir)
     return {"status": status, "checkpoint": str(final.relative_to(suite.out)), "seconds": time.time() - start,
             "resumed": resume}
@@ -304,7 +308,8 @@ def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, o
     start = time.time()
     metrics = run_finetune(spec, model_dir, tokenizer, cfg, out_dir, log=lambda *a, **k: None)
     if metrics.get("status") != "done":  # stopped by a signal or the budget: no result (a rerun continues it)
-        raise RuntimeError(f"fine-tuning {task.name} in {out_dir} stopped: {metrics.get('status')}")
+        raise (Stopped if metrics.get("status") == "interrupted" else RuntimeError)(
+            f"fine-tuning {task.name} in {out_dir} stopped: {metrics.get('status')}")
     best = metrics.get("best", {})
     dev = next((v for k, v in best.items() if k != "step"), {})
     names = GLUE_METRICS[task.name]
@@ -407,6 +412,8 @@ def _write_json(path: Path, data: Any) -> None:
 def _job_in_worker(suite: Suite, job: Job) -> tuple[str, dict | None, str]:
     try:
         return job.name, run_job(suite, job), ""
+    except Stopped:
+        raise
     except Exception:  # a failed job is reported and the suite goes on
         return job.name, None, traceback.format_exc()
 
@@ -432,7 +439,11 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0) -> dict
     start = time.time()
     if jobs <= 1:
         for job in todo:
-            name, result, error = _job_in_worker(suite, job)
+            try:
+                name, result, error = _job_in_worker(suite, job)
+            except Stopped as stop:             # Ctrl-C / SIGTERM reached this process's training loop
+                log(f"[{(time.time() - start) / 60:6.1f} min] stopped: {stop}; rerun the command to continue")
+                raise KeyboardInterrupt from stop
             _note(log, name, result, error, start, failed, finished)
     else:
         _run_parallel(suite, todo, jobs, lambda *r: _note(log, *r, start, failed, finished))
@@ -474,7 +485,11 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:
     try:
         futures = [pool.submit(_job_in_worker, suite, job) for job in todo]
         for future in as_completed(futures):
-            note(*future.result())
+            try:
+                outcome = future.result()
+            except Stopped as stop:             # a worker's training loop got the signal: stop the suite
+                raise KeyboardInterrupt from stop
+            note(*outcome)
     except KeyboardInterrupt:
         workers = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
