@@ -29,11 +29,11 @@ from albertlm.experiments.grids import Run, expand, resolve_grids
 from albertlm.experiments.scales import FinetuneTask, Scale, get_scale
 
 RESULT = "result.json"
+SENTENCE_HELDOUT = ("sop", "nsp")
 
 
 class Stopped(RuntimeError):
     """A job's training loop stopped on a signal (after saving): the suite stops too, a rerun continues."""
-SENTENCE_HELDOUT = ("sop", "nsp")
 
 
 @dataclass
@@ -273,9 +273,12 @@ def finetune_complete(suite: Suite, result: dict) -> bool:
     """Whether a job's result holds every fine-tuning task and seed the scale asks for (a result written
     before `finetune_seeds` existed holds one run per task)."""
     done = result.get("finetune") or {}
-    want = suite.scale.finetune_seed_list(result["seed"])
-    return all(set(want) <= set(done.get(t.name, {}).get("seeds", [done.get(t.name, {}).get("seed")]))
-               for t in suite.scale.finetune_tasks)
+    want = set(suite.scale.finetune_seed_list(result["seed"]))
+    for task in suite.scale.finetune_tasks:
+        entry = done.get(task.name, {})
+        if not want <= set(entry.get("seeds") or [entry.get("seed")]):
+            return False
+    return True
 
 
 def job_done(suite: Suite, job: Job) -> bool:
