@@ -23,7 +23,7 @@ class AblateOptions:
     """`albertlm ablate`: the paper's ablations on a corpus."""
     out: str                             # suite directory: prepared data, one directory per run, report.md
     grid: str = "paper"                  # table3, table4, table5, dropout, figure1, paper (all), or a JSON / TOML grid file
-    scale: Literal["smoke", "cpu", "gpu", "cpu-v1"] = "cpu"   # model size, steps and fine-tuning protocol (experiments/scales.py)
+    scale: Literal["smoke", "cpu", "gpu", "cpu-v1", "cpu-v2"] = "cpu"   # model size, steps and fine-tuning protocol (experiments/scales.py)
     corpus: str = ""                     # directory with train.txt and heldout.txt (held-out documents); needed unless --report-only
     glue_dir: str = "../shared/data/glue"  # GLUE task folders (SST-2, STS-B, ...) for the downstream evaluation
     seeds: list[int] = field(default_factory=list)  # pretraining seeds (default: the scale's)
