@@ -210,6 +210,56 @@ def test_more_finetuning_seeds_add_only_the_new_runs(micro, monkeypatch, tmp_pat
     assert runner.run_suite(suite, jobs=1, log=lambda *a: None)["skipped"] == 4   # fewer seeds: nothing to do
 
 
+def test_another_finetuning_protocol_needs_refinetune_and_pretrains_nothing(micro, monkeypatch, tmp_path):
+    """A finished suite continued under another fine-tuning protocol (here SST-2 on 100 rows for 2 epochs, not 200
+    for 1) is refused without --refinetune; with it, the old fine-tunings move to OUT/replaced/, every model is
+    fine-tuned again from its kept weights with the new protocol, nothing is pretrained, and a rerun skips all."""
+    import albertlm.experiments.runner as runner
+    from albertlm.errors import UserError
+
+    suite, _ = micro
+    shutil.copytree(suite.out, tmp_path / "out")
+    task = replace(suite.scale.finetune_tasks[0], max_train=100, epochs=2.0)
+    other = replace(suite, out=tmp_path / "out", scale=replace(suite.scale, finetune_tasks=(task,)))
+    job = other.out / "runs" / "E128-all-sop-s1"
+    before = json.loads((job / "result.json").read_text())
+    with pytest.raises(UserError, match="another protocol \\(sst2 epochs: 1.0 there, 2.0 now, max_train: 200 there, 100 now\\): add "
+                                        "--refinetune"):
+        runner.run_suite(other, jobs=1, log=lambda *a: None)
+    monkeypatch.setattr(runner, "pretrain_run", lambda *a, **k: pytest.fail("pretrained again"))
+    summary = runner.run_suite(other, jobs=1, log=lambda *a: None, refinetune=True)
+    assert summary["failed"] == {} and summary["skipped"] == 0 and len(summary["finished"]) == 4
+    after = json.loads((job / "result.json").read_text())
+    assert after["intrinsic"] == before["intrinsic"] and after["pretrain"] == before["pretrain"]
+    run = after["finetune"]["sst2"]["runs"][0]
+    assert run["train_examples"] == 100 and before["finetune"]["sst2"]["runs"][0]["train_examples"] == 200
+
+    def last_step(directory):
+        return max(json.loads(line)["step"] for line in (directory / "metrics.jsonl").read_text().splitlines())
+
+    old = next((other.out / "replaced").glob("*/runs/E128-all-sop-s1/finetune/sst2-s1"))
+    assert json.loads((old / "result.json").read_text()) == before["finetune"]["sst2"]["runs"][0]
+    assert last_step(job / "finetune" / "sst2-s1") == 2 * 7 and last_step(old) == 13   # 100 rows x 2 epochs, batch 16
+    assert runner.run_suite(other, jobs=1, log=lambda *a: None)["skipped"] == 4
+    assert json.loads((other.out / "prepared" / "prepared.json").read_text())["settings"]["finetune_tasks"][0][
+        "max_train"] == 100
+
+
+def test_which_finetunings_a_protocol_change_makes_stale():
+    from albertlm.experiments.runner import _changed_finetuning
+
+    sst2 = {"name": "sst2", "dir_name": "SST-2", "max_train": 8000, "epochs": 2.0}
+    stsb = {"name": "stsb", "dir_name": "STS-B", "max_train": 0, "epochs": 3.0}
+    old = {"finetune_tasks": [sst2, stsb], "finetune_lr": 1e-3, "finetune_batch_size": 32, "finetune_seq_length": 64}
+    assert _changed_finetuning(old, old) == ([], "")
+    longer = dict(old, finetune_tasks=[sst2, dict(stsb, epochs=10.0)])
+    assert _changed_finetuning(old, longer) == (["stsb"], "stsb epochs: 3.0 there, 10.0 now")
+    assert _changed_finetuning(old, dict(old, finetune_tasks=[sst2])) == (["stsb"], "stsb is no longer fine-tuned")
+    assert _changed_finetuning(old, dict(old, finetune_tasks=[sst2, stsb, dict(stsb, name="rte")]))[0] == []  # added
+    assert _changed_finetuning(old, dict(old, finetune_lr=5e-4)) == (["sst2", "stsb"], "finetune_lr: 0.001 there, "
+                                                                                      "0.0005 now")
+
+
 def test_a_suite_at_another_scale_is_refused(micro):
     from albertlm.errors import UserError
     from albertlm.experiments.runner import run_suite

@@ -29,6 +29,7 @@ class AblateOptions:
     seeds: list[int] = field(default_factory=list)  # pretraining seeds (default: the scale's)
     max_steps: int = 0                   # override the scale's pretraining steps (0 = the scale's)
     finetune_seeds: int = 0              # fine-tuning runs per model, averaged (0 = the scale's); raising it on a finished suite adds only the new runs
+    refinetune: bool = False             # continue a suite whose fine-tuning protocol (scale) changed: its kept models are fine-tuned again, nothing is pretrained again
     jobs: int = 1                        # jobs run at the same time (worker processes)
     threads: int = 0                     # torch threads per job; 0 = torch's default
     max_jobs: int = 0                    # run at most this many jobs now, then stop (0 = all)
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace, command: str) -> int:
             print(f"{job.kind:8s} {job.name:32s} {json.dumps({k: job.run.model[k] for k in ('embedding_size', 'sharing', 'hidden_dropout')})}"
                   f" task={job.run.task if job.kind == 'pretrain' else '-'} seed={job.seed}")
         return 0
-    summary = run_suite(suite, jobs=o.jobs, max_jobs=o.max_jobs)
+    summary = run_suite(suite, jobs=o.jobs, max_jobs=o.max_jobs, refinetune=o.refinetune)
     if o.report:
         for path in write_report(Path(o.out)):
             print(path)

@@ -164,8 +164,12 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
                 "train": str(suite.train_text), "heldout": str(suite.heldout_text)}
     if done.is_file():
         saved = json.loads(done.read_text())
-        if saved.get("settings") != settings:
+        data_settings = {k: v for k, v in settings.items() if k != "finetune_tasks"}
+        if {k: v for k, v in saved.get("settings", {}).items() if k != "finetune_tasks"} != data_settings:
             raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus); use another --out")
+        if saved["settings"].get("finetune_tasks") != settings["finetune_tasks"]:   # --refinetune: new GLUE samples
+            saved.update(settings=settings, glue=prepare_glue(suite))
+            _write_json(done, saved)
         return saved
     train = _copy_capped(suite.train_text, suite.prepared / "corpus" / "train.txt", s.corpus_chars)
     heldout = _copy_capped(suite.heldout_text, suite.prepared / "corpus" / "heldout.txt", s.heldout_chars)
@@ -422,10 +426,15 @@ def _job_in_worker(suite: Suite, job: Job) -> tuple[str, dict | None, str]:
 
 
 # ---------------------------------------------------------------------------------------------- the suite
-def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0) -> dict:
-    """Prepare, then every job not yet done (at most `max_jobs` of them when > 0); returns a summary."""
-    check_same_scale(suite)
+def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinetune: bool = False) -> dict:
+    """Prepare, then every job not yet done (at most `max_jobs` of them when > 0); returns a summary.
+    `refinetune`: the suite may continue with another fine-tuning protocol (tasks, epochs, sample, learning
+    rate, batch, length); the fine-tunings it changes are moved to OUT/replaced/ and rerun from the kept
+    models, and nothing is pretrained again."""
+    stale = check_same_scale(suite, refinetune)
     suite.out.mkdir(parents=True, exist_ok=True)
+    if stale:
+        retire_finetuning(suite, stale, log)
     prepare(suite, log, workers=max(1, jobs))
     planned = plan_jobs(suite.runs)
     _write_json(suite.out / "suite.json", {"scale": suite.scale.to_dict(), "grid": suite.grid,
@@ -453,25 +462,77 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0) -> dict
     return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed}
 
 
-# a suite may be rerun with more fine-tuning seeds (the new runs are added); anything else in the scale
-# changes what a finished job measured, so it needs another --out
+# a suite may be rerun with more fine-tuning seeds (the new runs are added), or with --refinetune under another
+# fine-tuning protocol (the changed fine-tunings rerun from the kept models); anything else in the scale changes
+# what a finished job measured, so it needs another --out
 RESCALABLE = ("finetune_seeds", "notes")
+FINETUNE_FIELDS = ("finetune_tasks", "finetune_lr", "finetune_batch_size", "finetune_seq_length")
 
 
-def check_same_scale(suite: Suite) -> None:
+def check_same_scale(suite: Suite, refinetune: bool = False) -> list[str]:
     """Refuse to continue a suite whose finished jobs were run at another scale (their results would be
-    reported as this scale's)."""
+    reported as this scale's). Returns the fine-tuning tasks whose protocol changed (allowed with
+    `refinetune`; a task the scale no longer has is among them)."""
     saved = suite.out / "suite.json"
     if not saved.is_file():
-        return
+        return []
     old = json.loads(saved.read_text()).get("scale") or {}
     new = json.loads(json.dumps(suite.scale.to_dict()))
-    changed = [k for k in new if k not in RESCALABLE and k in old and old[k] != new[k]]
+    changed = [k for k in new if k not in RESCALABLE + FINETUNE_FIELDS and k in old and old[k] != new[k]]
     if changed:
         k = changed[0]
         raise UserError(f"--out {suite.out} holds a suite run at another scale ({k}: {old[k]} there, {new[k]} now"
                         + (f"; also {', '.join(changed[1:])}" if changed[1:] else "")
                         + "): give another --out, or the options it was run with")
+    stale, why = _changed_finetuning(old, new)
+    if stale and not refinetune:
+        raise UserError(f"--out {suite.out} was fine-tuned with another protocol ({why}): add --refinetune to "
+                        f"fine-tune its kept models again with this one (the old fine-tunings move to "
+                        f"{suite.out / 'replaced'}; nothing is pretrained again), or give another --out")
+    return stale
+
+
+def _changed_finetuning(old: dict, new: dict) -> tuple[list[str], str]:
+    """The tasks whose fine-tuning differs between two scale dicts, and the first difference in words."""
+    old_tasks = {t["name"]: t for t in old.get("finetune_tasks") or []}
+    new_tasks = {t["name"]: t for t in new.get("finetune_tasks") or []}
+    shared = [k for k in FINETUNE_FIELDS[1:] if k in old and old[k] != new[k]]
+    if shared:
+        k = shared[0]
+        return sorted(old_tasks), f"{k}: {old[k]} there, {new[k]} now"
+    stale, why = [], ""
+    for name, task in old_tasks.items():
+        if task != new_tasks.get(name):
+            stale.append(name)
+            diff = [f"{k}: {task[k]} there, {new_tasks[name].get(k)} now" for k in task
+                    if name in new_tasks and task[k] != new_tasks[name].get(k)]
+            why = why or (f"{name} {', '.join(diff)}" if diff else f"{name} is no longer fine-tuned")
+    return stale, why
+
+
+def retire_finetuning(suite: Suite, tasks: list[str], log=print) -> int:
+    """Move every fine-tuning of `tasks` (finished or not) out of the job directories into
+    OUT/replaced/<time>/ and drop those tasks from the jobs' results, so the jobs fine-tune them again."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = 0
+    for directory in sorted(p for kind in ("runs", "scratch") for p in (suite.out / kind).glob("*") if p.is_dir()):
+        relative = directory.relative_to(suite.out)
+        for task in tasks:
+            for ft in sorted((directory / "finetune").glob(f"{task}-s*")):
+                target = suite.out / "replaced" / stamp / relative / "finetune" / ft.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(ft), str(target))
+                moved += 1
+        done = directory / RESULT
+        if done.is_file():
+            result = json.loads(done.read_text())
+            finetune = result.get("finetune") or {}
+            if any(t in finetune for t in tasks):
+                result["finetune"] = {t: v for t, v in finetune.items() if t not in tasks}
+                _write_json(done, result)
+    log(f"refinetune: {', '.join(tasks)}: {moved} fine-tunings moved to {suite.out / 'replaced' / stamp}; "
+        f"they run again from the kept models")
+    return moved
 
 
 def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:
