@@ -289,6 +289,23 @@ def test_cli_lists_the_jobs(capsys, tmp_path):
     assert main(["ablate", "--grid", "table9", "--corpus", str(corpus), "--out", str(tmp_path / "o")]) == 2
 
 
+def test_a_quiet_suite_keeps_a_fine_tunings_output_in_its_directory(micro, capfd, tmp_path):
+    """The suite's output is one line per job: what a fine-tuning prints (eval lines, data notes, saved checkpoints,
+    warnings) goes to output.log beside it, not to the terminal; a suite that is not quiet shows it."""
+    from albertlm.experiments.runner import OUTPUT, finetune_one
+
+    suite, _ = micro
+    task = suite.scale.finetune_tasks[0]
+    model_dir = suite.out / "scratch" / "scratch-E128-all-s1" / "init"
+    capfd.readouterr()
+    finetune_one(suite, model_dir, task, 7, tmp_path / "ft")
+    assert capfd.readouterr() == ("", "")
+    kept = (tmp_path / "ft" / OUTPUT).read_text()
+    assert "eval: dev/accuracy" in kept and "note: " in kept and "saved " in kept
+    finetune_one(replace(suite, quiet=False), model_dir, task, 7, tmp_path / "loud")
+    assert "eval: dev/accuracy" in capfd.readouterr().out and not (tmp_path / "loud" / OUTPUT).exists()
+
+
 def test_a_stopped_fine_tuning_records_no_result(micro, monkeypatch, tmp_path):
     """A fine-tuning stopped by SIGTERM / Ctrl-C / the budget returns {"status": ...}: the job must fail (a rerun
     redoes it), not record a score of 0 as finished."""

@@ -12,6 +12,7 @@ Every job of a suite sees the same data, the same data order (the seed's) and th
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -29,6 +30,7 @@ from albertlm.experiments.grids import Run, expand, resolve_grids
 from albertlm.experiments.scales import FinetuneTask, Scale, get_scale
 
 RESULT = "result.json"
+OUTPUT = "output.log"      # what a job's pretraining or fine-tuning printed, when the suite is quiet
 SENTENCE_HELDOUT = ("sop", "nsp")
 
 
@@ -251,7 +253,8 @@ def pretrain_run(suite: Suite, run: Run, run_dir: Path) -> dict:
 
     start = time.time()
     resume = latest_checkpoint(run_dir) is not None
-    status = pretrain(run_config(suite, run, run.task), run_dir, resume=resume)
+    with _job_output(suite, run_dir / OUTPUT):
+        status = pretrain(run_config(suite, run, run.task), run_dir, resume=resume)
     if status != "done":
         raise (Stopped if status == "interrupted" else RuntimeError)(f"pretraining {run.name} stopped: {status}")
     final = latest_checkpoint(run_dir)
@@ -313,7 +316,8 @@ def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, o
                          eval_batch_size=128)
     spec = glue_spec(task.name, tokenizer, cfg, train_file=files["train"], dev_files=files["dev"])
     start = time.time()
-    metrics = run_finetune(spec, model_dir, tokenizer, cfg, out_dir, log=lambda *a, **k: None)
+    with _job_output(suite, out_dir / OUTPUT):
+        metrics = run_finetune(spec, model_dir, tokenizer, cfg, out_dir, log=lambda *a, **k: None)
     if metrics.get("status") != "done":  # stopped by a signal or the budget: no result (a rerun continues it)
         raise (Stopped if metrics.get("status") == "interrupted" else RuntimeError)(
             f"fine-tuning {task.name} in {out_dir} stopped: {metrics.get('status')}")
@@ -408,6 +412,19 @@ def _set_threads(threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def _job_output(suite: Suite, path: Path):
+    """While the suite is quiet (the CLI's case), what a pretraining or fine-tuning prints (eval lines, saved
+    checkpoints, data notes, warnings) goes to `path` beside the run, so the suite's own output is one line
+    per job."""
+    if not suite.quiet:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        yield
 
 
 def _write_json(path: Path, data: Any) -> None:

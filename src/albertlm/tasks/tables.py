@@ -46,10 +46,10 @@ class Problems:
     def to_dict(self) -> dict:
         return {kind: {"count": n, "first": self.examples.get(kind, [])} for kind, n in self.counts.items()}
 
-    def report(self, stream=sys.stderr) -> None:
+    def report(self, stream=None) -> None:
         for kind, n in sorted(self.counts.items()):
             where = ", ".join(self.examples.get(kind, []))
-            print(f"note: {n} x {kind}" + (f" (first at {where})" if where else ""), file=stream)
+            print(f"note: {n} x {kind}" + (f" (first at {where})" if where else ""), file=stream or sys.stderr)
 
 
 def shown(name: object) -> str:
