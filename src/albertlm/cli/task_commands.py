@@ -158,12 +158,11 @@ def _finetune(args) -> int:
     spec = get_family(args.family).build_spec(read_options(args, data_options(args.family)), tokenizer, cfg,
                                               True, {})
     spec.info["max_seq_length"] = cfg.max_seq_length
-    metrics = None
     try:
         metrics = run_finetune(spec, model, tokenizer, cfg, args.out, resume=args.resume, overwrite=args.overwrite,
                                log=print if is_main_process() else lambda *a: None)
     finally:
-        shutdown(finished=metrics is not None and metrics.get("status") != "interrupted")
+        shutdown()
     if metrics.get("status") == "interrupted":
         return 130
     if is_main_process() and "best" in metrics:

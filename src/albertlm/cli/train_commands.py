@@ -112,11 +112,10 @@ def _pretrain(args: argparse.Namespace) -> int:
         if is_main_process():
             show(run)
         return 0
-    status = None
     try:
         status = pretrain(run, args.out, resume=args.resume, overwrite=args.overwrite, on_ready=show)
     finally:
-        shutdown(finished=status in ("done", "budget"))
+        shutdown()
     if is_main_process():
         print(f"{status}: run directory {args.out} (metrics.jsonl, tensorboard/, checkpoints/); "
               f"`albertlm plot {args.out}` draws the curves", flush=True)
