@@ -1,16 +1,20 @@
-"""Two gloo processes on 127.0.0.1 train exactly like one process with the same global batch."""
+"""Two gloo processes on 127.0.0.1 train exactly like one process with the same global batch; leaving the group
+frees what still holds it."""
 from __future__ import annotations
 
+import gc
 import socket
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo
+from albertlm.training.distributed import DistInfo, shutdown
 from albertlm.training.pretrain import Datasets, make_loop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # spawned children import train_fixtures
@@ -50,17 +54,8 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
 
 
 def test_shutdown_frees_a_ddp_model_left_in_a_reference_cycle_before_destroying_the_group(tmp_path):
-    """A DDP wrapper still alive when the group is destroyed keeps gloo's C++ group (and its worker threads)
-    until the interpreter tears down, where one rank in a few aborted ("terminate called without an active
-    exception", exit -6) after a finished 2-process run: 3 of 20 torchrun pretraining runs before the fix,
-    0 of 30 after. `shutdown` collects such cycles first."""
-    import gc
-    import weakref
-
-    import torch.distributed as dist
-
-    from albertlm.training.distributed import shutdown
-
+    """Else gloo's group outlives destroy_process_group and a finished 2-process run can abort at exit
+    (`shutdown`'s docstring has the measurements)."""
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     was_enabled = gc.isenabled()
     gc.disable()                               # only shutdown's own collection may free the cycle

@@ -103,7 +103,8 @@ SCALES: dict[str, Scale] = {s.name: s for s in (
     # small models on 2 CPU cores: H 64, L 4, V 4000, T 64, 2400 steps of 32 sequences (4.9M token slots), two
     # fine-tuning seeds per model, STS-B for 10 epochs (with 3 its best epoch was nearly always the last): the
     # whole paper grid (30 runs + 26 baselines, 2 at a time) takes about two and a half hours. Its corpus:
-    # assemble_corpus.py's default, the GLUE tasks' unlabeled training text one document per row (packing the rows removed the downstream gain: docs/paper.md's protocol 17). E: 16, 32, 48, 64 for the
+    # assemble_corpus.py's default, the GLUE tasks' unlabeled training text one document per row (packing the
+    # rows removed the downstream gain: docs/paper.md's protocol 17). E: 16, 32, 48, 64 for the
     # paper's 64, 128, 256, 768, so ALBERT's E is 32 (a 16-wide word vector never beat scratch at any budget we
     # could afford); at this scale 13 of the 15 paper configurations, ALBERT's among them, beat scratch with both
     # seeds (not all-shared E = H, nor dropout). The protocols tried and all three grids are in docs/paper.md
