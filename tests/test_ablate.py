@@ -210,6 +210,28 @@ def test_more_finetuning_seeds_add_only_the_new_runs(micro, monkeypatch, tmp_pat
     assert runner.run_suite(suite, jobs=1, log=lambda *a: None)["skipped"] == 4   # fewer seeds: nothing to do
 
 
+def test_more_pretraining_seeds_are_the_suites_and_its_reports(micro, monkeypatch, tmp_path):
+    """--seeds 1 2 on a suite run with the scale's seed 1: not another scale, the new seed's runs are planned, and
+    suite.json and the report state the seeds the suite ran with, not the scale's default."""
+    import albertlm.experiments.runner as runner
+    from albertlm.experiments.report import write_report
+
+    suite, _ = micro
+    shutil.copytree(suite.out, tmp_path / "out")
+    more = runner.make_suite(tmp_path / "out", suite.scale, suite.grid, suite.train_text.parent, suite.glue_dir,
+                             seeds=(1, 2))
+    assert suite.scale.seeds == (1,) and more.scale.seeds == (1, 2)
+    assert sorted(r.name for r in more.runs) == ["E128-all-sop-s1", "E128-all-sop-s2", "E768-none-sop-s1",
+                                                 "E768-none-sop-s2"]
+    assert runner.check_same_scale(more) == []
+    monkeypatch.setattr(runner, "job_done", lambda suite, job: job.seed == 1)
+    summary = runner.run_suite(more, jobs=1, log=lambda *a: None, max_jobs=1)   # one seed-2 job, then stop
+    assert summary["failed"] == {} and summary["skipped"] == 4 and len(summary["finished"]) == 1
+    assert json.loads((more.out / "suite.json").read_text())["scale"]["seeds"] == [1, 2]
+    write_report(more.out)
+    assert "pretraining seeds [1, 2]" in (more.out / "report.md").read_text()
+
+
 def test_another_finetuning_protocol_needs_refinetune_and_pretrains_nothing(micro, monkeypatch, tmp_path):
     """A finished suite continued under another fine-tuning protocol (here SST-2 on 100 rows for 2 epochs, not 200
     for 1) is refused without --refinetune; with it, the old fine-tunings move to OUT/replaced/, every model is

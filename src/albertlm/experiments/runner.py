@@ -21,7 +21,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,9 @@ def shape_name(run: Run) -> str:
 def make_suite(out: str | Path, scale: Scale, grid: str, corpus: str | Path, glue_dir: str | Path,
                seeds: tuple[int, ...] | None = None, threads: int = 0) -> Suite:
     train, heldout = corpus_files(corpus)
-    runs = expand(resolve_grids(grid), scale, seeds)
+    if seeds:   # the suite's scale records the seeds it ran with (the report states them)
+        scale = replace(scale, seeds=tuple(seeds))
+    runs = expand(resolve_grids(grid), scale)
     return Suite(Path(out).resolve(), scale, grid, runs, train.resolve(), heldout.resolve(),
                  Path(glue_dir).resolve(), threads)
 
@@ -482,7 +484,7 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
 # a suite may be rerun with more fine-tuning seeds (the new runs are added), or with --refinetune under another
 # fine-tuning protocol (the changed fine-tunings rerun from the kept models); anything else in the scale changes
 # what a finished job measured, so it needs another --out
-RESCALABLE = ("finetune_seeds", "notes")
+RESCALABLE = ("seeds", "finetune_seeds", "notes")
 FINETUNE_FIELDS = ("finetune_tasks", "finetune_lr", "finetune_batch_size", "finetune_seq_length")
 
 
