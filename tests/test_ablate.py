@@ -267,6 +267,27 @@ def test_another_finetuning_protocol_needs_refinetune_and_pretrains_nothing(micr
         "max_train"] == 100
 
 
+def test_cli_finetune_lr_changes_the_protocol_and_needs_refinetune(micro, capsys, tmp_path):
+    """--finetune-lr on a finished suite is another fine-tuning protocol: refused without --refinetune (one line,
+    exit 2, the suite untouched); a bad value is refused before anything runs."""
+    from albertlm.cli.main import main
+
+    suite, _ = micro
+    shutil.copytree(suite.out, tmp_path / "out")
+    before = (tmp_path / "out" / "suite.json").read_text()
+    common = ["ablate", "--grid", suite.grid, "--scale", "smoke", "--max-steps", "6", "--corpus",
+              str(suite.train_text.parent), "--glue-dir", str(suite.glue_dir), "--out", str(tmp_path / "out")]
+    capsys.readouterr()
+    assert main(common + ["--finetune-lr", "5e-4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "finetune_lr: 0.001 there, 0.0005 now): add --refinetune" in err
+    assert (tmp_path / "out" / "suite.json").read_text() == before
+    assert main(common + ["--finetune-lr", "-1"]) == 2
+    assert "--finetune-lr and --max-steps must be >= 0" in capsys.readouterr().err
+    assert main(common) == 0                          # without it, the scale's lr: the same protocol, all skipped
+    assert "0 jobs run, 4 skipped, 0 failed" in capsys.readouterr().out
+
+
 def test_which_finetunings_a_protocol_change_makes_stale():
     from albertlm.experiments.runner import _changed_finetuning
 

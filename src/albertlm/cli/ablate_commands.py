@@ -29,6 +29,7 @@ class AblateOptions:
     seeds: list[int] = field(default_factory=list)  # pretraining seeds (default: the scale's)
     max_steps: int = 0                   # override the scale's pretraining steps (0 = the scale's)
     finetune_seeds: int = 0              # fine-tuning runs per model, averaged (0 = the scale's); raising it on a finished suite adds only the new runs
+    finetune_lr: float = 0.0             # override the scale's fine-tuning learning rate (0 = the scale's); on a finished suite it needs --refinetune
     refinetune: bool = False             # continue a suite whose fine-tuning protocol (scale) changed: its kept models are fine-tuned again, nothing is pretrained again
     jobs: int = 1                        # jobs run at the same time (worker processes)
     threads: int = 0                     # torch threads per job; 0 = torch's default
@@ -60,7 +61,11 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise UserError("--corpus DIR is required (train.txt + heldout.txt; benchmarks/assemble_corpus.py writes one)")
     if o.finetune_seeds < 0:
         raise UserError(f"--finetune-seeds must be >= 0 (0 = the scale's), got {o.finetune_seeds}")
-    changes = {k: v for k, v in (("max_steps", o.max_steps), ("finetune_seeds", o.finetune_seeds)) if v}
+    if o.finetune_lr < 0 or o.max_steps < 0:
+        raise UserError(f"--finetune-lr and --max-steps must be >= 0 (0 = the scale's), got {o.finetune_lr} and "
+                        f"{o.max_steps}")
+    changes = {k: v for k, v in (("max_steps", o.max_steps), ("finetune_seeds", o.finetune_seeds),
+                                 ("finetune_lr", o.finetune_lr)) if v}
     scale = get_scale(o.scale, **changes)
     suite = make_suite(o.out, scale, o.grid, o.corpus, o.glue_dir, tuple(o.seeds) or None, o.threads)
     if o.list_jobs:
