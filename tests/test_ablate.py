@@ -58,7 +58,7 @@ def test_user_grid_file(tmp_path, suffix):
     else:
         path.write_text('[[variants]]\nname = "two-groups"\nmodel = { num_groups = 2 }\n\n'
                         '[[variants]]\nembedding = 768\nsharing = "none"\ntask = "nsp"\n')
-    runs = grids.expand(grids.resolve_grids(str(path)), get_scale("cpu"), seeds=(7,))
+    runs = grids.expand(grids.resolve_grids(str(path)), replace(get_scale("cpu"), seeds=(7,)))
     assert [r.name for r in runs] == ["two-groups-s7", "E768-none-nsp-s7"]
     assert runs[0].model["num_groups"] == 2 and runs[1].model["embedding_size"] == 64
 
@@ -283,7 +283,9 @@ def test_cli_finetune_lr_changes_the_protocol_and_needs_refinetune(micro, capsys
     assert err.count("\n") == 1 and "finetune_lr: 0.001 there, 0.0005 now): add --refinetune" in err
     assert (tmp_path / "out" / "suite.json").read_text() == before
     assert main(common + ["--finetune-lr", "-1"]) == 2
-    assert "--finetune-lr and --max-steps must be >= 0" in capsys.readouterr().err
+    assert "--finetune-lr must be >= 0 (0 = the scale's), got -1.0" in capsys.readouterr().err
+    assert main(common + ["--finetune-seeds", "-2"]) == 2
+    assert "--finetune-seeds must be >= 0" in capsys.readouterr().err
     assert main(common) == 0                          # without it, the scale's lr: the same protocol, all skipped
     assert "0 jobs run, 4 skipped, 0 failed" in capsys.readouterr().out
 

@@ -59,11 +59,10 @@ def run(args: argparse.Namespace, command: str) -> int:
         return 0
     if not o.corpus:
         raise UserError("--corpus DIR is required (train.txt + heldout.txt; benchmarks/assemble_corpus.py writes one)")
-    if o.finetune_seeds < 0:
-        raise UserError(f"--finetune-seeds must be >= 0 (0 = the scale's), got {o.finetune_seeds}")
-    if o.finetune_lr < 0 or o.max_steps < 0:
-        raise UserError(f"--finetune-lr and --max-steps must be >= 0 (0 = the scale's), got {o.finetune_lr} and "
-                        f"{o.max_steps}")
+    for flag, value in (("--finetune-seeds", o.finetune_seeds), ("--finetune-lr", o.finetune_lr),
+                        ("--max-steps", o.max_steps)):
+        if value < 0:
+            raise UserError(f"{flag} must be >= 0 (0 = the scale's), got {value}")
     changes = {k: v for k, v in (("max_steps", o.max_steps), ("finetune_seeds", o.finetune_seeds),
                                  ("finetune_lr", o.finetune_lr)) if v}
     scale = get_scale(o.scale, **changes)

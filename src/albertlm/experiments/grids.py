@@ -156,14 +156,14 @@ def read_grid_file(path: Path) -> Grid:
     return Grid(name, tuple(variants), f"user grid {path}")
 
 
-def expand(grids: list[Grid], scale: Scale, seeds: tuple[int, ...] | None = None) -> list[Run]:
-    """The runs of `grids` at `scale`, deduplicated (same model, task and seed = one run), in priority order."""
-    seeds = seeds or scale.seeds
+def expand(grids: list[Grid], scale: Scale) -> list[Run]:
+    """The runs of `grids` at `scale` (its seeds), deduplicated (same model, task and seed = one run), in
+    priority order."""
     base = base_model(scale)
     by_key: dict[str, Run] = {}
     order: list[str] = []
     for grid in grids:
-        for seed in seeds:
+        for seed in scale.seeds:
             for variant in grid.variants:
                 try:
                     model = base.replace(**variant.model_overrides(scale)).to_dict()
