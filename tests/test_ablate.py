@@ -69,9 +69,36 @@ def test_bad_grid_is_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="not one of"):
         grids.resolve_grids("table6")
     bad = tmp_path / "bad.json"
-    bad.write_text('[{"sharing": "some"}]')
-    with pytest.raises(UserError, match="sharing must be one of"):
-        grids.resolve_grids(str(bad))
+    for text, message in (('[{"sharing": "some"}]', "sharing must be one of"),
+                          ('[{"embedding": "big"}]', "embedding must be an integer"),
+                          ('[{"embedding": 128.7}]', "embedding must be an integer"),
+                          ('[{"dropout": "false"}]', "dropout must be true or false"),
+                          ('[{"model": {"num_layers": [3]}}]', "'model' values must be numbers"),
+                          ('[{"name": "../../escape"}]', "it names the run's directory"),
+                          ('[{"name": "a"}, {"name": "a", "task": "nsp"}]', "both named 'a'; give one"),
+                          ('[{}, {"embedding": 128}]', "variants 0 and 1 are the same variant")):
+        bad.write_text(text)
+        with pytest.raises(UserError, match=re.escape(message)):
+            grids.resolve_grids(str(bad))
+
+
+def test_variants_that_differ_only_in_model_fields_are_separate_runs_and_baselines(tmp_path):
+    """Two variants with the same E, sharing and task but another ModelConfig field are two models: their runs
+    and no-pretraining baselines get their own names (they used to share one directory)."""
+    from albertlm.errors import UserError
+    from albertlm.experiments.runner import plan_jobs
+
+    path = tmp_path / "layers.json"
+    path.write_text('[{}, {"model": {"num_layers": 3}}, {"model": {"num_layers": 1}}]')
+    runs = grids.expand(grids.resolve_grids(str(path)), get_scale("smoke"))
+    assert [r.name for r in runs] == ["E128-all-sop-s1", "E128-all-sop-num_layers3-s1", "E128-all-sop-num_layers1-s1"]
+    jobs = plan_jobs(runs)
+    scratch = [j.name for j in jobs if j.kind == "scratch"]
+    assert scratch == ["scratch-E128-all-s1", "scratch-E128-all-num_layers3-s1", "scratch-E128-all-num_layers1-s1"]
+    assert len({j.directory for j in jobs}) == len(jobs)
+    path.write_text('[{"name": "E128-all-nsp", "model": {"num_layers": 3}}, {"task": "sop"}]')
+    with pytest.raises(UserError, match="same no-pretraining baseline name 'scratch-E128-all'"):
+        plan_jobs(grids.expand(grids.resolve_grids(str(path)), get_scale("smoke")))
 
 
 def test_parameter_counts_match_the_paper():
@@ -165,7 +192,7 @@ def test_report_has_every_table(micro):
     paths = write_report(suite.out)
     report = (suite.out / "report.md").read_text()
     for heading in ("## Table 5", "## Table 4", "## Table 3", "## Dropout", "## Figure 1", "## No pretraining",
-                    "## Claims"):
+                    "## Claims", "## Every pretrained model"):
         assert heading in report
     assert "| not-shared |" in report and "86.5" in report        # our rows beside the paper's numbers
     assert "MLM baseline" in report
@@ -174,6 +201,26 @@ def test_report_has_every_table(micro):
     assert set(results["runs"]) == {"E128-all-sop-s1", "E768-none-sop-s1"}
     assert set(results["claims"]) == {"1", "2", "3", "4", "5"}
     assert 0.0 < results["mlm_unigram_baseline"]["acc"] < 1.0
+
+
+def test_a_user_grids_report_lists_its_own_variants(micro, tmp_path):
+    """Variants of a user grid that are none of the paper's: the paper's tables are left out (they would be
+    all '–'), and every variant's size and held-out accuracy are in the report all the same."""
+    from albertlm.experiments.report import write_report
+
+    suite, _ = micro
+    out = tmp_path / "out"
+    shutil.copytree(suite.out, out)
+    for path in (out / "runs").glob("*/result.json"):
+        result = json.loads(path.read_text())
+        result["variant"] = "mine-" + result["variant"]
+        path.write_text(json.dumps(result))
+    report = (write_report(out)[0]).read_text()
+    assert "## Table 5" not in report and "## Figure 1" not in report
+    section = report.split("## Every pretrained model")[1].split("## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| mine-")]
+    assert len(rows) == 2 and all(re.search(r"\| 0\.\d{3}M \| \d+\.\d \(1\) \| \d+\.\d \(1\) \| \d+\.\d \(1\) \|", r)
+                                  for r in rows), rows
 
 
 def test_rerun_skips_finished_jobs_and_redoes_a_lost_one(micro):

@@ -16,6 +16,7 @@ the scale's) unless `model.embedding_size` gives it outright.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,11 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return self.name or f"E{self.embedding}-{self.sharing}-{self.task}" + ("-dropout" if self.dropout else "")
+        """The variant's name: the user's, else made from the fields (model overrides appended: `-num_layers3`)."""
+        if self.name:
+            return self.name
+        extra = "".join(f"-{k}{v}" for k, v in self.model)
+        return f"E{self.embedding}-{self.sharing}-{self.task}" + ("-dropout" if self.dropout else "") + extra
 
     def model_overrides(self, scale: Scale) -> dict[str, Any]:
         """The ModelConfig fields this variant sets at `scale` (on top of `base_model(scale)`)."""
@@ -140,20 +145,41 @@ def read_grid_file(path: Path) -> Grid:
         name, items = path.stem, data
     if not isinstance(items, list) or not items:
         raise UserError(f"{path}: expected a list of variants (or a table with 'variants')")
-    variants = []
+    variants: list[Variant] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise UserError(f"{path}: variant {i} is not an object")
-        unknown = set(item) - {"name", "embedding", "sharing", "task", "dropout", "model"}
+        unknown = set(item) - set(_KEY_TYPES)
         if unknown:
             raise UserError(f"{path}: variant {i}: unknown key(s) {', '.join(sorted(unknown))}")
+        for key, (types, what) in _KEY_TYPES.items():
+            value = item.get(key)
+            if key in item and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+                raise UserError(f"{path}: variant {i}: {key} must be {what}, got {value!r}")
         model = item.get("model", {})
-        if not isinstance(model, dict):
-            raise UserError(f"{path}: variant {i}: 'model' must be a table of ModelConfig fields")
-        variants.append(Variant(embedding=int(item.get("embedding", 128)), sharing=item.get("sharing", "all"),
-                                task=item.get("task", "sop"), dropout=bool(item.get("dropout", False)),
-                                model=tuple(sorted(model.items())), name=str(item.get("name", ""))))
+        if not all(isinstance(v, (int, float, str, bool)) for v in model.values()):
+            raise UserError(f"{path}: variant {i}: 'model' values must be numbers, strings or booleans")
+        label = item.get("name", "")
+        if label and not _NAME.fullmatch(label):
+            raise UserError(f"{path}: variant {i}: name {label!r} must be letters, digits, '.', '_', '+' or '-' "
+                            f"(it names the run's directory), not starting with '.'")
+        variant = Variant(embedding=item.get("embedding", 128), sharing=item.get("sharing", "all"),
+                          task=item.get("task", "sop"), dropout=item.get("dropout", False),
+                          model=tuple(sorted(model.items())), name=label)
+        twin = next((j for j, v in enumerate(variants) if v.label == variant.label), None)
+        if twin is not None:
+            raise UserError(f"{path}: variants {twin} and {i} are both named {variant.label!r}; "
+                            f"give one of them another 'name'" if variant != variants[twin] else
+                            f"{path}: variants {twin} and {i} are the same variant")
+        variants.append(variant)
     return Grid(name, tuple(variants), f"user grid {path}")
+
+
+_KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": ((str,), "a string"), "embedding": ((int,), "an integer (the paper's E)"),
+    "sharing": ((str,), "a string"), "task": ((str,), "a string"), "dropout": ((bool,), "true or false"),
+    "model": ((dict,), "a table of ModelConfig fields")}
+_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
 
 
 def expand(grids: list[Grid], scale: Scale) -> list[Run]:
@@ -177,8 +203,10 @@ def expand(grids: list[Grid], scale: Scale) -> list[Run]:
                                           (*run.grids, grid.name))
                     continue
                 name = f"{variant.label}-s{seed}"
-                if any(r.name == name for r in by_key.values()):
-                    name = f"{grid.name}-{name}"
+                clash = next((r for r in by_key.values() if r.name == name), None)
+                if clash is not None:   # same label, another model or task: its runs would share a directory
+                    raise UserError(f"grids {clash.grids[0]} and {grid.name} both have a variant {variant.label!r} "
+                                    f"but not the same run; rename one or run them as separate suites")
                 by_key[key] = Run(name, model, variant.task, seed, variant.label, (grid.name,))
                 order.append(key)
     return [by_key[k] for k in order]

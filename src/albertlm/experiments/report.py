@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
-from albertlm.experiments.grids import GRIDS, PAPER_ORDER, Variant, base_model
+from albertlm.experiments.grids import GRIDS, NAMED, PAPER_ORDER, Variant, base_model
 from albertlm.experiments.scales import PAPER_E, Scale
 
 # ------------------------------------------------------------------------ the paper's numbers (arXiv v6)
@@ -207,6 +207,16 @@ def _figure1_models(agg) -> list[tuple[str, dict]]:
         if row and row.get("transitions"):
             out.append((name, row["transitions"]))
     return out
+
+
+def models_table(agg) -> list[str]:
+    """Every pretrained variant: its size and held-out accuracy (a user grid's variants appear nowhere else)."""
+    head = ["pretrained model", "task", "E", "sharing", "seeds", "Params", "MLM", "NSP", "SOP", "MLM loss"]
+    rows = [[label, row["task"], str(row["model"].get("embedding_size", "–")), row["model"].get("sharing", "–"),
+             ",".join(map(str, row["seeds"])), _params(row), cell(row.get("mlm_acc")), cell(row.get("nsp_acc")),
+             cell(row.get("sop_acc")), cell(row.get("mlm_loss"), scale=1.0, digits=3)]
+            for label, row in agg["variants"].items()]
+    return _md(head, rows)
 
 
 def scratch_table(agg, tasks) -> list[str]:
@@ -428,9 +438,14 @@ def write_report(out: str | Path) -> list[Path]:
                 ("Table 4: cross-layer parameter sharing", table4(agg, tasks, scale)),
                 ("Table 3: embedding size E", table3(agg, tasks, scale)),
                 ("Dropout (the paper's Table 8, ALBERT-xxlarge)", dropout_table(agg, tasks, scale)),
-                ("Figure 1: input vs output embedding of each layer (held-out data, seed mean)", figure1_table(agg)),
-                ("No pretraining: every pretrained model vs the same shape trained from scratch",
-                 scratch_table(agg, tasks))]
+                ("Figure 1: input vs output embedding of each layer (held-out data, seed mean)", figure1_table(agg))]
+    if data["suite"].get("grid") not in NAMED:   # a user grid: only the paper's tables it has a variant of
+        used = [any(v.label in agg["variants"] for v in GRIDS[name].variants)
+                for name in ("table5", "table4", "table3", "dropout", "figure1")]
+        sections = [section for section, keep in zip(sections, used) if keep]
+    sections += [("Every pretrained model: parameters and held-out accuracy", models_table(agg)),
+                 ("No pretraining: every pretrained model vs the same shape trained from scratch",
+                  scratch_table(agg, tasks))]
     for title, table in sections:
         lines += [f"## {title}", "", *table, ""]
     pngs = plots(agg, data, out)

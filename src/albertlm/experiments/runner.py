@@ -87,9 +87,13 @@ def plan_jobs(runs: list[Run]) -> list[Job]:
     shapes_done: set[str] = set()
     pending: dict[str, Run] = {}
     seeds = sorted({r.seed for r in runs})
+    baseline_of: dict[str, str] = {}   # baseline name -> shape key
 
     def flush():
         for key, run in pending.items():
+            if baseline_of.setdefault(shape_name(run), key) != key:
+                raise UserError(f"variants {run.variant!r} and another one have different shapes but the same "
+                                f"no-pretraining baseline name {shape_name(run)!r}; rename one")
             for seed in seeds:
                 jobs.append(Job("scratch", f"{shape_name(run)}-s{seed}", run, seed))
             shapes_done.add(key)
