@@ -381,6 +381,28 @@ def test_cli_lists_the_jobs(capsys, tmp_path):
     assert main(["ablate", "--grid", "table9", "--corpus", str(corpus), "--out", str(tmp_path / "o")]) == 2
 
 
+def test_cli_refuses_what_is_not_a_suite_before_running(capsys, tmp_path):
+    """--report-only on a directory that is no suite, --out naming a file, and a --glue-dir without the scale's
+    tasks: one line each, exit 2, nothing written."""
+    from albertlm.cli.main import main
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "train.txt").write_text("a\n")
+    (corpus / "heldout.txt").write_text("b\n")
+    capsys.readouterr()
+    assert main(["ablate", "--out", str(tmp_path), "--report-only"]) == 2
+    assert "not an ablation suite (no suite.json)" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert main(["ablate", "--grid", "table5", "--scale", "smoke", "--corpus", str(corpus), "--out",
+                 str(tmp_path / "afile")]) == 2
+    assert "is a file, not a suite directory" in capsys.readouterr().err
+    assert main(["ablate", "--grid", "table5", "--scale", "smoke", "--corpus", str(corpus), "--out",
+                 str(tmp_path / "o"), "--glue-dir", str(tmp_path)]) == 2
+    assert "no SST-2 folder" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_quiet_suite_keeps_a_fine_tunings_output_in_its_directory(micro, capfd, tmp_path):
     """The suite's output is one line per job: what a fine-tuning prints (eval lines, data notes, saved checkpoints,
     warnings) goes to output.log beside it, not to the terminal; a suite that is not quiet shows it."""

@@ -53,7 +53,11 @@ def run(args: argparse.Namespace, command: str) -> int:
     from albertlm.experiments.runner import make_suite, plan_jobs, run_suite
     from albertlm.experiments.scales import get_scale
 
+    if Path(o.out).exists() and not Path(o.out).is_dir():
+        raise UserError(f"--out {o.out}: is a file, not a suite directory")
     if o.report_only:
+        if not (Path(o.out) / "suite.json").is_file():
+            raise UserError(f"--out {o.out}: not an ablation suite (no suite.json); run the grid first")
         paths = write_report(Path(o.out))
         print("\n".join(str(p) for p in paths))
         return 0
@@ -67,6 +71,10 @@ def run(args: argparse.Namespace, command: str) -> int:
                                  ("finetune_lr", o.finetune_lr)) if v}
     scale = get_scale(o.scale, **changes)
     suite = make_suite(o.out, scale, o.grid, o.corpus, o.glue_dir, tuple(o.seeds) or None, o.threads)
+    missing = [t.dir_name for t in scale.finetune_tasks if not (suite.glue_dir / t.dir_name).is_dir()]
+    if missing and not o.list_jobs:   # found out before hours of pretraining, not after
+        raise UserError(f"--glue-dir {o.glue_dir}: no {', '.join(missing)} folder (the fine-tuning tasks of scale "
+                        f"{scale.name}; the default ../shared/data/glue is relative to the current directory)")
     if o.list_jobs:
         for job in plan_jobs(suite.runs):
             print(f"{job.kind:8s} {job.name:32s} {json.dumps({k: job.run.model[k] for k in ('embedding_size', 'sharing', 'hidden_dropout')})}"
