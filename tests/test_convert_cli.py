@@ -126,3 +126,121 @@ def test_bad_choice_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["convert", "a", "b", "--to", "tf"])
     assert exc.value.code == 2
+
+
+def test_a_bad_tokenizer_is_refused_before_anything_is_written(capsys, tmp_path):
+    """A missing --tokenizer, or one with more pieces than the model has rows, leaves DST untouched (a retry
+    with the right file needs no --force)."""
+    from conftest import shared_path
+
+    ours = tmp_path / "ours"
+    AlbertForPreTraining(ModelConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4,
+                                     ffn_size=37, max_position_embeddings=64)).save_pretrained(ours)
+    code, _, err = convert(capsys, ours, tmp_path / "hf", "--to", "hf", "--tokenizer", tmp_path / "none.model")
+    assert code == 2 and "no such file" in err and not (tmp_path / "hf").exists()
+    big = shared_path("spm", "test_sentencepiece.model")
+    code, _, err = convert(capsys, ours, tmp_path / "hf", "--to", "hf", "--tokenizer", big)
+    assert code == 2 and "has 1000 pieces but the model's vocabulary is 99" in err and err.count("\n") == 1
+    assert not (tmp_path / "hf" / "config.json").exists()
+
+
+def _classifier_config(**extra):
+    transformers = pytest.importorskip("transformers")
+    return transformers.AlbertConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=37, max_position_embeddings=64, **extra)
+
+
+def test_label_names_and_problem_type_survive_a_round_trip(capsys, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    names = {0: "negative", 1: "neutral", 2: "positive"}
+    cfg = _classifier_config(id2label=names, label2id={v: k for k, v in names.items()},
+                             problem_type="single_label_classification")
+    torch.manual_seed(0)
+    transformers.AlbertForSequenceClassification(cfg).save_pretrained(tmp_path / "hf")
+    assert convert(capsys, tmp_path / "hf", tmp_path / "ours")[0] == 0
+    assert convert(capsys, tmp_path / "ours", tmp_path / "back", "--to", "hf")[0] == 0
+    back = transformers.AutoConfig.from_pretrained(tmp_path / "back")
+    assert back.id2label == names and back.label2id == {v: k for k, v in names.items()}
+    assert back.problem_type == "single_label_classification"
+
+
+def test_a_fine_tuning_runs_labels_name_the_exported_classes(capsys, tmp_path):
+    from albertlm.model.heads import AlbertForSequenceClassification
+
+    best = tmp_path / "run" / "best"
+    cfg = ModelConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4, ffn_size=37,
+                      max_position_embeddings=64, num_labels=2)
+    AlbertForSequenceClassification(cfg).save_pretrained(best)
+    (tmp_path / "run" / "task.json").write_text('{"family": "classify", "labels": ["neg", "pos"], '
+                                               '"regression": false}')
+    assert convert(capsys, best, tmp_path / "hf", "--to", "hf")[0] == 0
+    import json
+
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
+    assert config["problem_type"] == "single_label_classification"
+
+
+def test_exported_tokenizer_gives_segment_ids_of_a_pair(capsys, tmp_path):
+    """transformers 5's AlbertTokenizer leaves token_type_ids out unless tokenizer_config.json asks for them;
+    without them a sentence-pair model runs its second segment as the first."""
+    transformers = pytest.importorskip("transformers")
+    from conftest import shared_path
+
+    ours = tmp_path / "ours"
+    AlbertForPreTraining(ModelConfig(vocab_size=30000, embedding_size=8, hidden_size=32, num_layers=2, num_heads=4,
+                                     ffn_size=37, max_position_embeddings=64)).save_pretrained(ours)
+    code, _, err = convert(capsys, ours, tmp_path / "hf", "--to", "hf", "--tokenizer",
+                           shared_path("spm", "albert-base-v2_spiece.model"))
+    assert code == 0, err
+    encoded = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))("hello world", "second one")
+    types = encoded["token_type_ids"]
+    assert types[0] == 0 and types[-1] == 1 and sorted(types) == types
+
+
+def test_a_google_config_without_hidden_act_is_googles_gelu():
+    from albertlm.model.hf_format import config_from_hf
+
+    google = {"vocab_size": 99, "embedding_size": 16, "hidden_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 37, "max_position_embeddings": 64}
+    assert config_from_hf(google).activation == "gelu_new"          # google's "gelu" is the tanh form
+    assert config_from_hf({**google, "model_type": "albert"}).activation == "gelu_new"
+
+
+def test_info_names_the_class_and_counts_its_heads(capsys, tmp_path):
+    import json
+
+    from albertlm.model.heads import AlbertForSequenceClassification
+
+    cfg = ModelConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4, ffn_size=37,
+                      max_position_embeddings=64, num_labels=3)
+    model = AlbertForSequenceClassification(cfg)
+    model.save_pretrained(tmp_path / "run" / "best")
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "run"), "--json"]) == 0        # a fine-tuning run: its best/
+    info = json.loads(capsys.readouterr().out)
+    assert info["model_class"] == "AlbertForSequenceClassification"
+    assert info["stored_parameters"] == sum(p.numel() for p in model.parameters())
+    assert info["directory"].endswith("best")
+
+
+def test_model_card_facts_name_the_masking_and_the_kind_of_run(tmp_path):
+    import json
+
+    from albertlm.interop.hf import run_facts
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"num_instances": 5, "max_seq_length": 64, "sentence_task": "sop",
+                                                "masking": {"mode": "ngram", "max_ngram": 3}, "dupe_factor": 2}))
+    for kind in ("pretraining", "fine-tuning"):
+        run = tmp_path / kind
+        step = run / "checkpoints" / "step_00000010"
+        step.mkdir(parents=True)
+        (run / "run_config.json").write_text(json.dumps({"data": {"path": str(data)}}))
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "split": "eval", "loss": 1.5}) + "\n")
+        if kind == "fine-tuning":
+            (run / "task.json").write_text('{"family": "glue", "task": "rte"}')
+        facts = run_facts(step)
+        assert "masking `ngram`" in facts["data"][0]
+        assert f"held-out evaluation during {kind} at step 10: loss 1.5000" in facts["metrics"][0]

@@ -24,7 +24,7 @@ FORMATS = ("tf", "hf", "albertlm")
 # tokenizer file name in DST <- names it may have beside the source (google's tarballs: 30k-clean.model)
 TOKENIZER_FILES = {"spiece.model": ("spiece.model", "30k-clean.model", "assets/30k-clean.model"),
                    "vocab.txt": ("vocab.txt", "assets/vocab.txt")}
-OUTPUT_FILES = ("config.json", "model.safetensors")
+OUTPUT_FILES = ("config.json", "model.safetensors", "labels.json")
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -56,17 +56,79 @@ def run(args: argparse.Namespace, command: str) -> int:
     if args.config and src_format != "tf":
         raise UserError("--config is only for TF checkpoints (other formats carry config.json)")
     _check_destination(src, dst, args.force)
+    if args.tokenizer and not Path(args.tokenizer).is_file():   # before anything is written
+        raise UserError(f"--tokenizer {args.tokenizer}: no such file")
     model, notes = load_model(src, src_format, args.config, args.verify)
-    save_model(model, dst, args.dst_format)
+    base = src if src.is_dir() else src.parent
+    if args.dst_format == "hf" or args.tokenizer:
+        from albertlm.tasks.inference import find_tokenizer
+
+        tokenizer = args.tokenizer or find_tokenizer(base)
+        if tokenizer is not None:
+            _check_tokenizer_fits(Path(tokenizer), model.config.vocab_size)
+    labels = read_labels(src if src.is_dir() else src.parent)
+    save_model(model, dst, args.dst_format, labels)
     copied = copy_tokenizer(src, dst, Path(args.tokenizer) if args.tokenizer else None)
     if args.dst_format == "hf":  # tokenizer_config.json, tokenizer.json and README.md beside the model
         from albertlm.interop.hf import complete_export
-        from albertlm.tasks.inference import find_tokenizer
 
-        base = src if src.is_dir() else src.parent
-        copied = copied + complete_export(model, dst, src, args.tokenizer or find_tokenizer(base))
+        copied = copied + complete_export(model, dst, src, tokenizer)
     print_summary(model, src, src_format, dst, args.dst_format, notes, copied)
     return 0
+
+
+def _check_tokenizer_fits(path: Path, vocab_size: int) -> None:
+    """A tokenizer with more pieces than the model has rows would give ids past its embedding table."""
+    from albertlm.tokenization import load_tokenizer
+
+    try:
+        size = load_tokenizer(path).vocab_size
+    except UserError:   # not an ALBERT tokenizer of ours (its files are still copied): count its pieces
+        if path.suffix != ".model":
+            return
+        import sentencepiece
+
+        try:
+            size = sentencepiece.SentencePieceProcessor(model_file=str(path)).get_piece_size()
+        except (OSError, RuntimeError):
+            return
+    if size > vocab_size:
+        raise UserError(f"tokenizer {path} has {size} pieces but the model's vocabulary is {vocab_size}: "
+                        f"not this model's tokenizer (see --tokenizer)")
+
+
+LABELS_FILE = "labels.json"   # a transformers classifier's label names and problem type, kept by albertlm
+
+
+def read_labels(directory: Path) -> dict:
+    """{"id2label": {...}, "problem_type": ...} for a classifier: from a transformers config, our labels.json
+    (written by a conversion from transformers), or the task.json of the albertlm fine-tuning run it came
+    from (its directory, or the run directory of a `best/` or `checkpoints/step_N` inside it)."""
+    config = _json_or_empty(directory / "config.json")
+    if config.get("model_type") == "albert":
+        names = config.get("id2label") or {}
+        default = all(v == f"LABEL_{k}" for k, v in names.items())
+        out = {} if default else {"id2label": {str(k): v for k, v in names.items()}}
+        return out | ({"problem_type": config["problem_type"]} if config.get("problem_type") else {})
+    found = _json_or_empty(directory / LABELS_FILE)
+    if found:
+        return found
+    run_dir = directory.parent.parent if directory.parent.name == "checkpoints" else directory.parent
+    task = next((t for t in (_json_or_empty(d / "task.json") for d in (directory, run_dir)) if t), {})
+    if task.get("regression"):
+        return {"problem_type": "regression"}
+    if task.get("labels"):
+        return {"id2label": {str(i): str(name) for i, name in enumerate(task["labels"])},
+                "problem_type": "single_label_classification"}
+    return {}
+
+
+def _json_or_empty(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def detect_format(src: Path) -> str:
@@ -143,13 +205,19 @@ def _load_directory(src: Path, src_format: str):
     return load_saved_model(src)
 
 
-def save_model(model, dst: Path, dst_format: str) -> None:
+def save_model(model, dst: Path, dst_format: str, labels: dict | None = None) -> None:
+    """`labels`: a classifier's label names / problem type, into config.json (hf) or labels.json (albertlm)."""
+    labels = labels if labels and getattr(model.config, "num_labels", 0) else {}
+    if labels.get("id2label") and len(labels["id2label"]) != model.config.num_labels:
+        labels = {k: v for k, v in labels.items() if k != "id2label"}   # names of another head: not these
     if dst_format == "hf":
         from albertlm.interop.hf import export_hf
 
-        export_hf(model, dst)  # refuses sharing `attention` / `ffn` with a clear message
+        export_hf(model, dst, labels)  # refuses sharing `attention` / `ffn` with a clear message
     else:
         model.save_pretrained(dst)
+        if labels and type(model).__name__ in ("AlbertForSequenceClassification", "AlbertForTokenClassification"):
+            (dst / LABELS_FILE).write_text(json.dumps(labels, indent=2) + "\n")
 
 
 def copy_tokenizer(src: Path, dst: Path, explicit: Path | None) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 import typing
 
 from albertlm.config import ModelConfig
@@ -87,24 +88,57 @@ def run(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
+def _saved_class_and_size(directory, is_hf: bool) -> tuple[str, int | None]:
+    """The model class a checkpoint holds and the number of parameters stored in its safetensors file (shared
+    weights once, every head included)."""
+    from albertlm.model.registry import saved_class_name
+
+    if is_hf:
+        data = json.loads((directory / "config.json").read_text())
+        name = (data.get("architectures") or ["AlbertForPreTraining"])[0]
+    else:
+        name = saved_class_name(directory)
+    path = directory / "model.safetensors"
+    try:
+        with open(path, "rb") as f:
+            header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    except (OSError, ValueError, struct.error):
+        return name, None
+    total = 0
+    for key, entry in header.items():
+        if key != "__metadata__":
+            count = 1
+            for dim in entry["shape"]:
+                count *= dim
+            total += count
+    return name, total
+
+
 def run_info(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from albertlm.model.io import read_config
 
+    from albertlm.model.io import resolve_checkpoint
+
     directory = Path(args.directory)
     if not directory.is_dir():
         raise UserError(f"not a directory: {directory}")
+    if not (directory / "config.json").is_file():   # a run directory: fine-tuning's best/, else the newest
+        directory = directory / "best" if (directory / "best" / "config.json").is_file() else \
+            resolve_checkpoint(directory)
     cfg, is_hf = read_config(directory)
     body, heads = count_parameters(cfg)
+    name, stored = _saved_class_and_size(directory, is_hf)
     files = {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
-    info = dict(directory=str(directory), format="transformers" if is_hf else "albertlm",
-                parameters=body, pretraining_heads=heads, files=files, config=cfg.to_dict())
+    info = dict(directory=str(directory), format="transformers" if is_hf else "albertlm", model_class=name,
+                parameters=body, stored_parameters=stored, files=files, config=cfg.to_dict())
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    print(f"{directory}  ({info['format']} format)")
-    print(f"parameters: {body:,} (embeddings + encoder + pooler), MLM + SOP heads: {heads:,}")
+    print(f"{directory}  ({info['format']} format, {name})")
+    print(f"parameters: {body:,} (embeddings + encoder + pooler); in the file, with {name}'s heads: "
+          + (f"{stored:,}" if stored is not None else "unknown"))
     for name, size in files.items():
         print(f"  {name}  {size:,} bytes")
     for key, value in cfg.to_dict().items():

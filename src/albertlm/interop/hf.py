@@ -22,8 +22,9 @@ HF_ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", 
                     "AlbertForTokenClassification", "AlbertForQuestionAnswering", "AlbertForMultipleChoice")
 
 
-def export_hf(model: nn.Module, directory: str | Path) -> Path:
-    """Write `model` (any albertlm Albert* class) as a transformers directory."""
+def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = None) -> Path:
+    """Write `model` (any albertlm Albert* class) as a transformers directory. `labels`: a classifier's
+    {"id2label": {"0": name, ...}, "problem_type": ...} for config.json (default names LABEL_i)."""
     from safetensors.torch import save_file
 
     name = type(model).__name__
@@ -40,7 +41,13 @@ def export_hf(model: nn.Module, directory: str | Path) -> Path:
         hf_state = {k.removeprefix("albert."): v for k, v in hf_state.items()}
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(hf_format.config_to_hf(cfg, name), indent=2) + "\n")
+    config = hf_format.config_to_hf(cfg, name)
+    if labels and labels.get("id2label"):
+        config["id2label"] = {str(k): v for k, v in labels["id2label"].items()}
+        config["label2id"] = {v: int(k) for k, v in labels["id2label"].items()}
+    if labels and labels.get("problem_type"):
+        config["problem_type"] = labels["problem_type"]
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file({k: v.contiguous() for k, v in hf_state.items()}, directory / "model.safetensors",
               metadata={"format": "pt"})
     return directory
@@ -67,6 +74,11 @@ def export_tokenizer(tokenizer, directory: str | Path) -> tuple[list[str], str |
     expressed as one. Returns (files written, why tokenizer.json was left out or None)."""
     directory = Path(directory)
     tokenizer.save(directory)
+    config = directory / "tokenizer_config.json"   # transformers 5 leaves token_type_ids out unless asked
+    if config.is_file():
+        data = json.loads(config.read_text())
+        data["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+        config.write_text(json.dumps(data, indent=2) + "\n")
     written = sorted(p.name for p in directory.iterdir() if p.name in ("spiece.model", "vocab.txt",
                                                                        "tokenizer_config.json"))
     pipeline, why_not = tokenizer_pipeline(tokenizer)
@@ -217,7 +229,7 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
             facts["data"] = [
                 f"- pretraining data `{data_dir}`: {meta.get('num_instances', 0):,} instances of "
                 f"{meta.get('max_seq_length')} tokens, sentence task `{meta.get('sentence_task')}`, "
-                f"masking `{meta.get('masking', {}).get('masking')}`, dupe factor {meta.get('dupe_factor')}",
+                f"masking `{meta.get('masking', {}).get('mode')}`, dupe factor {meta.get('dupe_factor')}",
                 f"- built from {len(meta.get('inputs', []))} file(s) "
                 f"({', '.join(Path(p).name for p in meta.get('inputs', [])[:5])}"
                 f"{', ...' if len(meta.get('inputs', [])) > 5 else ''}): {corpus.get('documents', 0):,} documents, "
@@ -229,7 +241,8 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
     if evals:
         record = evals[-1]
         values = ", ".join(f"{k} {v:.4f}" for k, v in record.items() if k not in ("step", "split", "time"))
-        facts["metrics"] = [f"- held-out evaluation during pretraining at step {record['step']:,}: {values}",
+        kind = "fine-tuning" if (run_dir / "task.json").is_file() else "pretraining"
+        facts["metrics"] = [f"- held-out evaluation during {kind} at step {record['step']:,}: {values}",
                             f"- (run directory `{run_dir}`, metrics.jsonl)"]
     finetune = _json(checkpoint.parent / "metrics.json") if checkpoint.name == "best" else {}
     if finetune.get("best"):

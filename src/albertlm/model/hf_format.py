@@ -120,7 +120,7 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
         if data.get(name, plain) != plain:
             raise UserError(f"{name}={data[name]!r} is not supported (only the standard ALBERT structure)")
     fields = {ours: data[hf] for ours, hf in CONFIG_FIELDS.items() if data.get(hf) is not None}
-    act = data.get("hidden_act", "gelu_new")
+    act = data.get("hidden_act", "gelu" if google else "gelu_new")   # each config class's own default
     table = GOOGLE_ACTIVATIONS if google else HF_ACTIVATIONS
     if act not in table:
         raise UserError(f"hidden_act={act!r} is not supported (one of {', '.join(table)})")
