@@ -65,6 +65,8 @@ def _inspect(args) -> int:
     from albertlm.errors import UserError
     from albertlm.tokenization import load_tokenizer
 
+    if args.num < 1:
+        raise UserError(f"-n/--num must be >= 1, got {args.num}")
     ds = PretrainingDataset(args.directory)
     tok = load_tokenizer(args.tokenizer or ds.meta["tokenizer"]["path"])
     if not 0 <= args.start < len(ds):

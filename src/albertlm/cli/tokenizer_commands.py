@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from albertlm.data.corpus import FORMATS  # standard library only
 from albertlm.errors import UserError
 
 BATCH_LINES = 4096  # lines per native encode_batch call
@@ -37,9 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", nargs="+", required=True, metavar="PATH",
-                   help="text files (one sentence or paragraph per line) or directories of them")
+                   help="files or directories, read as `albertlm data build` reads them: text (one sentence per "
+                        "line, or paragraphs), JSONL, WikiExtractor, Parquet, Arrow, compressed (.gz/.bz2/.xz/.zst)")
+    p.add_argument("--format", choices=FORMATS, default="auto",
+                   help="input format, as for `albertlm data build` (default: auto, see docs/data.md)")
+    p.add_argument("--text-field", default="text", help="JSONL field / Parquet or Arrow column holding the text")
     p.add_argument("--vocab-size", type=int, default=30000, help="vocabulary size (default 30000, as ALBERT)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (spiece.model or vocab.txt)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a tokenizer already in --out (all of its files), once the new one is trained")
     p.add_argument("--kind", choices=("sentencepiece", "wordpiece"), default="sentencepiece",
                    help="SentencePiece (ALBERT) or a WordPiece vocab.txt (BERT) (default: sentencepiece)")
     p.add_argument("--lowercase", action="store_true", help="lowercase text (ALBERT's English models do)")
@@ -66,42 +73,111 @@ def run(args: argparse.Namespace, command: str) -> int:
 
 # -- train -----------------------------------------------------------------------------------------
 
-def _input_files(paths: list[str]) -> list[Path]:
-    """Files as given; directories expand to their non-hidden files, sorted."""
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-            if not found:
-                raise UserError(f"no files in directory {path}")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise UserError(f"training input not found: {path}")
-    return files
+# the files `load_tokenizer` finds in a directory, and what our training writes
+TOKENIZER_FILES = ("spiece.model", "spiece.vocab", "vocab.txt", "tokenizer.json", "tokenizer_config.json")
+# options WordPiece training does not use: argument name -> (flag, default)
+SENTENCEPIECE_ONLY = {"model_type": ("--model-type", "unigram"),
+                      "user_defined_symbols": ("--user-defined-symbols", ""),
+                      "character_coverage": ("--character-coverage", 0.99995),
+                      "input_sentence_size": ("--input-sentence-size", 10_000_000),
+                      "no_shuffle": ("--no-shuffle", False)}
+
+
+def _check_train_args(args: argparse.Namespace) -> None:
+    from albertlm.config.run import SEED_LIMIT
+
+    if args.vocab_size < 6:
+        raise UserError(f"--vocab-size must be at least 6 (5 special pieces + 1), got {args.vocab_size}")
+    if not 0 <= args.seed < SEED_LIMIT:
+        raise UserError(f"--seed must be in [0, 2**32), got {args.seed}")
+    if args.input_sentence_size < 0:
+        raise UserError(f"--input-sentence-size must be >= 0 (0 = all), got {args.input_sentence_size}")
+    if not 0 < args.character_coverage <= 1:
+        raise UserError(f"--character-coverage must be in (0, 1], got {args.character_coverage}")
+    if args.threads < 0:
+        raise UserError(f"--threads must be >= 0 (0 = all usable cores), got {args.threads}")
+    if args.kind == "wordpiece":
+        given = [flag for name, (flag, default) in SENTENCEPIECE_ONLY.items() if getattr(args, name) != default]
+        if given:
+            raise UserError(f"{', '.join(given)}: SentencePiece option(s), unused by --kind wordpiece; leave them out")
+
+
+def _existing_tokenizer(out: Path) -> list[str]:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    if not out.is_dir():
+        return []
+    return [name for name in TOKENIZER_FILES if (out / name).exists()]
+
+
+def _line_reader(fmt: str, text_field: str, counts):
+    """A file -> its sentences, read as `albertlm data build` reads it (formats, compression, damage)."""
+    from albertlm.data.corpus import read_documents
+
+    def read_lines(path: Path):
+        for document in read_documents([path], fmt, text_field, counts):
+            yield from document.sentences
+    return read_lines
 
 
 def _train(args: argparse.Namespace) -> int:
-    if args.vocab_size < 6:
-        raise UserError(f"--vocab-size must be at least 6 (5 special pieces + 1), got {args.vocab_size}")
-    files = _input_files(args.input)
+    """Everything is checked before --out changes; the tokenizer is trained into a staging directory inside
+    --out and moved in (replacing an earlier one's files with --overwrite) only when training succeeded."""
+    import shutil
+
+    from albertlm.data.corpus import CorpusCounts, check_inputs, find_input_files
+
+    _check_train_args(args)
+    files = find_input_files(args.input)
+    check_inputs(files, args.format, args.text_field)
+    out = Path(args.out)
+    existing = _existing_tokenizer(out)
+    if existing and not args.overwrite:
+        raise UserError(f"--out {out} already holds a tokenizer ({existing[0]}); pass --overwrite to replace it, "
+                        "or another --out")
+    counts = CorpusCounts()
+    read_lines = _line_reader(args.format, args.text_field, counts)
+    created = not out.exists()
+    staging = out / ".training-tokenizer"
     start = time.perf_counter()
-    if args.kind == "wordpiece":
-        tokenizer = _train_wordpiece(args, files)
-    else:
-        tokenizer = _train_sentencepiece(args, files)
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        if args.kind == "wordpiece":
+            _train_wordpiece(args, files, staging, read_lines)
+        else:
+            _train_sentencepiece(args, files, staging, read_lines)
+        for name in existing:
+            (out / name).unlink()
+        for path in staging.iterdir():
+            path.replace(out / path.name)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write the tokenizer ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+    from albertlm.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(out)
     seconds = time.perf_counter() - start
     megabytes = sum(f.stat().st_size for f in files) / 1e6
     print(f"trained {args.kind} V={tokenizer.vocab_size} on {len(files)} file(s), {megabytes:.1f} MB, "
           f"in {seconds:.1f} s -> {args.out}")
     print(f"special ids: pad={tokenizer.pad_id} unk={tokenizer.unk_id} cls={tokenizer.cls_id} "
           f"sep={tokenizer.sep_id} mask={tokenizer.mask_id}; options: {tokenizer.options}")
+    skipped = {k: getattr(counts, k) for k in ("empty_files", "binary_files", "corrupt_files", "bad_json_lines",
+                                                "bad_rows", "invalid_utf8_lines") if getattr(counts, k)}
+    if skipped:
+        print("skipped or changed: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in skipped.items()),
+              file=sys.stderr)
+    if tokenizer.vocab_size < args.vocab_size:
+        print(f"warning: the input gave only {tokenizer.vocab_size} tokens, fewer than --vocab-size "
+              f"{args.vocab_size} (a small corpus)", file=sys.stderr)
     return 0
 
 
-def _train_sentencepiece(args: argparse.Namespace, files: list[Path]):
+def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines):
     from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
                                                      train_sentencepiece)
 
@@ -111,15 +187,16 @@ def _train_sentencepiece(args: argparse.Namespace, files: list[Path]):
         input_sentence_size=args.input_sentence_size, shuffle_input_sentence=not args.no_shuffle,
         model_type=args.model_type, user_defined_symbols=symbols, num_threads=args.threads, seed=args.seed)
     options = SentencePieceOptions(do_lower_case=args.lowercase, keep_accents=not args.strip_accents)
-    return train_sentencepiece(files, args.out, train, options, show_progress=sys.stderr.isatty(),
-                               verbose=args.verbose)
+    return train_sentencepiece(files, out, train, options, show_progress=sys.stderr.isatty(),
+                               verbose=args.verbose, read_lines=read_lines)
 
 
-def _train_wordpiece(args: argparse.Namespace, files: list[Path]):
+def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines):
     from albertlm.tokenization.wordpiece import WordPieceOptions, train_wordpiece
 
     options = WordPieceOptions(do_lower_case=args.lowercase, strip_accents=True if args.strip_accents else False)
-    return train_wordpiece(files, args.vocab_size, args.out, options, show_progress=sys.stderr.isatty())
+    return train_wordpiece(files, args.vocab_size, out, options, show_progress=sys.stderr.isatty(),
+                           read_lines=read_lines)
 
 
 # -- encode / decode / info ------------------------------------------------------------------------

@@ -35,6 +35,12 @@ class EvaluateOptions:
     device: str = "auto"                 # auto (CUDA when available, else cpu), cpu, cuda, cuda:N
     progress: bool = True                # a progress bar over the batches (stderr)
 
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.max_batches < 0:
+            raise UserError(f"--max-batches must be >= 0 (0 = all the data), got {self.max_batches}")
+
 
 EVALUATE = Options(EvaluateOptions, negations={"--no-progress": "progress"})
 
@@ -96,19 +102,23 @@ def _pretrain(args: argparse.Namespace) -> int:
     have been checked: a bad input is one line, not 65 lines of config and then an error."""
     from albertlm.training import checkpoint as ckpt
     from albertlm.training.distributed import is_main_process, shutdown
-    from albertlm.training.pretrain import check_data_fits, open_datasets, pretrain
+    from albertlm.training.pretrain import check_datasets, open_datasets, pretrain
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
-    ckpt.check_run_dir(args.out, args.resume, args.overwrite)
+    ckpt.check_run_dir(args.out, args.resume, args.overwrite, must_exist=True)
     run = resolve_run_config(args)
 
     def show(resolved) -> None:
         print(json.dumps(resolved.to_dict(), indent=2), flush=True)
 
     if args.dry_run:
+        from albertlm.training.distributed import pick_device
+        from albertlm.training.precision import check_precision
+
+        check_precision(run.train.precision, pick_device(run.dist.device))   # what the real run refuses
         if run.data.path:                      # a dry run may leave the data out
-            check_data_fits(run, open_datasets(run).meta)
+            check_datasets(run, open_datasets(run))
         if is_main_process():
             show(run)
         return 0

@@ -14,6 +14,7 @@ from albertlm.config.model import Config, ConfigError, ModelConfig, require
 from albertlm.config.overrides import check_choices
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+SEED_LIMIT = 2**32                      # seeds are 32-bit unsigned (numpy, sentencepiece)
 
 
 @dataclass
@@ -86,6 +87,7 @@ class TrainConfig:
         require(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
         require(self.max_minutes >= 0, "train.max_minutes", self.max_minutes, "must be >= 0 (0 = no budget)")
         require(self.keep_last >= 1, "train.keep_last", self.keep_last, "must be >= 1")
+        require(0 <= self.seed < SEED_LIMIT, "train.seed", self.seed, "must be in [0, 2**32)")
 
     # -- the per-step batch arithmetic, in one place ------------------------------------------------
     def process_batch(self, world_size: int) -> int:
@@ -148,7 +150,7 @@ class RunConfig(Config):
     data: DataConfig = field(default_factory=DataConfig)        # pretraining data
     dist: DistConfig = field(default_factory=DistConfig)        # processes and devices
     preset: str = "albert-base"          # model preset the run starts from (see `albertlm params`); --model.* change it
-    init_from: str = ""                  # start from this checkpoint directory (ours or transformers') instead of random weights
+    init_from: str = ""                  # start from this checkpoint directory (ours or transformers', or a run directory: its newest checkpoint) instead of random weights
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":

@@ -18,6 +18,9 @@ Streaming and parallel, yet deterministic:
 from __future__ import annotations
 
 import itertools
+import os
+import re
+import shutil
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
@@ -27,13 +30,14 @@ from typing import Iterable, Iterator, Literal
 
 import numpy as np
 
+from albertlm.config.run import SEED_LIMIT
 from albertlm.data.corpus import FORMATS, CorpusCounts, Document, check_inputs, find_input_files, read_documents
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
-from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, record_dtype,
-                                  write_json_atomic)
-from albertlm.errors import UserError
+from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, part_meta_name,
+                                  record_dtype, settings_difference, write_json_atomic)
+from albertlm.errors import UserError, read_json_object
 
 RECORD_BYTES_PER_SHARD = 256 << 20
 ENCODE_BATCH = 4096  # sentences per native encode call
@@ -70,6 +74,8 @@ class BuildConfig:
             raise UserError(f"--dupe-factor must be >= 1, got {self.dupe_factor}")
         if self.workers < 1:
             raise UserError(f"--workers must be >= 1, got {self.workers}")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise UserError(f"--seed must be in [0, 2**32), got {self.seed}")
         if not 0 <= self.shard_index < self.num_shards:
             raise UserError(f"--shard-index must be in [0, {self.num_shards}), got {self.shard_index}")
         if self.format not in FORMATS:
@@ -105,6 +111,7 @@ class ChunkContext:
     tokenizer: object = field(default=None, repr=False)
     vocab: MaskingVocab | None = None
     random_ids: np.ndarray | None = None
+    vocab_sha256: str = ""
 
     def load(self, num_threads: int | None = None) -> "ChunkContext":
         from albertlm.tokenization import load_tokenizer
@@ -114,6 +121,7 @@ class ChunkContext:
             tok.num_threads = num_threads  # one thread per worker process: the processes are the parallelism
         special = (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id)
         self.tokenizer, self.vocab_size = tok, tok.vocab_size
+        self.vocab_sha256 = vocab_fingerprint(tok)
         self.vocab = MaskingVocab(np.asarray(tok.word_start_mask(), dtype=bool), tok.mask_id, special)
         self.random_ids = self.vocab.random_ids
         return self
@@ -121,6 +129,17 @@ class ChunkContext:
     @property
     def dtype(self) -> np.dtype:
         return record_dtype(self.instance.max_seq_length, self.masking.max_predictions_per_seq, self.vocab_size)
+
+
+def vocab_fingerprint(tok) -> str:
+    """sha256 of the vocabulary (every token in id order): the same ids mean the same tokens exactly when it
+    is equal, wherever the tokenizer file lies. Recorded in meta.json, compared by pretraining and parts."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for token_id in range(tok.vocab_size):
+        digest.update(str(tok.id_to_token(token_id)).encode("utf-8", errors="surrogatepass") + b"\0")
+    return digest.hexdigest()
 
 
 def document_rng(seed: int, document_index: int, dupe: int) -> np.random.Generator:
@@ -326,17 +345,42 @@ class BuildSummary:
 
 
 def build(cfg: BuildConfig) -> BuildSummary:
-    """Build the shards and meta of `cfg.out`; raises UserError on bad input or an empty result."""
+    """Build the shards and meta of `cfg.out`; raises UserError on bad input or an empty result.
+
+    Everything is checked before --out is touched (the inputs, the tokenizer, what --out holds), and the new
+    build is written into a staging directory inside --out (`.building-...`) that replaces the files of an
+    earlier build only once it is complete: a failed or refused build leaves --out as it was."""
     started = time.perf_counter()
     limit_heap_growth()
     files = find_input_files(cfg.inputs)
     check_inputs(files, cfg.format, cfg.text_field)  # a wrong --text-field fails now, not mid-build
-    out = _prepare_output(Path(cfg.out), cfg)
+    out = Path(cfg.out)
+    replaced = _check_output(out, cfg, files)
     ctx = ChunkContext(str(cfg.tokenizer), cfg.instance_config(), cfg.masking_config(), cfg.dupe_factor,
                        cfg.seed).load()
+    _check_other_parts(out, cfg, _meta(cfg, ctx, files, [], {}))
+    created = not out.exists()
+    staging = out / f".building-{cfg.part_name or 'all'}"
+    try:
+        shutil.rmtree(staging, ignore_errors=True)    # a killed build of this part left it
+        staging.mkdir(parents=True)
+        summary = _build_into(staging, cfg, ctx, files, started)
+        _install(staging, out, replaced)
+    except OSError as exc:            # a full disk or a quota while writing
+        raise UserError(f"--out {out}: cannot write the data ({exc.strerror or exc}; is the disk full?); "
+                        "what this build had written was removed") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+    summary.out = str(out)
+    return summary
+
+
+def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[Path], started: float) -> BuildSummary:
     prefix = "shard" if cfg.part_name is None else f"{cfg.part_name}-shard"
     per_shard = cfg.records_per_shard or max(1, RECORD_BYTES_PER_SHARD // ctx.dtype.itemsize)
-    writer = ShardWriter(out, ctx.dtype, per_shard, prefix)
+    writer = ShardWriter(staging, ctx.dtype, per_shard, prefix)
     corpus, instances, stats = CorpusCounts(), InstanceCounts(), _RecordStats()
     bar = _progress_bar(files, cfg.progress)
     try:
@@ -345,8 +389,6 @@ def build(cfg: BuildConfig) -> BuildSummary:
             instances.add(counts)
             stats.add(records)
         shards = writer.close()
-    except OSError as exc:            # a full disk or a quota while writing shards
-        _write_failed(out, cfg, writer, exc)
     except BaseException:
         writer.abort()
         raise
@@ -354,16 +396,12 @@ def build(cfg: BuildConfig) -> BuildSummary:
         bar.close()
     counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances), "tokens": asdict(stats)}
     if instances.instances == 0:
-        _remove_files(out, [s["file"] for s in shards])
         named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         raise UserError(f"no instances were built from {len(files)} file(s) ({named}): {_why_empty(corpus, instances)}")
     meta = _meta(cfg, ctx, files, shards, counts)
-    try:
-        np.save(out / WORD_STARTS_FILE, ctx.vocab.word_start)
-        write_json_atomic(out / (META_FILE if cfg.part_name is None else f"meta.{cfg.part_name}.json"), meta)
-    except OSError as exc:
-        _write_failed(out, cfg, writer, exc)
-    return BuildSummary(str(out), instances.instances, len(shards), time.perf_counter() - started, counts)
+    np.save(staging / WORD_STARTS_FILE, ctx.vocab.word_start)
+    write_json_atomic(staging / _meta_name(cfg), meta)
+    return BuildSummary(str(staging), instances.instances, len(shards), time.perf_counter() - started, counts)
 
 
 def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, bar) -> Iterator[Chunk]:
@@ -415,42 +453,74 @@ def _why_empty(corpus: CorpusCounts, instances: InstanceCounts) -> str:
             f"{instances.dropped_chunks} one-token chunks dropped" + "".join(f"; {s}" for s in skipped) + ")")
 
 
-def _prepare_output(out: Path, cfg: BuildConfig) -> Path:
-    """Create `out`; refuse to replace a finished build of the same part unless `overwrite`. Files of an
-    unfinished one (shards without a meta) are leftovers of a crash and simply removed."""
+# -- what --out holds ----------------------------------------------------------------------------------
+# The exact names a build writes (plus .tmp while writing): nothing else in --out is ever removed.
+_BUILD_FILE = re.compile(r"(meta\.json|meta\.part-\d{5}-of-\d{5}\.json|(part-\d{5}-of-\d{5}-)?shard-\d{5}\.bin"
+                         r"|word_starts\.npy)(\.tmp)?")
+_META_FILE = re.compile(r"meta(\.part-\d{5}-of-\d{5})?\.json")
+
+
+def _meta_name(cfg: BuildConfig) -> str:
+    return META_FILE if cfg.part_name is None else part_meta_name(cfg.shard_index, cfg.num_shards)
+
+
+def _check_output(out: Path, cfg: BuildConfig, files: list[Path]) -> list[Path]:
+    """Refuse an --out that is (or is inside) an input directory, that holds an input file, that is a
+    non-empty directory without a build, or that holds a finished build of this part without `overwrite`.
+    Returns the files of --out the new build replaces (an earlier build of this part, leftovers of a
+    crashed one); nothing is changed yet."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    mine = _own_files(out, cfg)
-    finished = [p for p in mine if p.name.startswith("meta") and p.name.endswith(".json")]
+    target = out.resolve()
+    for item in cfg.inputs:
+        directory = Path(item).resolve()
+        if directory.is_dir() and (target == directory or directory in target.parents):
+            raise UserError(f"--out {out} is inside the input directory {item}; pick an --out outside the inputs")
+    for path in files:
+        if target in path.resolve().parents:
+            raise UserError(f"--out {out} holds the input file {path}; pick an --out outside the inputs")
+    if not out.is_dir():
+        return []
+    names = [p.name for p in out.iterdir() if not p.name.startswith(".")]
+    metas = sorted(n for n in names if _META_FILE.fullmatch(n))
+    others = sorted(n for n in names if not _BUILD_FILE.fullmatch(n))
+    if others and not metas:
+        raise UserError(f"--out {out} is not empty and holds no data build ({others[0]}, ...); pick a new or "
+                        "empty directory")
+    if cfg.part_name is None:
+        replaced = [out / n for n in names if _BUILD_FILE.fullmatch(n)]
+    else:    # this part's files, and a single build's (which would hide the parts)
+        mine = (META_FILE, _meta_name(cfg), f"{cfg.part_name}-shard-", "shard-")
+        replaced = [out / n for n in names if _BUILD_FILE.fullmatch(n) and n.startswith(mine)]
+    finished = [p.name for p in replaced if _META_FILE.fullmatch(p.name)]
     if finished and not cfg.overwrite:
-        raise UserError(f"{out} already holds a build ({finished[0].name}); pass --overwrite or another --out")
-    _remove_files(out, [p.name for p in mine])
-    return out
+        raise UserError(f"{out} already holds a build ({finished[0]}); pass --overwrite or another --out")
+    return replaced
 
 
-def _write_failed(out: Path, cfg: BuildConfig, writer: ShardWriter, exc: OSError):
-    """Remove everything this build wrote (nothing half-written stays, the disk gets its space back), then a
-    one-line UserError naming the directory and the system's reason."""
-    writer.abort()
-    _remove_files(out, [p.name for p in _own_files(out, cfg)])
-    if cfg.part_name is None:
-        (out / WORD_STARTS_FILE).unlink(missing_ok=True)
-    raise UserError(f"--out {out}: cannot write the data ({exc.strerror or exc}; is the disk full?); "
-                    "what this build had written was removed") from None
+def _check_other_parts(out: Path, cfg: BuildConfig, meta: dict) -> None:
+    """A part must match the parts already in --out (same tokenizer and settings), or the merged build
+    would mix them."""
+    if cfg.part_name is None or not out.is_dir():
+        return
+    for path in sorted(out.glob("meta.part-*-of-*.json")):
+        if path.name == _meta_name(cfg):
+            continue
+        other = read_json_object(path, "a data build's meta.json", hint="remove it or use another --out")
+        difference = settings_difference(meta, other)
+        if difference:
+            raise UserError(f"--out {out} holds {path.name}, built with other settings ({difference} there); "
+                            "build every part with the same settings, or use another --out")
 
 
-def _own_files(out: Path, cfg: BuildConfig) -> list[Path]:
-    if cfg.part_name is None:
-        patterns = ["shard-*", META_FILE, META_FILE + ".tmp", "meta.part-*", "part-*"]
-    else:
-        patterns = [f"{cfg.part_name}-shard-*", f"meta.{cfg.part_name}.json*", META_FILE]
-    return sorted({p for pattern in patterns for p in out.glob(pattern)})
-
-
-def _remove_files(out: Path, names: list[str]) -> None:
-    for name in names:
-        (out / name).unlink(missing_ok=True)
+def _install(staging: Path, out: Path, replaced: list[Path]) -> None:
+    """Replace the earlier build's files by the new ones: its metas go first (so --out never looks complete
+    with the wrong shards), then its shards, then the new shards come in and the new meta last."""
+    for path in sorted(replaced, key=lambda p: not _META_FILE.fullmatch(p.name)):
+        path.unlink(missing_ok=True)
+    new = sorted(staging.iterdir(), key=lambda p: (_META_FILE.fullmatch(p.name) is not None, p.name))
+    for path in new:
+        os.replace(path, out / path.name)
 
 
 def _meta(cfg: BuildConfig, ctx: ChunkContext, files, shards, counts) -> dict:
@@ -458,8 +528,8 @@ def _meta(cfg: BuildConfig, ctx: ChunkContext, files, shards, counts) -> dict:
     return {
         "format_version": FORMAT_VERSION,
         "tokenizer": {"path": str(Path(cfg.tokenizer).resolve()), "kind": tok.kind, "vocab_size": tok.vocab_size,
-                      "pad_id": tok.pad_id, "unk_id": tok.unk_id, "cls_id": tok.cls_id, "sep_id": tok.sep_id,
-                      "mask_id": tok.mask_id},
+                      "vocab_sha256": ctx.vocab_sha256, "pad_id": tok.pad_id, "unk_id": tok.unk_id,
+                      "cls_id": tok.cls_id, "sep_id": tok.sep_id, "mask_id": tok.mask_id},
         "max_seq_length": cfg.max_seq_length,
         "max_predictions_per_seq": cfg.max_predictions_per_seq,
         "sentence_task": cfg.sentence_task,

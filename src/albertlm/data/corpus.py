@@ -133,7 +133,7 @@ def find_input_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     (state.json) gives its Arrow files in the order state.json lists them; a directory tree holding
     Parquet or Arrow files gives only those (a Hub dataset's README.md and JSON metadata are not text);
     a DatasetDict directory (dataset_dict.json) is refused, naming its splits, so that test splits are
-    never mixed into pretraining data by accident."""
+    never mixed into pretraining data by accident; so is a data build's directory (binary shards)."""
     files: list[Path] = []
     for item in inputs:
         path = Path(item)
@@ -154,6 +154,9 @@ def _directory_files(directory: Path) -> list[Path]:
         example = directory / (splits[0] if splits else "train")
         raise UserError(f"{directory} is a datasets DatasetDict with splits {', '.join(map(str, splits)) or '?'}: "
                         f"pass one split's directory, e.g. --input {example}")
+    if (directory / "word_starts.npy").is_file() and any(directory.glob("meta*.json")):
+        raise UserError(f"{directory} is the output of `albertlm data build` (shards, not text); pass the text "
+                        "it was built from")
     if (directory / "state.json").is_file():
         state = _read_json_file(directory / "state.json")
         names = [entry.get("filename") for entry in state.get("_data_files") or [] if isinstance(entry, dict)]

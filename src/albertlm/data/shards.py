@@ -115,9 +115,14 @@ def _part_metas(directory: Path) -> list[Path]:
     return sorted(directory.glob("meta.part-*-of-*.json"))
 
 
+def part_meta_name(shard_index: int, num_shards: int) -> str:
+    return f"meta.part-{shard_index:05d}-of-{num_shards:05d}.json"
+
+
 def read_meta(directory: str | os.PathLike) -> dict:
     """The dataset's meta: `meta.json`, or the merged metas of a complete `--num-shards K` set of parts.
-    Each file is checked (`check_meta`): damage is a UserError naming the file and the field."""
+    Each file is checked (`check_meta`): damage is a UserError naming the file and the field; so are parts
+    built with different settings (`settings_difference`)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise UserError(f"not a data directory: {directory}")
@@ -129,12 +134,52 @@ def read_meta(directory: str | os.PathLike) -> dict:
         hint = " (an unfinished build: it has .tmp files)" if any(directory.glob("*.tmp")) else ""
         raise UserError(f"no {META_FILE} in {directory}{hint}; build it with `albertlm data build`")
     metas = [_read_meta_file(p, part=True) for p in parts]
+    for path, meta in zip(parts, metas):
+        if path.name != part_meta_name(meta["shard_index"], meta["num_shards"]):
+            raise UserError(f"{path}: it holds part {meta['shard_index']} of {meta['num_shards']}, unlike its "
+                            "name (a renamed file? rebuild the data)")
+        difference = settings_difference(meta, metas[0])
+        if difference:
+            raise UserError(f"{path}: built with other settings than {parts[0].name} ({difference}); build "
+                            "every part with the same settings")
     total = metas[0]["num_shards"]
     found = sorted(m["shard_index"] for m in metas)
-    if found != list(range(total)) or any(m["num_shards"] != total for m in metas):
+    if found != list(range(total)):
         missing = sorted(set(range(total)) - set(found))
         raise UserError(f"{directory} holds parts {found} of {total}; missing {missing}")
     return merge_metas(sorted(metas, key=lambda m: m["shard_index"]))
+
+
+# what must be equal in the parts of one build (`inputs` is left out: each machine may mount them elsewhere)
+PART_SETTINGS = ("format_version", "num_shards", "max_seq_length", "max_predictions_per_seq", "sentence_task",
+                 "masking", "short_seq_prob", "dupe_factor", "seed", "chunk_chars")
+TOKENIZER_IDENTITY = ("kind", "vocab_size", "vocab_sha256", "pad_id", "unk_id", "cls_id", "sep_id", "mask_id")
+
+
+def tokenizer_difference(meta: dict, other: dict) -> str | None:
+    """How the tokenizers recorded in two metas differ ("tokenizer vocab_size 30000 vs 99"), or None.
+    Only what both record is compared (older builds have no vocab_sha256)."""
+    mine, theirs = meta.get("tokenizer") or {}, other.get("tokenizer") or {}
+    for key in TOKENIZER_IDENTITY:
+        if key in mine and key in theirs and mine[key] != theirs[key]:
+            what = "vocabulary (vocab_sha256)" if key == "vocab_sha256" else key
+            return f"tokenizer {what} {_short(mine[key])} vs {_short(theirs[key])}, tokenizers " \
+                   f"{mine.get('path', '?')} vs {theirs.get('path', '?')}"
+    return None
+
+
+def settings_difference(meta: dict, other: dict) -> str | None:
+    """The first build setting in which two part metas differ, as "NAME A vs B", or None."""
+    for key in PART_SETTINGS:
+        if meta.get(key, FORMAT_VERSION if key == "format_version" else None) != \
+                other.get(key, FORMAT_VERSION if key == "format_version" else None):
+            return f"{key} {_short(meta.get(key))} vs {_short(other.get(key))}"
+    return tokenizer_difference(meta, other)
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _read_meta_file(path: Path, part: bool = False) -> dict:

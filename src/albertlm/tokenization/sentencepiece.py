@@ -15,13 +15,14 @@ import re
 import unicodedata
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tokenization.base import TokenizerBase, read_config, save_directory
 
+LineReader = Callable[[Path], Iterable[str]]   # a training input file -> its lines (sentences)
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
 SPECIAL_PIECES = ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in every ALBERT model
 
@@ -316,7 +317,15 @@ class SentencePieceTrainOptions:
     seed: int = 12345
 
 
-def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None):
+def read_text_lines(path: Path) -> Iterator[str]:
+    """A plain UTF-8 text file's lines (undecodable bytes become U+FFFD): the default training reader.
+    `albertlm tokenizer train` passes the data builder's reader instead (compressed text, JSONL, Parquet...)."""
+    with open(path, encoding="utf-8", errors="replace", newline=None) as handle:
+        yield from handle
+
+
+def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None,
+                        read_lines: LineReader = read_text_lines):
     """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them.
 
     `progress` (a tqdm bar over bytes) advances every ~64k characters and snaps to the byte count at each file end.
@@ -325,21 +334,20 @@ def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, pr
     done = 0
     for path in files:
         pending = 0
-        with open(path, encoding="utf-8", errors="replace", newline=None) as handle:
-            for line in handle:
-                pending += len(line)
-                if progress is not None and pending > 65536:
-                    progress.update(pending)
-                    pending = 0
-                line = preprocess(line)
-                if line:
-                    yield line
+        for line in read_lines(path):
+            pending += len(line)
+            if progress is not None and pending > 65536:
+                progress.update(pending)
+                pending = 0
+            line = preprocess(line)
+            if line:
+                yield line
         done += path.stat().st_size
         if progress is not None:
             progress.update(done - progress.n)
 
 
-def check_training_input(files: Sequence[Path]) -> int:
+def check_training_input(files: Sequence[Path], read_lines: LineReader = read_text_lines) -> int:
     """Total bytes; a UserError unless some file has a non-blank line."""
     if not files:
         raise UserError("no training input files given")
@@ -347,20 +355,21 @@ def check_training_input(files: Sequence[Path]) -> int:
         if not path.is_file():
             raise UserError(f"training input not found: {path}")
     for path in files:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            if any(line.strip() for line in handle):
-                return sum(p.stat().st_size for p in files)
+        if any(line.strip() for line in read_lines(path)):
+            return sum(p.stat().st_size for p in files)
     raise UserError(f"training input is empty: no text in {', '.join(map(str, files))}")
 
 
 def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                         train: SentencePieceTrainOptions | None = None,
                         options: SentencePieceOptions | None = None,
-                        show_progress: bool = True, verbose: bool = False) -> SentencePieceTokenizer:
+                        show_progress: bool = True, verbose: bool = False,
+                        read_lines: LineReader = read_text_lines) -> SentencePieceTokenizer:
     """Train a unigram model the ALBERT way into `out_dir` (spiece.model, spiece.vocab, tokenizer_config.json).
 
-    Special ids: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no BOS/EOS. Lines are streamed through
-    the preprocessing into sentencepiece, which keeps a shuffled sample of `input_sentence_size` of them.
+    Special ids: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no BOS/EOS. Lines (`read_lines(file)`, plain
+    text by default) are streamed through the preprocessing into sentencepiece, which keeps a shuffled sample
+    of `input_sentence_size` of them.
     """
     import sentencepiece as spm
     from tqdm import tqdm
@@ -368,7 +377,7 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     train = train or SentencePieceTrainOptions()
     options = options or SentencePieceOptions(do_lower_case=False, keep_accents=True)
     paths = [Path(f) for f in files]
-    total_bytes = check_training_input(paths)
+    total_bytes = check_training_input(paths, read_lines)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(train.seed)
@@ -377,7 +386,7 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
               leave=False) as bar:
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter_training_lines(paths, options, bar),
+                sentence_iterator=iter_training_lines(paths, options, bar, read_lines),
                 model_prefix=str(out_dir / "spiece"), model_type=train.model_type,
                 vocab_size=train.vocab_size, character_coverage=train.character_coverage,
                 input_sentence_size=train.input_sentence_size,

@@ -131,19 +131,21 @@ def read_options(config_file: Path | None) -> WordPieceOptions:
 
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
                     options: WordPieceOptions | None = None, min_frequency: int = 2,
-                    limit_alphabet: int | None = None, show_progress: bool = True) -> WordPieceTokenizer:
-    """Train a WordPiece vocab with `tokenizers` (streams its files in Rust) and write a loadable directory.
+                    limit_alphabet: int | None = None, show_progress: bool = True,
+                    read_lines=None) -> WordPieceTokenizer:
+    """Train a WordPiece vocab with `tokenizers` (streams its files in Rust, or the lines `read_lines(file)`
+    gives, see `sentencepiece.train_sentencepiece`) and write a loadable directory.
 
     The trainer keeps every alphabet character both as a word start and as "##c", so the alphabet is capped at
     a third of the vocabulary (at most 1000, the tokenizers default) to keep the result within `vocab_size`.
     """
     from tokenizers.trainers import WordPieceTrainer
 
-    from albertlm.tokenization.sentencepiece import check_training_input
+    from albertlm.tokenization.sentencepiece import check_training_input, read_text_lines
 
     options = options or WordPieceOptions()
     paths = [str(p) for p in files]
-    check_training_input([Path(p) for p in paths])
+    check_training_input([Path(p) for p in paths], read_lines or read_text_lines)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
@@ -152,7 +154,10 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
                                special_tokens=list(SPECIAL_TOKENS),
                                limit_alphabet=limit_alphabet or max(1, min(1000, (vocab_size - len(SPECIAL_TOKENS)) // 3)),
                                continuing_subword_prefix="##")
-    backend.train(paths, trainer)
+    if read_lines is None:
+        backend.train(paths, trainer)
+    else:
+        backend.train_from_iterator((line for p in paths for line in read_lines(Path(p))), trainer)
     vocab = backend.get_vocab()
     tokens = sorted(vocab, key=vocab.get)
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")

@@ -152,11 +152,11 @@ RUN_FILES = ("run_config.json", "metrics.jsonl", "tensorboard", CHECKPOINT_DIR)
 
 
 def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
-                  run_files: tuple[str, ...] = RUN_FILES) -> list[Path]:
+                  run_files: tuple[str, ...] = RUN_FILES, must_exist: bool = False) -> list[Path]:
     """Refuse to start a new run in a directory that holds another one: without `--resume` its checkpoints
     would be mixed with the new run's and pruned. Returns what `--overwrite` replaces (remove it with
     `clear_run_dir` once everything else has been checked). Also refuses a --out that is a file or that
-    cannot be created."""
+    cannot be created, and, with `must_exist`, a `resume` where there is no run."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"--out {run_dir} exists and is not a directory")
@@ -165,9 +165,10 @@ def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"--out {run_dir}: cannot create or write there ({parent} is not writable)")
-    if not run_dir.is_dir():
-        return []
-    found = [run_dir / name for name in run_files if (run_dir / name).exists()]
+    found = [run_dir / name for name in run_files if (run_dir / name).exists()] if run_dir.is_dir() else []
+    if resume and must_exist and not found:
+        raise UserError(f"no run to resume in {run_dir} (no {', '.join(run_files)}); leave out --resume to "
+                        "start a new run there")
     if resume or not found:
         return []
     if not overwrite:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -10,18 +11,24 @@ from albertlm.errors import UserError
 
 class MetricsLogger:
     """`log(step, split, metrics)` appends one JSON line and the TensorBoard scalars `split/name`;
-    `advance(step, loss)` moves the progress bar (step, loss, tokens/s, ETA)."""
+    `advance(step, loss)` moves the progress bar (step, loss, tokens/s, ETA).
+
+    A run resumed at `start_step` first drops what a killed run logged after that step (metrics.jsonl records,
+    TensorBoard events through `purge_step`): the steps are trained again and logged once, in order."""
 
     def __init__(self, run_dir: str | Path, max_steps: int, start_step: int = 0, tensorboard: bool = True,
                  progress: bool = True):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        drop_records_after(self.run_dir / "metrics.jsonl", start_step)
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=start_step or None)
+            events = self.run_dir / "tensorboard"
+            resumed = start_step > 0 or (events.is_dir() and any(events.iterdir()))
+            self.writer = SummaryWriter(str(events), purge_step=start_step if resumed else None)
         self.bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -59,6 +66,29 @@ class MetricsLogger:
             self.writer = None
         if not self.jsonl.closed:
             self.jsonl.close()
+
+
+def drop_records_after(path: Path, step: int) -> None:
+    """Rewrite metrics.jsonl (atomically) without the records of steps after `step`, and without a
+    half-written last line; other lines are kept as they are."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    kept = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record_step = int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            if number < len(lines) and line.strip():
+                kept.append(line)       # not ours to judge; only a killed run's last line is dropped
+            continue
+        if record_step <= step:
+            kept.append(line)
+    if len(kept) == len(lines):
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8", errors="surrogateescape")
+    os.replace(tmp, path)
 
 
 def _reason(exc: Exception) -> str:

@@ -80,17 +80,18 @@ def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
                 follow_data_vocab: bool = False) -> RunConfig:
     """The run as it will train, as a new config (the given one is not changed): a resumed run keeps its
     own checkpoint over `init_from`; `init_from`'s architecture replaces `run.model` (its dropout settings
-    are kept); with `follow_data_vocab` the vocabulary follows the data's tokenizer. Checks that the
-    global batch splits over this launch's processes."""
-    from albertlm.model.io import read_config
+    are kept; a run directory means its newest checkpoint); with `follow_data_vocab` the vocabulary follows
+    the data's tokenizer. Checks that the global batch splits over this launch's processes."""
+    from albertlm.model.io import read_config, resolve_checkpoint
 
     if run.init_from and resume and ckpt.latest_checkpoint(run_dir):
         run = run.replace(init_from="")          # the run's own checkpoint wins over the starting point
     if run.init_from:
         if not Path(run.init_from).is_dir():
             raise UserError(f"--init-from {run.init_from}: not a directory")
+        source = str(resolve_checkpoint(run.init_from))     # a run directory means its newest checkpoint
         dropout = {k: getattr(run.model, k) for k in ("hidden_dropout", "attention_dropout", "classifier_dropout")}
-        run = run.replace(model=read_config(run.init_from)[0].replace(**dropout))
+        run = run.replace(init_from=source, model=read_config(source)[0].replace(**dropout))
     elif follow_data_vocab and run.data.path:
         vocab = open_dataset(run.data.path).meta["tokenizer"]["vocab_size"]
         if vocab != run.model.vocab_size:
@@ -137,22 +138,40 @@ def open_dataset(path: str | Path, dynamic_masking: bool = False, seed: int = 0)
     return loader.PretrainingDataset(path, dynamic_masking=dynamic_masking, seed=seed)
 
 
-def check_data_fits(run: RunConfig, meta: dict) -> None:
+def check_data_fits(run: RunConfig, meta: dict, which: str = "the data") -> None:
     vocab = meta.get("tokenizer", {}).get("vocab_size") or meta.get("vocab_size")
     if vocab and vocab > run.model.vocab_size:
-        raise UserError(f"the data's vocabulary has {vocab} tokens but the model's vocab_size is "
+        raise UserError(f"{which}'s vocabulary has {vocab} tokens but the model's vocab_size is "
                         f"{run.model.vocab_size}; pass --model.vocab_size={vocab}")
     length = meta.get("max_seq_length")
     if length and length > run.model.max_position_embeddings:
-        raise UserError(f"the data's sequences have {length} tokens, more than the model's "
+        raise UserError(f"{which}'s sequences have {length} tokens, more than the model's "
                         f"max_position_embeddings={run.model.max_position_embeddings}")
+
+
+def check_datasets(run: RunConfig, datasets: Datasets) -> None:
+    """The training data and the evaluation data fit the model, and both were built with the same tokenizer
+    (vocabulary size, special ids and, when recorded, the vocabulary itself): checked before anything runs,
+    not found at the first evaluation."""
+    from albertlm.data.shards import tokenizer_difference
+
+    check_data_fits(run, datasets.meta)
+    eval_meta = getattr(datasets.eval, "meta", None)
+    if eval_meta is None:
+        return
+    which = f"--eval-data {run.data.eval_path}"
+    difference = tokenizer_difference(eval_meta, datasets.meta)
+    if difference:
+        raise UserError(f"{which} was built with another tokenizer than --data {run.data.path} ({difference}); "
+                        "build it with the training data's tokenizer")
+    check_data_fits(run, eval_meta, which)
 
 
 def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo, resume: bool,
               model: nn.Module | None = None, objective=None, logger=None) -> Loop:
     """Everything `Loop.run()` needs; `model`/`objective` default to ALBERT pretraining (tests pass stand-ins).
     `run` must be resolved (`resolve_run`)."""
-    check_data_fits(run, datasets.meta)
+    check_datasets(run, datasets)
     run.train.check_equal_micro_batches(info.world_size)   # fixed-length data: every forward pass alike
     seed_everything(run.train.seed)                         # the same initial weights on every rank
     model = model if model is not None else build_model(run)
@@ -186,7 +205,8 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
     or `overwrite`), the data, the model and the checkpoint to resume from; then `on_ready(run)` (rank 0;
     the CLI prints the config there), then an overwritten run's old files go, then training starts."""
     run_dir = Path(run_dir)
-    old_run = ckpt.check_run_dir(run_dir, resume, overwrite)   # every rank, before the process group forms
+    # every rank, before the process group forms
+    old_run = ckpt.check_run_dir(run_dir, resume, overwrite, must_exist=True)
     run = resolve_run(run, run_dir, resume)
     info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
     loop = make_loop(run, run_dir, open_datasets(run), info, resume)

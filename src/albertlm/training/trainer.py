@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from albertlm.config.run import OptimConfig, TrainConfig
+from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import DistInfo, wrap_model
 from albertlm.training.lamb import build_optimizer
@@ -49,8 +50,11 @@ def build_loop(model: nn.Module, objective: Objective, data: StepData, train: Tr
             scaler.load_state_dict(state.scaler)
         ckpt.restore_rng(state.rng)
     data.check_resume(state.data)
-    trained = compile_model(wrap_model(model, info, find_unused_parameters), train.compile)
     total = train.total_steps(data.steps_per_epoch)
+    if state.step > total:
+        raise UserError(f"the run in {run_dir} is already at step {state.step}, past the {total} steps asked for; "
+                        f"pass --max-steps {state.step} or more to continue it")
+    trained = compile_model(wrap_model(model, info, find_unused_parameters), train.compile)
     plan = Plan(total_steps=total, warmup_steps=optim.warmup(total),
                 eval_every=train.eval_every or data.steps_per_epoch, lr=optim.lr, decay_power=optim.decay_power)
     return Loop(model=trained, raw_model=model, optimizer=optimizer, objective=objective, data=data, train=train,
