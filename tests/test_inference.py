@@ -192,3 +192,19 @@ def test_embed_keeps_input_order_through_length_buckets(ours, tmp_path, capsys):
     assert "wrote 200 x 32 cls-pooled embeddings" in capsys.readouterr().err
     buckets = length_buckets([3, 9, 1, 9, 4], 2)
     assert sorted(i for b in buckets for i in b) == [0, 1, 2, 3, 4] and buckets[0] == [1, 3]
+
+
+def test_a_fine_tuning_run_directory_means_its_best_checkpoint(ours, tmp_path, capsys):
+    """A fine-tuning run has checkpoints/ (the newest step) and best/ (the best dev model): best/ is used."""
+    from albertlm.tasks.inference import resolve_checkpoint
+
+    run = tmp_path / "run"
+    for where in (run / "checkpoints" / "step_00000010", run / "best"):
+        where.mkdir(parents=True)
+        for name in ("config.json", "model.safetensors", "spiece.model"):
+            (where / name).write_bytes((ours / name).read_bytes())
+    assert resolve_checkpoint(run) == run / "best"
+    (tmp_path / "in.txt").write_text("hello world\n")
+    assert main(["embed", str(run), "--input", str(tmp_path / "in.txt"), "--out", str(tmp_path / "e.npy"),
+                 "--no-progress", "--device", "cpu"]) == 0
+    assert f"({run / 'best'}, cpu)" in capsys.readouterr().err

@@ -163,3 +163,24 @@ def test_window_labels_point_inside_their_window(albert_tokenizer):
         assert (f.token_type_ids[:doc] == 0).all() and (f.token_type_ids[doc:] == 1).all()
         assert f.label == (0, 0) or doc <= f.label[0] <= f.label[1] < f.length - 1
     assert problems.counts["question truncated to max_query_length"] >= 1
+
+
+
+def test_null_threshold_applied_gives_the_best_f1_when_answering_nothing_is_best():
+    """Our null odds (null - best span logits) are negative here; answering nothing everywhere is best, so
+    the threshold must lie below every odds (not the official script's 0.0, meant for probabilities)."""
+    golds = {"q1": [], "q2": [], "q3": ["right"]}
+    preds = {"q1": squad.ExamplePrediction(squad.SpanPrediction("foo", 5.0), null_score=4.0),
+             "q2": squad.ExamplePrediction(squad.SpanPrediction("bar", 5.0), null_score=3.0),
+             "q3": squad.ExamplePrediction(squad.SpanPrediction("wrong", 5.0), null_score=2.0)}
+    tuned = squad.tune_threshold(golds, preds)
+    assert tuned["best_f1"] == pytest.approx(200 / 3)
+    assert tuned["null_threshold"] < -3.0
+    written = squad.final_predictions(preds, "2.0", tuned["null_threshold"])   # what predictions.json holds
+    assert written == {"q1": "", "q2": "", "q3": ""}
+    assert tuned["f1"] == pytest.approx(tuned["best_f1"])
+    assert metrics.squad_v2_scores(golds, written)["f1"] == pytest.approx(tuned["best_f1"])
+    # probabilities (all > 0) keep the official script's 0.0
+    spans = {q: p.best.text for q, p in preds.items()}
+    official = metrics.squad_v2_scores(golds, spans, {"q1": 0.9, "q2": 0.8, "q3": 0.7})
+    assert official["best_f1_thresh"] == 0.0 and official["best_f1"] == pytest.approx(200 / 3)

@@ -14,7 +14,7 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("model", metavar="MODEL", help="model directory (ours or transformers') or a run directory "
-                        "(its newest checkpoint)")
+                        "(a pretraining run: its newest checkpoint; a fine-tuning run: its best/)")
     if command == "fill-mask":
         parser.add_argument("text", nargs="*", metavar="TEXT",
                             help="text with [MASK] (several allowed); none or '-': one text per line of stdin")

@@ -2,13 +2,16 @@
 
 finetune: train a task head on a checkpoint (ours or a transformers ALBERT directory), keep the best dev
 checkpoint in OUT/best, write OUT/metrics.json and prediction files; `--resume` continues a stopped run
-exactly, `torchrun` runs it on several processes. predict: run a fine-tuned checkpoint (OUT/best) on data
-and write prediction files (and metrics if the data is labelled). evaluate: print metrics JSON, either of
-a checkpoint (`--model`) or of an existing predictions file (`--predictions`, no model).
+exactly, `torchrun` runs it on several processes. predict: run a fine-tuned checkpoint (OUT/best; OUT
+means it too) on data and write prediction files (and metrics if the data is labelled). evaluate: print
+metrics JSON, either of a checkpoint (`--model`) or of an existing predictions file (`--predictions`).
 
 The options are generated from two dataclasses: the family's data options (`tasks.registry`) and the
 fine-tuning config (`config.task.FinetuneConfig`: `--optim.*`, `--train.*`, `--dist.*`, with short names
 for the everyday ones). Precedence: the family's defaults or `--recipe` < `--config FILE` < command line.
+With `--resume` the run's saved config replaces the defaults and the recipe, and only RESUME_MAY_CHANGE
+may differ from it; for predict / evaluate the data settings the run recorded (task.json) are the
+defaults of the data options.
 Heavy imports (torch) happen inside functions so `albertlm --help` stays fast.
 """
 from __future__ import annotations
@@ -18,7 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from albertlm.config.overrides import Options, add_options, leaf_keys, read_options
+from albertlm.config.overrides import (Options, add_options, build, command_line_values, file_values, flatten,
+                                       implied, leaf_keys, read_options)
 from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError
 
@@ -31,6 +35,11 @@ TRAINING_FLAGS = {
     "--save-every": "train.save_every", "--compile": "train.compile", "--precision": "train.precision",
     "--device": "dist.device"}
 EVALUATION_KEYS = {"max_seq_length", "eval_batch_size", "train.precision", "train.progress", "dist.device"}
+# what `finetune --resume` may change: the length of the run, and how it is run and logged (not what it learns)
+RESUME_MAY_CHANGE = {"train.max_steps", "train.epochs", "train.micro_batch_size", "train.compile",
+                     "train.activation_checkpointing", "train.log_every", "train.eval_every", "train.save_every",
+                     "train.keep_last", "train.max_minutes", "train.progress", "train.tensorboard", "eval_batch_size",
+                     "dist.backend", "dist.device", "dist.timeout_minutes"}
 
 
 def finetune_options(family: str, command: str) -> Options:
@@ -67,20 +76,21 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         add_options(p, data_options(family))
         if command == "finetune":
             p.add_argument("--model", required=True, help="checkpoint dir (ours or a transformers ALBERT dir), "
-                           "or a pretraining run dir (its newest checkpoint)")
+                           "a pretraining run dir (its newest checkpoint) or a fine-tuning run dir (its best/)")
             p.add_argument("--out", required=True, help="run directory (best/, checkpoints/, metrics.json, "
                            "metrics.jsonl, predictions)")
             p.add_argument("--recipe", help="the paper's hyperparameters: 'paper' (for this task) or a name "
                            "(cola, sst2, ..., squad1.1, squad2.0, race, race-v2); options override it")
             p.add_argument("--resume", action="store_true", help="continue exactly from the newest checkpoint "
-                           "in OUT/checkpoints (the same options as the first run)")
+                           "in OUT/checkpoints, with the run's saved settings (only the run's length and logging "
+                           "may change)")
             p.add_argument("--overwrite", action="store_true", help="start a new run in an OUT that holds another "
                            "one (its checkpoints, best/ and metrics are removed once everything else has been checked)")
         elif command == "predict":
-            p.add_argument("--model", required=True, help="a fine-tuned checkpoint (RUN/best)")
+            p.add_argument("--model", required=True, help="a fine-tuned checkpoint (RUN/best, or RUN)")
             p.add_argument("--out", required=True, help="directory for the prediction files")
         else:  # evaluate
-            p.add_argument("--model", help="a fine-tuned checkpoint (RUN/best) to run on the data")
+            p.add_argument("--model", help="a fine-tuned checkpoint (RUN/best, or RUN) to run on the data")
             p.add_argument("--predictions", help="score this predictions file instead (no model)")
             if score_options(family) is not None:
                 add_options(p, score_options(family))
@@ -91,28 +101,83 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- settings
-def _config(args, family: str, task_info: dict | None = None) -> FinetuneConfig:
-    """The family's defaults or --recipe, then the checkpoint's sequence length, < --config FILE < flags."""
+def _recipe(args, family: str, options=None) -> FinetuneConfig | None:
+    """--recipe NAME, or --recipe paper: the one for the family and its data options."""
     from albertlm.tasks import recipes
     from albertlm.tasks.registry import paper_recipe_name
 
-    base = recipes.FAMILY_DEFAULTS[family]
-    if getattr(args, "recipe", None):
-        name = args.recipe
-        if name == "paper":
-            name = paper_recipe_name(family, read_options(args, data_options(family)))
-        base = recipes.recipe(name)
+    name = getattr(args, "recipe", None)
+    if not name:
+        return None
+    if name == "paper":
+        name = paper_recipe_name(family, options or read_options(args, data_options(family)))
+    return recipes.recipe(name)
+
+
+def _config(args, family: str, task_info: dict | None = None, options=None) -> FinetuneConfig:
+    """The family's defaults or --recipe, then the checkpoint's sequence length, < --config FILE < flags."""
+    from albertlm.tasks import recipes
+
+    base = _recipe(args, family, options) or recipes.FAMILY_DEFAULTS[family]
     if task_info and "max_seq_length" in task_info:
         base = base.replace(max_seq_length=task_info["max_seq_length"])
     return read_options(args, finetune_options(family, args.command), base)
 
 
+def _resumed_config(args, saved: dict, options) -> FinetuneConfig:
+    """`finetune --resume`: the run's saved config, with only the settings in RESUME_MAY_CHANGE changed by
+    --recipe (less its steps), --config FILE or flags; changing any other is refused, naming it."""
+    flags = finetune_options(args.family, "finetune")
+    keys = leaf_keys(FinetuneConfig)
+    base = build(FinetuneConfig, {k: v for k, v in flatten(saved).items() if k in keys})
+    recipe = _recipe(args, args.family, options)
+    asked = {k: v for k, v in flatten(recipe.to_dict()).items()
+             if k not in ("train.max_steps", "train.epochs")} if recipe else {}
+    asked.update(implied(FinetuneConfig, {**file_values(args, flags), **command_line_values(args, flags)}))
+    cfg = build(base, asked)
+    for key in keys:
+        was, now = _get(base, key), _get(cfg, key)
+        if was != now and key not in RESUME_MAY_CHANGE:
+            raise UserError(f"--resume: the run was started with {key}={was!r}, now {now!r}; a resumed run keeps "
+                            "its settings (drop the option; only the run's length and logging may change), or "
+                            "start over with --overwrite")
+    return cfg
+
+
+def _get(config, key: str):
+    for part in key.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _data(args, recorded_info: dict, resume: bool = False):
+    """The family's data options: the settings the model's run recorded (task.json; on --resume its saved
+    config) are the defaults, a flag given overrides them (except where the model could not use it; on
+    --resume, where the run would not continue as it started)."""
+    from albertlm.tasks.registry import get_family
+
+    family = get_family(args.family)
+    options = data_options(args.family)
+    recorded = family.recorded(recorded_info)
+    given = command_line_values(args, options)
+    changed = {k: v for k, v in given.items() if k in recorded and v != recorded[k]}
+    if resume and changed:
+        key = next(iter(changed))
+        raise UserError(f"--resume: the run was started with {key}={recorded[key]!r}, now {changed[key]!r}; "
+                        "drop the option, or start over with --overwrite")
+    problem = family.fixed(recorded, given)
+    if problem:
+        raise UserError(f"{args.model}: {problem}")
+    return build(options.config, {**recorded, **given})
+
+
 def _model(path: str) -> Path:
-    from albertlm.model.io import resolve_checkpoint
+    """A model directory; a fine-tuning run directory means its best/, a pretraining run its newest checkpoint."""
+    from albertlm.tasks.inference import resolve_checkpoint
 
     model = resolve_checkpoint(path)
     if model != Path(path):
-        print(f"using the newest checkpoint of the run: {model}", file=sys.stderr)
+        print(f"using {model}", file=sys.stderr)
     return model
 
 
@@ -142,21 +207,25 @@ def run(args, command: str) -> int:
 
 
 def _finetune(args) -> int:
-    from albertlm.tasks.finetune import run_finetune
+    from albertlm.tasks.finetune import RUN_FILES, run_finetune
     from albertlm.tasks.registry import get_family
-    from albertlm.training.distributed import is_main_process, shutdown
-
-    from albertlm.tasks.finetune import RUN_FILES
     from albertlm.training.checkpoint import check_run_dir
+    from albertlm.training.distributed import is_main_process, shutdown
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
-    cfg = _config(args, args.family)
+    saved = _saved_run(args.out) if args.resume else None
+    if args.resume and saved is None:   # as `pretrain --resume`
+        raise UserError(f"no run to resume in {args.out} (no checkpoint in {Path(args.out) / 'checkpoints'}); "
+                        "leave out --resume to start a new run there")
+    if saved is not None and saved.get("family", args.family) != args.family:
+        raise UserError(f"--resume: the run in {args.out} fine-tunes {saved['family']}, not {args.family}")
+    options = _data(args, saved or {}, resume=saved is not None)
+    cfg = _resumed_config(args, saved, options) if saved is not None else _config(args, args.family, options=options)
     model = _model(args.model)
     check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
     tokenizer = _tokenizer(args, model)
-    spec = get_family(args.family).build_spec(read_options(args, data_options(args.family)), tokenizer, cfg,
-                                              True, {})
+    spec = get_family(args.family).build_spec(options, tokenizer, cfg, True, saved or {})
     spec.info["max_seq_length"] = cfg.max_seq_length
     try:
         metrics = run_finetune(spec, model, tokenizer, cfg, args.out, resume=args.resume, overwrite=args.overwrite,
@@ -170,17 +239,33 @@ def _finetune(args) -> int:
     return 0
 
 
+def _saved_run(out: str) -> dict | None:
+    """The run config saved with the newest checkpoint in OUT (None: nothing to resume)."""
+    from albertlm.errors import read_json_object
+    from albertlm.model.io import latest_checkpoint
+
+    last = latest_checkpoint(out)
+    if last is None or not (last / "run_config.json").is_file():
+        return None
+    return read_json_object(last / "run_config.json", "the run's config")
+
+
 def _run_checkpoint(args) -> dict:
     """Metrics (and prediction files in args.out) of a fine-tuned checkpoint on the given data."""
     from albertlm.tasks.finetune import run_evaluation
     from albertlm.tasks.registry import get_family
 
+    family = get_family(args.family)
+    args.model = str(_model(args.model))
     info = _task_info(args.model)
-    options = read_options(args, data_options(args.family))
-    _check_family(args, info, options)
+    _check_family(args, info)
+    options = _data(args, info)
+    _check_task(args, info, options)
     cfg = _config(args, args.family, info)
     tokenizer = _tokenizer(args, Path(args.model))
-    spec = get_family(args.family).build_spec(options, tokenizer, cfg, False, info)
+    spec = family.build_spec(options, tokenizer, cfg, False, info)
+    if not spec.eval_sets:
+        raise UserError(f"no data to {args.command}: give {family.data_flags}")
     return run_evaluation(spec, args.model, tokenizer, cfg, args.out)
 
 
@@ -206,12 +291,18 @@ def _evaluate(args) -> int:
     return 0
 
 
-def _check_family(args, info: dict, options) -> None:
+def _check_family(args, info: dict) -> None:
     if info and info.get("family") != args.family:
         raise UserError(f"{args.model} was fine-tuned for {info.get('family')}, not {args.family}")
+
+
+def _check_task(args, info: dict, options) -> None:
+    """GLUE: the model's task is the one asked for; AX (MNLI's diagnostic set) needs an MNLI model."""
     task = getattr(options, "task", None)
-    if info.get("task") and task and info["task"] != task and task != "ax":
-        raise UserError(f"{args.model} was fine-tuned on {info['task']}, not {task}")
+    wanted = "mnli" if task == "ax" else task
+    if info.get("task") and wanted and info["task"] != wanted:
+        why = " (AX is MNLI's diagnostic set: give an MNLI model)" if task == "ax" else ""
+        raise UserError(f"{args.model} was fine-tuned on {info['task']}, not {wanted}{why}")
 
 
 if __name__ == "__main__":  # pragma: no cover

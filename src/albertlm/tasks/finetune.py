@@ -244,6 +244,28 @@ def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig
 
 
 RUN_FILES = ("checkpoints", "best", "metrics.json", "metrics.jsonl", "train_log.json", "tensorboard")
+# the prediction files a run writes beside them (specs.py): replaced with the run on --overwrite
+PREDICTION_FILES = ("submission", "predictions.json", "null_odds.json", "nbest_predictions.json",
+                    "*_predictions.tsv", "*_predictions.json", "*_metrics.json")
+
+
+def prediction_files(out_dir: Path) -> list[Path]:
+    """The prediction files (and GLUE's submission/) in a run directory."""
+    return sorted({path for pattern in PREDICTION_FILES for path in out_dir.glob(pattern)})
+
+
+def setup_warnings(spec: TaskSpec, loop: Loop, cfg: FinetuneConfig) -> list[str]:
+    """What is legal but most likely a mistake: a warmup longer than the run (the learning rate never
+    reaches its peak; it is kept as given, not capped), a classification training set of one class."""
+    lines = []
+    if loop.plan.warmup_steps > loop.plan.total_steps:
+        lines.append(f"the warmup ({loop.plan.warmup_steps} steps) is longer than the run ({loop.plan.total_steps} "
+                     f"steps): the learning rate never reaches {cfg.optim.lr:g}; set --warmup-steps or --warmup-ratio")
+    classifies = spec.label_dtype == torch.long and "num_labels" in spec.model_overrides
+    if classifies and len({f.label for f in spec.train}) == 1:
+        lines.append(f"every one of the {len(spec.train)} training examples has the same label: the model can "
+                     "only learn to predict that class (is the label column right?)")
+    return lines
 
 
 def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig, out_dir: str | Path,
@@ -254,6 +276,8 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     or `overwrite` (its files go once the model and the checkpoint to resume from have loaded)."""
     out_dir = Path(out_dir)
     old_run = ckpt.check_run_dir(out_dir, resume, overwrite, RUN_FILES)
+    if old_run:   # --overwrite: the old run's prediction files go with it
+        old_run += prediction_files(out_dir)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
     loop = make_finetune_loop(spec, model_path, tokenizer, cfg, out_dir, info, resume)
     if info.is_main:
@@ -264,6 +288,9 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
         f"device {info.device}, {info.world_size} process(es)")
     if not any(s.score is not None for s in spec.eval_sets):
         log("no labelled dev set: the last model is kept as best/")
+    if info.is_main:
+        for line in setup_warnings(spec, loop, cfg):
+            print(f"albertlm finetune: warning: {line}", file=sys.stderr)
     open_logger(loop)
     status = loop.run()
     if status != "done" or not info.is_main:
@@ -281,10 +308,38 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     return metrics
 
 
+def check_task_head(model_class: type, family: str, model_dir: str | Path) -> None:
+    """Refuse a checkpoint without the weights of the family's head (e.g. a pretraining checkpoint):
+    loading it would attach a freshly initialised head and predict at random."""
+    from albertlm.model.io import WEIGHTS, read_config, read_state
+
+    model_dir = Path(model_dir)
+    config, _ = read_config(model_dir)
+    with torch.device("meta"):   # the head's weight names, without allocating the model
+        names = model_class(config).state_dict().keys()
+    head = [name for name in names if not name.startswith(model_class.base_prefix)]
+    if (model_dir / WEIGHTS).is_file():
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(model_dir / WEIGHTS), framework="pt") as f:
+                present = set(f.keys())
+        except Exception:  # SafetensorError on a damaged file: read_state names it
+            present = set(read_state(model_dir))
+    else:
+        present = set(read_state(model_dir))
+    missing = [name for name in head if name not in present]
+    if missing:
+        raise UserError(f"{model_dir}: not a fine-tuned checkpoint for this task (no {', '.join(missing)} in its "
+                        f"weights; a pretraining checkpoint?): fine-tune it with `albertlm finetune {family}` "
+                        "and give RUN/best")
+
+
 def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: FinetuneConfig,
                    out_dir: str | Path | None) -> dict:
     """Score a fine-tuned checkpoint on the labelled eval sets (and write prediction files if out_dir);
     on the GPU when there is one (`dist.device`), with a progress bar (`train.progress`)."""
+    check_task_head(spec.model_class, spec.family, model_dir)
     device = pick_device(cfg.dist.device)
     model = spec.model_class.from_pretrained(model_dir).to(device)
     metrics: dict[str, Any] = {}

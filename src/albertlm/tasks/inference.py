@@ -37,9 +37,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return path
     if not path.is_dir():
         raise UserError(f"{path}: no such model directory")
+    if (path / "best" / "config.json").is_file():   # a fine-tuning run (it also has checkpoints/)
+        return path / "best"
     latest = latest_checkpoint(path)
-    if latest is None and (path / "best" / "config.json").is_file():
-        latest = path / "best"
     if latest is None:
         raise UserError(f"{path}: not a model directory (no config.json) nor a run with checkpoints")
     return latest

@@ -176,9 +176,14 @@ def find_best_threshold(preds: Mapping[str, str], scores: Mapping[str, float],
 
     The sweep starts from "every prediction is null". The official script counts every unanswerable gold
     question as right there, predicted or not, over a denominator of the predicted ones; `strict` counts
-    questions without a prediction as wrong at every threshold, over all gold questions (`scores` holds them)."""
+    questions without a prediction as wrong at every threshold, over all gold questions (`scores` holds them).
+
+    The threshold returned gives the best score when applied (null where the odds exceed it). For "every
+    prediction null" that is one below the lowest odds: the official script's 0.0 assumes probabilities,
+    and our null odds (null minus best span logits) are usually negative. With positive odds it stays 0.0."""
     current = best = sum(1 for qid in has_answer if not has_answer[qid] and (not strict or qid in preds))
-    best_threshold = 0.0
+    lowest = min((na_probs[qid] for qid in scores if qid in preds and qid in na_probs), default=0.0)
+    best_threshold = 0.0 if lowest > 0.0 else lowest - 1.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
         if qid not in scores or qid not in preds:
             continue

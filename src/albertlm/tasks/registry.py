@@ -32,9 +32,52 @@ def _race_spec(o: RaceOptions, tokenizer, cfg, training: bool, info: dict):
 
 def _classify_spec(o: ClassifyOptions, tokenizer, cfg, training: bool, info: dict):
     regression = o.regression or bool(info.get("regression"))
-    labels = o.label_list() or info.get("labels") or None
+    labels = info.get("labels") or o.label_list() or None   # a fine-tuned model's labels, in its order
     return specs.classify_spec(tokenizer, cfg, o.columns(), o.train or None, o.dev or None, o.test or None,
                                regression, labels, training)
+
+
+# ---------------------------------------------------------------------- settings a run recorded
+# A run records its data settings in task.json (and its checkpoints' run_config.json): `predict`, `evaluate
+# --model` and `finetune --resume` take them as the defaults of the data options (a flag given overrides).
+def _glue_recorded(info: dict) -> dict:
+    return {"task": info["task"]} if info.get("task") else {}
+
+
+def _squad_recorded(info: dict) -> dict:
+    settings = info.get("settings") or {}
+    names = ("doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+    return {**({"version": info["version"]} if "version" in info else {}),
+            **{name: settings[name] for name in names if name in settings}}
+
+
+def _race_recorded(info: dict) -> dict:
+    return {**({"levels": ",".join(info["levels"])} if info.get("levels") else {}),
+            **({"max_qa_length": info["max_qa_length"]} if "max_qa_length" in info else {})}
+
+
+def _classify_recorded(info: dict) -> dict:
+    columns = info.get("columns") or {}
+    out = {f"{name}_column": columns[name] or "" for name in ("text", "text_pair", "label", "id") if name in columns}
+    if "regression" in info:
+        out["regression"] = bool(info["regression"])
+    if info.get("labels"):
+        out["labels"] = ",".join(info["labels"])
+    return out
+
+
+def _classify_fixed(recorded: dict, given: dict) -> str | None:
+    """What a flag may not change at prediction time: the model's inputs and outputs."""
+    pair = recorded.get("text_pair_column")
+    if pair is not None and "text_pair_column" in given and bool(given["text_pair_column"]) != bool(pair):
+        return (f"--text-pair-column: the model was fine-tuned on sentence pairs (column {pair!r}); give your "
+                "file's second text column" if pair else
+                "--text-pair-column: the model was fine-tuned on single texts; leave the option out")
+    for key in ("regression", "labels"):
+        if key in recorded and key in given and given[key] != recorded[key]:
+            return (f"--{key}: the model was fine-tuned with {key} {recorded[key]!r}, not {given[key]!r}; "
+                    "leave the option out")
+    return None
 
 
 @dataclass(frozen=True)
@@ -44,15 +87,23 @@ class TaskFamily:
     build_spec: Callable[..., Any]                       # (options, tokenizer, cfg, training, task info) -> TaskSpec
     score: Callable[..., dict]                           # (options, predictions file, score options, warn=) -> metrics
     paper_recipe: Callable[[Any], str] | None = None     # options -> the recipe `--recipe paper` names
+    data_flags: str = "--dev FILE"                       # what `predict` / `evaluate --model` read
+    recorded: Callable[[dict], dict] = lambda info: {}   # task.json -> data option defaults (see above)
+    # (recorded, given) -> why the given options cannot be used with the model, or None
+    fixed: Callable[[dict, dict], str | None] = lambda recorded, given: None
 
 
 FAMILIES: dict[str, TaskFamily] = {f.name: f for f in (
     TaskFamily("glue", GlueOptions, _glue_spec, scoring.score_glue,
-               paper_recipe=lambda o: "mnli" if o.task == "ax" else o.task),
+               paper_recipe=lambda o: "mnli" if o.task == "ax" else o.task,
+               data_flags="--dev FILE, --test FILE or --data-dir DIR", recorded=_glue_recorded),
     TaskFamily("squad", SquadOptions, _squad_spec, scoring.score_squad,
-               paper_recipe=lambda o: "squad2.0" if o.version.startswith("2") else "squad1.1"),
-    TaskFamily("race", RaceOptions, _race_spec, scoring.score_race, paper_recipe=lambda o: "race-v2"),
-    TaskFamily("classify", ClassifyOptions, _classify_spec, scoring.score_classify),
+               paper_recipe=lambda o: "squad2.0" if o.version.startswith("2") else "squad1.1",
+               data_flags="--dev FILE (or --data FILE)", recorded=_squad_recorded),
+    TaskFamily("race", RaceOptions, _race_spec, scoring.score_race, paper_recipe=lambda o: "race-v2",
+               data_flags="--data-dir DIR with dev/ or test/ (or --split NAME)", recorded=_race_recorded),
+    TaskFamily("classify", ClassifyOptions, _classify_spec, scoring.score_classify,
+               data_flags="--dev FILE or --test FILE", recorded=_classify_recorded, fixed=_classify_fixed),
 )}
 
 

@@ -193,7 +193,7 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
         features = race.build_features(tokenizer, examples, cfg.max_seq_length, max_qa_length, problems)
         eval_sets.append(_race_eval_set(split, examples, features, selects=split == eval_splits[0]))
     return TaskSpec("race", AlbertForMultipleChoice, {}, train, eval_sets, "accuracy", torch.long,
-                    {"levels": list(levels)}, problems)
+                    {"levels": list(levels), "max_qa_length": max_qa_length}, problems)
 
 
 def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
@@ -219,6 +219,8 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
     problems = Problems()
     train_examples = classify.read_examples(train_file, columns, True, regression, problems) if training else []
     if not regression and not labels:
+        if not training:
+            raise DataError("the label set is unknown (no task.json beside the model records it): give --labels")
         if not train_examples:
             raise DataError("the label set is unknown: give --labels or a training file")
         labels = classify.label_set(train_examples)
