@@ -244,3 +244,19 @@ def test_model_card_facts_name_the_masking_and_the_kind_of_run(tmp_path):
         facts = run_facts(step)
         assert "masking `ngram`" in facts["data"][0]
         assert f"held-out evaluation during {kind} at step 10: loss 1.5000" in facts["metrics"][0]
+
+
+def test_model_card_of_a_fine_tuned_best_reads_its_dev_scores_flat(tmp_path):
+    import json
+
+    from albertlm.interop.hf import run_facts
+
+    best = tmp_path / "run" / "best"
+    best.mkdir(parents=True)
+    (tmp_path / "run" / "task.json").write_text('{"family": "glue", "task": "rte"}')
+    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"step": 10, "split": "eval", "loss": 1.5}) + "\n")
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps({"family": "glue", "task": "rte",
+                                                               "best": {"dev": {"accuracy": 0.5289}, "step": 10}}))
+    assert run_facts(best)["metrics"] == ["- fine-tuning (glue, rte): best dev/accuracy 0.5289, step 10"]
+    (tmp_path / "run" / "metrics.json").write_text("{}")            # interrupted: no best yet, no pretraining line
+    assert "metrics" not in run_facts(best)

@@ -238,7 +238,7 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
     step = int(step_match.group(1)) if step_match else None
     records = _metrics_records(run_dir / "metrics.jsonl")
     evals = [r for r in records if r.get("split") == "eval" and (step is None or r.get("step") == step)]
-    if evals:
+    if evals and checkpoint.name != "best":   # best/: the fine-tuning's metrics.json below says which step
         record = evals[-1]
         values = ", ".join(f"{k} {v:.4f}" for k, v in record.items() if k not in ("step", "split", "time"))
         kind = "fine-tuning" if (run_dir / "task.json").is_file() else "pretraining"
@@ -246,12 +246,22 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
                             f"- (run directory `{run_dir}`, metrics.jsonl)"]
     finetune = _json(checkpoint.parent / "metrics.json") if checkpoint.name == "best" else {}
     if finetune.get("best"):
-        best = finetune["best"]
-        values = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in best.items())
-        facts["metrics"] = [f"- fine-tuning ({finetune.get('family')}, {finetune.get('task', '')}): best dev {values}"]
+        values = ", ".join(_flat_metrics(finetune["best"]))
+        facts["metrics"] = [f"- fine-tuning ({finetune.get('family')}, {finetune.get('task', '')}): best {values}"]
         facts.setdefault("data", [f"- fine-tuned on {finetune.get('family')} {finetune.get('task', '')} "
                                   f"(see {checkpoint.parent / 'metrics.json'})"])
     return facts
+
+
+def _flat_metrics(values: dict, prefix: str = "") -> list[str]:
+    """{"dev": {"accuracy": 0.53}, "step": 10} -> ["dev/accuracy 0.5300", "step 10"]."""
+    out = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out += _flat_metrics(value, f"{prefix}{key}/")
+        else:
+            out.append(f"{prefix}{key} {value:.4f}" if isinstance(value, float) else f"{prefix}{key} {value}")
+    return out
 
 
 def _json(path: Path) -> dict:
