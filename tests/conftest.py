@@ -56,3 +56,31 @@ def assert_one_error_line(proc, phrases) -> None:
     assert len(lines) == 1 and ERROR_LINE.match(lines[0]), proc.stderr[-2000:]
     for phrase in phrases:
         assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
+
+
+def assert_one_error(capsys, code: int, *phrases: str) -> None:
+    """An in-process `main(argv)` failed the promised way: exit 2, one stderr line holding every phrase."""
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and len(lines) == 1, err
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+
+
+TINY_WORDS = ["good", "bad", "fine", "awful", "great", "poor", "the", "film", "was", "very", "plot", "acting"]
+
+
+def save_tiny_pretrained(out: Path) -> Path:
+    """A random tiny AlbertForPreTraining (seed 0, no task head) with a WordPiece vocab.txt of TINY_WORDS."""
+    import torch
+
+    from albertlm.config import ModelConfig
+    from albertlm.model.albert import AlbertForPreTraining
+
+    (out / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TINY_WORDS]) + "\n")
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=len(TINY_WORDS) + 5, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4,
+                      ffn_size=37, max_position_embeddings=64)
+    AlbertForPreTraining(cfg).save_pretrained(out)
+    return out

@@ -9,11 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 from albertlm.cli.main import main
+from conftest import TINY_WORDS, save_tiny_pretrained
 
-WORDS = ["good", "bad", "fine", "awful", "great", "poor", "the", "film", "was", "very", "plot", "acting"]
+WORDS = TINY_WORDS
 QUICK = ["--batch-size", "4", "--max-seq-length", "16", "--lr", "1e-3", "--warmup-steps", "0", "--seed", "3",
          "--train.progress=false", "--train.tensorboard=false"]
 
@@ -26,16 +26,7 @@ def _one_thread(one_thread):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """A random tiny AlbertForPreTraining (no task head) with a WordPiece vocab.txt beside it."""
-    from albertlm.config import ModelConfig
-    from albertlm.model.albert import AlbertForPreTraining
-
-    out = tmp_path_factory.mktemp("tiny")
-    (out / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=len(WORDS) + 5, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4,
-                      ffn_size=37, max_position_embeddings=64)
-    AlbertForPreTraining(cfg).save_pretrained(out)
-    return out
+    return save_tiny_pretrained(tmp_path_factory.mktemp("tiny"))
 
 
 def _pairs(path: Path, rows: int = 12) -> Path:

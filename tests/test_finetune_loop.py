@@ -17,9 +17,10 @@ from albertlm.cli.main import main
 from albertlm.training.distributed import DistInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # spawned children import train_fixtures
+from conftest import TINY_WORDS, save_tiny_pretrained  # noqa: E402
 from train_fixtures import StubTokenizer, finetune_config, finetune_ddp_worker, synthetic_task  # noqa: E402
 
-WORDS = ["good", "bad", "fine", "awful", "great", "poor", "the", "film", "was", "very", "plot", "acting"]
+WORDS = TINY_WORDS
 
 
 @pytest.fixture(autouse=True)
@@ -30,16 +31,7 @@ def _one_thread(one_thread):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A random tiny AlbertForPreTraining with a WordPiece vocab.txt beside it."""
-    from albertlm.config import ModelConfig
-    from albertlm.model.albert import AlbertForPreTraining
-
-    out = tmp_path_factory.mktemp("tiny")
-    (out / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=len(WORDS) + 5, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4,
-                      ffn_size=37, max_position_embeddings=64)
-    AlbertForPreTraining(cfg).save_pretrained(out)
-    return out
+    return save_tiny_pretrained(tmp_path_factory.mktemp("tiny"))
 
 
 def _csv(path: Path, rows: int, seed: int) -> Path:

@@ -10,7 +10,7 @@ import pytest
 
 from albertlm.cli.main import main
 from albertlm.training.metrics import MetricsLogger
-from conftest import shared_path
+from conftest import assert_one_error, shared_path
 
 TINY = ["--preset", "albert-tiny", "--model.embedding_size=16", "--model.hidden_size=32", "--model.num_layers=1",
         "--model.num_heads=2", "--model.ffn_size=37", "--model.max_position_embeddings=64", "--batch-size", "4",
@@ -35,14 +35,6 @@ def data(tmp_path_factory):
             "zh": _build(text, root / "zh", shared_path("vocab", "albert_zh_vocab.txt"))}
 
 
-def _error(capsys, code, *phrases):
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    for phrase in phrases:
-        assert phrase in lines[0], lines[0]
-
 
 def _pretrain(data, out, *extra):
     return main(["pretrain", "--data", str(data["train"]), "--out", str(out), *TINY, *extra])
@@ -51,43 +43,43 @@ def _pretrain(data, out, *extra):
 def test_eval_data_of_another_tokenizer_is_refused_before_the_run_changes(data, tmp_path, capsys):
     run = tmp_path / "run"
     bad = ["--eval-data", str(data["zh"])]
-    _error(capsys, _pretrain(data, run, "--max-steps", "2", *bad, "--dry-run"), "another tokenizer", "vocab")
-    _error(capsys, _pretrain(data, run, "--max-steps", "2", *bad), "another tokenizer")
+    assert_one_error(capsys, _pretrain(data, run, "--max-steps", "2", *bad, "--dry-run"), "another tokenizer", "vocab")
+    assert_one_error(capsys, _pretrain(data, run, "--max-steps", "2", *bad), "another tokenizer")
     assert not run.exists() or not (run / "run_config.json").exists()
     assert _pretrain(data, run, "--max-steps", "2", "--eval-data", str(data["eval"])) == 0   # shorter: fine
     saved = (run / "run_config.json").read_text()
     capsys.readouterr()
-    _error(capsys, main(["pretrain", "--out", str(run), "--resume", "--max-steps", "4", *bad]), "another tokenizer")
+    assert_one_error(capsys, main(["pretrain", "--out", str(run), "--resume", "--max-steps", "4", *bad]), "another tokenizer")
     assert (run / "run_config.json").read_text() == saved
 
 
 def test_resume_without_a_run_or_past_max_steps_is_an_error(data, tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
-    _error(capsys, _pretrain(data, empty, "--max-steps", "2", "--resume"), "no run to resume in")
-    _error(capsys, main(["pretrain", "--out", str(tmp_path / "nothing"), "--resume"]), "no run to resume in")
+    assert_one_error(capsys, _pretrain(data, empty, "--max-steps", "2", "--resume"), "no run to resume in")
+    assert_one_error(capsys, main(["pretrain", "--out", str(tmp_path / "nothing"), "--resume"]), "no run to resume in")
     assert not list(empty.iterdir()) and not (tmp_path / "nothing").exists()
     run = tmp_path / "run"
     assert _pretrain(data, run, "--max-steps", "3") == 0
     saved = (run / "run_config.json").read_text()
     capsys.readouterr()
-    _error(capsys, main(["pretrain", "--out", str(run), "--resume", "--max-steps", "2"]), "already at step 3")
+    assert_one_error(capsys, main(["pretrain", "--out", str(run), "--resume", "--max-steps", "2"]), "already at step 3")
     assert (run / "run_config.json").read_text() == saved
 
 
 @pytest.mark.parametrize("seed", ["-1", "99999999999999999999", "4294967296"])
 def test_bad_seeds_are_one_line_errors(data, tmp_path, capsys, seed):
-    _error(capsys, _pretrain(data, tmp_path / "run", "--max-steps", "2", "--seed", seed, "--dry-run"), "seed")
-    _error(capsys, main(["data", "build", "--input", str(shared_path("text", "gutenberg", "carroll-alice.txt")),
+    assert_one_error(capsys, _pretrain(data, tmp_path / "run", "--max-steps", "2", "--seed", seed, "--dry-run"), "seed")
+    assert_one_error(capsys, main(["data", "build", "--input", str(shared_path("text", "gutenberg", "carroll-alice.txt")),
                          "--tokenizer", str(shared_path("spm", "albert-base-v2_spiece.model")),
                          "--out", str(tmp_path / "d"), "--seed", seed]), "--seed")
     assert not (tmp_path / "run").exists() and not (tmp_path / "d").exists()
 
 
 def test_counts_out_of_range_are_errors(data, capsys):
-    _error(capsys, main(["data", "inspect", str(data["train"]), "-n", "0"]), "--num")
-    _error(capsys, main(["data", "inspect", str(data["train"]), "-n", "-1"]), "--num")
-    _error(capsys, main(["evaluate", "/nonexistent", "--data", str(data["train"]), "--max-batches", "-1"]),
+    assert_one_error(capsys, main(["data", "inspect", str(data["train"]), "-n", "0"]), "--num")
+    assert_one_error(capsys, main(["data", "inspect", str(data["train"]), "-n", "-1"]), "--num")
+    assert_one_error(capsys, main(["evaluate", "/nonexistent", "--data", str(data["train"]), "--max-batches", "-1"]),
            "--max-batches")
 
 
@@ -128,5 +120,5 @@ def test_dry_run_refuses_what_the_run_would(data, tmp_path, capsys):
 
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA")
-    _error(capsys, _pretrain(data, tmp_path / "run", "--max-steps", "2", "--precision", "fp16", "--dry-run"), "fp16")
-    _error(capsys, _pretrain(data, tmp_path / "run", "--max-steps", "2", "--dist.device=cuda", "--dry-run"), "CUDA")
+    assert_one_error(capsys, _pretrain(data, tmp_path / "run", "--max-steps", "2", "--precision", "fp16", "--dry-run"), "fp16")
+    assert_one_error(capsys, _pretrain(data, tmp_path / "run", "--max-steps", "2", "--dist.device=cuda", "--dry-run"), "CUDA")

@@ -11,7 +11,7 @@ import pytest
 
 from albertlm.cli.main import main
 from albertlm.tokenization import load_tokenizer
-from conftest import shared_path
+from conftest import assert_one_error, shared_path
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +34,6 @@ def _pieces(directory: Path) -> list[str]:
     return [tok.id_to_token(i) for i in range(tok.vocab_size)]
 
 
-def _error(capsys, code, *phrases):
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    for phrase in phrases:
-        assert phrase in lines[0], lines[0]
-
 
 def test_compressed_and_jsonl_inputs_are_decoded(text, tmp_path):
     packed = tmp_path / "a.txt.gz"
@@ -61,7 +53,7 @@ def test_a_data_build_is_not_text(text, tmp_path, capsys):
     assert main(["data", "build", "--input", str(text), "--tokenizer", str(spm), "--out", str(tmp_path / "built"),
                  "--max-seq-length", "32", "--dupe-factor", "1", "--no-progress"]) == 0
     capsys.readouterr()
-    _error(capsys, _train([tmp_path / "built"], tmp_path / "tok"), "output of `albertlm data build`")
+    assert_one_error(capsys, _train([tmp_path / "built"], tmp_path / "tok"), "output of `albertlm data build`")
     assert not (tmp_path / "tok").exists()
 
 
@@ -70,10 +62,10 @@ def test_an_existing_tokenizer_needs_overwrite_and_is_replaced_whole(text, tmp_p
     assert _train([text], out) == 0
     model = (out / "spiece.model").read_bytes()
     capsys.readouterr()
-    _error(capsys, _train([text], out, "--seed", "1"), "already holds a tokenizer", "--overwrite")
-    _error(capsys, _train([text], out, "--kind", "wordpiece"), "already holds a tokenizer")
+    assert_one_error(capsys, _train([text], out, "--seed", "1"), "already holds a tokenizer", "--overwrite")
+    assert_one_error(capsys, _train([text], out, "--kind", "wordpiece"), "already holds a tokenizer")
     assert (out / "spiece.model").read_bytes() == model
-    _error(capsys, _train([text], out, "--vocab-size", "50000", "--overwrite"), "sentencepiece training failed")
+    assert_one_error(capsys, _train([text], out, "--vocab-size", "50000", "--overwrite"), "sentencepiece training failed")
     assert (out / "spiece.model").read_bytes() == model and sorted(p.name for p in out.iterdir()) == \
         ["spiece.model", "spiece.vocab", "tokenizer_config.json"]
     assert _train([text], out, "--kind", "wordpiece", "--overwrite") == 0
@@ -82,7 +74,7 @@ def test_an_existing_tokenizer_needs_overwrite_and_is_replaced_whole(text, tmp_p
 
 
 def test_a_failed_training_leaves_no_empty_out(text, tmp_path, capsys):
-    _error(capsys, _train([text], tmp_path / "new" / "tok", "--vocab-size", "50000"), "sentencepiece training failed")
+    assert_one_error(capsys, _train([text], tmp_path / "new" / "tok", "--vocab-size", "50000"), "sentencepiece training failed")
     assert not (tmp_path / "new" / "tok").exists()
 
 
@@ -97,7 +89,7 @@ def test_a_failed_training_leaves_no_empty_out(text, tmp_path, capsys):
 def test_bad_options_are_one_line_errors(text, tmp_path, capsys, extra, phrase):
     code = main(["tokenizer", "train", "--input", str(text), "--out", str(tmp_path / "tok"), "--vocab-size", "300",
                  *extra])
-    _error(capsys, code, phrase)
+    assert_one_error(capsys, code, phrase)
     assert not (tmp_path / "tok").exists()
 
 
