@@ -66,6 +66,8 @@ def run(args: argparse.Namespace, command: str) -> int:
         tokenizer = args.tokenizer or find_tokenizer(base)
         if tokenizer is not None:
             _check_tokenizer_fits(Path(tokenizer), model.config.vocab_size)
+    from albertlm.interop.hf import read_labels
+
     labels = read_labels(src if src.is_dir() else src.parent)
     save_model(model, dst, args.dst_format, labels)
     copied = copy_tokenizer(src, dst, Path(args.tokenizer) if args.tokenizer else None)
@@ -95,40 +97,6 @@ def _check_tokenizer_fits(path: Path, vocab_size: int) -> None:
     if size > vocab_size:
         raise UserError(f"tokenizer {path} has {size} pieces but the model's vocabulary is {vocab_size}: "
                         f"not this model's tokenizer (see --tokenizer)")
-
-
-LABELS_FILE = "labels.json"   # a transformers classifier's label names and problem type, kept by albertlm
-
-
-def read_labels(directory: Path) -> dict:
-    """{"id2label": {...}, "problem_type": ...} for a classifier: from a transformers config, our labels.json
-    (written by a conversion from transformers), or the task.json of the albertlm fine-tuning run it came
-    from (its directory, or the run directory of a `best/` or `checkpoints/step_N` inside it)."""
-    config = _json_or_empty(directory / "config.json")
-    if config.get("model_type") == "albert":
-        names = config.get("id2label") or {}
-        default = all(v == f"LABEL_{k}" for k, v in names.items())
-        out = {} if default else {"id2label": {str(k): v for k, v in names.items()}}
-        return out | ({"problem_type": config["problem_type"]} if config.get("problem_type") else {})
-    found = _json_or_empty(directory / LABELS_FILE)
-    if found:
-        return found
-    run_dir = directory.parent.parent if directory.parent.name == "checkpoints" else directory.parent
-    task = next((t for t in (_json_or_empty(d / "task.json") for d in (directory, run_dir)) if t), {})
-    if task.get("regression"):
-        return {"problem_type": "regression"}
-    if task.get("labels"):
-        return {"id2label": {str(i): str(name) for i, name in enumerate(task["labels"])},
-                "problem_type": "single_label_classification"}
-    return {}
-
-
-def _json_or_empty(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def detect_format(src: Path) -> str:
@@ -216,6 +184,8 @@ def save_model(model, dst: Path, dst_format: str, labels: dict | None = None) ->
         export_hf(model, dst, labels)  # refuses sharing `attention` / `ffn` with a clear message
     else:
         model.save_pretrained(dst)
+        from albertlm.interop.hf import LABELS_FILE
+
         if labels and type(model).__name__ in ("AlbertForSequenceClassification", "AlbertForTokenClassification"):
             (dst / LABELS_FILE).write_text(json.dumps(labels, indent=2) + "\n")
 

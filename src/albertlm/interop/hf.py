@@ -67,6 +67,32 @@ def import_hf(directory: str | Path, model_class: type | None = None) -> nn.Modu
     return model_class.from_pretrained(directory)
 
 
+LABELS_FILE = "labels.json"   # a transformers classifier's label names and problem type, kept by albertlm
+
+
+def read_labels(directory: Path) -> dict:
+    """{"id2label": {...}, "problem_type": ...} for a classifier: from a transformers config, our labels.json
+    (written by a conversion from transformers), or the task.json of the albertlm fine-tuning run it came
+    from (its directory, or the run directory of a `best/` or `checkpoints/step_N` inside it)."""
+    config = _json(directory / "config.json")
+    if config.get("model_type") == "albert":
+        names = config.get("id2label") or {}
+        default = all(v == f"LABEL_{k}" for k, v in names.items())
+        out = {} if default else {"id2label": {str(k): v for k, v in names.items()}}
+        return out | ({"problem_type": config["problem_type"]} if config.get("problem_type") else {})
+    found = _json(directory / LABELS_FILE)
+    if found:
+        return found
+    run_dir = directory.parent.parent if directory.parent.name == "checkpoints" else directory.parent
+    task = next((t for t in (_json(d / "task.json") for d in (directory, run_dir)) if t), {})
+    if task.get("regression"):
+        return {"problem_type": "regression"}
+    if task.get("labels"):
+        return {"id2label": {str(i): str(name) for i, name in enumerate(task["labels"])},
+                "problem_type": "single_label_classification"}
+    return {}
+
+
 # -- tokenizer files and the model card: an exported directory that works as a whole ------------------------
 def export_tokenizer(tokenizer, directory: str | Path) -> tuple[list[str], str | None]:
     """Write the tokenizer beside an exported model: `spiece.model` or `vocab.txt` plus
