@@ -199,7 +199,7 @@ def _cases(root: Path) -> dict[str, tuple[list[str], list[str]]]:
                                                                  "--resume"], ["trainer_state.pt", "not a training state"]),
         "pretrain: --resume with a changed model": (["pretrain", "--out", r("run_copy"), "--resume",
                                                      "--model.hidden_size=32"],
-                                                    ["model.safetensors", "do not fit", "--model"]),
+                                                    ["--resume", "model.hidden_size=64, now 32"]),
         "pretrain: full disk at a checkpoint": (["pretrain", "--out", r("run_disk"), "--resume", "--max-steps", "3"],
                                                 ["step_00000003", "cannot write the checkpoint",
                                                  "newest complete checkpoint is", "step_00000002"], None, True),

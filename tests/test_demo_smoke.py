@@ -66,3 +66,16 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "not a data directory" in capsys.readouterr().err
     assert cli(["pretrain", "--out", str(tmp_path), "--batch-size", "6", "--micro-batch-size", "4",
                 "--dry-run"]) == 2
+
+
+def test_demo_refuses_an_out_with_other_files(tmp_path, capsys):
+    """The demo replaces its run/ in --out: a directory holding anything but an earlier demo's is refused."""
+    from albertlm.demo import main as demo_main
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "mine.txt").write_text("precious")
+    (tmp_path / "notes.md").write_text("mine")
+    assert demo_main(["--out", str(tmp_path), "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("albertlm demo: error: --out") and err.count("\n") == 1
+    assert (tmp_path / "run" / "mine.txt").read_text() == "precious"

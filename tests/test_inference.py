@@ -208,3 +208,13 @@ def test_a_fine_tuning_run_directory_means_its_best_checkpoint(ours, tmp_path, c
     assert main(["embed", str(run), "--input", str(tmp_path / "in.txt"), "--out", str(tmp_path / "e.npy"),
                  "--no-progress", "--device", "cpu"]) == 0
     assert f"({run / 'best'}, cpu)" in capsys.readouterr().err
+
+
+def test_embed_does_not_replace_a_file_without_overwrite(ours, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a line\n")
+    mine = tmp_path / "mine.npy"
+    mine.write_text("precious")
+    argv = ["embed", str(ours), "--input", str(tmp_path / "in.txt"), "--out", str(mine), "--no-progress"]
+    assert main(argv) == 2
+    assert "already exists; pass --overwrite" in capsys.readouterr().err and mine.read_text() == "precious"
+    assert main(argv + ["--overwrite"]) == 0 and np.load(mine).shape == (1, 32)

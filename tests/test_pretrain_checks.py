@@ -122,3 +122,16 @@ def test_dry_run_refuses_what_the_run_would(data, tmp_path, capsys):
         pytest.skip("needs a machine without CUDA")
     assert_one_error(capsys, _pretrain(data, tmp_path / "run", "--max-steps", "2", "--precision", "fp16", "--dry-run"), "fp16")
     assert_one_error(capsys, _pretrain(data, tmp_path / "run", "--max-steps", "2", "--dist.device=cuda", "--dry-run"), "CUDA")
+
+
+def test_resume_refuses_a_changed_learning_setting_and_keeps_the_run_config(data, tmp_path, capsys):
+    """`pretrain --resume --lr X` used to rewrite run_config.json (even when no step ran), so every later
+    resume trained at X: a resumed run keeps what it learns with; its length may change."""
+    run = tmp_path / "run"
+    assert _pretrain(data, run, "--max-steps", "2") == 0
+    before = (run / "run_config.json").read_text()
+    capsys.readouterr()
+    assert_one_error(capsys, main(["pretrain", "--out", str(run), "--resume", "--lr", "0.1"]),
+                     "--resume: the run was started with optim.lr=")
+    assert (run / "run_config.json").read_text() == before
+    assert main(["pretrain", "--out", str(run), "--resume", "--max-steps", "3"]) == 0

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from albertlm.errors import UserError
+
 SKIP_DIRS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 HELD_OUT_EVERY = 12            # one module in 12 (by a hash of its path) is held out for evaluation
 
@@ -202,15 +204,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="demo_run", help="directory for everything the demo writes")
     parser.add_argument("--quick", action="store_true", help="a one-minute smoke version")
     args = parser.parse_args(argv)
-    size = QUICK if args.quick else FULL
-    out = Path(args.out).resolve()
+    try:
+        return run_demo(Path(args.out).resolve(), args.quick)
+    except UserError as exc:
+        print(f"albertlm demo: error: {exc}", file=sys.stderr)
+        return 2
+
+
+DEMO_NAMES = {"corpus", "tokenizer", "data", "run", "probe", "summary.json"}   # all a demo writes in --out
+
+
+def run_demo(out: Path, quick: bool) -> int:
+    if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= DEMO_NAMES):
+        raise UserError(f"--out {out} holds other files than an earlier demo's ({', '.join(sorted(DEMO_NAMES))}); "
+                        "give a new or empty directory (the demo replaces its run/ there)")
+    size = QUICK if quick else FULL
     started = time.perf_counter()
 
     def stage(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {message}", flush=True)
 
     stage(f"1/6 extracting text from the Python standard library ({sys.version.split()[0]})")
-    train_txt, heldout_txt, corpus_stats = write_corpus(out / "corpus", limit_chars=200_000 if args.quick else 0)
+    train_txt, heldout_txt, corpus_stats = write_corpus(out / "corpus", limit_chars=200_000 if quick else 0)
     stage(f"    {corpus_stats}")
     stage(f"2/6 training a SentencePiece tokenizer, V={size.vocab_size}")
     tokenizer = train_tokenizer(train_txt, out / "tokenizer", size.vocab_size)
@@ -235,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = out / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
     status = pretrain(run, run_dir)
+    if status == "interrupted":
+        print(f"albertlm demo: pretraining {status}; the run so far is in {run_dir}", file=sys.stderr)
+        return 130
     stage(f"5/6 evaluating the final checkpoint on held-out modules ({status})")
     from albertlm.training.checkpoint import latest_checkpoint
     from albertlm.training.evaluate import evaluate_checkpoint

@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     else:
         parser.add_argument("--input", required=True, metavar="FILE", help="one text per line ('-': stdin)")
         parser.add_argument("--out", required=True, metavar="X.npy", help="output: float32 array (N, H), input order")
+        parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="mean of the last hidden states over the tokens, or the [CLS] state")
         parser.add_argument("--max-length", type=int, default=None, help="truncate longer texts (default: the "
@@ -92,6 +93,8 @@ def _embed(args) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise UserError(f"--out {out} is a directory")
+    if out.exists() and not args.overwrite:
+        raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # renamed into place when complete
     try:

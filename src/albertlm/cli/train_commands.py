@@ -80,7 +80,30 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
         preset = values.get("preset", RunConfig.preset)
         base = paper_recipe(get_preset(_recipe_preset(preset, values))).replace(preset=preset)
     run = build(base, values)
+    if args.resume and saved.is_file():
+        _check_resume_changes(base, run)
     return resolve_run(run, args.out, args.resume, follow_data_vocab="model.vocab_size" not in values)
+
+
+# what `pretrain --resume` may change: the run's length, its held-out data, and how it is run and logged
+RESUME_MAY_CHANGE = {"train.max_steps", "train.epochs", "train.micro_batch_size", "train.compile",
+                     "train.activation_checkpointing", "train.log_every", "train.eval_every", "train.eval_batches",
+                     "train.save_every", "train.keep_last", "train.max_minutes", "train.progress",
+                     "train.tensorboard", "data.eval_path", "data.num_workers", "dist.backend", "dist.device",
+                     "dist.timeout_minutes"}
+
+
+def _check_resume_changes(saved: RunConfig, run: RunConfig) -> None:
+    """A resumed run continues exactly: a setting it learns with (lr, model, data, seed, ...) may not change;
+    the run's saved run_config.json is left as it was."""
+    from albertlm.config.overrides import flatten
+
+    was, now = flatten(saved.to_dict()), flatten(run.to_dict())
+    for key in sorted(was.keys() | now.keys()):
+        if was.get(key) != now.get(key) and key not in RESUME_MAY_CHANGE:
+            raise UserError(f"--resume: the run was started with {key}={was.get(key)!r}, now {now.get(key)!r}; a "
+                            "resumed run keeps its settings (drop the option; only the run's length, its eval data "
+                            "and how it is run and logged may change), or start over with --overwrite")
 
 
 def _recipe_preset(preset: str, values: dict) -> str:
