@@ -260,3 +260,14 @@ def test_model_card_of_a_fine_tuned_best_reads_its_dev_scores_flat(tmp_path):
     assert run_facts(best)["metrics"] == ["- fine-tuning (glue, rte): best dev/accuracy 0.5289, step 10"]
     (tmp_path / "run" / "metrics.json").write_text("{}")            # interrupted: no best yet, no pretraining line
     assert "metrics" not in run_facts(best)
+
+
+def test_a_users_readme_in_dst_needs_force(capsys, tmp_path):
+    """convert --to hf writes README.md and tokenizer files too: a user's own are not replaced without --force."""
+    ours = tmp_path / "ours"
+    AlbertForPreTraining(ModelConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4,
+                                     ffn_size=37, max_position_embeddings=64)).save_pretrained(ours)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "README.md").write_text("# my notes")
+    code, _, err = convert(capsys, ours, tmp_path / "proj", "--to", "hf")
+    assert code == 2 and "README.md" in err and (tmp_path / "proj" / "README.md").read_text() == "# my notes"

@@ -24,7 +24,8 @@ FORMATS = ("tf", "hf", "albertlm")
 # tokenizer file name in DST <- names it may have beside the source (google's tarballs: 30k-clean.model)
 TOKENIZER_FILES = {"spiece.model": ("spiece.model", "30k-clean.model", "assets/30k-clean.model"),
                    "vocab.txt": ("vocab.txt", "assets/vocab.txt")}
-OUTPUT_FILES = ("config.json", "model.safetensors", "labels.json")
+OUTPUT_FILES = ("config.json", "model.safetensors", "labels.json", "README.md", "spiece.model", "vocab.txt",
+                "tokenizer.json", "tokenizer_config.json")   # everything convert may write: replaced only with --force
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
