@@ -23,6 +23,7 @@ from pathlib import Path
 
 from albertlm.config.overrides import (Options, add_options, build, command_line_values, file_values, flatten,
                                        implied, leaf_keys, read_options)
+from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError
 
@@ -36,10 +37,7 @@ TRAINING_FLAGS = {
     "--device": "dist.device"}
 EVALUATION_KEYS = {"max_seq_length", "eval_batch_size", "train.precision", "train.progress", "dist.device"}
 # what `finetune --resume` may change: the length of the run, and how it is run and logged (not what it learns)
-RESUME_MAY_CHANGE = {"train.max_steps", "train.epochs", "train.micro_batch_size", "train.compile",
-                     "train.activation_checkpointing", "train.log_every", "train.eval_every", "train.save_every",
-                     "train.keep_last", "train.max_minutes", "train.progress", "train.tensorboard", "eval_batch_size",
-                     "dist.backend", "dist.device", "dist.timeout_minutes"}
+RESUME_MAY_CHANGE = RUN_RESUME_MAY_CHANGE | {"eval_batch_size"}
 
 
 def finetune_options(family: str, command: str) -> Options:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from albertlm.config.overrides import Options, add_options, build, command_line_values, file_values, implied
+from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.run import RunConfig
 from albertlm.errors import UserError
 
@@ -86,11 +87,7 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
 
 
 # what `pretrain --resume` may change: the run's length, its held-out data, and how it is run and logged
-RESUME_MAY_CHANGE = {"train.max_steps", "train.epochs", "train.micro_batch_size", "train.compile",
-                     "train.activation_checkpointing", "train.log_every", "train.eval_every", "train.eval_batches",
-                     "train.save_every", "train.keep_last", "train.max_minutes", "train.progress",
-                     "train.tensorboard", "data.eval_path", "data.num_workers", "dist.backend", "dist.device",
-                     "dist.timeout_minutes"}
+RESUME_MAY_CHANGE = RUN_RESUME_MAY_CHANGE | {"train.eval_batches", "data.eval_path", "data.num_workers"}
 
 
 def _check_resume_changes(saved: RunConfig, run: RunConfig) -> None:

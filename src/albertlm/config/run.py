@@ -15,6 +15,12 @@ from albertlm.config.overrides import check_choices
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 SEED_LIMIT = 2**32                      # seeds are 32-bit unsigned (numpy, sentencepiece)
+# the `train.*` / `dist.*` settings a resumed run (pretraining or fine-tuning) may change: its length, and how
+# it is run and logged, not what it learns
+RESUME_MAY_CHANGE = frozenset({
+    "train.max_steps", "train.epochs", "train.micro_batch_size", "train.compile", "train.activation_checkpointing",
+    "train.log_every", "train.eval_every", "train.save_every", "train.keep_last", "train.max_minutes",
+    "train.progress", "train.tensorboard", "dist.backend", "dist.device", "dist.timeout_minutes"})
 
 
 @dataclass
