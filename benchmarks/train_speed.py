@@ -90,7 +90,7 @@ def compile_seconds(run_dir: Path) -> float | None:
 def reference_step(model, optimizer, batch: dict, precision: str, device: torch.device) -> None:
     labels = torch.full_like(batch["input_ids"], -100)
     keep = batch["masked_lm_weights"] > 0
-    rows = torch.arange(labels.shape[0])[:, None].expand_as(keep)
+    rows = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(keep)
     labels[rows[keep], batch["masked_lm_positions"][keep]] = batch["masked_lm_ids"][keep]
     ctx = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
            else torch.autocast(device.type, enabled=False))
