@@ -228,3 +228,26 @@ def test_evaluate_checkpoint_on_a_device_with_a_progress_bar(tmp_path, capsys):
     if not torch.cuda.is_available():
         assert main(["evaluate", str(tmp_path / "m"), "--data", str(tmp_path / "d"), "--device", "cuda:7"]) == 2
         assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_compile_time_is_never_negative():
+    """A first compiled step faster than the second (inductor's cache; a recompile for a new length bucket)
+    is reported as no measurable compile time, not as a negative one (seen on an H200: '-0.0 s')."""
+    from types import SimpleNamespace
+
+    from albertlm.training.loop import Loop
+
+    printed, logged = [], []
+    fake = SimpleNamespace(train=SimpleNamespace(compile="default"), state=SimpleNamespace(step=2),
+                           plan=SimpleNamespace(total_steps=10), _print=printed.append,
+                           logger=SimpleNamespace(log=lambda step, split, rec: logged.append(rec)))
+    steps: list[float] = []
+    Loop._report_compile(fake, steps, 0.02)
+    Loop._report_compile(fake, steps, 0.5)
+    assert logged == [{"first_step_s": 0.02, "next_step_s": 0.5, "compile_s": 0.0}]
+    assert "no compile time was measurable" in printed[0] and "-" not in printed[0].split("took")[1]
+    printed.clear(), logged.clear()
+    steps = []
+    Loop._report_compile(fake, steps, 30.0)
+    Loop._report_compile(fake, steps, 0.5)
+    assert logged[0]["compile_s"] == 29.5 and "about 29.5 s went to compiling" in printed[0]

@@ -341,17 +341,25 @@ class Loop:
             self.logger.log(self.state.step, "train", metrics)
 
     def _report_compile(self, first_steps: list[float], seconds: float) -> None:
-        """With train.compile, the first step holds the compilation: log it against the second step."""
+        """With train.compile, the first step holds the compilation: log it against the second step. A first
+        step no slower than the second (inductor's cache held the kernels, or a later step compiled for a new
+        input shape, as fine-tuning's length buckets do) is reported as no measurable compile time, never as
+        a negative one."""
         if self.train.compile == "none" or len(first_steps) >= 2:
             return
         first_steps.append(seconds)
         if len(first_steps) == 2 or self.state.step == self.plan.total_steps:
             first, then = first_steps[0], first_steps[-1] if len(first_steps) == 2 else 0.0
+            compile_s = max(0.0, first - then)
+            if compile_s > 0.0:
+                said = f"so about {compile_s:.1f} s went to compiling"
+            else:
+                said = "so no compile time was measurable (a cache hit, or compiling came later, for new shapes)"
             self._print(f"torch.compile (mode {self.train.compile}): the first step took {first:.1f} s, "
-                        f"the next {then:.2f} s, so about {first - then:.1f} s went to compiling")
+                        f"the next {then:.2f} s, {said}")
             if self.logger is not None:
                 self.logger.log(self.state.step, "compile", {"first_step_s": first, "next_step_s": then,
-                                                            "compile_s": first - then})
+                                                            "compile_s": compile_s})
 
     def _stop_for_budget(self) -> None:
         if self.evaluate_fn is not None:
