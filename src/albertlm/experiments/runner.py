@@ -162,6 +162,19 @@ def _copy_capped(src: Path, dst: Path, max_chars: int) -> Path:
     return dst
 
 
+PREPARE_PARALLEL_CHARS = 2_000_000   # below this, worker processes cost more to start than they save
+
+
+def prepare_workers(suite: Suite, jobs: int) -> int:
+    """Data-build workers for the preparation, which runs before any job: every core this process may use
+    (up to 16) for a corpus worth it, else one per job. The data are byte-identical for any count; on a
+    16-core GPU machine its data build took ~5 minutes with 3 workers and ~25 s with 14 (the gpu scale)."""
+    if suite.train_text.is_file() and suite.train_text.stat().st_size >= PREPARE_PARALLEL_CHARS:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(jobs, min(16, cores))
+    return max(1, jobs)
+
+
 def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
     """Tokenizer, pretraining data and GLUE samples, built once per suite directory (kept on a rerun)."""
     done = suite.prepared / "prepared.json"
@@ -458,7 +471,7 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
     suite.out.mkdir(parents=True, exist_ok=True)
     if stale:
         retire_finetuning(suite, stale, log)
-    prepare(suite, log, workers=max(1, jobs))
+    prepare(suite, log, workers=prepare_workers(suite, jobs))
     planned = plan_jobs(suite.runs)
     _write_json(suite.out / "suite.json", {"scale": suite.scale.to_dict(), "grid": suite.grid,
                                            "runs": [r.__dict__ for r in suite.runs],
