@@ -196,6 +196,7 @@ def test_report_has_every_table(micro):
         assert heading in report
     assert "| not-shared |" in report and "86.5" in report        # our rows beside the paper's numbers
     assert "MLM baseline" in report
+    assert "Finished: 2 pretraining runs and 2 no-pretraining baselines of 4 jobs planned." in report
     assert any(p.name == "figure1.png" for p in paths)
     results = json.loads((suite.out / "results.json").read_text())
     assert set(results["runs"]) == {"E128-all-sop-s1", "E768-none-sop-s1"}

@@ -414,9 +414,10 @@ def write_report(out: str | Path) -> list[Path]:
                   + _finetune_seeds_text(scale_dict.get("finetune_seeds", 1))
                   + "; dev scores of the best epoch (SST-2 accuracy, STS-B mean of Pearson and Spearman), x100.", ""]
     planned = len(data["suite"].get("jobs", []))
-    lines += [f"Finished: {len(data['pretrain'])} pretraining runs and {len(data['scratch'])} no-pretraining "
-              f"baselines of {planned} jobs planned. Cells are mean ± sample standard deviation over seeds (the "
-              f"count in parentheses when it is not 2); – = not finished. Paper columns: the paper's ALBERT-base "
+    runs, baselines = len(data['pretrain']), len(data['scratch'])
+    lines += [f"Finished: {runs} pretraining run{'s' * (runs != 1)} and {baselines} no-pretraining "
+              f"baseline{'s' * (baselines != 1)} of {planned} jobs planned. Cells are mean ± sample standard "
+              f"deviation over seeds (the count in parentheses when it is not 2); – = not finished. Paper columns: the paper's ALBERT-base "
               f"(Tables 3-5) and ALBERT-xxlarge (Table 8) numbers; its Avg is over SQuAD1.1, SQuAD2.0, MNLI, SST-2 "
               f"and RACE, ours over the tasks above, so compare orderings, not values.", ""]
     baseline = mlm_baseline(out)
