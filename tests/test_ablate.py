@@ -511,3 +511,18 @@ def test_preparation_uses_the_cores_for_a_large_corpus(tmp_path, monkeypatch):
     assert runner.prepare_workers(suite, 1) == 16 and runner.prepare_workers(suite, 20) == 20
     monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert runner.prepare_workers(suite, 1) == 2
+
+
+def test_report_counts_one_run_in_the_singular(micro, tmp_path):
+    import shutil
+
+    from albertlm.experiments.report import write_report
+
+    suite, _ = micro
+    copy = tmp_path / "suite"
+    shutil.copytree(suite.out, copy, ignore=shutil.ignore_patterns("*.safetensors", "prepared"))
+    shutil.rmtree(copy / "runs" / "E768-none-sop-s1")
+    shutil.rmtree(copy / "scratch" / "scratch-E768-none-s1")
+    write_report(copy)
+    assert "Finished: 1 pretraining run and 1 no-pretraining baseline of 4 jobs planned." in (
+        copy / "report.md").read_text()
