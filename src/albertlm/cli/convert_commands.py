@@ -25,7 +25,7 @@ FORMATS = ("tf", "hf", "albertlm")
 TOKENIZER_FILES = {"spiece.model": ("spiece.model", "30k-clean.model", "assets/30k-clean.model"),
                    "vocab.txt": ("vocab.txt", "assets/vocab.txt")}
 OUTPUT_FILES = ("config.json", "model.safetensors", "labels.json", "README.md", "spiece.model", "vocab.txt",
-                "tokenizer.json", "tokenizer_config.json")   # everything convert may write: replaced only with --force
+                "tokenizer.json", "tokenizer_config.json")   # everything convert may write: replaced only with --overwrite
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                         "instead of the one found beside SRC")
     parser.add_argument("--verify", action="store_true",
                         help="TF source: check every tensor's CRC32C (pure Python, slow for large models)")
-    parser.add_argument("--force", action="store_true", help="overwrite a DST that already holds a model")
+    parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
+                        help="replace the files convert writes in a DST that already holds a model "
+                             "(--force: the same, its older name)")
 
 
 def run(args: argparse.Namespace, command: str) -> int:
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise UserError(f"SRC is already in {src_format} format; nothing to convert (use --to)")
     if args.config and src_format != "tf":
         raise UserError("--config is only for TF checkpoints (other formats carry config.json)")
-    _check_destination(src, dst, args.force)
+    _check_destination(src, dst, args.overwrite)
     if args.tokenizer and not Path(args.tokenizer).is_file():   # before anything is written
         raise UserError(f"--tokenizer {args.tokenizer}: no such file")
     model, notes = load_model(src, src_format, args.config, args.verify)
@@ -122,14 +124,15 @@ def _read_json(path: Path) -> dict:
         raise UserError(f"cannot read {path}: {exc}") from None
 
 
-def _check_destination(src: Path, dst: Path, force: bool) -> None:
+def _check_destination(src: Path, dst: Path, overwrite: bool) -> None:
     if dst.exists() and not dst.is_dir():
         raise UserError(f"{dst} exists and is not a directory")
     if dst.resolve() == (src if src.is_dir() else src.parent).resolve():
         raise UserError("DST must differ from the source directory")
     taken = [name for name in OUTPUT_FILES if (dst / name).exists()]
-    if taken and not force:
-        raise UserError(f"{dst} already holds {', '.join(taken)}; pass --force to overwrite")
+    if taken and not overwrite:
+        raise UserError(f"{dst} already holds {', '.join(taken)}; pass --overwrite (or --force) to replace them, "
+                        "or another DST")
 
 
 class _Collect(logging.Handler):

@@ -7,7 +7,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -23,35 +26,88 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                    help="torch.onnx's TorchScript exporter (fast) or the torch.export-based one")
     p.add_argument("--opset", type=int, default=18, help="ONNX opset")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime-vs-PyTorch check")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out file (and FILE.int8.onnx with --quantize int8)")
 
 
 def run(args: argparse.Namespace, command: str) -> int:
-    from pathlib import Path
-
     from albertlm.errors import UserError
     from albertlm.interop import onnx as onnx_export
     from albertlm.tasks.inference import resolve_checkpoint
 
     onnx_export.require_onnx()
     model_dir = resolve_checkpoint(args.model)
-    model = _load(model_dir, args.encoder)
     out = Path(args.out)
     if out.suffix != ".onnx":
         raise UserError(f"--out {out}: the file name must end in .onnx")
-    report = onnx_export.export_onnx(model, out, exporter=args.exporter, opset=args.opset)
-    print(f"exported {type(model).__name__} from {model_dir} to {out} ({report['bytes'] / 1e6:.1f} MB, "
-          f"{report['initializers']} initializers, outputs: {', '.join(report['outputs'])})")
-    if not args.no_verify:
-        diffs = onnx_export.compare_with_onnxruntime(model, out)
-        print("onnxruntime vs PyTorch, max abs difference: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
-        if max(diffs.values()) > 1e-3:
-            print("albertlm export: warning: the ONNX outputs differ from PyTorch by more than 1e-3", file=sys.stderr)
-    if args.quantize == "int8":
-        quantized = out.with_suffix(".int8.onnx")
-        size = onnx_export.quantize_int8(out, quantized)["bytes"]
-        print(f"int8 dynamic quantisation: {quantized} ({size / 1e6:.1f} MB); measure its accuracy on your dev set "
-              "(docs/interop.md has our SST-2 numbers)")
+    quantized = out.with_suffix(".int8.onnx") if args.quantize == "int8" else None
+    _check_outputs([out] + ([quantized] if quantized else []), args.overwrite)   # before the model is loaded
+    model = _load(model_dir, args.encoder)
+    lines, warning = [], None
+    # written in a staging directory beside --out and moved into place once complete: a failed export
+    # leaves an existing file as it was
+    with _staging(out.parent) as staging:
+        tmp = staging / out.name
+        report = onnx_export.export_onnx(model, tmp, exporter=args.exporter, opset=args.opset)
+        lines.append(f"exported {type(model).__name__} from {model_dir} to {out} ({report['bytes'] / 1e6:.1f} MB, "
+                     f"{report['initializers']} initializers, outputs: {', '.join(report['outputs'])})")
+        if not args.no_verify:
+            diffs = onnx_export.compare_with_onnxruntime(model, tmp)
+            lines.append("onnxruntime vs PyTorch, max abs difference: "
+                         + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+            if max(diffs.values()) > 1e-3:
+                warning = "albertlm export: warning: the ONNX outputs differ from PyTorch by more than 1e-3"
+        if quantized is not None:
+            size = onnx_export.quantize_int8(tmp, staging / quantized.name)["bytes"]
+            lines.append(f"int8 dynamic quantisation: {quantized} ({size / 1e6:.1f} MB); measure its accuracy on "
+                         "your dev set (docs/interop.md has our SST-2 numbers)")
+        for name in _written(out, quantized):
+            _remove_stale(out.parent / name, staging / name)
+        for path in sorted(staging.iterdir()):
+            os.replace(path, out.parent / path.name)
+    for line in lines:
+        print(line)
+    if warning:
+        print(warning, file=sys.stderr)
     return 0
+
+
+def _written(out, quantized) -> list[str]:
+    """Every file a model may be written as: FILE, and FILE.data when its weights are over protobuf's limit."""
+    names = [out.name, out.name + ".data"]
+    if quantized is not None:
+        names += [quantized.name, quantized.name + ".data"]
+    return names
+
+
+def _check_outputs(paths, overwrite: bool) -> None:
+    from albertlm.errors import UserError
+
+    for path in paths:
+        for each in (path, path.with_name(path.name + ".data")):
+            if each.is_dir():
+                raise UserError(f"--out: {each} is a directory")
+            if each.exists() and not overwrite:
+                raise UserError(f"--out: {each} already exists; pass --overwrite to replace it, or another --out")
+
+
+def _remove_stale(old, new) -> None:
+    """--overwrite: a FILE.data the new export does not write (an earlier, bigger model's) would be stale."""
+    if old.is_file() and not new.exists():
+        old.unlink()
+
+
+@contextlib.contextmanager
+def _staging(parent):
+    import shutil
+    import tempfile
+
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=parent))
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _load(model_dir, encoder: bool):

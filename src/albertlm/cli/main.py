@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import sys
+import warnings
 
 # name -> (module, one-line help). `evaluate` is split: a task name first goes to the task module.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -54,6 +56,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
+        if not main_rank():              # under torchrun every rank parses the same argv: rank 0 says it
+            raise SystemExit(2)
         if message.startswith("unrecognized arguments:"):
             options = [o for action in self._actions for o in action.option_strings]
             for word in message.split(":", 1)[1].split():
@@ -83,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from albertlm.errors import UserError
 
+    if not main_rank():                 # torchrun's other ranks: their Python warnings repeat rank 0's
+        warnings.simplefilter("ignore")
     try:
         module = importlib.import_module(_module_for(command, rest))
         parser = Parser(prog=f"albertlm {command}", description=COMMANDS[command][1])
@@ -90,16 +96,31 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(rest)
         return int(module.run(args, command) or 0)
     except UserError as exc:
-        print(f"albertlm {command}: error: {one_line(exc)}", file=sys.stderr)
+        _say(f"albertlm {command}: error: {one_line(exc)}")
         return exc.exit_code
     except BrokenPipeError:
         return 0
     except OSError as exc:  # a missing file, a full disk, a read-only directory, a quota: the system's words
-        print(f"albertlm {command}: error: {one_line(exc)}", file=sys.stderr)
+        _say(f"albertlm {command}: error: {one_line(exc)}")
         return 2
     except KeyboardInterrupt:
-        print(f"albertlm {command}: interrupted", file=sys.stderr)
+        _say(f"albertlm {command}: interrupted")
         return 130
+
+
+def main_rank() -> bool:
+    """The first process of a torchrun launch on this machine (LOCAL_RANK 0; rank 0 on one machine), or a
+    process on its own. Per machine, not only global rank 0: each node's torchrun has its own terminal, and
+    a problem of one node (its copy of the data missing) must still be said there. No torch import here."""
+    rank = os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))
+    return rank.strip() in ("", "0")
+
+
+def _say(line: str) -> None:
+    """An error line on stderr from the first rank only (`main_rank`): under torchrun every rank checks the
+    same inputs and fails the same way, and one line is the contract; every rank still exits non-zero."""
+    if main_rank():
+        print(line, file=sys.stderr)
 
 
 def one_line(exc: BaseException) -> str:

@@ -96,6 +96,23 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         p.add_argument("--tokenizer", help="tokenizer file/dir (default: the files in the model dir, or the "
                        "tokenizer a pretraining run's data was built with)")
         add_options(p, finetune_options(family, command))
+        if command == "finetune":
+            _reword_help(p, "--lr", FINETUNE_LR_HELP)
+
+
+# the field's own comment describes pretraining's rate (the paper's LAMB 0.00176); the default shown after it
+# is the family's fine-tuning one
+FINETUNE_LR_HELP = "peak learning rate of fine-tuning (AdamW; --recipe paper: the paper's rate for the task)"
+
+
+def _reword_help(parser: argparse.ArgumentParser, flag: str, doc: str) -> None:
+    """Replace the description of a generated option, keeping its "(default: ...)"."""
+    from albertlm.config.overrides import field_doc
+
+    for action in parser._actions:
+        if flag in action.option_strings and action.help:
+            key = next(o for o in action.option_strings if o.startswith("--") and "." in o)[2:]
+            action.help = action.help.replace(field_doc(FinetuneConfig, key).replace("%", "%%"), doc, 1)
 
 
 # ---------------------------------------------------------------------------------------- settings
@@ -170,13 +187,16 @@ def _data(args, recorded_info: dict, resume: bool = False):
 
 
 def _model(path: str) -> Path:
-    """A model directory; a fine-tuning run directory means its best/, a pretraining run its newest checkpoint."""
+    """A model directory; a fine-tuning run directory means its best/, a pretraining run its newest checkpoint.
+    Which one is said once the command has checked everything (`_using`), so that an error stays one line."""
     from albertlm.tasks.inference import resolve_checkpoint
 
-    model = resolve_checkpoint(path)
-    if model != Path(path):
-        print(f"using {model}", file=sys.stderr)
-    return model
+    return resolve_checkpoint(path)
+
+
+def _using(given: str, model: Path) -> str | None:
+    """The line naming the checkpoint a run directory stands for (None when the model was named itself)."""
+    return f"using {model}" if Path(model) != Path(given) else None
 
 
 def _tokenizer(args, model_dir: Path):
@@ -205,10 +225,11 @@ def run(args, command: str) -> int:
 
 
 def _finetune(args) -> int:
+    from albertlm.cli.guards import check_out_keeps_source
     from albertlm.tasks.finetune import RUN_FILES, run_finetune
     from albertlm.tasks.registry import get_family
     from albertlm.training.checkpoint import check_run_dir
-    from albertlm.training.distributed import is_main_process, shutdown
+    from albertlm.training.distributed import check_backend, is_main_process, shutdown
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
@@ -220,14 +241,18 @@ def _finetune(args) -> int:
         raise UserError(f"--resume: the run in {args.out} fine-tunes {saved['family']}, not {args.family}")
     options = _data(args, saved or {}, resume=saved is not None)
     cfg = _resumed_config(args, saved, options) if saved is not None else _config(args, args.family, options=options)
+    check_backend(cfg.dist.backend, cfg.dist.device)        # before the model or the data is read
     model = _model(args.model)
+    if not args.resume:      # --overwrite would remove the checkpoint the run starts from
+        check_out_keeps_source(args.out, args.model, model, "--model", RUN_FILES)
     check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
     tokenizer = _tokenizer(args, model)
     spec = get_family(args.family).build_spec(options, tokenizer, cfg, True, saved or {})
     spec.info["max_seq_length"] = cfg.max_seq_length
+    log = _after_checks(_using(args.model, model)) if is_main_process() else lambda *a: None
     try:
         metrics = run_finetune(spec, model, tokenizer, cfg, args.out, resume=args.resume, overwrite=args.overwrite,
-                               log=print if is_main_process() else lambda *a: None)
+                               log=log)
     finally:
         shutdown()
     if metrics.get("status") == "interrupted":
@@ -235,6 +260,20 @@ def _finetune(args) -> int:
     if is_main_process() and "best" in metrics:
         print(json.dumps({"best": metrics["best"], "out": str(args.out)}, indent=2, sort_keys=True))
     return 0
+
+
+def _after_checks(using: str | None):
+    """The run's log (stdout, rank 0), saying first on stderr which checkpoint a run directory stood for: its
+    first line comes once run_finetune has loaded the model and checked the run, so a refused run's error
+    is its only line on stderr."""
+    pending = [using] if using else []
+
+    def log(*parts) -> None:
+        while pending:
+            print(pending.pop(), file=sys.stderr, flush=True)
+        print(*parts, flush=True)
+
+    return log
 
 
 def _saved_run(out: str) -> dict | None:
@@ -254,6 +293,7 @@ def _run_checkpoint(args) -> dict:
     from albertlm.tasks.registry import get_family
 
     family = get_family(args.family)
+    given = args.model
     args.model = str(_model(args.model))
     info = _task_info(args.model)
     _check_family(args, info)
@@ -264,7 +304,11 @@ def _run_checkpoint(args) -> dict:
     spec = family.build_spec(options, tokenizer, cfg, False, info)
     if not spec.eval_sets:
         raise UserError(f"no data to {args.command}: give {family.data_flags}")
-    return run_evaluation(spec, args.model, tokenizer, cfg, args.out)
+    metrics = run_evaluation(spec, args.model, tokenizer, cfg, args.out)
+    using = _using(given, Path(args.model))
+    if using:                               # stderr: stdout is the metrics JSON
+        print(using, file=sys.stderr)
+    return metrics
 
 
 def _predict(args) -> int:

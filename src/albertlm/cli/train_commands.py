@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from albertlm.config.overrides import Options, add_options, build, command_line_values, file_values, implied
 from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
-from albertlm.config.run import RunConfig
+from albertlm.config.run import PATH_KEYS, RunConfig
 from albertlm.errors import UserError
 
 PRETRAIN = Options(RunConfig, config_file=True, plain={
@@ -73,17 +74,44 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
     from albertlm.config.run import paper_recipe
     from albertlm.training.pretrain import resolve_run
 
-    values = implied(RunConfig, {**file_values(args, PRETRAIN), **command_line_values(args, PRETRAIN)})
+    from albertlm.training.distributed import check_backend
+
+    values = _values(args)
     saved = Path(args.out) / "run_config.json"
-    if args.resume and saved.is_file():
+    resumed = args.resume and saved.is_file()
+    if resumed:
         base = RunConfig.from_dict(json.loads(saved.read_text()))
     else:
         preset = values.get("preset", RunConfig.preset)
         base = paper_recipe(get_preset(_recipe_preset(preset, values))).replace(preset=preset)
     run = build(base, values)
-    if args.resume and saved.is_file():
+    if resumed:
         _check_resume_changes(base, run)
+        _check_recorded_paths(base, run, saved)
+    check_backend(run.dist.backend, run.dist.device)        # before the data or a checkpoint is read
+    # recorded absolute, so that `--resume` works from any directory (an older run's relative ones are read
+    # from the current directory, as before)
+    run = run.absolute_paths()
     return resolve_run(run, args.out, args.resume, follow_data_vocab="model.vocab_size" not in values)
+
+
+def _values(args: argparse.Namespace) -> dict:
+    return implied(RunConfig, {**file_values(args, PRETRAIN), **command_line_values(args, PRETRAIN)})
+
+
+def _check_recorded_paths(saved: RunConfig, run: RunConfig, saved_file: Path) -> None:
+    """A run recorded before paths were made absolute holds relative ones, which only mean something from the
+    directory it was started in: say so, rather than that the data is missing."""
+    from albertlm.config.overrides import flatten
+
+    was, now = flatten(saved.to_dict()), flatten(run.to_dict())
+    for key, flag in (("data.path", "--data"), ("data.eval_path", "--eval-data")):
+        value = now.get(key)
+        if value and value == was.get(key) and not os.path.isabs(value) and not os.path.exists(value):
+            raise UserError(f"{key} {value!r} recorded in {saved_file} is relative and was looked for from the "
+                            f"current directory {os.getcwd()}, where it does not exist: run `albertlm pretrain "
+                            f"--resume` from the directory the run was started in, or pass {flag} with the "
+                            "data's path")
 
 
 # what `pretrain --resume` may change: the run's length, its held-out data, and how it is run and logged
@@ -97,10 +125,26 @@ def _check_resume_changes(saved: RunConfig, run: RunConfig) -> None:
 
     was, now = flatten(saved.to_dict()), flatten(run.to_dict())
     for key in sorted(was.keys() | now.keys()):
+        if key in PATH_KEYS and _same_path(was.get(key), now.get(key)):
+            continue
+        if key == "data.path" and _relative_elsewhere(was.get(key)) and now.get(key):
+            continue       # a relative path recorded by an older run, given again from another directory
         if was.get(key) != now.get(key) and key not in RESUME_MAY_CHANGE:
             raise UserError(f"--resume: the run was started with {key}={was.get(key)!r}, now {now.get(key)!r}; a "
                             "resumed run keeps its settings (drop the option; only the run's length, its eval data "
                             "and how it is run and logged may change), or start over with --overwrite")
+
+
+def _same_path(was: str | None, now: str | None) -> bool:
+    """One file or directory, however spelled (relative to the current directory, absolute, via a link)."""
+    if was == now:
+        return True
+    return bool(was and now) and os.path.realpath(was) == os.path.realpath(now)
+
+
+def _relative_elsewhere(path: str | None) -> bool:
+    """A relative path that does not exist from the current directory (the run was started elsewhere)."""
+    return bool(path) and not os.path.isabs(path) and not os.path.exists(path)
 
 
 def _recipe_preset(preset: str, values: dict) -> str:
@@ -126,6 +170,8 @@ def _pretrain(args: argparse.Namespace) -> int:
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    if not args.resume:
+        _check_init_source(args)
     ckpt.check_run_dir(args.out, args.resume, args.overwrite, must_exist=True)
     run = resolve_run_config(args)
 
@@ -150,6 +196,23 @@ def _pretrain(args: argparse.Namespace) -> int:
         print(f"{status}: run directory {args.out} (metrics.jsonl, tensorboard/, checkpoints/); "
               f"`albertlm plot {args.out}` draws the curves", flush=True)
     return 130 if status == "interrupted" else 0
+
+
+def _check_init_source(args: argparse.Namespace) -> None:
+    """--init-from X --out X (or --out the run whose checkpoints/ hold X's checkpoint) would remove, with
+    --overwrite, the checkpoint the run starts from: refused before the run directory is looked at."""
+    from albertlm.cli.guards import check_out_keeps_source
+    from albertlm.model.io import resolve_checkpoint
+    from albertlm.training.checkpoint import RUN_FILES
+
+    given = _values(args).get("init_from")
+    if not given or not Path(given).is_dir():
+        return                              # none, or resolve_run's own error later
+    try:
+        source = resolve_checkpoint(given)
+    except UserError:
+        return
+    check_out_keeps_source(args.out, given, source, "--init-from", RUN_FILES)
 
 
 # ------------------------------------------------------------------------------------------------ evaluate

@@ -7,6 +7,8 @@ Recipes are functions returning a `RunConfig`: `paper_recipe()` is the ALBERT pa
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -98,8 +100,10 @@ class TrainConfig:
     # -- the per-step batch arithmetic, in one place ------------------------------------------------
     def process_batch(self, world_size: int) -> int:
         """Examples of each global batch one process reads."""
-        require(self.batch_size % world_size == 0, "train.batch_size", self.batch_size,
-                f"is not a multiple of the {world_size} processes")
+        if self.batch_size % world_size:
+            raise ConfigError(f"--batch-size (train.batch_size) {self.batch_size} does not split evenly over the "
+                              f"{_processes(world_size)} (torchrun's --nproc-per-node x nodes): give a multiple of "
+                              f"{world_size}")
         return self.batch_size // world_size
 
     def forward_batch(self, world_size: int) -> int:
@@ -113,13 +117,23 @@ class TrainConfig:
 
     def check_equal_micro_batches(self, world_size: int) -> None:
         """Fixed-length data (pretraining) keeps every forward pass the same shape (compile, CUDA graphs)."""
-        micro = self.micro_batch_size or self.batch_size // world_size
-        if micro < 1 or self.batch_size % (world_size * micro):   # (before process_batch: this message names both)
-            raise ConfigError(f"train.batch_size={self.batch_size} is not a multiple of world_size "
-                              f"({world_size}) x micro_batch_size ({micro})")
+        if not self.micro_batch_size:      # the whole per-process batch at once: it only has to split evenly
+            self.process_batch(world_size)
+            return
+        step = world_size * self.micro_batch_size
+        if self.batch_size % step:         # the user's settings, not a derived micro-batch size
+            raise ConfigError(f"--batch-size (train.batch_size) {self.batch_size} is not a multiple of "
+                              f"{_processes(world_size)} x "
+                              f"--micro-batch-size (train.micro_batch_size) {self.micro_batch_size} = {step}: "
+                              "each process accumulates equal micro-batches; give a --batch-size that is a "
+                              f"multiple of {step}, or another --micro-batch-size")
 
     def total_steps(self, steps_per_epoch: int) -> int:
         return self.max_steps or max(1, round(self.epochs * steps_per_epoch))
+
+
+def _processes(world_size: int) -> str:
+    return f"{world_size} process{'es' if world_size > 1 else ''}"
 
 
 @dataclass
@@ -158,12 +172,27 @@ class RunConfig(Config):
     preset: str = "albert-base"          # model preset the run starts from (see `albertlm params`); --model.* change it
     init_from: str = ""                  # start from this checkpoint directory (ours or transformers', or a run directory: its newest checkpoint) instead of random weights
 
+    def absolute_paths(self) -> "RunConfig":
+        """A copy whose relative paths (PATH_KEYS) are absolute, taken from the current directory: what a run
+        records in run_config.json, so that `--resume` (and a checkpoint's tokenizer lookup) works from any
+        directory. A run recorded before holds relative ones, read from the current directory."""
+        data = dataclasses.replace(self.data, **{k: _absolute(getattr(self.data, k)) for k in ("path", "eval_path")})
+        return dataclasses.replace(self, data=data, init_from=_absolute(self.init_from))
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
         sections = {"model": ModelConfig, "optim": OptimConfig, "train": TrainConfig,
                     "data": DataConfig, "dist": DistConfig}
         kwargs = {k: sections[k](**v) if k in sections else v for k, v in data.items()}
         return cls(**kwargs)
+
+
+# the run's settings that are paths (files or directories), recorded absolute (see RunConfig.absolute_paths)
+PATH_KEYS = ("data.path", "data.eval_path", "init_from")
+
+
+def _absolute(path: str) -> str:
+    return os.path.abspath(path) if path else path
 
 
 def paper_recipe(model: ModelConfig | None = None) -> RunConfig:

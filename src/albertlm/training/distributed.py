@@ -52,9 +52,29 @@ def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def reports_here() -> bool:
+    """Whether this process prints warnings and notices: the first process of a torchrun launch on this
+    machine (LOCAL_RANK 0), or a process run alone; the other ranks keep quiet (the CLI's errors follow the
+    same rule, so each node's terminal still hears about its own node)."""
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
+
 def is_main_process() -> bool:
     """Rank 0 (or alone), from the environment, before or without a process group."""
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def check_backend(backend: str, device: str | torch.device = "auto") -> torch.device:
+    """The device this process will run on, once the process-group backend is known to fit it: NCCL only
+    moves CUDA tensors, so `nccl` with a CPU device is refused here (in one line, before anything is read or
+    written) instead of failing with a traceback on every rank when the process group forms. Alone (no
+    torchrun) no group forms, but the run would fail the same way once launched: refused too."""
+    dev = device if isinstance(device, torch.device) else pick_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+    if backend == "nccl" and dev.type != "cuda":
+        where = "this machine has no CUDA device" if not torch.cuda.is_available() else f"the run's device is {dev}"
+        raise UserError(f"--dist.backend nccl needs CUDA devices and {where}: use --dist.backend gloo "
+                        "(or auto: nccl on CUDA, gloo on CPU)")
+    return dev
 
 
 def init_distributed(backend: str = "auto", device: str = "auto", timeout_minutes: int = 30) -> DistInfo:
@@ -62,7 +82,7 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_minute
     world_size = world_size_from_env()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = pick_device(device, local_rank)
+    dev = check_backend(backend, pick_device(device, local_rank))
     if world_size > 1 and not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if dev.type == "cuda" else "gloo"
