@@ -154,3 +154,14 @@ def test_remove_fast_paths_restores_the_plain_model(tiny_config, monkeypatch):
     assert [type(m) for m in model.modules()] != plain_types
     fast_paths.remove_fast_paths(model)
     assert [type(m) for m in model.modules()] == plain_types and not model._forward_hooks
+
+
+def test_the_emulated_bf16_warning_comes_from_the_first_rank_only(tiny_config, monkeypatch, capsys):
+    """Under torchrun only LOCAL_RANK 0 prints it (each rank used to print the same line)."""
+    pretend_cpu(monkeypatch, "AVX2", False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    prepare_model(AlbertForPreTraining(tiny_config), precision="bf16", device=torch.device("cpu"))
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    prepare_model(AlbertForPreTraining(tiny_config), precision="bf16", device=torch.device("cpu"))
+    assert "emulated" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from torch import nn
 from albertlm.config.run import TrainConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo, all_reduce_sum, any_rank
+from albertlm.training.distributed import DistInfo, all_reduce_sum, any_rank, reports_here
 from albertlm.training.precision import autocast
 from albertlm.training.schedule import lr_at, set_lr
 
@@ -428,8 +428,9 @@ def stop_on_signals():
         if request.name is not None:
             raise KeyboardInterrupt
         request.name = signal.Signals(signum).name
-        print(f"{request.name}: stopping after this step to save a checkpoint (send it again to stop at once, "
-              "without saving this step)", file=sys.stderr, flush=True)
+        if reports_here():
+            print(f"{request.name}: stopping after this step to save a checkpoint (send it again to stop at "
+                  "once, without saving this step)", file=sys.stderr, flush=True)
 
     previous = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

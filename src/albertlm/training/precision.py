@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from albertlm.errors import UserError
+from albertlm.training.distributed import reports_here
 
 
 def autocast(precision: str, device: torch.device):
@@ -55,7 +56,7 @@ def prepare_model(model: nn.Module, *, precision: str, device: torch.device, act
         raise UserError(f"fast_paths must be auto or off, not {fast_paths!r}")
     if activation_checkpointing:
         enable_activation_checkpointing(model)
-    if precision == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16():
+    if precision == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16() and reports_here():
         print("albertlm: warning: this CPU has no bf16 instructions (AVX-512 BF16 or AMX); --precision bf16 "
               "runs emulated and is slower than fp32 here", file=sys.stderr, flush=True)
     if fast_paths == "auto":
