@@ -1,8 +1,11 @@
 """Named model presets: the rows of the paper's Table 1, v1/v2 variants, and tiny ones for tests.
 
 Sources: Lan et al. 2020, Table 1 (L, H, E, sharing, parameter count); head counts, FFN sizes and
-dropout from google-research/albert's released `albert_config.json` files (v1: dropout 0.1, v2: 0)
-and google-research/bert's configs. All use V=30000 (SentencePiece), 512 positions, 2 token types,
+dropout from google-research/albert's released `albert_config.json` files (v1: hidden and attention
+dropout 0.1, v2: 0) and google-research/bert's configs. `classifier_dropout` is 0.1 everywhere (ModelConfig's
+default, transformers' `classifier_dropout_prob`, google's fine-tuning code): it is the fine-tuning heads'
+dropout only; pretraining applies none at the SOP head (`model.albert.AlbertForPreTraining`), so a v2 preset
+pretrains without any dropout. All use V=30000 (SentencePiece), 512 positions, 2 token types,
 FFN 4H and the tanh GELU google's code calls `gelu` (our "gelu_new").
 `paper_params` is the count the paper prints (embeddings + encoder + pooler, heads excluded);
 tests/test_presets.py checks every instantiated model against it.
@@ -24,7 +27,8 @@ class Preset:
 
 def _albert(L: int, H: int, A: int, dropout: float, **kw: Any) -> ModelConfig:
     return ModelConfig(num_layers=L, hidden_size=H, num_heads=A, ffn_size=4 * H, embedding_size=128,
-                       sharing="all", hidden_dropout=dropout, attention_dropout=dropout, **kw)
+                       sharing="all", hidden_dropout=dropout, attention_dropout=dropout,
+                       classifier_dropout=0.1, **kw)   # fine-tuning heads only (see above)
 
 
 def _bert(L: int, H: int, A: int) -> ModelConfig:

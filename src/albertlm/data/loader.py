@@ -6,10 +6,13 @@
 
 The order, rank sharding and resumable position belong to the training loop's sampler
 (`albertlm.training.loop.StepData`), which reads this dataset through a torch DataLoader. With
-`dynamic_masking=True` every micro-batch gets new masks each epoch: the sampler asks for `(epoch, index)`
-keys and `__getitems__` masks the whole micro-batch at once with `masking.mask_records`, the builder's own
-vectorised masking, seeded by (seed, the batch's keys) and the build's masking settings; otherwise the
-static masks stored by the build are used. torch is imported only inside `collate`.
+`dynamic_masking=True` every example gets new masks each epoch: the sampler asks for `(epoch, index)` keys
+(index: the example's place in the whole data set) and each example's masks are drawn from its own generator,
+`example_rng(seed, epoch, index)`, with the build's masking settings. An example's masks therefore do not
+depend on the batch it is read in, so they are the same for any number of processes, micro-batch size or
+accumulation, and on a resume with another layout. `__getitems__` still masks a whole micro-batch in one call
+of `masking.mask_records`, the builder's own vectorised masking, given one generator per row. Without
+dynamic masking the static masks stored by the build are used. torch is imported only inside `collate`.
 """
 from __future__ import annotations
 
@@ -24,6 +27,15 @@ from albertlm.data.shards import WORD_STARTS_FILE, open_shards, read_meta
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_positions", "masked_lm_ids",
               "masked_lm_weights", "sentence_order_label")
+# the last word of every dynamic-masking seed: a non-zero constant, so no other stream seeded by a prefix of
+# (seed, epoch, ...) (the sampler's order is `default_rng([seed, epoch])`) is the same stream; numpy's
+# SeedSequence pads short entropy with zeros, so [s, e] and [s, e, 0] would otherwise coincide
+DYNAMIC_MASKING_STREAM = 0x6D61736B   # "mask"
+
+
+def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator of an example's dynamic masks in an epoch: a function of these three numbers only."""
+    return np.random.default_rng([seed, epoch, index, DYNAMIC_MASKING_STREAM])
 
 
 class PretrainingDataset:
@@ -76,15 +88,16 @@ class PretrainingDataset:
 
     def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[dict[str, np.ndarray]]:
         """Several instances at once (the DataLoader hands over a whole micro-batch): a key is an index or
-        an `(epoch, index)` pair; dynamic masks are drawn for all of them together."""
+        an `(epoch, index)` pair (an index alone is epoch 0); dynamic masks are drawn for all of them in one
+        vectorised call, each row from its own `example_rng`, so each equals `self[key]` alone."""
         pairs = np.array([key if isinstance(key, tuple) else (0, key) for key in keys], dtype=np.int64).reshape(-1, 2)
         records = np.stack([self.record(int(i)) for i in pairs[:, 1]])
         tokens = records["input_ids"].astype(np.int64)
         lengths = records["length"].astype(np.int64)
         boundaries = records["type_boundary"].astype(np.int64)
         if self.dynamic_masking:
-            rng = np.random.default_rng([self.seed, *pairs.ravel().tolist()])
-            masked = mask_records(tokens, lengths, boundaries, self._vocab, self._masking, rng, self._random_ids)
+            rngs = [example_rng(self.seed, epoch, index) for epoch, index in pairs.tolist()]
+            masked = mask_records(tokens, lengths, boundaries, self._vocab, self._masking, rngs, self._random_ids)
             positions, inputs, counts = masked.positions, masked.inputs, masked.counts
         else:
             positions, inputs = records["masked_positions"], records["masked_inputs"]

@@ -9,17 +9,24 @@ The algorithm follows google-research/albert `create_masked_lm_predictions`:
   n shrinks while the n-gram would overrun the budget, and an n-gram touching an already masked word is
   skipped;
 - each chosen token becomes [MASK] with p 0.8, a random token with p 0.1, itself with p 0.1.
-Unlike google's code every draw comes from the one ``numpy.random.Generator`` passed in (google mixes a
+Unlike google's code every draw comes from the ``numpy.random.Generator`` passed in (google mixes a
 seeded ``random.Random`` with numpy's unseeded global RNG), and random replacements never pick special ids.
+The batched functions take one generator for the whole block (the builder's static masks) or one per row
+(the loader's dynamic masks: a row then draws exactly what masking it alone would, so its masks do not
+depend on the other rows of its batch).
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Sequence, Union
 
 import numpy as np
 
 MASKING_MODES = ("ngram", "token")
+
+# what the batched masking draws from: one generator for a block of rows, or one generator per row
+Rngs = Union[np.random.Generator, Sequence[np.random.Generator]]
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,13 @@ def replacement_ids(original: np.ndarray, mask_id: int, random_ids: np.ndarray, 
                     rng: np.random.Generator) -> np.ndarray:
     """What the model sees at masked positions: [MASK] (80%), a random non-special token (10%), or the
     original token (10%). One uniform draw per token decides both the case and, rescaled, the random id."""
+    return _replace(original, mask_id, random_ids, cfg, rng.random(original.size))
+
+
+def _replace(original: np.ndarray, mask_id: int, random_ids: np.ndarray, cfg: MaskingConfig,
+             draws: np.ndarray) -> np.ndarray:
+    """`replacement_ids` given its uniform draws (one per token)."""
     keep_cut = cfg.mask_prob + (1.0 - cfg.mask_prob) / 2
-    draws = rng.random(original.size)
     out = original.copy()
     out[draws < cfg.mask_prob] = mask_id
     randomised = (draws >= cfg.mask_prob) & (draws < keep_cut)
@@ -152,13 +164,36 @@ def select_ngrams_batch(bounds: np.ndarray, num_words: np.ndarray, budgets: np.n
     return covered[:, :wmax]
 
 
+def _selection_draws(rng: Rngs, num_words: np.ndarray, wmax: int) -> np.ndarray:
+    """(2, I, wmax) uniforms: each word's order key, then its n-gram size draw. One generator draws them in
+    bulk; one generator per row draws 2 x max(words, 1) for its row, what that row masked alone draws."""
+    if isinstance(rng, np.random.Generator):
+        return rng.random((2, len(num_words), wmax))
+    draws = np.ones((2, len(num_words), wmax))           # past a row's words: never read
+    for row, (generator, words) in enumerate(zip(rng, num_words.tolist())):
+        width = max(words, 1)
+        draws[:, row, :width] = generator.random((2, width))
+    return draws
+
+
+def _replacement_draws(rng: Rngs, counts: np.ndarray) -> np.ndarray:
+    """One uniform per masked token, rows in order (positions ascend within a row); per row: its own."""
+    if isinstance(rng, np.random.Generator):
+        return rng.random(int(counts.sum()))
+    return np.concatenate([generator.random(count) for generator, count in zip(rng, counts.tolist())] or [[]])
+
+
 def mask_batch(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, vocab: MaskingVocab,
-               cfg: MaskingConfig, rng: np.random.Generator, random_ids: np.ndarray) -> MaskedBatch:
+               cfg: MaskingConfig, rng: Rngs, random_ids: np.ndarray) -> MaskedBatch:
     """Mask rows of `tokens` (I, T) at once: `lengths` (I,) real tokens, `special` (I, T) marks [CLS]/[SEP].
 
-    The budget comes from each row's length, whole-word n-grams are chosen greedily, then 80/10/10;
-    the draws come from `rng` in bulk."""
+    The budget comes from each row's length, whole-word n-grams are chosen greedily, then 80/10/10.
+    `rng` is one generator, whose draws are made in bulk for the block, or a sequence of I generators, one
+    per row: then row i's masks are those of `mask_batch` on row i alone with `rng[i]`, whatever the other
+    rows are."""
     rows_n, width = tokens.shape
+    if not isinstance(rng, np.random.Generator) and len(rng) != rows_n:
+        raise ValueError(f"{len(rng)} generators for {rows_n} rows")
     candidate = (np.arange(width) < lengths[:, None]) & ~special
     word, num_words = word_index(tokens, candidate, vocab.word_start, cfg)
     wmax = max(int(num_words.max(initial=0)), 1)
@@ -169,7 +204,7 @@ def mask_batch(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, voc
     bounds[:, 1:wmax + 1] = np.cumsum(word_len[:, :wmax], axis=1)
     bounds[:, wmax + 1:] = bounds[:, wmax:wmax + 1]
     budgets = np.array([num_to_predict(int(n), cfg) for n in lengths], dtype=np.int64)
-    draws = rng.random((2, rows_n, wmax))
+    draws = _selection_draws(rng, num_words, wmax)
     covered = select_ngrams_batch(bounds, num_words, budgets, max_ngram, draws[0], draws[1])
     masked = candidate & np.take_along_axis(covered, np.maximum(word, 0), axis=1)
     counts = masked.sum(axis=1)
@@ -178,15 +213,16 @@ def mask_batch(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, voc
     positions = np.zeros((rows_n, cfg.max_predictions_per_seq), dtype=np.int64)
     positions[row_of, slot] = position
     inputs = np.zeros_like(positions)
-    inputs[row_of, slot] = replacement_ids(tokens[row_of, position].astype(np.int64), vocab.mask_id, random_ids,
-                                           cfg, rng)
+    inputs[row_of, slot] = _replace(tokens[row_of, position].astype(np.int64), vocab.mask_id, random_ids, cfg,
+                                    _replacement_draws(rng, counts))
     return MaskedBatch(positions, inputs, counts)
 
 
 def mask_records(tokens: np.ndarray, lengths: np.ndarray, boundaries: np.ndarray, vocab: MaskingVocab,
-                 cfg: MaskingConfig, rng: np.random.Generator, random_ids: np.ndarray) -> MaskedBatch:
+                 cfg: MaskingConfig, rng: Rngs, random_ids: np.ndarray) -> MaskedBatch:
     """Mask built `[CLS] A [SEP] B [SEP]` rows: `boundaries` (I,) is where segment B starts, so [CLS] is at
-    0 and the [SEP]s at boundary - 1 and length - 1 (the layout `albertlm.data.shards` stores)."""
+    0 and the [SEP]s at boundary - 1 and length - 1 (the layout `albertlm.data.shards` stores). `rng`: one
+    generator for the block, or one per row (see `mask_batch`)."""
     special = np.zeros(tokens.shape, dtype=bool)
     rows = np.arange(tokens.shape[0])
     special[rows, 0] = special[rows, boundaries - 1] = special[rows, lengths - 1] = True

@@ -214,7 +214,12 @@ def weighted_cross_entropy(logits: Tensor, targets: Tensor, weights: Tensor | No
 
 
 class AlbertForPreTraining(PretrainedMixin, nn.Module):
-    """Masked-LM (only at masked positions) + sentence-order prediction (same head serves NSP)."""
+    """Masked-LM (only at masked positions) + sentence-order prediction (same head serves NSP).
+
+    The SOP head reads the pooled output without dropout, as google-research's `run_pretraining.py`
+    (`get_sentence_order_output`) does; `classifier_dropout` is the fine-tuning heads' (`model/heads.py`).
+    transformers' `AlbertSOPHead` applies `classifier_dropout_prob` there in training; in eval mode both agree.
+    So a model without hidden/attention dropout (the v2 presets) pretrains without any dropout."""
 
     base_prefix = "albert."
 
@@ -223,7 +228,6 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
         self.config = cfg
         self.albert = AlbertModel(cfg)
         self.mlm_head = MaskedLMHead(cfg)
-        self.sop_dropout = nn.Dropout(cfg.classifier_dropout)
         self.sop_head = nn.Linear(cfg.hidden_size, 2)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
@@ -235,7 +239,7 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
         if masked_lm_positions is not None:  # the heads read [CLS] and the P masked slots: (B, 1 + P)
             rows = torch.cat([masked_lm_positions.new_zeros(len(masked_lm_positions), 1), masked_lm_positions], 1)
         base = self.albert(input_ids, attention_mask, token_type_ids, rows)
-        out = ModelOutput(sop_logits=self.sop_head(self.sop_dropout(base.pooler_output)))  # (B, 2)
+        out = ModelOutput(sop_logits=self.sop_head(base.pooler_output))  # (B, 2), no dropout (google's)
         hidden = base.last_hidden_state if rows is None else base.last_hidden_state[:, 1:]  # (B, T or P, H)
         self._add_mlm(out, hidden, masked_lm_positions, masked_lm_ids, masked_lm_weights, labels)
         if sentence_order_label is not None:  # -100: no sentence task for that example (MLM-only data)
