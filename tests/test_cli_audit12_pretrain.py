@@ -206,3 +206,19 @@ def test_the_batch_size_error_names_the_flags_the_user_set(data, tmp_path, capsy
     assert "micro" not in err                     # the user set no micro-batch size: none is named
     assert_one_error(capsys, main([*base, "--batch-size", "12", "--micro-batch-size", "4"]),
                      "2 processes x --micro-batch-size (train.micro_batch_size) 4 = 8")
+
+
+def test_the_python_api_records_absolute_paths_too(data, tmp_path, monkeypatch):
+    """`training.pretrain.pretrain` (what ablate and the demo call) writes absolute paths like the CLI."""
+    import dataclasses
+
+    from albertlm.config.run import RunConfig
+    from albertlm.training.pretrain import pretrain
+
+    monkeypatch.chdir(data)
+    first = tmp_path / "cli"
+    assert main(["pretrain", "--data", "train", "--out", str(first), *TINY, "--max-steps", "1"]) == 0
+    run = RunConfig.from_dict(json.loads((first / "run_config.json").read_text()))
+    run = run.replace(data=dataclasses.replace(run.data, path="train", eval_path=""))
+    assert pretrain(run, tmp_path / "api") == "done"
+    assert json.loads((tmp_path / "api" / "run_config.json").read_text())["data"]["path"] == str(data / "train")

@@ -16,7 +16,8 @@ from torch import nn
 from albertlm.config.presets import PRESETS, get_preset
 from albertlm.model.albert import AlbertForPreTraining
 from albertlm.training.distributed import DistInfo
-from albertlm.training.pretrain import Datasets, dropout_seed, make_loop
+from albertlm.training.pretrain import Datasets, make_loop
+from albertlm.training.trainer import dropout_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # spawned children import this module and train_fixtures
 from train_fixtures import SyntheticPretraining, tiny_run  # noqa: E402

@@ -251,3 +251,15 @@ def test_compile_time_is_never_negative():
     Loop._report_compile(fake, steps, 30.0)
     Loop._report_compile(fake, steps, 0.5)
     assert logged[0]["compile_s"] == 29.5 and "about 29.5 s went to compiling" in printed[0]
+
+
+def test_finetune_dropout_is_seeded_per_rank_and_step(model_dir, tmp_path):
+    """Fine-tuning shares pretraining's dropout seeding (training.trainer.SeededDropout): each rank its own
+    masks, and a step's masks a function of (seed, rank, step, micro-batch), not of the RNG's history."""
+    from albertlm.tasks.finetune import make_finetune_loop
+    from albertlm.training.trainer import SeededDropout
+
+    cfg = finetune_config(max_steps=3)
+    loop = make_finetune_loop(synthetic_task(), model_dir, StubTokenizer(), cfg, tmp_path, DistInfo())
+    assert isinstance(loop.objective, SeededDropout)
+    assert (loop.objective.seed, loop.objective.rank) == (cfg.train.seed, 0) and loop.objective.state is loop.state

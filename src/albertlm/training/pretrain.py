@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,49 +60,6 @@ class PretrainingObjective:
 
     def empty_stats(self, device: torch.device) -> torch.Tensor:
         return torch.zeros(len(STAT_NAMES), device=device)
-
-
-# the last word of every dropout seed: a non-zero constant, so this stream is no other (numpy's SeedSequence
-# pads short entropy with zeros, so a prefix of these numbers would otherwise give the same stream)
-DROPOUT_STREAM = 0x64726F70   # "drop"
-
-
-def dropout_seed(seed: int, rank: int, step: int, micro_batch: int) -> int:
-    """torch's seed for the dropout of `rank`'s `micro_batch`-th forward (from 0) in the update `step` (from 0)."""
-    entropy = [seed, rank, step, micro_batch, DROPOUT_STREAM]
-    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
-
-
-class SeededDropout:
-    """An `Objective` around another: before each forward in training mode it seeds torch's RNG (CPU and CUDA,
-    which dropout draws from) with `dropout_seed(seed, rank, step, micro-batch)`. So ranks draw different
-    dropout masks (seeded alike, W ranks would drop the same units of their different examples), and a
-    run's dropout is a function of the step, not of the RNG's history: `--resume` draws what an uninterrupted
-    run would, with any number of processes. Dropout masks still depend on the layout (a mask is drawn for a
-    micro-batch's tensor), so with dropout on, runs of different layouts are statistically alike, not equal.
-    Evaluation (eval mode) draws nothing and seeds nothing. `state` is the loop's `TrainState` (set by
-    `make_loop` once the loop exists); without it nothing is seeded."""
-
-    def __init__(self, objective, seed: int, rank: int):
-        self.objective, self.seed, self.rank = objective, seed, rank
-        self.state: ckpt.TrainState | None = None
-        self._last = (-1, -1)     # (step, micro-batch) of the last seeded forward
-
-    def denominators(self, batches: list[Batch]) -> torch.Tensor:
-        return self.objective.denominators(batches)
-
-    def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if model.training and self.state is not None:
-            step, (last_step, last_micro) = self.state.step, self._last
-            self._last = (step, last_micro + 1 if step == last_step else 0)
-            torch.manual_seed(dropout_seed(self.seed, self.rank, *self._last))
-        return self.objective.forward(model, batch, denominators)
-
-    def summarize(self, stats: torch.Tensor) -> dict[str, float]:
-        return self.objective.summarize(stats)
-
-    def empty_stats(self, device: torch.device) -> torch.Tensor:
-        return self.objective.empty_stats(device)
 
 
 def _mlm_sums(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor):
@@ -225,7 +181,6 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
     seed_everything(run.train.seed)                         # the same initial weights on every rank
     model = model if model is not None else build_model(run)
     objective = objective or PretrainingObjective()
-    seeded = SeededDropout(objective, run.train.seed, info.rank)   # dropout: per rank, per step
     train = datasets.train
     data = StepData(train, datasets.collate, shuffled_batches(len(train), run.train.batch_size, run.train.seed),
                     run.train.micro_batches(info.world_size), info.rank, info.world_size, run.data.num_workers,
@@ -241,10 +196,9 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
                                 objective, run.train.precision, info)
 
     # without a sentence task the pooler and SOP head get no gradient, which DDP must be told
-    loop = build_loop(model, seeded, data, run.train, run.optim, info, run_dir, run.to_dict(), resume=resume,
+    loop = build_loop(model, objective, data, run.train, run.optim, info, run_dir, run.to_dict(), resume=resume,
                       evaluator=evaluator, find_unused_parameters=datasets.meta.get("sentence_task") == "none",
                       logger=logger)
-    seeded.state = loop.state
     return loop
 
 
@@ -258,7 +212,7 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
     run_dir = Path(run_dir)
     # every rank, before the process group forms
     old_run = ckpt.check_run_dir(run_dir, resume, overwrite, must_exist=True)
-    run = resolve_run(run, run_dir, resume)
+    run = resolve_run(run.absolute_paths(), run_dir, resume)   # run_config.json works from any directory
     info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
     loop = make_loop(run, run_dir, open_datasets(run), info, resume)
     if info.is_main:

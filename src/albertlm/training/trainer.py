@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -19,7 +20,7 @@ from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import DistInfo, wrap_model
 from albertlm.training.lamb import build_optimizer
-from albertlm.training.loop import Loop, Objective, Plan, StepData
+from albertlm.training.loop import Batch, Loop, Objective, Plan, StepData
 from albertlm.training.precision import check_precision, compile_model, grad_scaler, prepare_model
 
 # given the model as trained (maybe DDP-wrapped and compiled), the raw model and the run's state (as
@@ -57,10 +58,57 @@ def build_loop(model: nn.Module, objective: Objective, data: StepData, train: Tr
     trained = compile_model(wrap_model(model, info, find_unused_parameters), train.compile)
     plan = Plan(total_steps=total, warmup_steps=optim.warmup(total),
                 eval_every=train.eval_every or data.steps_per_epoch, lr=optim.lr, decay_power=optim.decay_power)
-    return Loop(model=trained, raw_model=model, optimizer=optimizer, objective=objective, data=data, train=train,
+    seeded = SeededDropout(objective, train.seed, info.rank)     # dropout: per rank, per step
+    loop = Loop(model=trained, raw_model=model, optimizer=optimizer, objective=seeded, data=data, train=train,
                 plan=plan, clip_norm=optim.clip_norm, info=info, run_dir=run_dir, saved_config=saved_config,
                 state=state, scaler=scaler, evaluate_fn=evaluator(trained, model, state) if evaluator else None,
                 logger=logger)
+    seeded.state = loop.state
+    return loop
+
+
+# the last word of every dropout seed: a non-zero constant, so this stream is no other (numpy's SeedSequence
+# pads short entropy with zeros, so a prefix of these numbers would otherwise give the same stream)
+DROPOUT_STREAM = 0x64726F70   # "drop"
+
+
+def dropout_seed(seed: int, rank: int, step: int, micro_batch: int) -> int:
+    """torch's seed for the dropout of `rank`'s `micro_batch`-th forward (from 0) in the update `step` (from 0)."""
+    entropy = [seed, rank, step, micro_batch, DROPOUT_STREAM]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
+
+
+class SeededDropout:
+    """An `Objective` around another: before each forward in training mode it seeds torch's RNG (CPU and CUDA,
+    which dropout draws from) with `dropout_seed(seed, rank, step, micro-batch)`. So ranks draw different
+    dropout masks (seeded alike, W ranks would drop the same units of their different examples), and a
+    run's dropout is a function of the step, not of the RNG's history: `--resume` draws what an uninterrupted
+    run would, with any number of processes. Dropout masks still depend on the layout (a mask is drawn for a
+    micro-batch's tensor), so with dropout on, runs of different layouts are statistically alike, not equal.
+    Evaluation (eval mode) draws nothing and seeds nothing. `state` is the loop's `TrainState` (set by
+    `build_loop` once the loop exists); without it nothing is seeded."""
+
+    def __init__(self, objective, seed: int, rank: int):
+        self.objective, self.seed, self.rank = objective, seed, rank
+        self.state: ckpt.TrainState | None = None
+        self._last = (-1, -1)     # (step, micro-batch) of the last seeded forward
+
+    def denominators(self, batches: list[Batch]) -> torch.Tensor:
+        return self.objective.denominators(batches)
+
+    def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if model.training and self.state is not None:
+            step, (last_step, last_micro) = self.state.step, self._last
+            self._last = (step, last_micro + 1 if step == last_step else 0)
+            torch.manual_seed(dropout_seed(self.seed, self.rank, *self._last))
+        return self.objective.forward(model, batch, denominators)
+
+    def summarize(self, stats: torch.Tensor) -> dict[str, float]:
+        return self.objective.summarize(stats)
+
+    def empty_stats(self, device: torch.device) -> torch.Tensor:
+        return self.objective.empty_stats(device)
+
 
 
 def resume_checkpoint(run_dir: Path) -> Path | None:
