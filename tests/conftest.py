@@ -18,6 +18,14 @@ def shared_path(*parts: str) -> Path:
     return path
 
 
+def alice_documents(root: Path, lines: int) -> Path:
+    """root/a.txt: the first `lines` lines of Alice in Wonderland (shared data) as two documents."""
+    text = shared_path("text", "gutenberg", "carroll-alice.txt").read_text().splitlines()[:lines]
+    path = root / "a.txt"
+    path.write_text("\n".join(text[:lines // 2]) + "\n\n" + "\n".join(text[lines // 2:]) + "\n")
+    return path
+
+
 @pytest.fixture
 def shared():
     return shared_path

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from albertlm.cli.main import main
-from conftest import assert_one_error, assert_one_error_line, shared_path
+from conftest import alice_documents, assert_one_error, assert_one_error_line, shared_path
 
 TINY = ["--preset", "albert-tiny", "--model.embedding_size=16", "--model.hidden_size=32", "--model.num_layers=1",
         "--model.num_heads=2", "--model.ffn_size=37", "--model.max_position_embeddings=64", "--batch-size", "4",
@@ -34,9 +34,7 @@ def _one_thread(one_thread):
 def data(tmp_path_factory) -> Path:
     """32-token SOP data (train/ and heldout/) from 300 lines of shared text, albert-base-v2's SentencePiece."""
     root = tmp_path_factory.mktemp("audit12_data")
-    lines = shared_path("text", "gutenberg", "carroll-alice.txt").read_text().splitlines()[:300]
-    text = root / "a.txt"
-    text.write_text("\n".join(lines[:150]) + "\n\n" + "\n".join(lines[150:]) + "\n")
+    text = alice_documents(root, 300)
     spm = shared_path("spm", "albert-base-v2_spiece.model")
     for name in ("train", "heldout"):
         assert main(["data", "build", "--input", str(text), "--tokenizer", str(spm), "--out", str(root / name),

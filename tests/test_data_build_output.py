@@ -11,7 +11,7 @@ import pytest
 from albertlm.cli.main import main
 from albertlm.data.shards import read_meta
 from albertlm.errors import UserError
-from conftest import shared_path
+from conftest import alice_documents, shared_path
 
 SPM = ("spm", "albert-base-v2_spiece.model")
 
@@ -19,10 +19,7 @@ SPM = ("spm", "albert-base-v2_spiece.model")
 @pytest.fixture(scope="module")
 def text(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("text")
-    lines = shared_path("text", "gutenberg", "carroll-alice.txt").read_text().splitlines()[:400]
-    path = root / "a.txt"
-    path.write_text("\n".join(lines[:200]) + "\n\n" + "\n".join(lines[200:]) + "\n")
-    return path
+    return alice_documents(root, 400)
 
 
 def _build(inputs, out, *extra, tokenizer=None) -> int:
