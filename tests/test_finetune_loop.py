@@ -263,3 +263,26 @@ def test_finetune_dropout_is_seeded_per_rank_and_step(model_dir, tmp_path):
     loop = make_finetune_loop(synthetic_task(), model_dir, StubTokenizer(), cfg, tmp_path, DistInfo())
     assert isinstance(loop.objective, SeededDropout)
     assert (loop.objective.seed, loop.objective.rank) == (cfg.train.seed, 0) and loop.objective.state is loop.state
+
+
+def test_a_budget_stop_on_an_eval_and_save_step_does_neither_twice(model_dir, tmp_path, monkeypatch):
+    """The demo's budget ran out on step 2400, an eval and save step: the evaluation was logged twice and the
+    same checkpoint written twice. Now the stop reuses what the step's schedule just did."""
+    from dataclasses import replace
+
+    from albertlm.tasks.finetune import make_finetune_loop
+    from albertlm.training.loop import Loop
+    from albertlm.training.metrics import MetricsLogger, read_metrics
+
+    cfg = finetune_config(max_steps=6)
+    cfg = cfg.replace(train=replace(cfg.train, save_every=3, max_minutes=60.0))
+    loop = make_finetune_loop(synthetic_task(), model_dir, StubTokenizer(), cfg, tmp_path, DistInfo())
+    loop.logger = MetricsLogger(tmp_path, 6, tensorboard=False, progress=False)
+    saves = []
+    real_save = Loop.save
+    monkeypatch.setattr(Loop, "save", lambda self: saves.append(self.state.step) or real_save(self))
+    monkeypatch.setattr(Loop, "_stop_reason", lambda self, request, deadline: "budget" if self.state.step == 3 else None)
+    assert loop.run() == "budget"
+    assert saves == [3]
+    evals = [r["step"] for r in read_metrics(tmp_path) if r["split"] == "eval"]
+    assert evals == [3]

@@ -205,6 +205,8 @@ class Loop:
     evaluate_fn: Callable[[], dict[str, float]] | None = None
     logger: Any = None                  # metrics.MetricsLogger (rank 0) or None
     on_step: Callable[[int, dict], None] | None = None   # called after each update (tests, the demo)
+    _evaluated: int = field(default=-1, repr=False)      # the last step evaluated and the last saved, so a
+    _saved: int = field(default=-1, repr=False)          # budget stop on such a step does neither twice
 
     def run(self) -> str:
         """Train to the plan's last step; returns "done", "interrupted" (Ctrl-C or SIGTERM, after saving) or
@@ -327,12 +329,16 @@ class Loop:
         if self.train.log_every and (step % self.train.log_every == 0 or final):
             self.log_train(window)
         if self.evaluate_fn is not None and (step % self.plan.eval_every == 0 or final):
-            metrics = self.evaluate_fn()
-            if self.logger is not None:
-                self.logger.log(step, "eval", metrics)
+            self._evaluate()
         if (self.train.save_every and step % self.train.save_every == 0) or final:
             self.state.rng = ckpt.capture_rng()
             self.save()
+
+    def _evaluate(self) -> None:
+        metrics = self.evaluate_fn()
+        self._evaluated = self.state.step
+        if self.logger is not None:
+            self.logger.log(self.state.step, "eval", metrics)
 
     def log_train(self, window: "Window") -> None:
         metrics = {**self.objective.summarize(window.stats), **window.read(),
@@ -362,12 +368,15 @@ class Loop:
                                                             "compile_s": compile_s})
 
     def _stop_for_budget(self) -> None:
-        if self.evaluate_fn is not None:
-            metrics = self.evaluate_fn()
-            if self.logger is not None:
-                self.logger.log(self.state.step, "eval", metrics)
-        self.state.rng = ckpt.capture_rng()
-        path = self.save()
+        """Evaluate and save the step reached, unless the step's own schedule just did (the demo's budget ran
+        out on an eval step and logged the same evaluation and wrote the same checkpoint twice)."""
+        if self.evaluate_fn is not None and self._evaluated != self.state.step:
+            self._evaluate()
+        if self._saved == self.state.step:
+            path = ckpt.latest_checkpoint(self.run_dir)
+        else:
+            self.state.rng = ckpt.capture_rng()
+            path = self.save()
         self._print(f"time budget of {self.train.max_minutes} min used up at step {self.state.step}: saved {path}")
 
     def save(self) -> Path | None:
@@ -389,6 +398,7 @@ class Loop:
         if failed:
             raise UserError(f"rank 0 could not write the checkpoint of step {self.state.step} (its error says "
                             f"why); rank {self.info.rank} stopped with it")
+        self._saved = self.state.step
         if self.logger is not None and path is not None:
             self.logger.note(f"saved {path}")
         return path
