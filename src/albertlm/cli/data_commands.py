@@ -68,7 +68,16 @@ def _inspect(args) -> int:
     if args.num < 1:
         raise UserError(f"-n/--num must be >= 1, got {args.num}")
     ds = PretrainingDataset(args.directory)
-    tok = load_tokenizer(args.tokenizer or ds.meta["tokenizer"]["path"])
+    tok_path = args.tokenizer or ds.meta["tokenizer"]["path"]
+    tok = load_tokenizer(tok_path)
+    built = ds.meta["tokenizer"]
+    if built.get("vocab_sha256"):  # decoding with another vocabulary prints plausible-looking nonsense
+        from albertlm.data.build import vocab_fingerprint
+
+        if vocab_fingerprint(tok) != built["vocab_sha256"]:
+            raise UserError(f"tokenizer {tok_path} has another vocabulary (V={tok.vocab_size}) than the one "
+                            f"{args.directory} was built with (V={built.get('vocab_size')}, {built.get('path')}); "
+                            "pass that one with --tokenizer")
     if not 0 <= args.start < len(ds):
         raise UserError(f"--start {args.start} is outside the {len(ds)} instances")
     for index in range(args.start, min(len(ds), args.start + args.num)):

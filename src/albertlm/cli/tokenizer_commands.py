@@ -137,6 +137,8 @@ def _train(args: argparse.Namespace) -> int:
                         "or another --out")
     counts = CorpusCounts()
     read_lines = _line_reader(args.format, args.text_field, counts)
+    # the emptiness check reads the first lines once more: with its own counts, so nothing is counted twice
+    check_lines = _line_reader(args.format, args.text_field, CorpusCounts())
     created = not out.exists()
     staging = out / ".training-tokenizer"
     start = time.perf_counter()
@@ -144,9 +146,9 @@ def _train(args: argparse.Namespace) -> int:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         if args.kind == "wordpiece":
-            _train_wordpiece(args, files, staging, read_lines)
+            _train_wordpiece(args, files, staging, read_lines, check_lines)
         else:
-            _train_sentencepiece(args, files, staging, read_lines)
+            _train_sentencepiece(args, files, staging, read_lines, check_lines)
         for name in existing:
             (out / name).unlink()
         for path in staging.iterdir():
@@ -177,7 +179,7 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines):
+def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None):
     from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
                                                      train_sentencepiece)
 
@@ -188,15 +190,15 @@ def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path,
         model_type=args.model_type, user_defined_symbols=symbols, num_threads=args.threads, seed=args.seed)
     options = SentencePieceOptions(do_lower_case=args.lowercase, keep_accents=not args.strip_accents)
     return train_sentencepiece(files, out, train, options, show_progress=sys.stderr.isatty(),
-                               verbose=args.verbose, read_lines=read_lines)
+                               verbose=args.verbose, read_lines=read_lines, check_lines=check_lines)
 
 
-def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines):
+def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None):
     from albertlm.tokenization.wordpiece import WordPieceOptions, train_wordpiece
 
     options = WordPieceOptions(do_lower_case=args.lowercase, strip_accents=True if args.strip_accents else False)
     return train_wordpiece(files, args.vocab_size, out, options, show_progress=sys.stderr.isatty(),
-                           read_lines=read_lines)
+                           read_lines=read_lines, check_lines=check_lines)
 
 
 # -- encode / decode / info ------------------------------------------------------------------------

@@ -76,12 +76,22 @@ class BuildConfig:
             raise UserError(f"--workers must be >= 1, got {self.workers}")
         if not 0 <= self.seed < SEED_LIMIT:
             raise UserError(f"--seed must be in [0, 2**32), got {self.seed}")
+        if self.num_shards < 1:
+            raise UserError(f"--num-shards must be >= 1, got {self.num_shards}")
+        if self.chunk_chars < 1:
+            raise UserError(f"--chunk-chars must be >= 1, got {self.chunk_chars}")
+        if self.records_per_shard is not None and self.records_per_shard < 1:
+            raise UserError(f"--records-per-shard must be >= 1 (or none), got {self.records_per_shard}")
         if not 0 <= self.shard_index < self.num_shards:
             raise UserError(f"--shard-index must be in [0, {self.num_shards}), got {self.shard_index}")
         if self.format not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}")
-        if self.max_predictions_per_seq is None:
-            self.max_predictions_per_seq = max(20, int(round(self.max_seq_length * self.masked_lm_prob)))
+        if self.max_predictions_per_seq is None:  # at most T: a record cannot mask more tokens than it holds
+            self.max_predictions_per_seq = min(self.max_seq_length,
+                                               max(20, int(round(self.max_seq_length * self.masked_lm_prob))))
+        elif self.max_predictions_per_seq > self.max_seq_length:
+            raise UserError(f"--max-predictions-per-seq must be <= --max-seq-length {self.max_seq_length}, "
+                            f"got {self.max_predictions_per_seq}")
         try:
             self.instance_config(), self.masking_config()
         except ValueError as exc:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import html
 import io
 import itertools
 import json
@@ -192,7 +193,7 @@ def detect_format(path: Path, head: bytes) -> str:
     the name without a compression suffix."""
     if path.suffix.lower() in (".jsonl", ".json"):
         return "jsonl"
-    text = head.decode("utf-8", errors="replace")
+    text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
     if text.lstrip().startswith("<doc"):
         return "wikiextractor"
     lines = [line for line in text.splitlines()[:-1] if line.strip()] or [text]
@@ -305,6 +306,9 @@ class _Guarded(io.RawIOBase):
         super().close()
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def _peek(path: Path, size: int) -> bytes:
     with open(path, "rb") as handle:
         return handle.read(size)
@@ -415,6 +419,8 @@ class _TextSource:
 
     def lines(self) -> Iterator[str]:
         for self.line_number, raw in enumerate(self.stream, 1):
+            if self.line_number == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM):]  # a UTF-8 byte order mark (Windows tools) is not text: JSON, <doc> follow it
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -447,12 +453,15 @@ def _text_sentences(text: str) -> list[str]:
 def _read_lines(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     sentences: list[str] = []
     num_chars = 0
+    cut = False  # the last document was cut at the size cap: a split only if more of it follows
     for line in source.lines():
         if line:
+            source.counts.documents_split += cut
+            cut = False
             sentences.append(line)
             num_chars += len(line)
         if sentences and (not line or num_chars > MAX_DOCUMENT_CHARS):
-            source.counts.documents_split += bool(line)
+            cut = bool(line)
             yield sentences
             sentences, num_chars = [], 0
     yield sentences  # the end of a file ends a document
@@ -462,15 +471,18 @@ def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     sentences: list[str] = []
     paragraph: list[str] = []
     num_chars = 0
+    cut = False  # the document was cut at the size cap: a split only if more text follows
     for line in itertools.chain(source.lines(), [""]):
         if line:
+            source.counts.documents_split += cut
+            cut = False
             paragraph.append(line)
             num_chars += len(line)
         elif paragraph:
             sentences.extend(split_sentences(" ".join(paragraph)))
             paragraph = []
             if num_chars > MAX_DOCUMENT_CHARS:
-                source.counts.documents_split += 1
+                cut = True
                 yield sentences
                 sentences, num_chars = [], 0
     yield sentences  # a raw file is one document
@@ -514,7 +526,7 @@ def _read_wikiextractor(source: _TextSource, text_field: str) -> Iterator[list[s
             lines, title = [], (found.group(1) if found else None)
         elif line == "</doc>":
             if lines is not None:
-                if lines and title is not None and lines[0] == title:
+                if lines and title is not None and lines[0] in (title, html.unescape(title)):  # title="AT&amp;T"
                     lines = lines[1:]
                 yield _paragraph_sentences(lines)
             lines = None

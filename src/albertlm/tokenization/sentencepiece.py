@@ -364,12 +364,14 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                         train: SentencePieceTrainOptions | None = None,
                         options: SentencePieceOptions | None = None,
                         show_progress: bool = True, verbose: bool = False,
-                        read_lines: LineReader = read_text_lines) -> SentencePieceTokenizer:
+                        read_lines: LineReader = read_text_lines,
+                        check_lines: LineReader | None = None) -> SentencePieceTokenizer:
     """Train a unigram model the ALBERT way into `out_dir` (spiece.model, spiece.vocab, tokenizer_config.json).
 
     Special ids: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no BOS/EOS. Lines (`read_lines(file)`, plain
     text by default) are streamed through the preprocessing into sentencepiece, which keeps a shuffled sample
-    of `input_sentence_size` of them.
+    of `input_sentence_size` of them. `check_lines` (default `read_lines`) is the reader used for the check that
+    the input is not empty, so a reader that counts what it meets does not count the checked lines twice.
     """
     import sentencepiece as spm
     from tqdm import tqdm
@@ -377,7 +379,7 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     train = train or SentencePieceTrainOptions()
     options = options or SentencePieceOptions(do_lower_case=False, keep_accents=True)
     paths = [Path(f) for f in files]
-    total_bytes = check_training_input(paths, read_lines)
+    total_bytes = check_training_input(paths, check_lines or read_lines)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(train.seed)

@@ -132,7 +132,7 @@ def read_options(config_file: Path | None) -> WordPieceOptions:
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
                     options: WordPieceOptions | None = None, min_frequency: int = 2,
                     limit_alphabet: int | None = None, show_progress: bool = True,
-                    read_lines=None) -> WordPieceTokenizer:
+                    read_lines=None, check_lines=None) -> WordPieceTokenizer:
     """Train a WordPiece vocab with `tokenizers` (streams its files in Rust, or the lines `read_lines(file)`
     gives, see `sentencepiece.train_sentencepiece`) and write a loadable directory.
 
@@ -145,7 +145,7 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
 
     options = options or WordPieceOptions()
     paths = [str(p) for p in files]
-    check_training_input([Path(p) for p in paths], read_lines or read_text_lines)
+    check_training_input([Path(p) for p in paths], check_lines or read_lines or read_text_lines)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
