@@ -36,6 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def run(args: argparse.Namespace, command: str) -> int:
+    from albertlm.errors import UserError
+
+    # before the model loads (fill-mask's stdin loop would otherwise never fill a batch)
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if command == "fill-mask" and args.top_k < 1:
+        raise UserError(f"--top-k must be >= 1, got {args.top_k}")
+    if command == "embed" and args.max_length is not None and args.max_length < 3:
+        raise UserError(f"--max-length must be >= 3 ([CLS], at least one token of the text, [SEP]), "
+                        f"got {args.max_length}")
     return _fill_mask(args) if command == "fill-mask" else _embed(args)
 
 

@@ -241,7 +241,10 @@ def _finetune(args) -> int:
         raise UserError(f"--resume: the run in {args.out} fine-tunes {saved['family']}, not {args.family}")
     options = _data(args, saved or {}, resume=saved is not None)
     cfg = _resumed_config(args, saved, options) if saved is not None else _config(args, args.family, options=options)
-    check_backend(cfg.dist.backend, cfg.dist.device)        # before the model or the data is read
+    from albertlm.training.precision import check_precision
+
+    # before the model or the data is read: what the loop would refuse once both had loaded
+    check_precision(cfg.train.precision, check_backend(cfg.dist.backend, cfg.dist.device))
     model = _model(args.model)
     if not args.resume:      # --overwrite would remove the checkpoint the run starts from
         check_out_keeps_source(args.out, args.model, model, "--model", RUN_FILES)

@@ -34,6 +34,9 @@ class GlueTask:
     submission_name: str                 # file name in the GLUE submission zip
     dev_files: tuple[str, ...] = ("dev.tsv",)
     test_files: tuple[str, ...] = ("test.tsv",)
+    # the exact field count of a labelled row, where a wider row means another task's file read in a layout
+    # that would still parse (CoLA's `source<TAB>label<TAB>*<TAB>sentence` read as SST-2 trains on the source)
+    train_fields: int | None = None
 
     @property
     def num_labels(self) -> int:
@@ -47,7 +50,8 @@ class GlueTask:
 NLI2 = ("entailment", "not_entailment")
 TASKS: dict[str, GlueTask] = {t.name: t for t in [
     GlueTask("cola", ("0", "1"), Columns(3, None, 1, None), Columns(1, None, None), "CoLA", "CoLA.tsv"),
-    GlueTask("sst2", ("0", "1"), Columns(0, None, 1, None), Columns(1, None, None), "SST-2", "SST-2.tsv"),
+    GlueTask("sst2", ("0", "1"), Columns(0, None, 1, None), Columns(1, None, None), "SST-2", "SST-2.tsv",
+             train_fields=2),
     GlueTask("mrpc", ("0", "1"), Columns(3, 4, 0, 1), Columns(3, 4, None), "MRPC", "MRPC.tsv"),
     GlueTask("stsb", None, Columns(7, 8, -1), Columns(7, 8, None), "STS-B", "STS-B.tsv"),
     GlueTask("qqp", ("0", "1"), Columns(3, 4, 5), Columns(1, 2, None), "QQP", "QQP.tsv"),
@@ -125,14 +129,18 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
         cols = task.train  # msr_paraphrase_test.txt has the train layout (with labels)
     needed = max(i if i >= 0 else -i - 1 for i in (cols.text_a, cols.text_b, cols.label, cols.guid)
                  if i is not None) + 1
+    exact = task.train_fields if cols is task.train else None
     examples: list[Example] = []
     skipped = 0
     for n, (lineno, cells) in enumerate(read_tsv(path)):
         where = f"{path}:{lineno}"
         if n == 0 and _is_header(task, cols, cells):
             continue
-        if len(cells) < needed:
+        if len(cells) < needed or (exact is not None and len(cells) != exact):
             if problems is None:
+                if len(cells) >= needed:
+                    raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name}'s layout has "
+                                    f"{exact} (another task's file?)")
                 raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}")
             problems.add("malformed row skipped", where)
             skipped += 1

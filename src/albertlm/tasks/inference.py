@@ -145,6 +145,8 @@ class FillMask:
         {"token", "token_id", "token_str", "score"}, best first; scores are softmax probabilities."""
         if top_k < 1:
             raise UserError(f"--top-k must be >= 1, got {top_k}")
+        if batch_size < 1:
+            raise UserError(f"--batch-size must be >= 1, got {batch_size}")
         limit = self.model.config.max_position_embeddings
         encoded = [encode_masked(self.tokenizer, t) for t in texts]
         for k, ids in enumerate(encoded):
@@ -223,7 +225,10 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
         raise UserError(f"--pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
-    limit = min(max_length or model.config.max_position_embeddings, model.config.max_position_embeddings)
+    if max_length is not None and max_length < 3:
+        raise UserError(f"--max-length must be >= 3 ([CLS], at least one token of the text, [SEP]), got {max_length}")
+    positions = model.config.max_position_embeddings
+    limit = positions if max_length is None else min(max_length, positions)
     window = window or batch_size * 64
     chunks: list[np.ndarray] = []
     row = 0

@@ -71,12 +71,15 @@ def glue_metrics(task: str, labels: Sequence, preds: Sequence) -> dict[str, floa
 
 
 def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labels: int) -> dict[str, float]:
-    """Accuracy and macro F1 for a user's own multi-class data."""
+    """Accuracy and macro F1 for a user's own multi-class data (and, for two classes, the F1 of class 1).
+
+    Macro F1 averages over the classes that occur in the gold labels or the predictions, as scikit-learn's
+    `f1_score(average="macro")` does: a class of the label set that the dev file never uses and the model
+    never predicts has no F1 to average (counting it as 0 would lower the score by the label set's size)."""
     from sklearn.metrics import f1_score
 
     out = {"accuracy": accuracy(labels, preds),
-           "macro_f1": float(f1_score(labels, preds, labels=list(range(num_labels)), average="macro",
-                                      zero_division=0.0))}
+           "macro_f1": float(f1_score(labels, preds, average="macro", zero_division=0.0))}
     if num_labels == 2:
         out["f1"] = binary_f1(labels, preds)
     return out

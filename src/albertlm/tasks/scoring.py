@@ -65,8 +65,10 @@ def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
         raise UserError(f"{predictions}: no prediction for id {missing[0]}")
     if opts.regression:
         return metrics.regression_metrics([e.label for e in examples], [float(preds[e.guid]) for e in examples])
-    labels = opts.label_list() or classify.label_set(examples)
-    gold = classify.label_ids(examples, labels)
-    pred_examples = [classify.TextExample(e.guid, "", None, str(preds[e.guid]), f"{predictions}:{e.guid}")
+    pred_examples = [classify.TextExample(e.guid, "", None, str(preds[e.guid]).strip(), f"{predictions}: id {e.guid}")
                      for e in examples]
+    # the label set: --labels (the model's, in its order), else every label the gold file or the predictions
+    # use (a class the model predicts that this dev file lacks is a wrong prediction, not an unreadable file)
+    labels = opts.label_list() or classify.label_set([*examples, *pred_examples])
+    gold = classify.label_ids(examples, labels)
     return metrics.classification_metrics(gold, classify.label_ids(pred_examples, labels), len(labels))
