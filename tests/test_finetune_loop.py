@@ -286,3 +286,33 @@ def test_a_budget_stop_on_an_eval_and_save_step_does_neither_twice(model_dir, tm
     assert saves == [3]
     evals = [r["step"] for r in read_metrics(tmp_path) if r["split"] == "eval"]
     assert evals == [3]
+
+
+def test_an_evaluation_with_nothing_to_report_prints_no_empty_line(model_dir, tmp_path, capsys):
+    """A run without a labelled dev set printed 'step N eval: ' with nothing after it."""
+    from albertlm.tasks.finetune import make_finetune_loop
+    from albertlm.training.metrics import MetricsLogger, read_metrics
+
+    loop = make_finetune_loop(synthetic_task(), model_dir, StubTokenizer(), finetune_config(max_steps=3), tmp_path,
+                              DistInfo())
+    loop.evaluate_fn = lambda: {}
+    loop.logger = MetricsLogger(tmp_path, 3, tensorboard=False, progress=False)
+    capsys.readouterr()
+    loop.run()
+    out = capsys.readouterr()
+    assert "eval:" not in out.out + out.err
+    assert not [r for r in read_metrics(tmp_path) if r["split"] == "eval"]
+
+
+def test_resume_does_not_claim_the_head_is_freshly_initialised(model_dir, tmp_path, caplog):
+    """A first fine-tune rightly logs that the head is new; `--resume` restores it from the checkpoint, so
+    the same line would be a false alarm."""
+    import logging
+
+    data = _csv(tmp_path / "d.csv", 24, 0)
+    with caplog.at_level(logging.WARNING, logger="albertlm.model"):
+        assert _finetune(model_dir, data, tmp_path / "run") == 0
+        assert "freshly initialised" in caplog.text
+        caplog.clear()
+        assert _finetune(model_dir, data, tmp_path / "run", "--resume") == 0
+        assert "freshly initialised" not in caplog.text

@@ -11,8 +11,10 @@ and the files written at the end (metrics.json, train_log.json, test predictions
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +211,17 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
     return make
 
 
+@contextlib.contextmanager
+def _model_log_quiet():
+    logger = logging.getLogger("albertlm.model")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig,
                        out_dir: str | Path, info: DistInfo, resume: bool = False) -> Loop:
     """The task head on the checkpoint, its data and dev evaluation, set up by the shared trainer."""
@@ -216,7 +229,10 @@ def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: F
         raise UserError("no training examples")
     out_dir = Path(out_dir)
     seed_everything(cfg.train.seed)  # the new head's initialisation is part of the run
-    model = load_model(spec, model_path, cfg)
+    # resuming, the checkpoint restores the head: "freshly initialised weights" would be a false alarm
+    restored = resume and ckpt.latest_checkpoint(out_dir) is not None
+    with _model_log_quiet() if restored else contextlib.nullcontext():
+        model = load_model(spec, model_path, cfg)
     train = cfg.train
     data = StepData(spec.train, functools.partial(collate, pad_id=tokenizer.pad_id, label_dtype=spec.label_dtype),
                     bucketed_batches([f.length for f in spec.train], train.batch_size, train.seed),

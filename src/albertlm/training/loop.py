@@ -337,7 +337,7 @@ class Loop:
     def _evaluate(self) -> None:
         metrics = self.evaluate_fn()
         self._evaluated = self.state.step
-        if self.logger is not None:
+        if self.logger is not None and metrics:       # nothing to evaluate on (no labelled dev set): no line
             self.logger.log(self.state.step, "eval", metrics)
 
     def log_train(self, window: "Window") -> None:
