@@ -161,3 +161,23 @@ def test_inspect_with_another_vocabulary_is_refused(tmp_path, capsys):
     code = main(["data", "inspect", str(tmp_path / "out"), "-n", "1", "--tokenizer", str(tmp_path / "vocab.txt")])
     assert_one_error(capsys, code, "has another vocabulary", "V=7", "V=30000")
     assert main(["data", "inspect", str(tmp_path / "out"), "-n", "1", "--tokenizer", str(shared_path(*SPM))]) == 0
+
+
+def test_text_files_beside_parquet_files_are_named_in_a_warning(tmp_path, capsys):
+    """A directory with Parquet files reads only those (a Hub dataset's README/JSON are not text); a .txt
+    the user put beside them used to be skipped without a word."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from albertlm.data.corpus import find_input_files
+
+    directory = tmp_path / "ds"
+    directory.mkdir()
+    pq.write_table(pa.table({"text": ["one sentence here.", "another one here."]}), directory / "s.parquet")
+    (directory / "README.md").write_text("# a dataset card\n")
+    assert find_input_files([directory]) == [directory / "s.parquet"]
+    assert capsys.readouterr().err == ""
+    (directory / "notes.txt").write_text("my own text\n")
+    assert find_input_files([directory]) == [directory / "s.parquet"]
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "notes.txt" in err and "--input" in err

@@ -39,6 +39,7 @@ import json
 import lzma
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -50,6 +51,7 @@ TABLE_FORMATS = ("parquet", "arrow")
 COMPRESSIONS = {"gz": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00", "zst": b"\x28\xb5\x2f\xfd"}
 COMPRESSED_SUFFIXES = {".gz": "gz", ".gzip": "gz", ".bz2": "bz2", ".xz": "xz", ".zst": "zst", ".zstd": "zst"}
 TABLE_SUFFIXES = (".parquet", ".arrow")
+TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd")
 _ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Arrow IPC stream
 
 # A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start,
@@ -170,6 +172,11 @@ def _directory_files(directory: Path) -> list[Path]:
     if not found:
         raise UserError(f"no files found in directory {directory}")
     tables = [p for p in found if p.suffix.lower() in TABLE_SUFFIXES]
+    skipped = [p for p in found if p.suffix.lower() in TEXT_SUFFIXES] if tables else []
+    if skipped:     # a Hub dataset's README.md / JSON are not text; a .txt beside the tables may be the user's
+        print(f"albertlm: warning: {directory} holds Parquet/Arrow files, so only they are read; "
+              f"{len(skipped)} text file(s) beside them are not (e.g. {skipped[0].relative_to(directory)}): "
+              "name them with --input to read them too", file=sys.stderr, flush=True)
     return tables or found
 
 
