@@ -1,7 +1,17 @@
-"""The one exception type the CLI turns into a one-line message and a non-zero exit, and the JSON-file reader
-every layer uses so that a damaged JSON file reads the same way everywhere."""
+"""The one exception type the CLI turns into a one-line message and a non-zero exit, the JSON-file reader
+every layer uses so that a damaged JSON file reads the same way everywhere, and which process says either."""
 import json
+import os
 from pathlib import Path
+
+
+def reports_here() -> bool:
+    """Whether this process prints errors, warnings and notices: the first process of a torchrun launch on
+    this machine (LOCAL_RANK 0; rank 0 on one machine), or a process on its own. Per machine, not only global
+    rank 0: each node's torchrun has its own terminal, and a problem of one node (its copy of the data
+    missing) must still be said there. Every rank still exits non-zero on an error. No torch import here."""
+    rank = os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))
+    return rank.strip() in ("", "0")
 
 
 class UserError(Exception):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import os
 import sys
 import warnings
+
+from albertlm.errors import reports_here
 
 # name -> (module, one-line help). `evaluate` is split: a task name first goes to the task module.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -56,7 +57,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        if not main_rank():              # under torchrun every rank parses the same argv: rank 0 says it
+        if not reports_here():              # under torchrun every rank parses the same argv: rank 0 says it
             raise SystemExit(2)
         if message.startswith("unrecognized arguments:"):
             options = [o for action in self._actions for o in action.option_strings]
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from albertlm.errors import UserError
 
-    if not main_rank():                 # torchrun's other ranks: their Python warnings repeat rank 0's
+    if not reports_here():                 # torchrun's other ranks: their Python warnings repeat rank 0's
         warnings.simplefilter("ignore")
     try:
         module = importlib.import_module(_module_for(command, rest))
@@ -108,18 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def main_rank() -> bool:
-    """The first process of a torchrun launch on this machine (LOCAL_RANK 0; rank 0 on one machine), or a
-    process on its own. Per machine, not only global rank 0: each node's torchrun has its own terminal, and
-    a problem of one node (its copy of the data missing) must still be said there. No torch import here."""
-    rank = os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))
-    return rank.strip() in ("", "0")
-
-
 def _say(line: str) -> None:
-    """An error line on stderr from the first rank only (`main_rank`): under torchrun every rank checks the
-    same inputs and fails the same way, and one line is the contract; every rank still exits non-zero."""
-    if main_rank():
+    """An error line on stderr from the first rank only (`errors.reports_here`): under torchrun every rank checks
+    the same inputs and fails the same way, and one line is the contract; every rank still exits non-zero."""
+    if reports_here():
         print(line, file=sys.stderr)
 
 

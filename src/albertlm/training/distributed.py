@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, reports_here  # noqa: F401  (re-exported for training)
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,6 @@ def pick_device(requested: str, local_rank: int = 0) -> torch.device:
 def world_size_from_env() -> int:
     """The number of processes `torchrun` launched (1 when run alone); no process group needed."""
     return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def reports_here() -> bool:
-    """Whether this process prints warnings and notices: the first process of a torchrun launch on this
-    machine (LOCAL_RANK 0), or a process run alone; the other ranks keep quiet (the CLI's errors follow the
-    same rule, so each node's terminal still hears about its own node)."""
-    return int(os.environ.get("LOCAL_RANK", "0")) == 0
 
 
 def is_main_process() -> bool:
