@@ -230,6 +230,7 @@ def _finetune(args) -> int:
     from albertlm.tasks.registry import get_family
     from albertlm.training.checkpoint import check_run_dir
     from albertlm.training.distributed import check_backend, is_main_process, shutdown
+    from albertlm.training.precision import check_precision
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
@@ -241,8 +242,6 @@ def _finetune(args) -> int:
         raise UserError(f"--resume: the run in {args.out} fine-tunes {saved['family']}, not {args.family}")
     options = _data(args, saved or {}, resume=saved is not None)
     cfg = _resumed_config(args, saved, options) if saved is not None else _config(args, args.family, options=options)
-    from albertlm.training.precision import check_precision
-
     # before the model or the data is read: what the loop would refuse once both had loaded
     check_precision(cfg.train.precision, check_backend(cfg.dist.backend, cfg.dist.device))
     model = _model(args.model)
