@@ -8,6 +8,11 @@ elsewhere) and sentence-order labels. Variants (`--variants`): `ours` (eager, wi
 `hf-compiled` (`torch.compile`, default mode; the first calls, which compile, are not timed; compile
 seconds are printed). Ratios are against transformers eager and, where measured, compiled.
 
+`--real 0.5`: rows of different lengths with that mean fraction of real tokens, the rest padding (pretraining
+data built from short documents looks like this). `ours` then gets the batch's `token_index`, as `albertlm
+pretrain` does, and skips the padding in its per-token layers; `ours-padded` is the same model computing the
+padding too, as transformers does. tok/s counts real tokens, and MFU the real tokens' FLOPs.
+
 MFU: model FLOPs (encoder, E->H projection, MLM head at the masked positions, x3 for training: the same
 for every variant, so MFU ratios equal speed ratios) / time / the dense-matmul rate of this device and
 dtype, measured before each row (the load changes; ratios are only meaningful within one run).
@@ -18,7 +23,7 @@ single-thread work only (with more threads, OpenMP's spin-waiting would count as
 
     python benchmarks/model_speed.py [--device cpu|cuda] [--preset albert-base] [--rows 8x128,2x512]
         [--modes train,infer] [--dtypes fp32,bf16] [--variants ours,hf,ours-compiled,hf-compiled]
-        [--reps 3] [--infer-reps 10] [--threads N] [--clock wall|cpu]
+        [--reps 3] [--infer-reps 10] [--threads N] [--clock wall|cpu] [--real 1.0]
 On CUDA the defaults are 32x512 bf16 and all four variants; peak memory per variant is printed too.
 """
 from __future__ import annotations
@@ -38,7 +43,7 @@ from albertlm.model.albert import AlbertForPreTraining
 
 MASK_RATE = 0.15
 OUR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label",
-            "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+            "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "token_index")
 HF_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label", "labels")
 
 
@@ -65,25 +70,41 @@ def matmul_rate(dtype: torch.dtype, seconds: float = 2.0, device: torch.device |
     return count * 2 * m * k * n / (clock() - start)
 
 
-def model_flops(cfg, B: int, T: int, P: int, train: bool) -> float:
-    """Forward FLOPs x (3 when training): matmuls only, attention scores included."""
+def model_flops(cfg, B: int, T: int, P: int, train: bool, tokens: int | None = None) -> float:
+    """Forward FLOPs x (3 when training): matmuls only, attention scores included; `tokens` real tokens of
+    the B x T (default all), each attending to the T positions of its row at most."""
     H, E, I, V = cfg.hidden_size, cfg.embedding_size, cfg.ffn_size, cfg.vocab_size
     per_token = 2 * E * H + cfg.num_layers * cfg.inner_group_num * (2 * (4 * H * H + 2 * H * I) + 4 * T * H)
-    forward = B * T * per_token + B * P * 2 * (H * E + E * V) + B * 2 * (H * H + 2 * H)
+    forward = (B * T if tokens is None else tokens) * per_token + B * P * 2 * (H * E + E * V) + B * 2 * (H * H + 2 * H)
     return forward * (3 if train else 1)
 
 
-def make_inputs(cfg, B: int, T: int, seed: int = 0, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+def row_lengths(B: int, T: int, real: float, shortest: int, g: torch.Generator) -> torch.Tensor:
+    """B lengths spread evenly around real * T (within [shortest, T]), in a random order."""
+    if real >= 1:
+        return torch.full((B,), T)
+    mean = real * T
+    width = max(0.0, min(T - mean, mean - shortest))
+    lengths = torch.linspace(mean - width, mean + width, B).round().long().clamp(shortest, T)
+    return lengths[torch.randperm(B, generator=g)]
+
+
+def make_inputs(cfg, B: int, T: int, seed: int = 0, device: torch.device | str = "cpu",
+                real: float = 1.0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     P = max(1, round(MASK_RATE * T))
-    ids = torch.randint(5, cfg.vocab_size, (B, T), generator=g)
-    positions = torch.stack([torch.randperm(T - 1, generator=g)[:P].sort().values + 1 for _ in range(B)])
+    lengths = row_lengths(B, T, real, P + 2, g)
+    mask = (torch.arange(T)[None] < lengths[:, None]).long()
+    ids = torch.randint(5, cfg.vocab_size, (B, T), generator=g) * mask
+    positions = torch.stack([torch.randperm(int(n) - 1, generator=g)[:P].sort().values + 1 for n in lengths])
     targets = torch.randint(5, cfg.vocab_size, (B, P), generator=g)
     labels = torch.full_like(ids, -100).scatter_(1, positions, targets)
-    batch = dict(input_ids=ids, attention_mask=torch.ones_like(ids),
-                 token_type_ids=(torch.arange(T) >= T // 2).long().expand(B, T).contiguous(),
+    batch = dict(input_ids=ids, attention_mask=mask,
+                 token_type_ids=((torch.arange(T)[None] >= lengths[:, None] // 2) & mask.bool()).long(),
                  masked_lm_positions=positions, masked_lm_ids=targets, masked_lm_weights=torch.ones(B, P),
                  labels=labels, sentence_order_label=torch.randint(0, 2, (B,), generator=g))
+    if real < 1:
+        batch["token_index"] = mask.flatten().nonzero().squeeze(1)   # what the data loader's collate gives
     return {k: v.to(device) for k, v in batch.items()}
 
 
@@ -115,8 +136,10 @@ def variant_model(name: str, ours, theirs, precision: str, device: torch.device)
     return (torch.compile(model) if compiled else model), model
 
 
-def step_fn(model, params, batch, ours: bool, train: bool, precision: str, device: torch.device):
-    kwargs = {k: batch[k] for k in (OUR_KEYS if ours else HF_KEYS)}
+def step_fn(model, params, batch, ours: bool, train: bool, precision: str, device: torch.device,
+            skip_padding: bool = True):
+    keys = (OUR_KEYS if skip_padding else OUR_KEYS[:-1]) if ours else HF_KEYS
+    kwargs = {k: batch[k] for k in keys if k in batch}
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
     optimizer = torch.optim.AdamW(params, lr=1e-5, fused=device.type == "cuda") if train else None
@@ -149,16 +172,17 @@ def timed(step, device: torch.device, clock_fn=None) -> float:
 
 
 def run_row(cfg, ours, theirs, variants: list[str], B: int, T: int, precision: str, train: bool, reps: int,
-            device: torch.device) -> dict[str, dict]:
+            device: torch.device, real: float = 1.0) -> dict[str, dict]:
     """Median seconds per step of each variant, run alternately after warm-up (compile) calls."""
-    batch = make_inputs(cfg, B, T, device=device)
+    batch = make_inputs(cfg, B, T, device=device, real=real)
     steps, result = {}, {}
     for name in variants:
         model, raw = variant_model(name, ours, theirs, precision, device)
         model.train(train)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        steps[name] = step_fn(model, raw.parameters(), batch, name.startswith("ours"), train, precision, device)
+        steps[name] = step_fn(model, raw.parameters(), batch, name.startswith("ours"), train, precision, device,
+                              skip_padding=name != "ours-padded")
         wall = time.perf_counter  # compile seconds are wall seconds (the compiler runs in other processes too)
         first = timed(steps[name], device, wall)
         second = timed(steps[name], device, wall)  # compiled training recompiles once for the optimizer's state
@@ -182,8 +206,11 @@ def main() -> None:
     parser.add_argument("--modes", default="train,infer")
     parser.add_argument("--dtypes", default=None, help="fp32,bf16 (cuda default: bf16)")
     parser.add_argument("--variants", default=None,
-                        help="from ours,hf,ours-compiled,hf-compiled (default: ours,hf on cpu, all four on cuda)")
+                        help="from ours,hf,ours-padded,ours-compiled,hf-compiled (default: ours,hf on cpu, "
+                             "all four but ours-padded on cuda; ours-padded: ours without skipping the padding)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--real", type=float, default=1.0,
+                        help="mean fraction of real (not padding) tokens per row, in (0, 1] (default 1: no padding)")
     parser.add_argument("--clock", choices=list(CLOCK), default="wall",
                         help="wall seconds, or CPU seconds of this process (steadier under load; use --threads 1)")
     args = parser.parse_args()
@@ -200,6 +227,8 @@ def main() -> None:
     variants = (args.variants or ("ours,hf,ours-compiled,hf-compiled" if cuda else "ours,hf")).split(",")
     if not {"ours", "hf"} <= set(variants):
         parser.error("--variants must include ours and hf (the ratios are against them)")
+    if not 0 < args.real <= 1:
+        parser.error(f"--real must be in (0, 1], not {args.real}")
     cfg = get_preset(args.preset)
     ours, theirs = build_models(cfg)
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability
@@ -209,7 +238,8 @@ def main() -> None:
              f"{args.clock} clock")
     print(f"{args.preset} on {where}; torch {torch.__version__}. Fast paths: fp32 "
           f"{choose_fast_path(device, 'fp32')}, bf16 {choose_fast_path(device, 'bf16')}. The matmul rate is "
-          "measured before each row; MFU = model FLOPs / time / that rate. Compare ratios, not absolutes.")
+          "measured before each row; MFU = model FLOPs / time / that rate. Compare ratios, not absolutes."
+          + (f" Rows are {args.real:.0%} real tokens on average (tok/s: real tokens)." if args.real < 1 else ""))
     extra = [v for v in variants if v not in ("ours", "hf")]
     head = (f"{'mode':5} {'shape':7} {'dtype':5} {'ours tok/s':>10} {'hf tok/s':>9} {'ratio':>6} "
             + "".join(f"{v + ' tok/s':>20}" for v in extra)
@@ -224,14 +254,16 @@ def main() -> None:
                 train = mode == "train"
                 rate = matmul_rate(dtype, seconds=1.0, device=device)
                 r = run_row(cfg, ours, theirs, variants, B, T, precision, train,
-                            args.reps if train else args.infer_reps, device)
+                            args.reps if train else args.infer_reps, device, real=args.real)
                 P = max(1, round(MASK_RATE * T))
-                flops = model_flops(cfg, B, T, P, train)
-                tok = {v: B * T / r[v]["seconds"] for v in variants}
+                real = int(make_inputs(cfg, B, T, real=args.real)["attention_mask"].sum())
+                flops = model_flops(cfg, B, T, P, train, tokens=real)
+                tok = {v: real / r[v]["seconds"] for v in variants}
                 mfu = "/".join(f"{flops / r[v]['seconds'] / rate:.0%}" for v in variants)
                 line = (f"{mode:5} {shape:7} {precision:5} {tok['ours']:10.0f} {tok['hf']:9.0f} "
                         f"{tok['ours'] / tok['hf']:5.2f}x"
-                        + "".join(f"{tok[v]:11.0f} ({r[v]['compile_s']:4.0f}s)" for v in extra)
+                        + "".join(f"{tok[v]:11.0f} ({r[v]['compile_s']:4.0f}s)" if v.endswith("-compiled")
+                                  else f"{tok[v]:20.0f}" for v in extra)
                         + (f" {tok['ours'] / tok['hf-compiled']:15.2f}x" if "hf-compiled" in variants else "")
                         + f" {rate / 1e12:14.2f} {mfu:>30}")
                 if cuda:

@@ -71,7 +71,8 @@ class TrainConfig:
     # fp32; bf16 autocast (CPU and CUDA; fp32 weights); fp16 autocast with loss scaling (CUDA only)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     # torch.compile the model: none, default, reduce-overhead (CUDA graphs), max-autotune;
-    # the first step's extra time (the compilation) is logged
+    # the first step's extra time (the compilation) is logged. Pretraining skips the padding tokens
+    # (dynamic shapes) except under the two CUDA-graph modes, which keep every pass the padded shape
     compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = "none"
     activation_checkpointing: bool = False  # recompute each layer in the backward pass: less memory, more time
     seed: int = 12345                   # initial weights, data order, dropout

@@ -2,7 +2,7 @@
 
     ds = PretrainingDataset("data/wiki128", dynamic_masking=False, seed=0)
     item = ds[i]                      # one padded instance: a dict of numpy arrays
-    batch = collate([ds[i] for i in range(32)])   # dict of torch tensors (see `collate`)
+    batch = collate([ds[i] for i in range(32)])   # dict of torch tensors (see `collate`), and where the real tokens are
 
 The order, rank sharding and resumable position belong to the training loop's sampler
 (`albertlm.training.loop.StepData`), which reads this dataset through a torch DataLoader. With
@@ -127,7 +127,13 @@ class PretrainingDataset:
 
 
 def collate(items: Sequence[dict[str, np.ndarray]]) -> dict:
-    """Stack instances into the batch dict of torch tensors the model takes (int64; weights float32)."""
+    """Stack instances into the batch dict of torch tensors the model takes (int64; weights float32).
+    When the batch has padding, `token_index` (N,) holds the flat positions b * T + t of its N real tokens,
+    computed here on the host, so the model can skip the padding without a device sync (`model.albert.Packing`)."""
     import torch
 
-    return {key: torch.from_numpy(np.stack([item[key] for item in items])) for key in BATCH_KEYS}
+    batch = {key: torch.from_numpy(np.stack([item[key] for item in items])) for key in BATCH_KEYS}
+    mask = batch["attention_mask"].numpy().reshape(-1)
+    if not mask.all():
+        batch["token_index"] = torch.from_numpy(np.flatnonzero(mask))
+    return batch

@@ -103,8 +103,8 @@ def layer_transitions(model: nn.Module, batches) -> dict[str, list[float]]:
     captured: list[tuple[torch.Tensor, torch.Tensor]] = []
     inner = encoder.run_block
 
-    def recording_block(attention, ffn, x, mask, rows=None):  # rows is None here: every position is kept
-        y = inner(attention, ffn, x, mask, rows)
+    def recording_block(attention, ffn, x, mask, rows=None, packing=None):  # both None here: (B, T, H) in and out
+        y = inner(attention, ffn, x, mask, rows, packing)
         captured.append((x, y))
         return y
 

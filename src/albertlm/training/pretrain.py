@@ -27,13 +27,21 @@ from albertlm.training.distributed import DistInfo, init_distributed, world_size
 from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate, shuffled_batches
 from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "masked_lm_positions", "masked_lm_weights")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "masked_lm_positions", "masked_lm_weights",
+                "token_index")
+# compile modes that capture CUDA graphs, which want static shapes: the padding is not skipped under them
+STATIC_SHAPE_COMPILE = ("reduce-overhead", "max-autotune")
 STAT_NAMES = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sop_loss_sum", "sop_correct", "sop_count")
 
 
 class PretrainingObjective:
     """Masked-LM cross entropy weighted by `masked_lm_weights`, plus sentence-order (or NSP) cross entropy,
-    each averaged over the whole global batch. Examples labelled -100 have no sentence task."""
+    each averaged over the whole global batch. Examples labelled -100 have no sentence task.
+    `skip_padding`: pass the batch's `token_index` to the model, whose per-token layers then run on the real
+    tokens only (the same results; the padded slots' work is saved). Off under CUDA-graph compile modes."""
+
+    def __init__(self, skip_padding: bool = True):
+        self.inputs = MODEL_INPUTS if skip_padding else tuple(k for k in MODEL_INPUTS if k != "token_index")
 
     def denominators(self, batches: list[Batch]) -> torch.Tensor:
         masked = sum(b["masked_lm_weights"].float().sum() for b in batches)
@@ -41,7 +49,7 @@ class PretrainingObjective:
         return torch.stack([masked, sentences])
 
     def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch})
+        out = model(**{k: batch[k] for k in self.inputs if k in batch})
         mlm = _mlm_sums(out["prediction_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"])
         sop = _sentence_sums(out["sop_logits"], batch["sentence_order_label"])
         loss = mlm[0] / denominators[0].clamp(min=1e-5) + sop[0] / denominators[1].clamp(min=1)
@@ -180,7 +188,7 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
     run.train.check_equal_micro_batches(info.world_size)   # fixed-length data: every forward pass alike
     seed_everything(run.train.seed)                         # the same initial weights on every rank
     model = model if model is not None else build_model(run)
-    objective = objective or PretrainingObjective()
+    objective = objective or PretrainingObjective(skip_padding=run.train.compile not in STATIC_SHAPE_COMPILE)
     train = datasets.train
     data = StepData(train, datasets.collate, shuffled_batches(len(train), run.train.batch_size, run.train.seed),
                     run.train.micro_batches(info.world_size), info.rank, info.world_size, run.data.num_workers,
