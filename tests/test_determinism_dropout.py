@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from albertlm.config.presets import PRESETS, get_preset
+from albertlm.data import loader
 from albertlm.model.albert import AlbertForPreTraining
 from albertlm.training.distributed import DistInfo
 from albertlm.training.pretrain import Datasets, make_loop
@@ -107,7 +108,7 @@ def _train(run_dir: Path, info: DistInfo, *, max_steps: int, micro: int, dropout
     run = tiny_run(max_steps=max_steps, micro=micro, dropout=dropout, save_every=save_every)
     run = run.replace(model=run.model.replace(classifier_dropout=classifier_dropout))
     ds = SyntheticPretraining(n=64)
-    data = Datasets(train=ds, eval=None, collate=torch.utils.data.default_collate, meta=ds.meta)
+    data = Datasets(train=ds, eval=None, collate=loader.collate, meta=ds.meta)
     torch.manual_seed(run.train.seed)
     model = build_model(run)
     masks = DropoutMasks(model)

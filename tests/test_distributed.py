@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from albertlm.data import loader
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import DistInfo, shutdown
 from albertlm.training.pretrain import Datasets, make_loop
@@ -35,7 +36,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
     ddp = torch.load(out, weights_only=True)
 
     ds = SyntheticPretraining(n=64)
-    data = Datasets(train=ds, eval=SyntheticPretraining(n=16, seed=1), collate=torch.utils.data.default_collate,
+    data = Datasets(train=ds, eval=SyntheticPretraining(n=16, seed=1), collate=loader.collate,
                     meta=ds.meta)
     loop = make_loop(tiny_run(max_steps=steps, micro=8), tmp_path / "single", data, DistInfo(), False)
     losses = {}

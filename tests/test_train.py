@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from albertlm.data import loader
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import DistInfo
@@ -27,7 +28,7 @@ TESTS = Path(__file__).resolve().parent
 def datasets(n=64, sop=True):
     ds = SyntheticPretraining(n=n, sop=sop)
     held_out = SyntheticPretraining(n=16, seed=1, sop=sop)
-    return Datasets(train=ds, eval=held_out, collate=torch.utils.data.default_collate, meta=ds.meta)
+    return Datasets(train=ds, eval=held_out, collate=loader.collate, meta=ds.meta)
 
 
 def train(run, run_dir, resume=False, stop_at=None, data=None, logger=None):
@@ -124,6 +125,7 @@ KILL_SCRIPT = """
 import sys, time
 from pathlib import Path
 import torch
+from albertlm.data import loader
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import DistInfo
 from albertlm.training.pretrain import Datasets, make_loop
@@ -136,7 +138,7 @@ def slow_write(directory, state):   # widen the window in which a kill lands mid
     real(directory, state)
 ckpt._write_trainer_state = slow_write
 ds = SyntheticPretraining(n=64)
-data = Datasets(train=ds, eval=None, collate=torch.utils.data.default_collate, meta=ds.meta)
+data = Datasets(train=ds, eval=None, collate=loader.collate, meta=ds.meta)
 make_loop(tiny_run(max_steps=6, save_every=1, dropout=0.1), Path(sys.argv[1]), data, DistInfo(), False).run()
 """
 

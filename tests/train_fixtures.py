@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.config import ModelConfig
+from albertlm.data import loader
 from albertlm.config.run import RunConfig, TrainConfig, OptimConfig
 
 
@@ -77,7 +78,7 @@ def ddp_worker(rank: int, world_size: int, port: int, run_dir: str, out_file: st
     torch.set_num_threads(1)
     info = init_distributed("gloo", "cpu")
     ds = SyntheticPretraining(n=64)
-    data = Datasets(train=ds, eval=SyntheticPretraining(n=16, seed=1), collate=torch.utils.data.default_collate,
+    data = Datasets(train=ds, eval=SyntheticPretraining(n=16, seed=1), collate=loader.collate,
                     meta=ds.meta)
     loop = make_loop(tiny_run(max_steps=max_steps, micro=2, save_every=max_steps), Path(run_dir), data, info, False)
     losses = {}
