@@ -23,7 +23,11 @@ from albertlm.errors import UserError
 FORMATS = ("tf", "hf", "albertlm")
 # tokenizer file name in DST <- names it may have beside the source (google's tarballs: 30k-clean.model)
 TOKENIZER_FILES = {"spiece.model": ("spiece.model", "30k-clean.model", "assets/30k-clean.model"),
-                   "vocab.txt": ("vocab.txt", "assets/vocab.txt")}
+                   "vocab.txt": ("vocab.txt", "assets/vocab.txt"),
+                   # the preprocessing options (lower-casing, accents) and transformers' fast tokenizer
+                   # travel with the model, so DST tokenizes exactly as SRC did
+                   "tokenizer_config.json": ("tokenizer_config.json",),
+                   "tokenizer.json": ("tokenizer.json",)}
 OUTPUT_FILES = ("config.json", "model.safetensors", "labels.json", "README.md", "spiece.model", "vocab.txt",
                 "tokenizer.json", "tokenizer_config.json")   # everything convert may write: replaced only with --overwrite
 
@@ -55,30 +59,43 @@ def run(args: argparse.Namespace, command: str) -> int:
         src = resolve_checkpoint(src)
     src_format = detect_format(src) if args.src_format == "auto" else args.src_format
     if src_format == args.dst_format:
+        if args.src_format != "auto":
+            raise UserError(f"--from {src_format} and --to {args.dst_format}: nothing to convert")
         raise UserError(f"SRC is already in {src_format} format; nothing to convert (use --to)")
     if args.config and src_format != "tf":
         raise UserError("--config is only for TF checkpoints (other formats carry config.json)")
+    if args.verify and src_format != "tf":
+        raise UserError("--verify checks a TF checkpoint's CRC32C; SRC is a(n) "
+                        f"{src_format} directory (safetensors files carry no checksums to verify)")
     _check_destination(src, dst, args.overwrite)
     if args.tokenizer and not Path(args.tokenizer).is_file():   # before anything is written
         raise UserError(f"--tokenizer {args.tokenizer}: no such file")
     model, notes = load_model(src, src_format, args.config, args.verify)
     base = src if src.is_dir() else src.parent
-    if args.dst_format == "hf" or args.tokenizer:
-        from albertlm.tasks.inference import find_tokenizer
+    from albertlm.tasks.inference import find_tokenizer
 
-        tokenizer = args.tokenizer or find_tokenizer(base)
-        if tokenizer is not None:
-            _check_tokenizer_fits(Path(tokenizer), model.config.vocab_size)
+    tokenizer = args.tokenizer or find_tokenizer(base)
+    # the tokenizer DST will hold (--to hf writes the one found; files beside SRC are copied): it must fit
+    if tokenizer is not None and (args.tokenizer or args.dst_format == "hf" or Path(tokenizer) == base):
+        _check_tokenizer_fits(Path(tokenizer), model.config.vocab_size)
     from albertlm.interop.hf import read_labels
 
     labels = read_labels(src if src.is_dir() else src.parent)
-    save_model(model, dst, args.dst_format, labels)
+    if args.overwrite:   # every check passed: no file of an earlier conversion may outlive this one
+        for name in OUTPUT_FILES:
+            (dst / name).unlink(missing_ok=True)
+    try:
+        save_model(model, dst, args.dst_format, labels)
+    except OSError as exc:
+        raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
     copied = copy_tokenizer(src, dst, Path(args.tokenizer) if args.tokenizer else None)
+    card = None
     if args.dst_format == "hf":  # tokenizer_config.json, tokenizer.json and README.md beside the model
         from albertlm.interop.hf import complete_export
 
-        copied = copied + complete_export(model, dst, src, tokenizer)
-    print_summary(model, src, src_format, dst, args.dst_format, notes, copied)
+        *more, card = complete_export(model, dst, src, tokenizer)
+        copied = copied + more
+    print_summary(model, src, src_format, dst, args.dst_format, notes, copied, card)
     return 0
 
 
@@ -215,7 +232,7 @@ def copy_tokenizer(src: Path, dst: Path, explicit: Path | None) -> list[str]:
 
 
 def print_summary(model, src: Path, src_format: str, dst: Path, dst_format: str, notes: list[str],
-                  copied: list[str]) -> None:
+                  copied: list[str], card: str | None = None) -> None:
     cfg = model.config
     params = sum(p.numel() for p in model.parameters())
     print(f"converted {src} ({src_format}) -> {dst} ({dst_format})")
@@ -226,3 +243,5 @@ def print_summary(model, src: Path, src_format: str, dst: Path, dst_format: str,
     for line in notes or ["all weights mapped: no missing or unexpected keys"]:
         print(line)
     print("tokenizer: " + ("; ".join(copied) if copied else "none found beside the source (see --tokenizer)"))
+    if card:
+        print(card)

@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                    help="also write FILE.int8.onnx with int8 dynamic quantisation of the matmul weights")
     p.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
                    help="torch.onnx's TorchScript exporter (fast) or the torch.export-based one")
-    p.add_argument("--opset", type=int, default=18, help="ONNX opset")
+    p.add_argument("--opset", type=int, default=18,
+                   help="ONNX opset (default 18; torchscript: 14 to 20, dynamo: 18 and up, as this torch allows)")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime-vs-PyTorch check")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --out file (and FILE.int8.onnx with --quantize int8)")
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     from albertlm.tasks.inference import resolve_checkpoint
 
     onnx_export.require_onnx()
+    onnx_export.check_opset(args.exporter, args.opset)          # before anything is read
     model_dir = resolve_checkpoint(args.model)
     out = Path(args.out)
     if out.suffix != ".onnx":

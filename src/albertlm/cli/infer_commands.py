@@ -90,7 +90,7 @@ def _embed(args) -> int:
     from albertlm.tasks.inference import embed_texts, load_encoder, load_tokenizer_for
 
     model, model_dir, device = load_encoder(args.model, args.device)
-    tokenizer = load_tokenizer_for(model_dir, args.tokenizer)
+    tokenizer = load_tokenizer_for(model_dir, args.tokenizer, model.config.vocab_size)
     if args.input == "-":
         texts = [line.rstrip("\n") for line in sys.stdin]
         count, source = len(texts), iter(texts)

@@ -204,11 +204,16 @@ def _tokenizer(args, model_dir: Path):
     from albertlm.tokenization import load_tokenizer
     from albertlm.tokenization.load import find_tokenizer
 
+    from albertlm.model.io import read_config
+    from albertlm.tasks.inference import check_tokenizer_fits
+
     found = Path(args.tokenizer) if args.tokenizer else find_tokenizer(model_dir)
     if found is None:
         raise UserError(f"no tokenizer files (spiece.model / vocab.txt / tokenizer.json) in {model_dir}; "
                         "pass --tokenizer PATH")
-    return load_tokenizer(found)
+    tokenizer = load_tokenizer(found)
+    check_tokenizer_fits(tokenizer, read_config(model_dir)[0].vocab_size, found)
+    return tokenizer
 
 
 def _task_info(model_dir) -> dict:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -45,6 +46,28 @@ OUTPUTS = {
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 EXPORTERS = ("torchscript", "dynamo")
 OPSET = 18
+# the lowest opset each exporter can write this model in: attention (scaled_dot_product_attention) needs 14,
+# the torch.export-based exporter writes 18 and up
+MIN_OPSET = {"torchscript": 14, "dynamo": 18}
+
+
+def opset_range(exporter: str) -> tuple[int, int]:
+    """(lowest, highest) opset `exporter` can write this model in, with this torch."""
+    try:
+        from torch.onnx import _constants   # private; absent or renamed in some torch: fall back
+        high = (_constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET if exporter == "torchscript"
+                else _constants.ONNX_MAX_OPSET)
+    except (ImportError, AttributeError):
+        high = 20 if exporter == "torchscript" else 23
+    return MIN_OPSET[exporter], int(high)
+
+
+def check_opset(exporter: str, opset: int) -> None:
+    if exporter not in EXPORTERS:
+        raise UserError(f"exporter must be one of {', '.join(EXPORTERS)}, got {exporter!r}")
+    low, high = opset_range(exporter)
+    if not low <= opset <= high:
+        raise UserError(f"--opset {opset}: the {exporter} exporter writes opsets {low} to {high} with this torch")
 EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's 2 GB limit: bigger models keep their weights in a .data file
 
 
@@ -110,8 +133,7 @@ def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscr
     """Write `model` (traced in eval mode, on CPU, fp32; its own mode is left as it was) to `path`;
     returns {"outputs", "initializers", "merged_initializers", "bytes"}."""
     onnx = require_onnx()
-    if exporter not in EXPORTERS:
-        raise UserError(f"exporter must be one of {', '.join(EXPORTERS)}, got {exporter!r}")
+    check_opset(exporter, opset)
     names = output_names(model)
     was_training = model.training
     model = model.eval().float().cpu()
@@ -155,7 +177,7 @@ def _export_dynamo(wrapper: nn.Module, args, path: Path, names, axes: dict, opse
             else torch.export.Dim(v) for k, v in axes.items()}
     shapes = {name: dims for name in INPUTS}
     program = torch.onnx.export(wrapper, args, input_names=list(INPUTS), output_names=list(names),
-                                dynamic_shapes=shapes, opset_version=max(opset, 18), dynamo=True, verbose=False,
+                                dynamic_shapes=shapes, opset_version=opset, dynamo=True, verbose=False,
                                 optimize=True)
     program.save(str(path), external_data=False)
 
@@ -272,9 +294,14 @@ def quantize_int8(path: str | Path, out: str | Path) -> dict:
     untie_shared_initializers(proto)
     onnx.save_model(proto, str(untied))
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_dynamic(str(untied), str(out), weight_type=QuantType.QInt8)
+        disabled = logging.root.manager.disable
+        logging.disable(logging.WARNING)   # its "consider pre-processing" advice, through the root logger
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                quantize_dynamic(str(untied), str(out), weight_type=QuantType.QInt8)
+        finally:
+            logging.disable(disabled)
     finally:
         untied.unlink(missing_ok=True)
     proto = onnx.load(str(out))

@@ -87,8 +87,9 @@ class Packing:
         return x.flatten(0, 1).index_select(0, self.index)
 
     def rows(self, rows: Tensor) -> Tensor:
-        """(B, R) positions in the padded batch -> their rows in the (N, ...) packing (a padded position,
-        which nothing reads, maps to row 0)."""
+        """(B, R) positions in the padded batch -> their rows in the (N, ...) packing. A padded position maps to
+        row 0, the first real token of the batch: what is computed there is meaningless, as in the padded
+        model (pretraining's slot padding points at [CLS], a real token)."""
         slot = self.index.new_zeros(self.batch * self.length)
         slot = slot.index_copy(0, self.index, torch.arange(len(self.index), device=self.index.device))
         base = torch.arange(self.batch, device=rows.device)[:, None] * self.length
@@ -230,6 +231,8 @@ class AlbertModel(PretrainedMixin, nn.Module):
         computed by the caller (the data loader does); the per-token layers then skip the padding
         (`Packing`), and `last_hidden_state` holds zeros there."""
         B, T = input_ids.shape
+        if token_index is not None and attention_mask is None:  # the padded keys must still be hidden
+            raise ValueError("token_index needs the attention_mask it was computed from")
         packing = Packing(token_index, B, T) if token_index is not None else None
         x = self.embeddings(input_ids, token_type_ids, packing)  # (B, T, H), or (N, H) packed
         x = self.encoder(x, attention_bias(attention_mask), rows, packing)

@@ -12,6 +12,7 @@ with HF's num_hidden_groups = the number of unique blocks / K (N for `all`, L fo
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from albertlm.config import ModelConfig
@@ -179,6 +180,7 @@ def state_from_hf(hf_state: dict[str, Any], cfg: ModelConfig, plan: list[tuple[i
     for ours, theirs in HEAD_KEYS.items():
         if theirs in hf_state:
             out[ours] = hf_state[theirs]
+    _check_tied_decoder(hf_state)
     known = set(_flat(backbone_key_map(cfg, plan).values())) | set(HF_IGNORED) | {
         "encoder.embedding_hidden_mapping_in.weight", "encoder.embedding_hidden_mapping_in.bias"}
     unknown = sorted(k for k in base if k not in known) + sorted(
@@ -189,6 +191,23 @@ def state_from_hf(hf_state: dict[str, Any], cfg: ModelConfig, plan: list[tuple[i
 
 
 HEAD_PREFIXES = ("predictions.", "sop_classifier.", "classifier.", "qa_outputs.")
+
+
+def _check_tied_decoder(hf_state: dict[str, Any]) -> None:
+    """Our masked-LM decoder is the word embedding matrix (and `predictions.bias`), as in google's code and
+    transformers' default; a checkpoint trained with `tie_word_embeddings=False` cannot be represented, so its
+    MLM outputs would change: say so (the encoder and every other head load exactly)."""
+    import torch
+
+    pairs = (("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight", "the word embeddings"),
+             ("predictions.decoder.bias", "predictions.bias", "predictions.bias"))
+    for key, tied_to, name in pairs:
+        a, b = hf_state.get(key), hf_state.get(tied_to, hf_state.get(tied_to.removeprefix("albert.")))
+        if a is not None and b is not None and not (a.shape == b.shape and torch.equal(a, b)):
+            logging.getLogger("albertlm.model").warning(
+                "the checkpoint's masked-LM decoder (%s) is not tied to %s; albertlm's is, so its masked-LM "
+                "outputs will differ from the source's (the encoder and the other heads load exactly)", key, name)
+            return
 
 
 def _flat(values) -> list[str]:

@@ -70,13 +70,24 @@ def _recorded_tokenizer(run_config: Path) -> Path | None:
     return Path(path) if path and Path(path).exists() else None
 
 
-def load_tokenizer_for(model_dir: Path, explicit: str | Path | None = None):
+def load_tokenizer_for(model_dir: Path, explicit: str | Path | None = None, vocab_size: int | None = None):
+    """The model's tokenizer (or `explicit`); with `vocab_size`, one with more pieces is refused."""
     from albertlm.tokenization import load_tokenizer
 
     found = Path(explicit) if explicit else find_tokenizer(model_dir)
     if found is None:
         raise UserError(f"no tokenizer beside {model_dir} nor recorded by its run; pass --tokenizer PATH")
-    return load_tokenizer(found)
+    tokenizer = load_tokenizer(found)
+    if vocab_size is not None:
+        check_tokenizer_fits(tokenizer, vocab_size, found)
+    return tokenizer
+
+
+def check_tokenizer_fits(tokenizer, vocab_size: int, path: str | Path) -> None:
+    """A tokenizer with more pieces than the model has embedding rows would give ids past the table."""
+    if tokenizer.vocab_size > vocab_size:
+        raise UserError(f"tokenizer {path} has {tokenizer.vocab_size} pieces but the model's vocabulary is "
+                        f"{vocab_size}: not this model's tokenizer (see --tokenizer)")
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -137,7 +148,7 @@ class FillMask:
                             "pretrained or masked-LM checkpoint")
         target = pick_device(device)
         model = with_fast_paths(AlbertForMaskedLM.from_pretrained(model_dir), target).eval().to(target)
-        return cls(model, load_tokenizer_for(model_dir, tokenizer), target)
+        return cls(model, load_tokenizer_for(model_dir, tokenizer, model.config.vocab_size), target)
 
     @torch.inference_mode()
     def __call__(self, texts: Sequence[str], top_k: int = 5, batch_size: int = 32) -> list[list[list[dict]]]:
@@ -203,7 +214,8 @@ def embed_batch(model, rows: Sequence[Sequence[int]], pad_id: int, pooling: str,
     """(B, H) float32: the mean of the last hidden states over real tokens ([CLS]/[SEP] included, as
     sentence-transformers' mean pooling), or the [CLS] hidden state."""
     input_ids, attention_mask = pad_batch(rows, pad_id, device)
-    hidden = model(input_ids, attention_mask).last_hidden_state.float()  # (B, T, H)
+    encoder = getattr(model, "albert", model)   # the backbone of any of our classes
+    hidden = encoder(input_ids, attention_mask).last_hidden_state.float()  # (B, T, H)
     if pooling == "cls":
         pooled = hidden[:, 0]
     else:
@@ -217,6 +229,7 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
                 window: int = 0, out: np.ndarray | None = None, num_texts: int | None = None,
                 progress: Callable[[int], None] | None = None) -> np.ndarray:
     """Embeddings of `texts` in input order, (N, H) float32 (written into `out` if given, e.g. a memmap).
+    `model`: an `AlbertModel` or any of our classes holding one (its heads are not used).
 
     Texts are read `window` at a time (default 64 batches), tokenized, sorted into length buckets and run
     batch by batch, so memory is bounded whatever N. Texts longer than `max_length` (default: the model's
