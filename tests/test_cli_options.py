@@ -179,3 +179,12 @@ def test_squad_scoring_options(capsys):
         main(["evaluate", "squad", "--help"])
     text = capsys.readouterr().out
     assert "--na-probs" in text and "--na-prob-thresh" in text and "null_odds.json" in text
+
+
+def test_no_progress_is_spelled_alike_in_every_long_running_command(capsys):
+    assert _dry_run(capsys, "--preset", "albert-tiny")["train"]["progress"] is True
+    assert _dry_run(capsys, "--preset", "albert-tiny", "--no-progress")["train"]["progress"] is False
+    for argv in (["pretrain"], ["finetune", "glue"], ["evaluate"], ["embed"]):
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        assert "--no-progress" in capsys.readouterr().out, argv

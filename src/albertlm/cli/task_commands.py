@@ -46,6 +46,7 @@ def finetune_options(family: str, command: str) -> Options:
 
     if command == "finetune":
         return Options(FinetuneConfig, plain=TRAINING_FLAGS, config_file=True, skip=frozenset({"train.eval_batches"}),
+                       negations={"--no-progress": "train.progress"},
                        defaults=lambda: FAMILY_DEFAULTS[family], title="fine-tuning options")
     return Options(FinetuneConfig, plain={"--precision": "train.precision", "--device": "dist.device"},
                    negations={"--no-progress": "train.progress"},

@@ -19,7 +19,7 @@ from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.run import PATH_KEYS, RunConfig
 from albertlm.errors import UserError
 
-PRETRAIN = Options(RunConfig, config_file=True, plain={
+PRETRAIN = Options(RunConfig, config_file=True, negations={"--no-progress": "train.progress"}, plain={
     "--data": "data.path", "--eval-data": "data.eval_path", "--max-steps": "train.max_steps",
     "--batch-size": "train.batch_size", "--micro-batch-size": "train.micro_batch_size", "--lr": "optim.lr",
     "--warmup-steps": "optim.warmup_steps", "--precision": "train.precision", "--compile": "train.compile",
