@@ -96,8 +96,8 @@ def test_variants_that_differ_only_in_model_fields_are_separate_runs_and_baselin
     scratch = [j.name for j in jobs if j.kind == "scratch"]
     assert scratch == ["scratch-E128-all-s1", "scratch-E128-all-num_layers3-s1", "scratch-E128-all-num_layers1-s1"]
     assert len({j.directory for j in jobs}) == len(jobs)
-    path.write_text('[{"name": "E128-all-nsp", "model": {"num_layers": 3}}, {"task": "sop"}]')
-    with pytest.raises(UserError, match="same no-pretraining baseline name 'scratch-E128-all'"):
+    path.write_text('[{"name": "E1-x-nsp", "model": {"num_layers": 3}}, {"name": "E1-x-sop"}]')
+    with pytest.raises(UserError, match="same no-pretraining baseline name 'scratch-E1-x'"):
         plan_jobs(grids.expand(grids.resolve_grids(str(path)), get_scale("smoke")))
 
 
@@ -215,6 +215,7 @@ def test_a_user_grids_report_lists_its_own_variants(micro, tmp_path):
     for path in (out / "runs").glob("*/result.json"):
         result = json.loads(path.read_text())
         result["variant"] = "mine-" + result["variant"]
+        result["model"]["ffn_size"] += 1            # another model than the paper's (rows go by configuration)
         path.write_text(json.dumps(result))
     report = (write_report(out)[0]).read_text()
     assert "## Table 5" not in report and "## Figure 1" not in report
@@ -331,7 +332,7 @@ def test_cli_finetune_lr_changes_the_protocol_and_needs_refinetune(micro, capsys
     assert err.count("\n") == 1 and "finetune_lr: 0.001 there, 0.0005 now): add --refinetune" in err
     assert (tmp_path / "out" / "suite.json").read_text() == before
     assert main(common + ["--finetune-lr", "-1"]) == 2
-    assert "--finetune-lr must be >= 0 (0 = the scale's), got -1.0" in capsys.readouterr().err
+    assert "--finetune-lr must be a finite number >= 0 (0 = the default), got -1.0" in capsys.readouterr().err
     assert main(common + ["--finetune-seeds", "-2"]) == 2
     assert "--finetune-seeds must be >= 0" in capsys.readouterr().err
     assert main(common) == 0                          # without it, the scale's lr: the same protocol, all skipped

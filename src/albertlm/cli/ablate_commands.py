@@ -28,6 +28,7 @@ class AblateOptions:
     glue_dir: str = "../shared/data/glue"  # GLUE task folders (SST-2, STS-B, ...) for the downstream evaluation
     seeds: list[int] = field(default_factory=list)  # pretraining seeds (default: the scale's)
     max_steps: int = 0                   # override the scale's pretraining steps (0 = the scale's)
+    vocab_size: int = 0                  # override the scale's vocabulary V, SentencePiece pieces (0 = the scale's; a Korean, Chinese or Japanese corpus needs more than smoke's 400)
     finetune_seeds: int = 0              # fine-tuning runs per model, averaged (0 = the scale's); raising it on a finished suite adds only the new runs
     finetune_lr: float = 0.0             # override the scale's fine-tuning learning rate (0 = the scale's); on a finished suite it needs --refinetune
     refinetune: bool = False             # continue a suite whose fine-tuning protocol (scale) changed: its kept models are fine-tuned again, nothing is pretrained again
@@ -40,6 +41,9 @@ class AblateOptions:
 
 
 ABLATE = Options(AblateOptions)
+# pretraining seeds; a model's fine-tuning seeds are its seed + 1000 i, and every seed must suit numpy's 32 bits
+SEED_LIMIT = 2**31
+MIN_VOCAB = 100   # the special tokens and the corpus's characters come first
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -56,6 +60,14 @@ def run(args: argparse.Namespace, command: str) -> int:
     if Path(o.out).exists() and not Path(o.out).is_dir():
         raise UserError(f"--out {o.out}: is a file, not a suite directory")
     if o.report_only:
+        defaults = AblateOptions(out=o.out, report_only=True)
+        given = [f"--{name.replace('_', '-')}" for name in ("grid", "scale", "corpus", "seeds", "max_steps", "vocab_size",
+                                                            "finetune_seeds", "finetune_lr", "refinetune", "jobs",
+                                                            "threads", "max_jobs", "list_jobs")
+                 if getattr(o, name) != getattr(defaults, name)]
+        if given:   # the report reads what --out holds: these would be silently ignored
+            raise UserError(f"--report-only writes the report of the suite in --out as it stands; "
+                            f"{', '.join(given)} cannot be used with it")
         if not (Path(o.out) / "suite.json").is_file():
             raise UserError(f"--out {o.out}: not an ablation suite (no suite.json); run the grid first")
         paths = write_report(Path(o.out))
@@ -64,11 +76,23 @@ def run(args: argparse.Namespace, command: str) -> int:
     if not o.corpus:
         raise UserError("--corpus DIR is required (train.txt + heldout.txt; benchmarks/assemble_corpus.py writes one)")
     for flag, value in (("--finetune-seeds", o.finetune_seeds), ("--finetune-lr", o.finetune_lr),
-                        ("--max-steps", o.max_steps)):
-        if value < 0:
-            raise UserError(f"{flag} must be >= 0 (0 = the scale's), got {value}")
+                        ("--max-steps", o.max_steps), ("--max-jobs", o.max_jobs), ("--threads", o.threads),
+                        ("--vocab-size", o.vocab_size)):
+        if not value >= 0 or value == float("inf"):   # NaN fails the first test
+            raise UserError(f"{flag} must be {'a finite number ' if isinstance(value, float) else ''}>= 0 "
+                            f"(0 = the default), got {value}")
+    if o.jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {o.jobs}")
+    bad = [s for s in o.seeds if not 0 <= s < SEED_LIMIT]
+    if bad:
+        raise UserError(f"--seeds: {bad[0]} is out of range (a seed is an integer in [0, {SEED_LIMIT}))")
+    if len(set(o.seeds)) != len(o.seeds):
+        raise UserError(f"--seeds {' '.join(map(str, o.seeds))}: a seed is given twice (each seed is one run "
+                        f"of every variant)")
+    if 0 < o.vocab_size < MIN_VOCAB:
+        raise UserError(f"--vocab-size must be at least {MIN_VOCAB} (0 = the scale's), got {o.vocab_size}")
     changes = {k: v for k, v in (("max_steps", o.max_steps), ("finetune_seeds", o.finetune_seeds),
-                                 ("finetune_lr", o.finetune_lr)) if v}
+                                 ("finetune_lr", o.finetune_lr), ("vocab_size", o.vocab_size)) if v}
     scale = get_scale(o.scale, **changes)
     suite = make_suite(o.out, scale, o.grid, o.corpus, o.glue_dir, tuple(o.seeds) or None, o.threads)
     missing = [t.dir_name for t in scale.finetune_tasks if not (suite.glue_dir / t.dir_name).is_dir()]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,12 @@ def resolve_grids(name_or_file: str) -> list[Grid]:
 
 
 def read_grid_file(path: Path) -> Grid:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     try:
         if path.suffix.lower() == ".toml":
             import tomllib
@@ -140,6 +145,10 @@ def read_grid_file(path: Path) -> Grid:
     except Exception as exc:   # json.JSONDecodeError, tomllib.TOMLDecodeError
         raise UserError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {exc}") from None
     if isinstance(data, dict):
+        unknown = set(data) - {"name", "variants"}
+        if unknown:
+            raise UserError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))} (a grid table has "
+                            f"'variants' and optionally 'name')")
         name, items = str(data.get("name", path.stem)), data.get("variants")
     else:
         name, items = path.stem, data
@@ -166,6 +175,10 @@ def read_grid_file(path: Path) -> Grid:
         variant = Variant(embedding=item.get("embedding", 128), sharing=item.get("sharing", "all"),
                           task=item.get("task", "sop"), dropout=item.get("dropout", False),
                           model=tuple(sorted(model.items())), name=label)
+        paper = paper_variant(label) if label else None
+        if paper is not None and replace(variant, name="") != paper:   # the report places rows by configuration
+            raise UserError(f"{path}: variant {i}: name {label!r} is the paper's label of another configuration "
+                            f"({describe(paper)}); give this variant another name")
         twin = next((j for j, v in enumerate(variants) if v.label == variant.label), None)
         if twin is not None:
             raise UserError(f"{path}: variants {twin} and {i} are both named {variant.label!r}; "
@@ -182,9 +195,42 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 _NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
 
 
+def paper_variant(label: str) -> Variant | None:
+    """The paper configuration (a variant of a named grid) whose label is `label`, or None."""
+    return next((v for g in GRIDS.values() for v in g.variants if v.label == label), None)
+
+
+def describe(variant: Variant) -> str:
+    """A variant's configuration in words: E=128, all-shared, sop (, dropout) (, model overrides)."""
+    return ", ".join([f"E={variant.embedding}", f"{variant.sharing}-shared" if variant.sharing != "none"
+                      else "not shared", f"task {variant.task}"] + (["dropout"] if variant.dropout else [])
+                     + [f"{k}={v}" for k, v in variant.model])
+
+
+# ModelConfig fields the scale decides for every run: the tokenizer's vocabulary (V) and a position table that
+# holds the scale's T
+SCALE_FIXED = ("vocab_size",)
+
+
+def check_against_scale(variant: Variant, scale: Scale, where: str) -> None:
+    """Refuse model overrides that cannot work with the scale's data (before any preparation)."""
+    model = dict(variant.model)
+    for key in SCALE_FIXED:
+        if key in model:
+            raise UserError(f"{where}: model.{key} cannot be set (the data's vocabulary is the tokenizer's, "
+                            f"V={scale.vocab_size} at scale {scale.name})")
+    positions = model.get("max_position_embeddings")
+    if isinstance(positions, int) and not isinstance(positions, bool) and positions < scale.max_seq_length:
+        raise UserError(f"{where}: model.max_position_embeddings={positions} is below the scale's sequence "
+                        f"length T={scale.max_seq_length}")
+
+
 def expand(grids: list[Grid], scale: Scale) -> list[Run]:
     """The runs of `grids` at `scale` (its seeds), deduplicated (same model, task and seed = one run), in
     priority order."""
+    for grid in grids:
+        for variant in grid.variants:
+            check_against_scale(variant, scale, f"grid {grid.name}, variant {variant.label}")
     base = base_model(scale)
     by_key: dict[str, Run] = {}
     order: list[str] = []
@@ -193,7 +239,7 @@ def expand(grids: list[Grid], scale: Scale) -> list[Run]:
             for variant in grid.variants:
                 try:
                     model = base.replace(**variant.model_overrides(scale)).to_dict()
-                except TypeError as exc:
+                except (TypeError, UserError) as exc:   # an unknown field, or a value ModelConfig refuses
                     raise UserError(f"grid {grid.name}, variant {variant.label}: {exc}") from None
                 key = json.dumps([model, variant.task, seed], sort_keys=True)
                 if key in by_key:

@@ -85,8 +85,9 @@ def downstream_scores(result: dict) -> dict[str, float]:
     return scores
 
 
-def aggregate(data: dict) -> dict[str, Any]:
-    """Per variant (pretrained) and per shape (scratch): every metric over seeds."""
+def aggregate(data: dict, scale: Scale | None = None) -> dict[str, Any]:
+    """Per variant (pretrained) and per shape (scratch): every metric over seeds; `paper`: which variant is
+    each of the paper's configurations (by its model and sentence task at `scale`, not by its name)."""
     out: dict[str, Any] = {"variants": {}, "shapes": {}}
     groups: dict[str, list[dict]] = {}
     for r in data["pretrain"].values():
@@ -112,7 +113,47 @@ def aggregate(data: dict) -> dict[str, Any]:
             row[f"ft_{key}"] = summary(s.get(key) for s in scores)
         row["transitions"] = _mean_transitions(runs)
         out["shapes"][shape] = row
+    out["paper"] = paper_rows(out["variants"], scale)
     return out
+
+
+def _model_key(model: dict | None) -> str:
+    from albertlm.experiments.runner import _model_dict
+
+    return json.dumps(_model_dict(model or {}), sort_keys=True)
+
+
+def paper_rows(variants: dict[str, dict], scale: Scale | None) -> dict[str, str]:
+    """The paper's configuration (its label, E128-all-sop) -> the variant whose runs have that configuration's
+    model and sentence task at `scale` (a user variant may have any name; a name is no configuration).
+    Without a scale (no suite.json), by label."""
+    if scale is None:
+        return {label: label for label in variants if label in _PAPER_LABELS}
+    base = base_model(scale)
+    by_config: dict[tuple[str, str], str] = {}
+    for label, row in variants.items():
+        key = (_model_key(row.get("model")), row.get("task"))
+        if key not in by_config or label in _PAPER_LABELS:   # the paper's own label first
+            by_config[key] = label
+    out = {}
+    for label, variant in _PAPER_LABELS.items():
+        try:
+            model = base.replace(**variant.model_overrides(scale)).to_dict()
+        except Exception:
+            continue
+        found = by_config.get((_model_key(model), variant.task))
+        if found is not None:
+            out[label] = found
+    return out
+
+
+_PAPER_LABELS: dict[str, Variant] = {v.label: v for g in GRIDS.values() for v in g.variants}
+
+
+def row_of(agg: dict, variant: Variant) -> dict | None:
+    """The aggregated row of one of the paper's configurations, or None when no run has it."""
+    label = (agg.get("paper") or {}).get(variant.label) if "paper" in agg else variant.label
+    return agg["variants"].get(label) if label else None
 
 
 def _mean_transitions(runs: list[dict]) -> dict[str, list[float]]:
@@ -142,8 +183,7 @@ def table3(agg, tasks, scale) -> list[str]:
     rows = []
     for sharing in ("none", "all"):
         for e in PAPER_E:
-            label = Variant(embedding=e, sharing=sharing).label
-            row = agg["variants"].get(label)
+            row = row_of(agg, Variant(embedding=e, sharing=sharing))
             p = PAPER_TABLE3[(sharing, e)]
             rows.append([SHARING_NAMES[sharing], _scale_e(scale, e), _params(row), f"{p[0]}M", cell(_get(row, "mlm_acc")),
                          *_downstream_cells(row, tasks), _scratch_avg(agg, row), paper(p[1]), paper(p[2])])
@@ -156,7 +196,7 @@ def table4(agg, tasks, scale) -> list[str]:
     rows = []
     for e in (768, 128):
         for sharing in ("all", "attention", "ffn", "none"):
-            row = agg["variants"].get(Variant(embedding=e, sharing=sharing).label)
+            row = row_of(agg, Variant(embedding=e, sharing=sharing))
             p = PAPER_TABLE4[(e, sharing)]
             rows.append([f"E={_scale_e(scale, e)}", SHARING_NAMES[sharing], _params(row), f"{p[0]}M",
                          cell(_get(row, "mlm_acc")), *_downstream_cells(row, tasks), _scratch_avg(agg, row),
@@ -169,7 +209,7 @@ def table5(agg, tasks, scale) -> list[str]:
             "paper SST-2", "paper Avg"]
     rows = []
     for task in ("none", "nsp", "sop"):
-        row = agg["variants"].get(Variant(task=task).label)
+        row = row_of(agg, Variant(task=task))
         p = PAPER_TABLE5[task]
         rows.append([TASK_NAMES[task], cell(_get(row, "mlm_acc")), cell(_get(row, "nsp_acc")),
                      cell(_get(row, "sop_acc")), f"{p[0]} / {p[1]} / {p[2]}", *_downstream_cells(row, tasks),
@@ -181,7 +221,7 @@ def dropout_table(agg, tasks, scale) -> list[str]:
     head = ["ALBERT", "MLM", "SOP", *[_task_title(t) for t in tasks], "paper SST-2", "paper Avg"]
     rows = []
     for flag in (True, False):
-        row = agg["variants"].get(Variant(dropout=flag).label)
+        row = row_of(agg, Variant(dropout=flag))
         p = PAPER_DROPOUT[flag]
         rows.append(["With dropout" if flag else "Without dropout", cell(_get(row, "mlm_acc")),
                      cell(_get(row, "sop_acc")), *_downstream_cells(row, tasks), p[0], p[1]])
@@ -201,9 +241,9 @@ def figure1_table(agg) -> list[str]:
 
 def _figure1_models(agg) -> list[tuple[str, dict]]:
     out = []
-    for label, name in ((Variant(embedding=128, sharing="all").label, "ALBERT"),
-                        (Variant(embedding=768, sharing="none").label, "BERT")):
-        row = agg["variants"].get(label)
+    for variant, name in ((Variant(embedding=128, sharing="all"), "ALBERT"),
+                          (Variant(embedding=768, sharing="none"), "BERT")):
+        row = row_of(agg, variant)
         if row and row.get("transitions"):
             out.append((name, row["transitions"]))
     return out
@@ -266,29 +306,32 @@ def _separated(a: dict | None, b: dict | None) -> bool | None:
     return a["min"] > b["max"]
 
 
-def claims(agg) -> dict[str, dict]:
-    """Automatic checks of claims 1-5 with the rule each uses; docs/paper.md gives the judgement."""
+def claims(agg, planned: dict | None = None) -> dict[str, dict]:
+    """Automatic checks of claims 1-5 with the rule each uses; docs/paper.md gives the judgement. `planned`:
+    the paper's configurations the suite's grids plan (their labels) and its seed count, so a claim its grids
+    can never measure says so instead of "not measured yet"."""
     v = agg["variants"]
-    get = lambda label, key: (v.get(label) or {}).get(key)  # noqa: E731
+    get = lambda variant, key: (row_of(agg, variant) or {}).get(key)  # noqa: E731
     out = {}
-    nsp_on_sop, sop_on_nsp = get(Variant(task="nsp").label, "sop_acc"), get(Variant(task="sop").label, "nsp_acc")
+    nsp_on_sop, sop_on_nsp = get(Variant(task="nsp"), "sop_acc"), get(Variant(task="sop"), "nsp_acc")
+    rule1 = ("NSP-trained on SOP: every seed < 60%; SOP-trained on NSP: every seed > 55% and above every "
+             "NSP-trained seed on SOP")
     if nsp_on_sop and sop_on_nsp and nsp_on_sop.get("n", 0) >= 2 and sop_on_nsp.get("n", 0) >= 2:
         near = nsp_on_sop["max"] < 0.6
         above = sop_on_nsp["min"] > 0.55 and sop_on_nsp["min"] > nsp_on_sop["max"]
-        out["1"] = {"holds": near and above, "rule": "NSP-trained on SOP: every seed < 60%; SOP-trained on NSP: "
-                    "every seed > 55% and above every NSP-trained seed on SOP",
+        out["1"] = {"holds": near and above, "rule": rule1,
                     "nsp_model_on_sop": nsp_on_sop, "sop_model_on_nsp": sop_on_nsp}
     else:
-        out["1"] = {"holds": None, "rule": "not measured yet (needs 2 seeds of the NSP and SOP models)"}
-    sop, nsp, none = (get(Variant(task=t).label, "ft_avg") for t in ("sop", "nsp", "none"))
+        out["1"] = {"holds": None, "rule": rule1 + "; needs 2 seeds of the NSP and SOP models"}
+    sop, nsp, none = (get(Variant(task=t), "ft_avg") for t in ("sop", "nsp", "none"))
     s_n, s_0 = _separated(sop, nsp), _separated(sop, none)
     out["2"] = {"holds": None if s_n is None or s_0 is None else (s_n and s_0),
                 "rule": "downstream Avg of the SOP model: lowest seed above the highest seed of NSP and of None",
                 "sop": sop, "nsp": nsp, "none": none,
                 "mean_order": None if None in (sop, nsp, none) or not all(x.get("n") for x in (sop, nsp, none))
                 else [k for k, _ in sorted((("sop", sop), ("nsp", nsp), ("none", none)), key=lambda kv: -kv[1]["mean"])]}
-    rows = {s: get(Variant(embedding=e, sharing=s).label, "ft_avg") for e in (768,) for s in SHARING_NAMES}
-    rows128 = {s: get(Variant(embedding=128, sharing=s).label, "ft_avg") for s in SHARING_NAMES}
+    rows = {s: get(Variant(embedding=e, sharing=s), "ft_avg") for e in (768,) for s in SHARING_NAMES}
+    rows128 = {s: get(Variant(embedding=128, sharing=s), "ft_avg") for s in SHARING_NAMES}
     out["3"] = {"holds": None, "rule": "all-shared at most 3 points (Avg) below not-shared at both E (the paper: "
                 "2.5 and 1.5), and shared-FFN below shared-attention beyond the seeds' spread at both E",
                 "E768": rows, "E128": rows128}
@@ -300,15 +343,17 @@ def claims(agg) -> dict[str, dict]:
                                        for e, rr in ((768, rows), (128, rows128))}
     models = dict(_figure1_models(agg))
     if len(models) == 2:
-        def roughness(t):   # mean absolute change between consecutive layers, after the first layer
-            return statistics.fmean(abs(t[i + 1] - t[i]) for i in range(1, len(t) - 1)) if len(t) > 2 else 0.0
         albert, bert = models["ALBERT"], models["BERT"]
-        out["4"] = {"holds": roughness(albert["l2"]) < roughness(bert["l2"]) and
+        measurable = all(roughness(m[k]) is not None for m in (albert, bert) for k in ("l2", "cosine"))
+        out["4"] = {"holds": None if not measurable else
+                    roughness(albert["l2"]) < roughness(bert["l2"]) and
                     roughness(albert["cosine"]) < roughness(bert["cosine"]),
                     "rule": "mean |change between consecutive layers| (layers 2..L) of L2 and of cosine smaller "
                             "for ALBERT than for BERT (seed means)",
                     "albert_roughness": {k: roughness(albert[k]) for k in ("l2", "cosine")},
                     "bert_roughness": {k: roughness(bert[k]) for k in ("l2", "cosine")}}
+        if not measurable:
+            out["4"]["why"] = "not measured: the models have fewer than 3 layers, so no change between layers 2..L"
     else:
         out["4"] = {"holds": None, "rule": "not measured yet (needs the ALBERT and the BERT run)"}
     checks = {}
@@ -319,10 +364,49 @@ def claims(agg) -> dict[str, dict]:
     out["5"] = {"holds": (all(measured.values()) if measured else None),  # any measured failure = does not hold
                 "rule": "each pretrained variant's downstream Avg: lowest seed above the highest scratch seed",
                 "per_variant": checks, "measured": len(measured), "variants": len(checks)}
+    if planned is not None:
+        _why_unmeasured(out, planned)
     return out
 
 
+def roughness(t: list[float]) -> float | None:
+    """Mean absolute change between consecutive layers, after the first layer; None below 3 layers (there is
+    no change to measure)."""
+    return statistics.fmean(abs(t[i + 1] - t[i]) for i in range(1, len(t) - 1)) if len(t) > 2 else None
+
+
+# the paper configurations each claim needs, and whether it compares seeds (2 or more needed)
+_CLAIM_NEEDS = {"1": ((Variant(task="nsp"), Variant(task="sop")), True),
+                "2": ((Variant(task="sop"), Variant(task="nsp"), Variant(task="none")), True),
+                "3": (tuple(Variant(embedding=e, sharing=s) for e in (768, 128) for s in SHARING_NAMES), True),
+                "4": ((Variant(embedding=128, sharing="all"), Variant(embedding=768, sharing="none")), False)}
+
+
+def _why_unmeasured(out: dict, planned: dict) -> None:
+    """An unmeasured claim's reason: its grids have no run of a configuration it needs, or one seed only."""
+    for key, (needs, seeds) in _CLAIM_NEEDS.items():
+        if out[key]["holds"] is not None or out[key].get("why"):
+            continue
+        missing = [v.label for v in needs if v.label not in planned["labels"]]
+        if missing:
+            out[key]["why"] = f"not measured by this grid (it plans no {missing[0]} run)"
+        elif seeds and planned["seeds"] < 2:
+            out[key]["why"] = (f"not measured by this grid: it compares seeds and the suite has "
+                               f"{planned['seeds']} pretraining seed (--seeds)")
+
+
+def planned_paper_configs(suite: dict, scale: Scale | None) -> dict | None:
+    """The paper's configurations that the suite's plan (suite.json's runs) holds, and its seed count."""
+    runs = suite.get("runs")
+    if not runs or scale is None:
+        return None
+    variants = {r["name"]: {"model": r.get("model"), "task": r.get("task")} for r in runs}
+    return {"labels": set(paper_rows(variants, scale)), "seeds": len({r.get("seed") for r in runs})}
+
+
 def _verdict(c: dict) -> str:
+    if c.get("holds") is None and c.get("why"):
+        return c["why"].split(" (")[0].split(":")[0]
     return {True: "holds", False: "does not hold", None: "not measured yet"}[c.get("holds")]
 
 
@@ -395,11 +479,11 @@ def _save(fig, path: Path, plt) -> Path:
 def write_report(out: str | Path) -> list[Path]:
     out = Path(out)
     data = load_results(out)
-    agg = aggregate(data)
     scale_dict = data["suite"].get("scale")
     scale = _scale_from(scale_dict)
+    agg = aggregate(data, scale)
     tasks = _tasks(agg)
-    checked = claims(agg)
+    checked = claims(agg, planned_paper_configs(data["suite"], scale))
     lines = [f"# Ablation report: `{out}`", ""]
     if scale_dict:
         lines += [f"Scale **{scale_dict['name']}**: H={scale_dict['hidden_size']}, L={scale_dict['num_layers']}, "
@@ -413,6 +497,7 @@ def write_report(out: str | Path) -> list[Path]:
                   + f", lr {scale_dict['finetune_lr']}, batch {scale_dict['finetune_batch_size']}, "
                   + _finetune_seeds_text(scale_dict.get("finetune_seeds", 1))
                   + "; dev scores of the best epoch (SST-2 accuracy, STS-B mean of Pearson and Spearman), x100.", ""]
+    lines += corpus_facts(out)
     planned = len(data["suite"].get("jobs", []))
     runs, baselines = len(data['pretrain']), len(data['scratch'])
     lines += [f"Finished: {runs} pretraining run{'s' * (runs != 1)} and {baselines} no-pretraining "
@@ -432,7 +517,10 @@ def write_report(out: str | Path) -> list[Path]:
                        ("3", "all-shared costs little; sharing FFN costs more than sharing attention"),
                        ("4", "ALBERT's layer transitions smoother than BERT's"),
                        ("5", "every pretrained model beats the same shape from scratch")):
-        lines.append(f"{key}. {title}: **{_verdict(checked[key])}** ({checked[key]['rule']})")
+        c = checked[key]
+        why = c.get("why", "") if c.get("holds") is None else ""
+        detail = why[len(_verdict(c)):].strip(" :()") if why else ""
+        lines.append(f"{key}. {title}: **{_verdict(c)}** ({detail + '; ' if detail else ''}{c['rule']})")
     lines += [""]
     sections = [("Table 5: sentence-prediction task (intrinsic accuracy on held-out SOP and NSP data, downstream)",
                  table5(agg, tasks, scale)),
@@ -440,8 +528,9 @@ def write_report(out: str | Path) -> list[Path]:
                 ("Table 3: embedding size E", table3(agg, tasks, scale)),
                 ("Dropout (the paper's Table 8, ALBERT-xxlarge)", dropout_table(agg, tasks, scale)),
                 ("Figure 1: input vs output embedding of each layer (held-out data, seed mean)", figure1_table(agg))]
-    if data["suite"].get("grid") not in NAMED:   # a user grid: only the paper's tables it has a variant of
-        used = [any(v.label in agg["variants"] for v in GRIDS[name].variants)
+    grids = data["suite"].get("grids") or [data["suite"].get("grid")]
+    if any(g not in NAMED for g in grids):   # a user grid: only the paper's tables it has a configuration of
+        used = [any(row_of(agg, v) for v in GRIDS[name].variants)
                 for name in ("table5", "table4", "table3", "dropout", "figure1")]
         sections = [section for section, keep in zip(sections, used) if keep]
     sections += [("Every pretrained model: parameters and held-out accuracy", models_table(agg)),
@@ -480,14 +569,52 @@ def mlm_baseline(out: Path) -> dict | None:
 
 
 def _scale_from(d: dict | None) -> Scale | None:
+    """The suite's scale: the named one with the model fields suite.json records (what the runs' models are)."""
     if not d:
         return None
+    from dataclasses import replace
+
     from albertlm.experiments.scales import get_scale
 
     try:
-        return get_scale(d["name"])
+        scale = get_scale(d["name"])
+        fields = ("hidden_size", "num_layers", "num_heads", "embedding_sizes", "vocab_size", "max_seq_length",
+                  "dropout")
+        return replace(scale, **{k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in fields if k in d})
     except Exception:
         return None
+
+
+# below this share of ASCII Latin letters among the corpus's letters, the corpus is not English (GLUE's language)
+ENGLISH_LATIN_SHARE = 0.5
+
+
+def corpus_facts(out: Path) -> list[str]:
+    """The tokenizer's facts from prepared.json: a lowered character coverage, and a note when the corpus is
+    not written in Latin letters, so that the (English) GLUE fine-tuning says little about it."""
+    path = out / "prepared" / "prepared.json"
+    if not path.is_file():
+        return []
+    prepared = json.loads(path.read_text())
+    lines = []
+    tok = prepared.get("tokenizer") or {}
+    settings = prepared.get("settings") or {}
+    if tok:
+        coverage = tok.get("character_coverage")
+        lowered = coverage != tok.get("default_coverage")
+        lines.append(f"Tokenizer: SentencePiece unigram, V={settings.get('vocab_size')}, trained on the corpus "
+                     f"with character coverage {coverage}"
+                     + (f" (lowered from the default {tok.get('default_coverage')}: the corpus has more distinct "
+                        f"characters than V allows; the rarest become <unk>)." if lowered else "."))
+    latin, fit = prepared.get("latin_share"), prepared.get("glue_tokens") or {}
+    if latin is not None and latin < ENGLISH_LATIN_SHARE:
+        cut = (f" Its tokenizer spells {fit['spelled_word_share'] * 100:.0f}% of GLUE's words of 3+ letters "
+               f"letter by letter and makes {fit['unk_share'] * 100:.0f}% of GLUE's tokens <unk>."
+               if fit.get("words") else "")
+        lines.append(f"**Note:** {latin * 100:.0f}% of the corpus's letters are Latin: it is likely not English, "
+                     f"and the downstream tasks (GLUE) are.{cut} The downstream (fine-tuning) scores below say "
+                     f"little about this corpus; compare the held-out MLM / SOP / NSP accuracies instead.")
+    return lines + [""] if lines else []
 
 
 __all__ = ["write_report", "aggregate", "claims", "GRIDS", "PAPER_ORDER", "base_model"]

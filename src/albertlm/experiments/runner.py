@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -136,7 +137,18 @@ def corpus_files(corpus: str | Path) -> tuple[Path, Path]:
         if not path.is_file():
             raise UserError(f"--corpus {corpus}: no {path.name} (a corpus directory holds train.txt and "
                             f"heldout.txt of held-out documents; benchmarks/assemble_corpus.py writes one)")
+    for path in (train, heldout):
+        if not _has_text(path):
+            raise UserError(f"--corpus {corpus}: {path} has no text (one sentence per line, a blank line "
+                            f"between documents)")
     return train, heldout
+
+
+def _has_text(path: Path) -> bool:
+    """Whether a corpus file has a non-blank line (read up to the first one; undecodable bytes count as text,
+    the tokenizer's reader replaces them)."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return any(line.strip() for line in f)
 
 
 # ---------------------------------------------------------------------------------------------- prepare
@@ -192,15 +204,63 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
             saved.update(settings=settings, glue=prepare_glue(suite))
             _write_json(done, saved)
         return saved
-    train = _copy_capped(suite.train_text, suite.prepared / "corpus" / "train.txt", s.corpus_chars)
-    heldout = _copy_capped(suite.heldout_text, suite.prepared / "corpus" / "heldout.txt", s.heldout_chars)
-    log(f"prepare: tokenizer (SentencePiece unigram, V={s.vocab_size}) on {train}")
+    fresh = not suite.prepared.exists()
+    try:
+        return _prepare_fresh(suite, settings, log, workers)
+    except BaseException:
+        if fresh:   # nothing of a half-made preparation is kept (a rerun starts it again)
+            shutil.rmtree(suite.prepared, ignore_errors=True)
+        raise
+
+
+# SentencePiece's default keeps 99.995% of the corpus's characters as pieces of their own; a corpus with more
+# distinct characters than the scale's V allows (Chinese, Japanese, Korean at V = 400) is retried with these
+# (0.9995: google's recommendation for CJK; SentencePiece accepts nothing below 0.98)
+COVERAGES = (0.9995, 0.999, 0.995, 0.99, 0.98)
+
+
+def train_tokenizer(train: Path, out: Path, vocab_size: int, scale_name: str = "", log=print) -> dict:
+    """The suite's SentencePiece model; returns {"character_coverage": c, "default_coverage": d}."""
     from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
                                                      train_sentencepiece)
 
-    train_sentencepiece([train], suite.tokenizer,
-                        SentencePieceTrainOptions(vocab_size=s.vocab_size, input_sentence_size=2_000_000),
-                        SentencePieceOptions(do_lower_case=True, keep_accents=False), show_progress=False)
+    default = SentencePieceTrainOptions().character_coverage
+    last = ""
+    for coverage in (default, *COVERAGES):
+        try:
+            train_sentencepiece([train], out, SentencePieceTrainOptions(vocab_size=vocab_size,
+                                                                        character_coverage=coverage,
+                                                                        input_sentence_size=2_000_000),
+                                SentencePieceOptions(do_lower_case=True, keep_accents=False), show_progress=False)
+        except UserError as exc:
+            too_high = re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", str(exc))
+            if too_high:
+                raise UserError(f"the corpus is too small for scale {scale_name}'s vocabulary: SentencePiece makes at "
+                                f"most {too_high.group(1)} pieces of its text, not V={vocab_size}; give a larger "
+                                f"corpus") from None
+            if "required_chars" not in str(exc):
+                raise
+            last = str(exc).split("required_chars.")[-1].split(".")[0].strip()   # "400 vs 1063"
+            continue
+        if coverage != default:
+            log(f"prepare: the corpus has more distinct characters than V={vocab_size} allows at SentencePiece's "
+                f"default character coverage {default}: trained with coverage {coverage} (rarer characters "
+                f"become <unk>)")
+        return {"character_coverage": coverage, "default_coverage": default}
+    needed = re.search(r"vs (\d+)", last)
+    suggest = f"--vocab-size {-(-int(needed.group(1)) * 3 // 200) * 100} or more, or " if needed else ""
+    raise UserError(f"the corpus has more distinct characters than scale {scale_name}'s vocabulary V={vocab_size} "
+                    f"can hold even at character coverage {COVERAGES[-1]} (V vs characters needed: {last}); "
+                    f"give {suggest}a larger scale (cpu: V=4000, gpu: V=30000)")
+
+
+def _prepare_fresh(suite: Suite, settings: dict, log, workers: int) -> dict:
+    done = suite.prepared / "prepared.json"
+    s = suite.scale
+    train = _copy_capped(suite.train_text, suite.prepared / "corpus" / "train.txt", s.corpus_chars)
+    heldout = _copy_capped(suite.heldout_text, suite.prepared / "corpus" / "heldout.txt", s.heldout_chars)
+    log(f"prepare: tokenizer (SentencePiece unigram, V={s.vocab_size}) on {train}")
+    tokenizer = train_tokenizer(train, suite.tokenizer, s.vocab_size, s.name, log)
     from albertlm.data.build import BuildConfig, build
 
     metas = {}
@@ -216,10 +276,61 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
             meta = json.loads((out / "meta.json").read_text())
             metas[f"{split}_{task}"] = {k: meta.get(k) for k in ("num_instances", "counts", "corpus") if k in meta}
     glue = prepare_glue(suite)
-    summary = {"settings": settings, "data": metas, "glue": glue, "corpus_chars": {
-        "train": train.stat().st_size, "heldout": heldout.stat().st_size}}
+    summary = {"settings": settings, "data": metas, "glue": glue, "tokenizer": tokenizer,
+               "glue_tokens": glue_token_fit(suite, glue), "latin_share": latin_share(train), "corpus_chars": {
+                   "train": train.stat().st_size, "heldout": heldout.stat().st_size}}
     done.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def glue_token_fit(suite: Suite, glue: dict, rows: int = 200) -> dict | None:
+    """How the suite's tokenizer cuts the fine-tuning text (the first `rows` rows of each task's training
+    sample): the share of its tokens that are <unk> or a single character, and the share of its words of 3 or
+    more characters cut into nothing but single characters and <unk> ("spelled"). A tokenizer trained on
+    another language than GLUE's English spells most English words (even a tiny English one, V = 400, keeps
+    the common words whole), and the downstream scores mean little."""
+    from albertlm.tokenization import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(suite.tokenizer)
+        unk = getattr(tokenizer, "unk_token", "<unk>")
+        tokens = unknown = single = words = spelled = 0
+        for files in glue.values():
+            lines = Path(files["train"]).read_text(encoding="utf-8").splitlines()[1:rows + 1]
+            for line in lines:
+                for word in " ".join(c for c in line.split("\t") if c and not _number(c)).split():
+                    pieces = tokenizer.tokenize(word)
+                    short = [p == unk or len(p.lstrip("\u2581")) <= 1 for p in pieces]
+                    tokens += len(pieces)
+                    unknown += sum(p == unk for p in pieces)
+                    single += sum(short) - sum(p == unk for p in pieces)
+                    if len(word) >= 3 and word.isalpha():
+                        words += 1
+                        spelled += all(short)
+
+    except Exception:   # a note only: never the reason a suite cannot run
+        return None
+    if not tokens or not words:
+        return None
+    return {"tokens": tokens, "unk_share": unknown / tokens, "single_char_share": single / tokens,
+            "words": words, "spelled_word_share": spelled / words}
+
+
+def latin_share(path: Path, max_chars: int = 2_000_000) -> float | None:
+    """The share of the letters in (the first `max_chars` characters of) a corpus file that are ASCII Latin
+    letters: about 1 for English, near 0 for Korean, Chinese or Japanese text; None without letters."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        text = f.read(max_chars)
+    letters = [c for c in text if c.isalpha()]
+    return sum(c.isascii() for c in letters) / len(letters) if letters else None
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def prepare_glue(suite: Suite) -> dict:
@@ -457,29 +568,40 @@ def _job_in_worker(suite: Suite, job: Job) -> tuple[str, dict | None, str]:
         return job.name, run_job(suite, job), ""
     except Stopped:
         raise
-    except Exception:  # a failed job is reported and the suite goes on
+    except UserError as exc:  # a failed job is reported (a user error in one line) and the suite goes on
+        return job.name, None, str(exc).strip().replace("\n", " ") or type(exc).__name__
+    except Exception:
         return job.name, None, traceback.format_exc()
 
 
 # ---------------------------------------------------------------------------------------------- the suite
-def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinetune: bool = False) -> dict:
+def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinetune: bool = False,
+              err=None) -> dict:
     """Prepare, then every job not yet done (at most `max_jobs` of them when > 0); returns a summary.
     `refinetune`: the suite may continue with another fine-tuning protocol (tasks, epochs, sample, learning
     rate, batch, length); the fine-tunings it changes are moved to OUT/replaced/ and rerun from the kept
-    models, and nothing is pretrained again."""
+    models, and nothing is pretrained again. `err` gets the failed jobs' messages (default: stderr)."""
+    if jobs < 1 or max_jobs < 0:
+        raise UserError(f"jobs must be >= 1 and max_jobs >= 0 (0 = all), got {jobs} and {max_jobs}")
+    err = err or (lambda message: print(message, file=sys.stderr, flush=True))
     stale = check_same_scale(suite, refinetune)
+    planned = plan_jobs(suite.runs)
+    check_recorded(suite, planned)          # before anything is written: a finished job is another model's
+    plan = merged_plan(suite, planned)
+    created = not suite.out.exists()
     suite.out.mkdir(parents=True, exist_ok=True)
     if stale:
         retire_finetuning(suite, stale, log)
-    prepare(suite, log, workers=prepare_workers(suite, jobs))
-    planned = plan_jobs(suite.runs)
-    _write_json(suite.out / "suite.json", {"scale": suite.scale.to_dict(), "grid": suite.grid,
-                                           "runs": [r.__dict__ for r in suite.runs],
-                                           "jobs": [{"kind": j.kind, "name": j.name, "dir": j.directory}
-                                                    for j in planned]})
+    try:
+        prepare(suite, log, workers=prepare_workers(suite, jobs))
+    except BaseException:
+        if created and not any(suite.out.iterdir()):   # a failed first preparation leaves no empty suite
+            suite.out.rmdir()
+        raise
+    _write_json(suite.out / "suite.json", plan)
     todo = [j for j in planned if not job_done(suite, j)]
     skipped = len(planned) - len(todo)
-    if max_jobs:
+    if max_jobs > 0:
         todo = todo[:max_jobs]
     log(f"suite {suite.out}: {len(planned)} jobs ({len(suite.runs)} pretraining runs), {skipped} already done, "
         f"{len(todo)} to run, {jobs} at a time")
@@ -492,10 +614,120 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
             except Stopped as stop:             # Ctrl-C / SIGTERM reached this process's training loop
                 log(f"[{(time.time() - start) / 60:6.1f} min] stopped: {stop}; rerun the command to continue")
                 raise KeyboardInterrupt from stop
-            _note(log, name, result, error, start, failed, finished)
+            _note(log, err, name, result, error, start, failed, finished)
     else:
-        _run_parallel(suite, todo, jobs, lambda *r: _note(log, *r, start, failed, finished))
+        _run_parallel(suite, todo, jobs, lambda *r: _note(log, err, *r, start, failed, finished))
     return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed}
+
+
+# ------------------------------------------------------------------------------- what an --out already holds
+def _model_dict(model: Any) -> Any:
+    """A recorded model config with the fields it lacks at their defaults (a config written before a field
+    existed is the same model), for comparison."""
+    if not isinstance(model, dict):
+        return model
+    from albertlm.config.model import ModelConfig
+
+    try:
+        return ModelConfig(**model).to_dict()
+    except Exception:
+        return model
+
+
+def _first_difference(recorded: dict, planned: dict, prefix: str = "") -> str:
+    """The first field (in the planned order) whose recorded value differs: 'model.num_layers: 2 there, 3 now'."""
+    for key, want in planned.items():
+        have = recorded.get(key, "(none)")
+        if isinstance(want, dict) and isinstance(have, dict):
+            inner = _first_difference(have, want, f"{prefix}{key}.")
+            if inner:
+                return inner
+        elif json.dumps(have, sort_keys=True) != json.dumps(want, sort_keys=True):
+            return f"{prefix}{key}: {have} there, {want} now"
+    extra = [k for k in recorded if k not in planned]
+    return f"{prefix}{extra[0]}: {recorded[extra[0]]} there, (none) now" if extra else ""
+
+
+def recorded_difference(suite: Suite, job: Job) -> str:
+    """How what `job`'s directory holds (a finished result, a pretraining's run config, a baseline's initial
+    model) differs from the planned job: the first differing field in words, or "" (nothing there, or the same)."""
+    directory = suite.out / job.directory
+    want: dict[str, Any] = {"kind": job.kind, "seed": job.seed, "model": _model_dict(job.run.model)}
+    if job.kind == "pretrain":
+        want["task"] = job.run.task
+    done = directory / RESULT
+    if done.is_file():
+        result = json.loads(done.read_text())
+        have = {"kind": result.get("kind"), "seed": result.get("seed"), "model": _model_dict(result.get("model"))}
+        if job.kind == "pretrain":
+            have["task"] = result.get("task")
+        why = _first_difference(have, want)
+        if why:
+            return why
+    config = directory / "run_config.json"
+    if job.kind == "pretrain" and config.is_file():   # what a pretraining (finished or not) trains
+        run = json.loads(config.read_text())
+        train, data = run.get("train") or {}, run.get("data") or {}
+        have = {"seed": train.get("seed"), "model": _model_dict(run.get("model")),
+                "task": Path(str(data.get("path", ""))).name.removeprefix("train_") or None,
+                "max_steps": train.get("max_steps"), "batch_size": train.get("batch_size")}
+        s = suite.scale
+        return _first_difference(have, {"seed": job.seed, "model": want["model"], "task": job.run.task,
+                                        "max_steps": s.max_steps, "batch_size": s.batch_size})
+    init = directory / "init" / "config.json"
+    if job.kind == "scratch" and init.is_file() and not done.is_file():   # its random model, made once
+        from albertlm.model.io import read_config
+
+        try:
+            model = read_config(directory / "init")[0].to_dict()
+        except Exception:
+            return "model: unreadable there"
+        return _first_difference({"model": model}, {"model": want["model"]})
+    return ""
+
+
+def check_recorded(suite: Suite, planned: list[Job]) -> None:
+    """A finished job is skipped, and an unfinished pretraining resumed, only when its directory holds the
+    planned job (same model, sentence task, seed, steps): a grid that now asks for another model under the
+    same run name is refused rather than reported with the old model's numbers."""
+    for job in planned:
+        why = recorded_difference(suite, job)
+        if why:
+            raise UserError(f"--out {suite.out}: {suite.out / job.directory} holds another run than the grid "
+                            f"plans under that name ({why}): give another --out, or remove that directory")
+
+
+def merged_plan(suite: Suite, planned: list[Job]) -> dict:
+    """suite.json for this run: the scale, and the union of the plans of every grid run into this --out (a run
+    of a later grid that a former one planned under the same name with another model is refused), so the
+    report counts every job planned there, not only the last grid's."""
+    runs = {r.name: r.__dict__ for r in suite.runs}
+    jobs = [{"kind": j.kind, "name": j.name, "dir": j.directory} for j in planned]
+    grids = [suite.grid]
+    saved = suite.out / "suite.json"
+    if saved.is_file():
+        old = json.loads(saved.read_text())
+        old_grids = old.get("grids") or ([old["grid"]] if old.get("grid") else [])
+        grids = list(dict.fromkeys([*old_grids, suite.grid]))
+        for run in old.get("runs") or []:
+            new = runs.get(run.get("name"))
+            if new is None:
+                runs[run["name"]] = run
+                continue
+            why = _first_difference({"model": _model_dict(run.get("model")), "task": run.get("task"),
+                                     "seed": run.get("seed")},
+                                    {"model": _model_dict(new["model"]), "task": new["task"], "seed": new["seed"]})
+            if why:
+                raise UserError(f"--out {suite.out}: its plan (suite.json, grid {', '.join(old_grids)}) has a run "
+                                f"{run['name']} of another configuration ({why}): give another --out, or rename "
+                                f"the variant")
+            runs[run["name"]] = {**new, "grids": list(dict.fromkeys([*(run.get("grids") or []), *new["grids"]]))}
+        known = {j["dir"] for j in jobs}
+        jobs = [j for j in old.get("jobs") or [] if j["dir"] not in known] + jobs
+        order = [r["name"] for r in old.get("runs") or []]
+        runs = {name: runs[name] for name in [*order, *(n for n in runs if n not in order)]}
+    return {"scale": suite.scale.to_dict(), "grid": suite.grid, "grids": grids, "runs": list(runs.values()),
+            "jobs": jobs}
 
 
 # a suite may be rerun with more fine-tuning seeds (the new runs are added), or with --refinetune under another
@@ -606,10 +838,12 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:
     pool.shutdown(wait=True)
 
 
-def _note(log, name, result, error, start, failed, finished) -> None:
+def _note(log, err, name, result, error, start, failed, finished) -> None:
     if error:
         failed[name] = error
-        log(f"[{(time.time() - start) / 60:6.1f} min] FAILED {name}:\n{error}")
+        # a UserError is its one line; anything else its traceback (a bug, or a failure worth reading in full)
+        err(f"[{(time.time() - start) / 60:6.1f} min] FAILED {name}:" + (f" {error}" if "\n" not in error.strip()
+                                                                          else f"\n{error}"))
         return
     finished.append(name)
     ft = {t: round(r["score"], 4) for t, r in (result.get("finetune") or {}).items()}
