@@ -188,3 +188,24 @@ def test_no_progress_is_spelled_alike_in_every_long_running_command(capsys):
         with pytest.raises(SystemExit):
             main([*argv, "--help"])
         assert "--no-progress" in capsys.readouterr().out, argv
+
+
+class _ClosedPipe:
+    """A stdout whose reader has gone (`albertlm --help | head -1`)."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_pipe_ends_help_quietly(monkeypatch, capsys):
+    from albertlm.cli.main import main
+
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+    assert main(["--help"]) == 0                 # the top-level usage (printed before any command is chosen)
+    with pytest.raises(SystemExit) as done:     # a command's argparse help (argparse exits 0 itself)
+        main(["params", "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().err == ""

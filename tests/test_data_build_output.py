@@ -134,3 +134,25 @@ def test_reading_parts_built_apart_names_the_part_and_the_setting(text, tmp_path
     for phrase in phrases:
         assert phrase in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_corpus_of_fewer_chunks_than_parts_leaves_the_last_parts_empty(tmp_path, capsys):
+    """Two documents in one chunk, built as 3 parts: parts 1 and 2 own no chunk and are empty builds (not an
+    error that leaves the set unfinishable), and the union of the parts is the single build."""
+    from albertlm.data.loader import PretrainingDataset
+
+    docs = tmp_path / "in.txt"
+    docs.write_text("The cat sat on the mat. It was warm there.\nThe dog barked at it.\n\n"
+                    "A second document starts. It has two sentences.\n")
+    single, parts = tmp_path / "single", tmp_path / "parts"
+    assert _build([docs], single) == 0
+    for i in range(3):
+        assert _build([docs], parts, "--num-shards", "3", "--shard-index", str(i)) == 0, capsys.readouterr().err
+    meta = read_meta(parts)
+    assert meta["num_shards"] == 3 and meta["num_instances"] == read_meta(single)["num_instances"] > 0
+    a, b = PretrainingDataset(single), PretrainingDataset(parts)
+    assert len(a) == len(b) and all((a[i]["input_ids"] == b[i]["input_ids"]).all() for i in range(len(a)))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    _error(capsys, _build([empty], tmp_path / "none", "--num-shards", "2", "--shard-index", "1"),
+           "no instances were built")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import sys
 import warnings
 
@@ -71,7 +72,29 @@ class Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:   # `albertlm --help | head -1`: the reader left; so do we, without a traceback
+        _quiet_stdout()
+        return 0
+    finally:                  # what is still buffered (argparse's help swallows its own write error)
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's flush at exit does not raise again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):   # stdout is no file (a test's capture)
+        pass
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
@@ -100,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"albertlm {command}: error: {one_line(exc)}")
         return exc.exit_code
     except BrokenPipeError:
+        _quiet_stdout()
         return 0
     except OSError as exc:  # a missing file, a full disk, a read-only directory, a quota: the system's words
         _say(f"albertlm {command}: error: {one_line(exc)}")

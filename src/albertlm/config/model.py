@@ -48,7 +48,7 @@ class ModelConfig(Config):
     activation: Literal["gelu", "gelu_new", "relu"] = "gelu_new"  # "gelu" exact erf, "gelu_new" tanh approximation (google's)
     hidden_dropout: float = 0.0          # dropout on embeddings and sublayer outputs; 0 = off (v2 models)
     attention_dropout: float = 0.0       # on the attention probabilities
-    classifier_dropout: float = 0.1      # before the SOP / task head
+    classifier_dropout: float = 0.1      # before a fine-tuning head (the pretraining SOP / NSP head has none)
     max_position_embeddings: int = 512   # longest sequence the position embeddings cover
     type_vocab_size: int = 2             # token types (segments A and B)
     initializer_range: float = 0.02      # std of the normal initialisation

@@ -394,7 +394,8 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
     corpus, instances, stats = CorpusCounts(), InstanceCounts(), _RecordStats()
     bar = _progress_bar(files, cfg.progress)
     try:
-        for records, counts in _results(_my_chunks(files, cfg, corpus, bar), ctx, cfg.workers):
+        seen = [0]   # the corpus's chunks (every part reads them all)
+        for records, counts in _results(_my_chunks(files, cfg, corpus, bar, seen), ctx, cfg.workers):
             writer.write(records)
             instances.add(counts)
             stats.add(records)
@@ -405,7 +406,7 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
     finally:
         bar.close()
     counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances), "tokens": asdict(stats)}
-    if instances.instances == 0:
+    if instances.instances == 0 and (cfg.num_shards == 1 or seen[0] == 0 or _owned_chunks(seen[0], cfg)):
         named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         raise UserError(f"no instances were built from {len(files)} file(s) ({named}): {_why_empty(corpus, instances)}")
     meta = _meta(cfg, ctx, files, shards, counts)
@@ -414,11 +415,20 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
     return BuildSummary(str(staging), instances.instances, len(shards), time.perf_counter() - started, counts)
 
 
-def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, bar) -> Iterator[Chunk]:
-    """This part's chunks. Every chunk is read (and gives negatives to the next), whichever part owns it."""
+def _owned_chunks(chunks: int, cfg: BuildConfig) -> int:
+    """How many of the corpus's chunks this part owned: an empty part of a K-part build is an error only when
+    it had chunks (a corpus of fewer chunks than parts leaves the last parts empty, and the union of the parts
+    is still the single build)."""
+    return len(range(cfg.shard_index, chunks, cfg.num_shards))
+
+
+def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, bar, seen: list[int]) -> Iterator[Chunk]:
+    """This part's chunks. Every chunk is read (and gives negatives to the next), whichever part owns it;
+    `seen[0]` counts them."""
     documents = read_documents(files, cfg.format, cfg.text_field, corpus, progress=bar.update)
     negatives: list[list[str]] = []
     for index, docs in enumerate(chunk_documents(documents, cfg.chunk_chars)):
+        seen[0] = index + 1
         if index % cfg.num_shards == cfg.shard_index:
             yield Chunk(index, docs, negatives)
         if cfg.sentence_task == "nsp":
