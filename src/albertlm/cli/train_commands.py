@@ -77,10 +77,10 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
     from albertlm.training.distributed import check_backend
 
     values = _values(args)
-    saved = Path(args.out) / "run_config.json"
-    resumed = args.resume and saved.is_file()
+    saved = _saved_config_file(args.out) if args.resume else None
+    resumed = saved is not None
     if resumed:
-        base = RunConfig.from_dict(json.loads(saved.read_text()))
+        base = read_saved_run_config(saved)
     else:
         preset = values.get("preset", RunConfig.preset)
         base = paper_recipe(get_preset(_recipe_preset(preset, values))).replace(preset=preset)
@@ -92,7 +92,39 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
     # recorded absolute, so that `--resume` works from any directory (an older run's relative ones are read
     # from the current directory, as before)
     run = run.absolute_paths()
-    return resolve_run(run, args.out, args.resume, follow_data_vocab="model.vocab_size" not in values)
+    # a resumed run keeps its recorded vocabulary: data rebuilt in place with another tokenizer is then said to
+    # be other data (`StepData.check_resume`), not blamed on --model.* options the user did not give
+    return resolve_run(run, args.out, args.resume,
+                       follow_data_vocab="model.vocab_size" not in values and not resumed)
+
+
+def _saved_config_file(run_dir: str | Path) -> Path | None:
+    """The run's `run_config.json`, or, when it was removed, the copy in its newest checkpoint (None: none)."""
+    from albertlm.training.checkpoint import latest_checkpoint
+
+    saved = Path(run_dir) / "run_config.json"
+    if saved.is_file():
+        return saved
+    last = latest_checkpoint(run_dir) if Path(run_dir).is_dir() else None
+    return last / "run_config.json" if last is not None and (last / "run_config.json").is_file() else None
+
+
+def read_saved_run_config(path: Path) -> RunConfig:
+    """A run's saved configuration; a damaged one (not JSON, not an object, unknown or mistyped keys, a value the
+    config refuses) is one line naming the file and the copy every checkpoint holds."""
+    from albertlm.errors import read_json_object
+    from albertlm.training.checkpoint import latest_checkpoint
+
+    last = latest_checkpoint(path.parent) if path.name == "run_config.json" and path.parent.is_dir() else None
+    hint = (f"each checkpoint holds a copy ({last / 'run_config.json'}): copy it over {path}" if last is not None
+            else "start over with --overwrite")
+    data = read_json_object(path, "a run's run_config.json", hint=hint)
+    try:
+        return RunConfig.from_dict(data)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}; {hint}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"{path}: not a run configuration ({exc}); {hint}") from None
 
 
 def _values(args: argparse.Namespace) -> dict:
@@ -242,7 +274,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------- plot
 def _add_plot(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `albertlm pretrain` or `albertlm finetune`")
-    p.add_argument("--out", help="PNG path (default RUN_DIR/curves.png)")
+    p.add_argument("--out", help="image path, its extension picks the format: .png, .pdf, .svg, ... "
+                                 "(default RUN_DIR/curves.png)")
 
 
 def _plot(args: argparse.Namespace) -> int:

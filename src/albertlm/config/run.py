@@ -8,6 +8,7 @@ Recipes are functions returning a `RunConfig`: `paper_recipe()` is the ALBERT pa
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -23,6 +24,15 @@ RESUME_MAY_CHANGE = frozenset({
     "train.max_steps", "train.epochs", "train.micro_batch_size", "train.compile", "train.activation_checkpointing",
     "train.log_every", "train.eval_every", "train.save_every", "train.keep_last", "train.max_minutes",
     "train.progress", "train.tensorboard", "dist.backend", "dist.device", "dist.timeout_minutes"})
+
+
+def require_finite(config: Any, prefix: str) -> None:
+    """Every float field is a finite number: the range checks below let infinity through (`--lr inf` trained a
+    step, then stopped on a NaN loss; `--train.epochs inf` overflowed), and NaN fails them with a worse message."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            require(False, f"{prefix}{f.name}", value, "must be a finite number")
 
 
 @dataclass
@@ -42,6 +52,7 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         check_choices(self, "optim.")
+        require_finite(self, "optim.")
         require(self.lr > 0, "optim.lr", self.lr, "must be positive")
         require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "must be >= 0")
         for name in ("beta1", "beta2"):
@@ -87,6 +98,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_choices(self, "train.")
+        require_finite(self, "train.")
         for name in ("max_steps", "micro_batch_size", "log_every", "eval_every", "eval_batches", "save_every"):
             value = getattr(self, name)
             require(value >= 0, f"train.{name}", value, "must be >= 0")

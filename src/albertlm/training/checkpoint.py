@@ -76,7 +76,8 @@ def load_model_weights(model: nn.Module, directory: str | Path) -> None:
     if not path.is_file():
         raise UserError(f"no model.safetensors in {directory}")
     state = read_safetensors(path)
-    hint = "; a resumed run keeps the model it was started with (drop the --model.* options that change it)"
+    hint = ("; a resumed run keeps the model it was started with, and this checkpoint is of another model than "
+            "the run's run_config.json describes (copied from another run?)")
     try:
         check_shapes(model, state, path)
     except UserError as exc:
@@ -163,7 +164,9 @@ def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
     parent = run_dir
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    if not parent.is_dir():
+        raise UserError(f"--out {run_dir}: cannot create it there ({parent} is a file, not a directory)")
+    if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"--out {run_dir}: cannot create or write there ({parent} is not writable)")
     found = [run_dir / name for name in run_files if (run_dir / name).exists()] if run_dir.is_dir() else []
     if resume and must_exist and not found:

@@ -36,7 +36,12 @@ class DistInfo:
 def pick_device(requested: str, local_rank: int = 0) -> torch.device:
     """auto: cuda:LOCAL_RANK when CUDA is available, else the CPU; otherwise the named device."""
     if requested != "auto":
-        device = torch.device(requested)
+        try:
+            device = torch.device(requested)
+        except (RuntimeError, TypeError, ValueError):
+            device = None
+        if device is None or device.type not in ("cpu", "cuda"):
+            raise UserError(f"device {requested!r}: not a device here (use auto, cpu, cuda or cuda:N)")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise UserError(f"device {requested}: CUDA is not available here (use auto or cpu)")
         if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():

@@ -27,9 +27,11 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
     info = DistInfo(device=pick_device(device))
     check_precision(precision, info.device)
-    model = AlbertForPreTraining.from_pretrained(resolve_checkpoint(checkpoint))
-    model = prepare_model(model, precision=precision, device=info.device).to(info.device)
+    source = resolve_checkpoint(checkpoint)
     dataset = open_dataset(data)
+    check_trained_tokenizer(source, dataset.meta, f"--data {data}")
+    model = AlbertForPreTraining.from_pretrained(source)
+    model = prepare_model(model, precision=precision, device=info.device).to(info.device)
     vocab = dataset.meta["tokenizer"]["vocab_size"]
     if vocab > model.config.vocab_size:
         raise UserError(f"{data} uses a {vocab}-token vocabulary, the model has {model.config.vocab_size}")
@@ -44,3 +46,30 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     metrics = evaluate(model, batches, PretrainingObjective(), precision, info)
     metrics["sentence_task"] = dataset.meta.get("sentence_task")
     return metrics
+
+
+def check_trained_tokenizer(checkpoint: str | Path, meta: dict, which: str) -> None:
+    """Data to evaluate (or train) a checkpoint of ours on must have been built with the tokenizer of the data the
+    checkpoint was trained on (recorded in its run_config.json), when that data is still there to compare with:
+    ids of another vocabulary gave numbers that meant nothing, without a word. A transformers checkpoint, or one
+    whose training data is gone, is not checked."""
+    import json
+
+    from albertlm.data.shards import tokenizer_difference
+    from albertlm.training.pretrain import open_dataset
+
+    saved = Path(checkpoint) / "run_config.json"
+    try:
+        trained_on = json.loads(saved.read_text(encoding="utf-8"))["data"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if not isinstance(trained_on, str) or not trained_on or not Path(trained_on, "meta.json").is_file():
+        return
+    try:
+        trained_meta = open_dataset(trained_on).meta
+    except UserError:
+        return
+    difference = tokenizer_difference(meta, trained_meta)
+    if difference:
+        raise UserError(f"{which} was built with another tokenizer than the data {checkpoint} was trained on "
+                        f"({trained_on}: {difference}); build it with that tokenizer")

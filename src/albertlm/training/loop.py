@@ -125,7 +125,10 @@ class StepData:
         mine = self.state_dict(state.get("step", 0))
         for key in mine:
             if key != "step" and key in state and state[key] != mine[key]:
-                raise UserError(f"cannot resume exactly: the checkpoint's {key} is {state[key]}, now {mine[key]}")
+                changed = "; the training data changed since the run started (rebuilt in place?)" \
+                    if key == "num_examples" or key.startswith("data_") else ""
+                raise UserError(f"cannot resume exactly: the checkpoint's {key} is {state[key]}, now "
+                                f"{mine[key]}{changed}")
 
 
 def eval_micro_batches(dataset, collate, micro_batch_size: int, info: DistInfo, max_batches: int) -> Iterator[Batch]:

@@ -2,6 +2,7 @@
 for pretraining and fine-tuning runs alike (both write metrics.jsonl through `metrics.MetricsLogger`)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from albertlm.errors import UserError
@@ -28,6 +29,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     if not records:
         raise UserError(f"no metrics in {run_dir} (expected {Path(run_dir) / 'metrics.jsonl'})")
     out = Path(out) if out else Path(run_dir) / "curves.png"
+    image_format = check_image_path(out)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     named = {key for _, series in PANELS for split, key, _ in series if split == "eval"}
     task_metrics = sorted({k for r in records if r["split"] == "eval" for k in r if "/" in k and k not in named})
@@ -46,6 +48,30 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             ax.legend(fontsize=8)
     fig.suptitle(str(Path(run_dir).name))
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # never a half-written image under its name
+    try:
+        fig.savefig(tmp, dpi=110, format=image_format)
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
     return out
+
+
+def check_image_path(out: Path) -> str:
+    """The image format `out`'s extension names (png, pdf, svg, ...): before, a name without one was written as
+    NAME.png while NAME was printed, an unknown one was a traceback, and a directory became DIR.png."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    supported = sorted(FigureCanvasBase.get_supported_filetypes())
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory; give an image file name, e.g. {out / 'curves.png'}")
+    image_format = out.suffix[1:].lower()
+    if image_format not in supported:
+        raise UserError(f"--out {out}: the file name must end in an image format's extension "
+                        f"({', '.join('.' + f for f in supported)}), e.g. .png")
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: the directory {out.parent} does not exist")
+    return image_format

@@ -97,6 +97,7 @@ def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
     the data's tokenizer. Checks that the global batch splits over this launch's processes."""
     from albertlm.model.io import read_config, resolve_checkpoint
 
+    check_finite(run)
     if run.init_from and resume and ckpt.latest_checkpoint(run_dir):
         run = run.replace(init_from="")          # the run's own checkpoint wins over the starting point
     if run.init_from:
@@ -111,6 +112,28 @@ def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
             run = run.replace(model=run.model.replace(vocab_size=vocab))
     run.train.check_equal_micro_batches(world_size_from_env())
     return run
+
+
+def check_finite(run: RunConfig) -> None:
+    """Every number of the run is finite: the configs' range checks let infinity through (`--lr inf` trained a
+    step and then stopped on a NaN loss, `--train.epochs inf` was a traceback, `--optim.eps inf` trained nothing)."""
+    import math
+
+    from albertlm.config.overrides import flatten
+
+    for key, value in flatten(run.to_dict()).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{key}={value!r}: must be a finite number")
+
+
+def data_identity(meta: dict) -> dict:
+    """What a resumed run's data must still be (with the batch size and the seed): its sequence length, sentence
+    task and tokenizer, so data rebuilt in place since the run started is refused, not trained on."""
+    tokenizer = meta.get("tokenizer") or {}
+    found = {"max_seq_length": meta.get("max_seq_length"), "sentence_task": meta.get("sentence_task"),
+             "vocab_size": tokenizer.get("vocab_size", meta.get("vocab_size")),
+             "vocab_sha256": tokenizer.get("vocab_sha256")}
+    return {f"data_{k}": v for k, v in found.items() if v is not None}
 
 
 def build_model(run: RunConfig) -> nn.Module:
@@ -168,7 +191,11 @@ def check_datasets(run: RunConfig, datasets: Datasets) -> None:
     not found at the first evaluation."""
     from albertlm.data.shards import tokenizer_difference
 
+    from albertlm.training.evaluate import check_trained_tokenizer
+
     check_data_fits(run, datasets.meta)
+    if run.init_from:      # a checkpoint of ours trained on data of another tokenizer: its ids mean other pieces
+        check_trained_tokenizer(run.init_from, datasets.meta, f"--data {run.data.path}")
     eval_meta = getattr(datasets.eval, "meta", None)
     if eval_meta is None:
         return
@@ -193,7 +220,8 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
     data = StepData(train, datasets.collate, shuffled_batches(len(train), run.train.batch_size, run.train.seed),
                     run.train.micro_batches(info.world_size), info.rank, info.world_size, run.data.num_workers,
                     epoch_keys=run.data.dynamic_masking,
-                    identity={"batch_size": run.train.batch_size, "seed": run.train.seed})
+                    identity={"batch_size": run.train.batch_size, "seed": run.train.seed,
+                              **data_identity(datasets.meta)})
     micro = run.train.forward_batch(info.world_size)
 
     def evaluator(trained, raw, state):
@@ -208,6 +236,18 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
                       evaluator=evaluator, find_unused_parameters=datasets.meta.get("sentence_task") == "none",
                       logger=logger)
     return loop
+
+
+def long_warmup_warning(plan) -> str | None:
+    """A warmup as long as the run (the paper recipe's 3125 steps kept for a --max-steps 1000 run) means the
+    learning rate never decays and may never reach --lr: said once as the run starts, with the run's notes on
+    stdout (stderr is kept for errors); the run still goes as asked."""
+    if 0 < plan.total_steps <= plan.warmup_steps:
+        return (f"warning: the warmup ({plan.warmup_steps} steps) is not shorter than the run ({plan.total_steps} "
+                f"steps), so the learning rate only rises, to {plan.lr_at(plan.total_steps - 1):g} at the last "
+                f"step (--lr {plan.lr:g}), and never decays; pass a smaller --warmup-steps (e.g. a tenth of "
+                "--max-steps)")
+    return None
 
 
 def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrite: bool = False,
@@ -230,4 +270,8 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.write_text_atomic(run_dir / "run_config.json", json.dumps(run.to_dict(), indent=2) + "\n")
     open_logger(loop)
+    if loop.logger is not None:
+        warning = long_warmup_warning(loop.plan)
+        if warning:
+            loop.logger.note(warning)
     return loop.run()

@@ -35,7 +35,10 @@ def build_loop(model: nn.Module, objective: Objective, data: StepData, train: Tr
     run_dir = Path(run_dir)
     check_precision(train.precision, info.device)
     last = resume_checkpoint(run_dir) if resume else None
+    state = ckpt.TrainState()
     if last is not None:
+        state = ckpt.load_train_state(last)
+        data.check_resume(state.data)           # other data (rebuilt in place) before a weight-shape error
         ckpt.load_model_weights(model, last)    # before any module swap, in the saved layout
     prepare_model(model, precision=train.precision, device=info.device,   # a compiled model stays plain:
                   activation_checkpointing=train.activation_checkpointing,  # inductor does its own fusion
@@ -43,14 +46,11 @@ def build_loop(model: nn.Module, objective: Objective, data: StepData, train: Tr
     model.to(info.device)
     optimizer = build_optimizer(model, optim)
     scaler = grad_scaler(train.precision, info.device)
-    state = ckpt.TrainState()
     if last is not None:
-        state = ckpt.load_train_state(last)
         optimizer.load_state_dict(state.optimizer)
         if scaler is not None and state.scaler:
             scaler.load_state_dict(state.scaler)
         ckpt.restore_rng(state.rng)
-    data.check_resume(state.data)
     total = train.total_steps(data.steps_per_epoch)
     if state.step > total:
         raise UserError(f"the run in {run_dir} is already at step {state.step}, past the {total} steps asked for; "
