@@ -5,13 +5,15 @@ No torch import here (layer L0). Paper symbols in comments: V, E, H, L, A, I, N 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from albertlm.config.overrides import check_choices
-from albertlm.errors import UserError
+from albertlm.errors import UserError, read_json_object
 
 Sharing = Literal["all", "attention", "ffn", "none"]
 
@@ -24,7 +26,14 @@ class Config:
     """What every config dataclass offers besides its fields."""
 
     def replace(self, **changes: Any):
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again). An unknown field name is a ConfigError naming it
+        (and the closest field), not dataclasses' TypeError."""
+        names = [f.name for f in dataclasses.fields(self)]
+        unknown = [name for name in changes if name not in names]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"unknown {type(self).__name__} field(s): {', '.join(unknown)}{hint}")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,8 +82,7 @@ class ModelConfig(Config):
                      "ffn_size", "max_position_embeddings", "type_vocab_size", "num_groups",
                      "inner_group_num", "num_labels"):
             value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                 name, "must be a positive integer")
+            need(_is_int(value) and value >= 1, name, "must be a positive integer")
         need(self.hidden_size % self.num_heads == 0, "hidden_size",
              f"must be divisible by num_heads={self.num_heads}")
         check_choices(self)  # sharing, activation
@@ -84,11 +92,13 @@ class ModelConfig(Config):
              f"must divide num_layers={self.num_layers}")
         for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
             value = getattr(self, name)
-            need(isinstance(value, (int, float)) and 0.0 <= value < 1.0, name, "must be in [0, 1)")
-        need(self.initializer_range > 0, "initializer_range", "must be positive")
-        need(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
-        need(0 <= self.pad_token_id < self.vocab_size, "pad_token_id",
-             f"must be a token id below vocab_size={self.vocab_size}")
+            need(_is_number(value) and 0.0 <= value < 1.0, name, "must be a number in [0, 1)")
+        for name in ("initializer_range", "layer_norm_eps"):  # inf would give a model of NaNs
+            value = getattr(self, name)
+            need(_is_number(value) and value > 0, name, "must be a positive finite number")
+        need(_is_int(self.pad_token_id) and 0 <= self.pad_token_id < self.vocab_size, "pad_token_id",
+             f"must be an integer token id below vocab_size={self.vocab_size}")
+        need(isinstance(self.always_project_embeddings, bool), "always_project_embeddings", "must be true or false")
 
     @property
     def has_embedding_projection(self) -> bool:
@@ -100,6 +110,8 @@ class ModelConfig(Config):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"a model config must be a JSON object (field -> value), got {type(data).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -111,7 +123,22 @@ class ModelConfig(Config):
 
     @classmethod
     def from_json(cls, path: str | Path) -> "ModelConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """A config written by `to_json`; a file that is not a JSON object, or holds an unknown field or a bad
+        value, is a UserError naming the file."""
+        data = read_json_object(Path(path), "a model config")
+        try:
+            return cls.from_dict(data)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float, not a bool, not NaN or infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 AlbertConfig = ModelConfig

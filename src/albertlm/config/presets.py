@@ -12,6 +12,7 @@ tests/test_presets.py checks every instantiated model against it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +62,23 @@ def _presets() -> dict[str, Preset]:
 
 
 PRESETS: dict[str, Preset] = _presets()
-MODEL_PRESETS: dict[str, ModelConfig] = {name: p.config for name, p in PRESETS.items()}
+
+
+class _Configs(Mapping[str, ModelConfig]):
+    """Preset name -> a fresh copy of its ModelConfig, like `get_preset(name)`: setting a field on what it gives
+    (`MODEL_PRESETS["albert-tiny"].vocab_size = 101`) changes that copy, never the preset (nor its v2 alias)."""
+
+    def __getitem__(self, name: str) -> ModelConfig:
+        return PRESETS[name].config.replace()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PRESETS)
+
+    def __len__(self) -> int:
+        return len(PRESETS)
+
+
+MODEL_PRESETS: Mapping[str, ModelConfig] = _Configs()
 
 
 def get_preset(name: str, **overrides: Any) -> ModelConfig:

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from albertlm.config import ModelConfig
+from albertlm.errors import UserError
 from albertlm.model.io import PretrainedMixin, init_weights
 
 
@@ -57,6 +58,9 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, packing: Packing | None = None) -> Tensor:
         T = input_ids.shape[1]
+        if T > self.position.num_embeddings:  # a shape, not a value: no device sync
+            raise UserError(f"the sequences have {T} tokens, more than max_position_embeddings="
+                            f"{self.position.num_embeddings} (the longest this model's position embeddings cover)")
         x = self.word(input_ids) + self.position.weight[:T]  # (B, T, E)
         x = x + (self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0])
         x = self.dropout(self.norm(x))
@@ -290,6 +294,11 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
                 masked_lm_ids: Tensor | None = None, masked_lm_weights: Tensor | None = None,
                 labels: Tensor | None = None, sentence_order_label: Tensor | None = None,
                 token_index: Tensor | None = None) -> ModelOutput:
+        if masked_lm_positions is None and (masked_lm_ids is not None or masked_lm_weights is not None):
+            raise ValueError("masked_lm_ids / masked_lm_weights need the masked_lm_positions they belong to")
+        if masked_lm_positions is not None and labels is not None:
+            raise ValueError("give the MLM targets one way: masked_lm_positions + masked_lm_ids (google's), "
+                             "or labels (B, T) (transformers'), not both")
         rows = None
         if masked_lm_positions is not None:  # the heads read [CLS] and the P masked slots: (B, 1 + P)
             rows = torch.cat([masked_lm_positions.new_zeros(len(masked_lm_positions), 1), masked_lm_positions], 1)

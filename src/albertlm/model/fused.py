@@ -55,8 +55,8 @@ def _compute_dtype(x: Tensor, layer: nn.Linear, fused: torch.dtype) -> torch.dty
     """`fused` (the dtype the fast path was chosen for) when this call can run fused in it, else None."""
     if x.device.type != "cpu" or layer.bias is None or layer.weight.dtype != torch.float32:
         return None
-    if torch.is_autocast_enabled("cpu"):
-        return fused if fused == torch.bfloat16 and torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
+    if torch.is_autocast_enabled("cpu"):  # bf16 only where oneDNN has bf16 GEMMs (a forced `swap_in` elsewhere)
+        return fused if fused == torch.bfloat16 and torch.get_autocast_dtype("cpu") == torch.bfloat16 and BF16 else None
     return fused if fused == torch.float32 and x.dtype == torch.float32 else None
 
 

@@ -38,8 +38,16 @@ CONFIG_FIELDS = {
 }
 # transformers' activation name -> ours. google-research's "gelu" is the tanh approximation
 # (modeling.py), which transformers calls "gelu_new".
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
                   "gelu_fast": "gelu_new", "relu": "relu"}
+# A field the file leaves out means the config class's default, transformers' AlbertConfig and google's alike (the
+# xxlarge shape), not ModelConfig's (the albert-base shape): the head count changes no tensor shape, so falling back
+# to ours would load the weights into a silently different model.
+HF_DEFAULTS = {"vocab_size": 30000, "embedding_size": 128, "hidden_size": 4096, "num_hidden_layers": 12,
+               "num_attention_heads": 64, "intermediate_size": 16384, "inner_group_num": 1,
+               "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout_prob": 0.1,
+               "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02,
+               "layer_norm_eps": 1e-12, "pad_token_id": 0}
 GOOGLE_ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu"}
 
 EMBEDDING_KEYS = {  # ours -> transformers
@@ -120,19 +128,21 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
     for name, plain in (("net_structure_type", 0), ("gap_size", 0), ("num_memory_blocks", 0), ("down_scale_factor", 1)):
         if data.get(name, plain) != plain:
             raise UserError(f"{name}={data[name]!r} is not supported (only the standard ALBERT structure)")
-    fields = {ours: data[hf] for ours, hf in CONFIG_FIELDS.items() if data.get(hf) is not None}
+    fields = {ours: data[hf] if data.get(hf) is not None else HF_DEFAULTS[hf] for ours, hf in CONFIG_FIELDS.items()}
+    if "classifier_dropout_prob" in data and data["classifier_dropout_prob"] is None:
+        fields["classifier_dropout"] = fields["hidden_dropout"]  # transformers' fallback for an unset (null) value
     act = data.get("hidden_act", "gelu" if google else "gelu_new")   # each config class's own default
     table = GOOGLE_ACTIVATIONS if google else HF_ACTIVATIONS
     if act not in table:
         raise UserError(f"hidden_act={act!r} is not supported (one of {', '.join(table)})")
     fields["activation"] = table[act]
-    L, N = data.get("num_hidden_layers", 12), data.get("num_hidden_groups", 1)
+    L, N = fields["num_layers"], data["num_hidden_groups"] if data.get("num_hidden_groups") is not None else 1
     fields.update(sharing="none", num_groups=1) if N == L and L > 1 else fields.update(sharing="all", num_groups=N)
     if data.get("id2label") is not None:
         fields["num_labels"] = len(data["id2label"])
     elif data.get("num_labels") is not None:
         fields["num_labels"] = data["num_labels"]
-    fields["always_project_embeddings"] = not google and data.get("embedding_size", 128) == data.get("hidden_size")
+    fields["always_project_embeddings"] = not google and fields["embedding_size"] == fields["hidden_size"]
     return ModelConfig(**fields)
 
 
@@ -185,6 +195,9 @@ def state_from_hf(hf_state: dict[str, Any], cfg: ModelConfig, plan: list[tuple[i
         "encoder.embedding_hidden_mapping_in.weight", "encoder.embedding_hidden_mapping_in.bias"}
     unknown = sorted(k for k in base if k not in known) + sorted(
         k for k in hf_state if k.startswith(HEAD_PREFIXES) and k not in HEAD_KEYS.values() and k not in HF_IGNORED)
+    if any(".distance_embedding." in k for k in unknown):
+        raise UserError("this checkpoint has relative position embeddings (transformers 4's position_embedding_type "
+                        "'relative_key' / 'relative_key_query'); albertlm's ALBERT has absolute positions only")
     if unknown:
         raise UserError(f"unexpected transformers keys (not an ALBERT of this config?): {', '.join(unknown[:5])}")
     return out

@@ -89,6 +89,10 @@ def read_torch_file(path: Path):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         detail = next((line.strip() for line in str(exc).splitlines() if "global" in line.lower()), "")
+        if not detail:   # not a forbidden object: bytes that are no pickle at all (random, another format)
+            why = str(exc).split("WeightsUnpickler error:")[-1].split("Check the documentation")[0]
+            why = " ".join(why.split())[:200] or type(exc).__name__
+            raise UserError(f"{path}: not a readable PyTorch checkpoint, truncated or damaged ({why})") from None
         raise UserError(f"{path}: refused: the pickle holds Python objects other than tensors, which could run "
                         f"code when loaded (loaded with weights_only=True{'; ' + detail if detail else ''})") from None
     except Exception as exc:  # torch raises RuntimeError, EOFError, KeyError, ... on damaged files
@@ -190,9 +194,9 @@ class PretrainedMixin:
         config, is_hf = read_config(directory)
         state = read_state(directory)
         model = cls(config.replace(**overrides) if overrides else config)
-        if is_hf:  # transformers' layer-per-group keys follow the plan the encoder was built with
+        if is_hf:  # transformers' layer-per-group keys follow the config and plan the model was built with
             plan = model.get_submodule(cls.base_prefix + "encoder").plan
-            state = hf_format.state_from_hf(state, config, plan)
+            state = hf_format.state_from_hf(state, model.config, plan)  # overrides included (the E->H projection)
         else:
             state = to_full_state(state)
         load_state_into(model, state, cls.base_prefix)
