@@ -211,3 +211,19 @@ def test_bytes_that_are_no_pickle_are_a_damaged_file_not_a_refused_object(tmp_pa
     torch.save({"x": collections.OrderedDict(), "f": print}, evil)
     with pytest.raises(UserError, match="the pickle holds Python objects other than tensors"):
         read_torch_file(evil)
+
+
+def test_a_multi_label_transformers_classifier_is_named(caplog):
+    """problem_type multi_label_classification was ignored without a word: our loss is single-label."""
+    import logging
+
+    from albertlm.model.hf_format import config_from_hf
+
+    data = {"model_type": "albert", "vocab_size": 50, "embedding_size": 8, "hidden_size": 16,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32, "num_labels": 3}
+    with caplog.at_level(logging.WARNING, logger="albertlm.model"):
+        config_from_hf(data)
+    assert "multi-label" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="albertlm.model"):
+        assert config_from_hf({**data, "problem_type": "multi_label_classification"}).num_labels == 3
+    assert "multi-label classifier" in caplog.text and "binary cross-entropy" in caplog.text

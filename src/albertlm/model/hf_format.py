@@ -143,6 +143,11 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
     elif data.get("num_labels") is not None:
         fields["num_labels"] = data["num_labels"]
     fields["always_project_embeddings"] = not google and fields["embedding_size"] == fields["hidden_size"]
+    if data.get("problem_type") == "multi_label_classification":
+        logging.getLogger("albertlm.model").warning(
+            "the checkpoint is a multi-label classifier (problem_type multi_label_classification); albertlm's "
+            "sequence classifier computes logits the same way, but its loss, when given labels, is cross-entropy "
+            "over one label per example, not transformers' per-label binary cross-entropy")
     return ModelConfig(**fields)
 
 
