@@ -214,3 +214,13 @@ def test_the_shared_configs_refuse_infinity_for_fine_tuning_too(make):
 
     with pytest.raises(UserError, match="must be a finite number"):
         make()
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_to_train(run, tmp_path, capsys):
+    """Before: the config and 'done' were printed, and nothing said that no step had run."""
+    copy = _copy(run, tmp_path)
+    capsys.readouterr()
+    assert main(["pretrain", "--out", str(copy), "--resume", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "the run is already at step 2 of 2: nothing to train" in out
+    assert not (copy / "checkpoints" / "step_00000003").exists()

@@ -220,6 +220,9 @@ class Loop:
         "interrupted"; `--resume` continues exactly. A second signal stops at once (KeyboardInterrupt), and a
         KeyboardInterrupt raised by code between steps (`on_step`) saves too."""
         deadline = time.monotonic() + self.train.max_minutes * 60 if self.train.max_minutes else math.inf
+        if 0 < self.plan.total_steps <= self.state.step:   # a resumed run that had already finished
+            self._print(f"the run is already at step {self.state.step} of {self.plan.total_steps}: nothing to "
+                        f"train (a larger --max-steps or --train.epochs goes on from here)")
         self.model.train()
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
