@@ -24,7 +24,8 @@ single-thread work only (with more threads, OpenMP's spin-waiting would count as
     python benchmarks/model_speed.py [--device cpu|cuda] [--preset albert-base] [--rows 8x128,2x512]
         [--modes train,infer] [--dtypes fp32,bf16] [--variants ours,hf,ours-compiled,hf-compiled]
         [--reps 3] [--infer-reps 10] [--threads N] [--clock wall|cpu] [--real 1.0]
-On CUDA the defaults are 32x512 bf16 and all four variants; peak memory per variant is printed too.
+On CUDA the defaults are 32x512 bf16 and all four variants; peak memory per variant is printed too (each
+variant's own: its weights, optimizer state and activations, not the variants still resident before it).
 """
 from __future__ import annotations
 
@@ -171,23 +172,41 @@ def timed(step, device: torch.device, clock_fn=None) -> float:
     return clock_fn() - start
 
 
+class CudaPeakMemory:
+    """Peak CUDA memory of one variant: its model copy, optimizer state and activations. The variants built
+    before it stay resident (they are timed in turn), so the peak is counted from what was allocated when
+    this variant's tracking started, not from zero."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def start(self) -> int:
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return torch.cuda.memory_allocated(self.device)
+
+    def peak_gib(self, baseline: int) -> float:
+        return (torch.cuda.max_memory_allocated(self.device) - baseline) / 2**30
+
+
 def run_row(cfg, ours, theirs, variants: list[str], B: int, T: int, precision: str, train: bool, reps: int,
-            device: torch.device, real: float = 1.0) -> dict[str, dict]:
-    """Median seconds per step of each variant, run alternately after warm-up (compile) calls."""
+            device: torch.device, real: float = 1.0, memory=None) -> dict[str, dict]:
+    """Median seconds per step of each variant, run alternately after warm-up (compile) calls. `memory`
+    (default: `CudaPeakMemory` on CUDA, none elsewhere) gives each variant's own peak memory."""
+    if memory is None and device.type == "cuda":
+        memory = CudaPeakMemory(device)
     batch = make_inputs(cfg, B, T, device=device, real=real)
     steps, result = {}, {}
     for name in variants:
+        baseline = memory.start() if memory is not None else None   # before this variant's weights arrive
         model, raw = variant_model(name, ours, theirs, precision, device)
         model.train(train)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
         steps[name] = step_fn(model, raw.parameters(), batch, name.startswith("ours"), train, precision, device,
                               skip_padding=name != "ours-padded")
         wall = time.perf_counter  # compile seconds are wall seconds (the compiler runs in other processes too)
         first = timed(steps[name], device, wall)
         second = timed(steps[name], device, wall)  # compiled training recompiles once for the optimizer's state
         result[name] = {"times": [], "compile_s": first + second - 2 * timed(steps[name], device, wall),
-                        "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
+                        "peak_gib": memory.peak_gib(baseline) if memory is not None else None}
     for _ in range(reps):
         for name in variants:
             result[name]["times"].append(timed(steps[name], device))

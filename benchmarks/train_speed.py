@@ -6,10 +6,13 @@ accumulation path, LAMB, gradient clipping, and logging every step to metrics.js
 The reference gets the very same batches, already in memory (so it pays no data loading), converted to
 transformers' `labels`, and does forward, backward, clip, AdamW step (fused AdamW on CUDA). albert-base,
 B x T = 8x128 and 2x512, fp32 and bf16 autocast, alternating chunks of steps; MFU from this device's matmul
-rate measured in the same run, before each row (model FLOPs as in model_speed.py). "wait" is the fraction of
-our step time spent waiting for the next batch. `--compiled` adds `albertlm pretrain --train.compile default`
-and transformers under `torch.compile` (their first steps, which compile, are not timed; the compile seconds
-our loop logs are printed).
+rate measured in the same run, before each row (model FLOPs as in model_speed.py: tok/s and MFU count the
+real tokens of the timed batches, not their padding). "wait" is the fraction of our step time spent waiting
+for the next batch. `--compiled` adds `albertlm pretrain --train.compile default` and transformers under
+`torch.compile`. Every variant first runs one untimed warm-up chunk (`--steps` steps, on batches the timed
+chunks do not reuse): compiling happens there, and any recompile for a new shape (our loop marks its
+padding-skipping `token_index`, a different length per batch, as dynamic, so there should be none). The
+compile seconds printed are that warm-up chunk's time less as many median timed steps.
 
     python benchmarks/train_speed.py [--device cpu|cuda] [--rows 8x128,2x512] [--dtypes fp32,bf16]
         [--chunks 2] [--steps 3] [--compiled]
@@ -30,6 +33,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_speed import build_models, matmul_rate, model_flops, sync  # noqa: E402  (same FLOPs and weights)
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 ROOT = Path(__file__).resolve().parents[1]
 SPIECE = ROOT.parent / "shared" / "data" / "spm" / "albert-base-v2_spiece.model"
@@ -80,34 +85,37 @@ def run_ours_chunk(loop, run_dir: Path, steps: int) -> tuple[list[float], list[f
     return [b - a for a, b in zip(stamps, stamps[1:])], waits
 
 
-def compile_seconds(run_dir: Path) -> float | None:
-    from albertlm.training.metrics import read_metrics
-
-    logged = [r["compile_s"] for r in read_metrics(run_dir) if r["split"] == "compile"]
-    return logged[0] if logged else None
-
-
-def reference_step(model, optimizer, batch: dict, precision: str, device: torch.device) -> None:
+def reference_step(model, optimizer, batch: dict, precision: str, device: torch.device, scaler=None) -> None:
+    """transformers' training step: autocast in the precision's dtype (fp16 with `scaler`, a GradScaler,
+    as our loop uses for fp16), backward, clip, AdamW step."""
     labels = torch.full_like(batch["input_ids"], -100)
     keep = batch["masked_lm_weights"] > 0
     rows = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(keep)
     labels[rows[keep], batch["masked_lm_positions"][keep]] = batch["masked_lm_ids"][keep]
-    ctx = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
-           else torch.autocast(device.type, enabled=False))
-    with ctx:
+    dtype = DTYPES[precision]
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                     token_type_ids=batch["token_type_ids"], labels=labels,
                     sentence_order_label=batch["sentence_order_label"])
-    out.loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
+    if scaler is None:
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    else:
+        scaler.scale(out.loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
     optimizer.zero_grad(set_to_none=True)
 
 
-def run_reference_chunk(model, optimizer, batches: list[dict], precision: str, device: torch.device) -> list[float]:
+def run_reference_chunk(model, optimizer, batches: list[dict], precision: str, device: torch.device,
+                        scaler=None) -> list[float]:
+    sync(device)
     stamps = [time.perf_counter()]
     for batch in batches:
-        reference_step(model, optimizer, {k: v.to(device) for k, v in batch.items()}, precision, device)
+        reference_step(model, optimizer, {k: v.to(device) for k, v in batch.items()}, precision, device, scaler)
         sync(device)
         stamps.append(time.perf_counter())
     return [b - a for a, b in zip(stamps[1:], stamps[2:])]   # the first step is the warm-up
@@ -115,6 +123,11 @@ def run_reference_chunk(model, optimizer, batches: list[dict], precision: str, d
 
 def bench_row(cfg, B: int, T: int, precision: str, data_dir: Path, tmp: Path, chunks: int, steps: int,
               device: torch.device, compiled: bool) -> dict:
+    """One row: an untimed warm-up chunk per variant (compiles and dynamic-shape recompiles land there), then
+    `chunks` alternations of `steps` steps each (the first step of a chunk is not timed)."""
+    if steps < 2 or chunks < 1:
+        raise ValueError(f"need --steps >= 2 (the first step of a chunk is not timed) and --chunks >= 1, "
+                         f"not {steps} and {chunks}")
     ours, theirs = build_models(cfg)
     loops = {"ours": our_loop(cfg, ours, data_dir, tmp / f"run_{B}x{T}_{precision}", B, precision, device)}
     if compiled:
@@ -126,38 +139,49 @@ def bench_row(cfg, B: int, T: int, precision: str, data_dir: Path, tmp: Path, ch
     if compiled:
         refs["hf-compiled"] = torch.compile(refs["hf"])
     optimizers = {name: torch.optim.AdamW(theirs.parameters(), lr=1e-5, fused=device.type == "cuda") for name in refs}
+    scalers = {name: torch.amp.GradScaler(device.type) if precision == "fp16" else None for name in refs}
     times = {name: [] for name in [*loops, *refs]}
-    waits = []
-    ref_compile = {}
-    for chunk in range(chunks):
+    warm_s = {}
+    waits, real = [], []
+    for chunk in range(chunks + 1):                             # chunk 0: the untimed warm-up
         batches = [next(feed)[0] for _ in range(steps)]         # the same examples our loop reads
         for name, loop in loops.items():
+            start = time.perf_counter()
             t, w = run_ours_chunk(loop, loop.run_dir, steps)
+            if chunk == 0:
+                warm_s[name] = time.perf_counter() - start
+                continue
             times[name] += t
             waits += w if name == "ours" else []
         for name, model in refs.items():
-            if chunk == 0 and name == "hf-compiled":             # compile outside the timed steps
-                start = time.perf_counter()
-                run_reference_chunk(model, optimizers[name], batches[:1], precision, device)
-                ref_compile[name] = time.perf_counter() - start
-            times[name] += run_reference_chunk(model, optimizers[name], batches, precision, device)
+            start = time.perf_counter()
+            t = run_reference_chunk(model, optimizers[name], batches, precision, device, scalers[name])
+            if chunk == 0:
+                warm_s[name] = time.perf_counter() - start
+                continue
+            times[name] += t
+        if chunk:
+            real += [int(b["attention_mask"].sum()) for b in batches[1:]]   # the timed steps' real tokens
     P = int(loops["ours"].data.dataset.meta["max_predictions_per_seq"])
-    flops = model_flops(cfg, B, T, P, train=True)
+    tokens = statistics.mean(real)
+    flops = model_flops(cfg, B, T, P, train=True, tokens=tokens)
     seconds = {name: statistics.median(t) for name, t in times.items()}
-    compile_s = {"ours-compiled": compile_seconds(loops["ours-compiled"].run_dir) if compiled else None, **ref_compile}
+    compile_s = {name: max(0.0, warm_s[name] - steps * seconds[name]) for name in times if name.endswith("-compiled")}
     return {"shape": f"{B}x{T}", "dtype": precision, "seconds": seconds, "flops": flops, "compile_s": compile_s,
-            "tokens": B * T, "wait": statistics.mean(waits) if waits else 0.0}
+            "tokens": tokens, "wait": statistics.mean(waits) if waits else 0.0}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--rows", default=None, help="B x T shapes (default 8x128,2x512; cuda 32x512)")
-    parser.add_argument("--dtypes", default=None, help="fp32,bf16 (cuda default: bf16)")
+    parser.add_argument("--dtypes", default=None, help="fp32,bf16,fp16 (fp16: cuda only; cuda default: bf16)")
     parser.add_argument("--chunks", type=int, default=2, help="alternations of ours / reference")
-    parser.add_argument("--steps", type=int, default=3, help="steps per chunk (the first is not timed)")
+    parser.add_argument("--steps", type=int, default=3, help="steps per chunk, >= 2 (the first is not timed)")
     parser.add_argument("--compiled", action="store_true", help="also both models under torch.compile (cuda: always)")
     args = parser.parse_args()
+    if args.steps < 2 or args.chunks < 1:
+        parser.error("--steps must be >= 2 (the first step of a chunk is not timed) and --chunks >= 1")
     from albertlm.config.presets import get_preset
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability
 
@@ -165,6 +189,9 @@ def main() -> None:
     cuda = device.type == "cuda"
     rows, dtypes = args.rows or ("32x512" if cuda else "8x128,2x512"), args.dtypes or ("bf16" if cuda else "fp32,bf16")
     compiled = args.compiled or cuda
+    for precision in dtypes.split(","):
+        if precision not in DTYPES or (precision == "fp16" and not cuda):
+            parser.error(f"--dtypes: {precision!r} is not one of fp32, bf16, fp16 (fp16 on cuda only)")
     cfg = get_preset("albert-base")
     where = (torch.cuda.get_device_name(device) if cuda else
              f"CPU {cpu_capability()}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
@@ -182,7 +209,7 @@ def main() -> None:
             B, T = map(int, shape.split("x"))
             data.setdefault(T, build_data(tmp, T))
             for precision in dtypes.split(","):
-                rate = matmul_rate(torch.bfloat16 if precision == "bf16" else torch.float32, device=device)
+                rate = matmul_rate(DTYPES[precision], device=device)
                 r = bench_row(cfg, B, T, precision, data[T], tmp, args.chunks, args.steps, device, compiled)
                 s = r["seconds"]
                 line = (f"| {r['shape']} | {r['dtype']} | " + " | ".join(f"{r['tokens'] / s[n]:.0f}" for n in names)
@@ -190,7 +217,7 @@ def main() -> None:
                 if compiled:
                     c = r["compile_s"]
                     line += (f" {s['hf-compiled'] / s['ours']:.2f}x | {s['hf-compiled'] / s['ours-compiled']:.2f}x | "
-                             f"{c['ours-compiled'] or 0:.0f}, {c['hf-compiled']:.0f} |")
+                             f"{c['ours-compiled']:.0f}, {c['hf-compiled']:.0f} |")
                 line += (f" {rate / 1e12:.2f} | " + " / ".join(f"{r['flops'] / s[n] / rate:.0%}" for n in names)
                          + f" | {r['wait']:.1%} |")
                 print(line, flush=True)

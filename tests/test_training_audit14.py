@@ -224,3 +224,48 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(run, tmp_path, c
     out = capsys.readouterr().out
     assert "the run is already at step 2 of 2: nothing to train" in out
     assert not (copy / "checkpoints" / "step_00000003").exists()
+
+
+def test_a_compiled_model_is_compiled_once_for_every_real_token_count(tiny_config):
+    """Skip-padding batches have a different number of real tokens each; without marking that length dynamic,
+    torch.compile compiled the first count as a constant and compiled again at the second batch (inside the
+    timed, logged steps: the logged compile time came out near 0)."""
+    import torch
+
+    import torch._dynamo  # noqa: F401  (loaded, as under --train.compile)
+    from albertlm.model.albert import AlbertForPreTraining
+    from albertlm.training.pretrain import PretrainingObjective
+
+    torch._dynamo.reset()
+    model = AlbertForPreTraining(tiny_config).eval()
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
+    objective = PretrainingObjective()
+    generator = torch.Generator().manual_seed(0)
+    for lengths in ((9, 5, 12), (7, 12, 3), (12, 11, 2)):   # 26, 22 and 25 real tokens
+        batch = _packed_batch(lengths, tiny_config.vocab_size, generator)
+        with torch.no_grad():
+            objective.forward(compiled, batch, torch.tensor([1.0, 1.0]))
+    assert len(graphs) == 1, f"compiled {len(graphs)} times"
+    torch._dynamo.reset()
+
+
+def _packed_batch(lengths, vocab, generator):
+    """A (B, T=12) batch with `lengths` real tokens per row, P=2 masked slots, and its token_index."""
+    import torch
+
+    B, T = len(lengths), 12
+    mask = torch.zeros(B, T, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    return {"input_ids": torch.randint(5, vocab, (B, T), generator=generator) * mask,
+            "attention_mask": mask, "token_type_ids": torch.zeros(B, T, dtype=torch.long),
+            "masked_lm_positions": torch.ones(B, 2, dtype=torch.long),
+            "masked_lm_ids": torch.randint(5, vocab, (B, 2), generator=generator),
+            "masked_lm_weights": torch.ones(B, 2), "sentence_order_label": torch.zeros(B, dtype=torch.long),
+            "token_index": mask.reshape(-1).nonzero().squeeze(1)}

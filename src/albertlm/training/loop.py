@@ -239,6 +239,8 @@ class Loop:
                     rng_at_boundary = ckpt.capture_rng()
                     self.state.extra["tokens"] = self.state.extra.get("tokens", 0.0) + result.tokens
                     window.add(result)
+                    if self.train.compile != "none" and len(first_steps) < 2 and self.info.device.type == "cuda":
+                        torch.cuda.synchronize(self.info.device)   # CUDA is asynchronous: time the GPU work too
                     self._report_compile(first_steps, time.perf_counter() - started)
                     if self.logger is not None:
                         self.logger.advance(self.state.step, result.loss, window.rate())
@@ -353,10 +355,10 @@ class Loop:
             self.logger.log(self.state.step, "train", metrics)
 
     def _report_compile(self, first_steps: list[float], seconds: float) -> None:
-        """With train.compile, the first step holds the compilation: log it against the second step. A first
-        step no slower than the second (inductor's cache held the kernels, or a later step compiled for a new
-        input shape, as fine-tuning's length buckets do) is reported as no measurable compile time, never as
-        a negative one."""
+        """With train.compile, the first step holds the compilation: log it against the second step (each
+        timed to its GPU work's end: CUDA runs asynchronously). A first step no slower than the second
+        (inductor's cache held the kernels, or a later step compiled for a new input shape, as fine-tuning's
+        length buckets do) is reported as no measurable compile time, never as a negative one."""
         if self.train.compile == "none" or len(first_steps) >= 2:
             return
         first_steps.append(seconds)

@@ -12,6 +12,7 @@ draws its own masks and a resumed run draws what an uninterrupted one would.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -49,6 +50,8 @@ class PretrainingObjective:
         return torch.stack([masked, sentences])
 
     def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if "token_index" in batch and "token_index" in self.inputs:
+            dynamic_length(batch["token_index"])
         out = model(**{k: batch[k] for k in self.inputs if k in batch})
         mlm = _mlm_sums(out["prediction_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"])
         sop = _sentence_sums(out["sop_logits"], batch["sentence_order_label"])
@@ -68,6 +71,16 @@ class PretrainingObjective:
 
     def empty_stats(self, device: torch.device) -> torch.Tensor:
         return torch.zeros(len(STAT_NAMES), device=device)
+
+
+def dynamic_length(token_index: torch.Tensor) -> None:
+    """Tell torch.compile, when it is in use, that the number of real tokens changes from batch to batch: else
+    it compiles the first batch's count as a constant and compiles again at the second batch (inside the timed,
+    logged steps). Nothing is imported for it: without compile, torch._dynamo is not loaded and this is a no-op."""
+    dynamo = sys.modules.get("torch._dynamo")
+    mark = getattr(dynamo, "maybe_mark_dynamic", None)
+    if mark is not None:
+        mark(token_index, 0)
 
 
 def _mlm_sums(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor):
