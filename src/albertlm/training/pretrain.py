@@ -110,7 +110,6 @@ def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
     the data's tokenizer. Checks that the global batch splits over this launch's processes."""
     from albertlm.model.io import read_config, resolve_checkpoint
 
-    check_finite(run)
     if run.init_from and resume and ckpt.latest_checkpoint(run_dir):
         run = run.replace(init_from="")          # the run's own checkpoint wins over the starting point
     if run.init_from:
@@ -125,18 +124,6 @@ def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
             run = run.replace(model=run.model.replace(vocab_size=vocab))
     run.train.check_equal_micro_batches(world_size_from_env())
     return run
-
-
-def check_finite(run: RunConfig) -> None:
-    """Every number of the run is finite: the configs' range checks let infinity through (`--lr inf` trained a
-    step and then stopped on a NaN loss, `--train.epochs inf` was a traceback, `--optim.eps inf` trained nothing)."""
-    import math
-
-    from albertlm.config.overrides import flatten
-
-    for key, value in flatten(run.to_dict()).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UserError(f"{key}={value!r}: must be a finite number")
 
 
 def data_identity(meta: dict) -> dict:
