@@ -108,6 +108,10 @@ PAPER_ORDER = ("table5", "table4", "figure1", "table3", "dropout")
 NAMED = (*PAPER_ORDER, "paper")
 
 
+# the paper's configurations by label (E128-all-sop, ...): every variant of the named grids
+PAPER_VARIANTS: dict[str, Variant] = {v.label: v for g in GRIDS.values() for v in g.variants}
+
+
 def base_model(scale: Scale) -> ModelConfig:
     """Every run's model before its variant: the scale's size, no dropout."""
     return ModelConfig(vocab_size=scale.vocab_size, embedding_size=scale.small_embedding,
@@ -197,7 +201,18 @@ _NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
 
 def paper_variant(label: str) -> Variant | None:
     """The paper configuration (a variant of a named grid) whose label is `label`, or None."""
-    return next((v for g in GRIDS.values() for v in g.variants if v.label == label), None)
+    return PAPER_VARIANTS.get(label)
+
+
+def full_model(model: Any) -> Any:
+    """A recorded model config with the fields it lacks at their defaults (a config written before a field
+    existed is the same model), for comparison; anything else as it is."""
+    if not isinstance(model, dict):
+        return model
+    try:
+        return ModelConfig(**model).to_dict()
+    except Exception:
+        return model
 
 
 def describe(variant: Variant) -> str:

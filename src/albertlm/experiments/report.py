@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
-from albertlm.experiments.grids import GRIDS, NAMED, PAPER_ORDER, Variant, base_model
+from albertlm.experiments.grids import GRIDS, NAMED, PAPER_ORDER, PAPER_VARIANTS, Variant, base_model, full_model
 from albertlm.experiments.scales import PAPER_E, Scale
 
 # ------------------------------------------------------------------------ the paper's numbers (arXiv v6)
@@ -118,9 +118,7 @@ def aggregate(data: dict, scale: Scale | None = None) -> dict[str, Any]:
 
 
 def _model_key(model: dict | None) -> str:
-    from albertlm.experiments.runner import _model_dict
-
-    return json.dumps(_model_dict(model or {}), sort_keys=True)
+    return json.dumps(full_model(model or {}), sort_keys=True)
 
 
 def paper_rows(variants: dict[str, dict], scale: Scale | None) -> dict[str, str]:
@@ -128,15 +126,15 @@ def paper_rows(variants: dict[str, dict], scale: Scale | None) -> dict[str, str]
     model and sentence task at `scale` (a user variant may have any name; a name is no configuration).
     Without a scale (no suite.json), by label."""
     if scale is None:
-        return {label: label for label in variants if label in _PAPER_LABELS}
+        return {label: label for label in variants if label in PAPER_VARIANTS}
     base = base_model(scale)
     by_config: dict[tuple[str, str], str] = {}
     for label, row in variants.items():
         key = (_model_key(row.get("model")), row.get("task"))
-        if key not in by_config or label in _PAPER_LABELS:   # the paper's own label first
+        if key not in by_config or label in PAPER_VARIANTS:   # the paper's own label first
             by_config[key] = label
     out = {}
-    for label, variant in _PAPER_LABELS.items():
+    for label, variant in PAPER_VARIANTS.items():
         try:
             model = base.replace(**variant.model_overrides(scale)).to_dict()
         except Exception:
@@ -145,9 +143,6 @@ def paper_rows(variants: dict[str, dict], scale: Scale | None) -> dict[str, str]
         if found is not None:
             out[label] = found
     return out
-
-
-_PAPER_LABELS: dict[str, Variant] = {v.label: v for g in GRIDS.values() for v in g.variants}
 
 
 def row_of(agg: dict, variant: Variant) -> dict | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from albertlm.errors import UserError
-from albertlm.experiments.grids import Run, expand, resolve_grids
+from albertlm.experiments.grids import Run, expand, full_model, resolve_grids
 from albertlm.experiments.scales import FinetuneTask, Scale, get_scale
 
 RESULT = "result.json"
@@ -621,19 +621,6 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
 
 
 # ------------------------------------------------------------------------------- what an --out already holds
-def _model_dict(model: Any) -> Any:
-    """A recorded model config with the fields it lacks at their defaults (a config written before a field
-    existed is the same model), for comparison."""
-    if not isinstance(model, dict):
-        return model
-    from albertlm.config.model import ModelConfig
-
-    try:
-        return ModelConfig(**model).to_dict()
-    except Exception:
-        return model
-
-
 def _first_difference(recorded: dict, planned: dict, prefix: str = "") -> str:
     """The first field (in the planned order) whose recorded value differs: 'model.num_layers: 2 there, 3 now'."""
     for key, want in planned.items():
@@ -652,13 +639,13 @@ def recorded_difference(suite: Suite, job: Job) -> str:
     """How what `job`'s directory holds (a finished result, a pretraining's run config, a baseline's initial
     model) differs from the planned job: the first differing field in words, or "" (nothing there, or the same)."""
     directory = suite.out / job.directory
-    want: dict[str, Any] = {"kind": job.kind, "seed": job.seed, "model": _model_dict(job.run.model)}
+    want: dict[str, Any] = {"kind": job.kind, "seed": job.seed, "model": full_model(job.run.model)}
     if job.kind == "pretrain":
         want["task"] = job.run.task
     done = directory / RESULT
     if done.is_file():
         result = json.loads(done.read_text())
-        have = {"kind": result.get("kind"), "seed": result.get("seed"), "model": _model_dict(result.get("model"))}
+        have = {"kind": result.get("kind"), "seed": result.get("seed"), "model": full_model(result.get("model"))}
         if job.kind == "pretrain":
             have["task"] = result.get("task")
         why = _first_difference(have, want)
@@ -668,7 +655,7 @@ def recorded_difference(suite: Suite, job: Job) -> str:
     if job.kind == "pretrain" and config.is_file():   # what a pretraining (finished or not) trains
         run = json.loads(config.read_text())
         train, data = run.get("train") or {}, run.get("data") or {}
-        have = {"seed": train.get("seed"), "model": _model_dict(run.get("model")),
+        have = {"seed": train.get("seed"), "model": full_model(run.get("model")),
                 "task": Path(str(data.get("path", ""))).name.removeprefix("train_") or None,
                 "max_steps": train.get("max_steps"), "batch_size": train.get("batch_size")}
         s = suite.scale
@@ -714,9 +701,9 @@ def merged_plan(suite: Suite, planned: list[Job]) -> dict:
             if new is None:
                 runs[run["name"]] = run
                 continue
-            why = _first_difference({"model": _model_dict(run.get("model")), "task": run.get("task"),
+            why = _first_difference({"model": full_model(run.get("model")), "task": run.get("task"),
                                      "seed": run.get("seed")},
-                                    {"model": _model_dict(new["model"]), "task": new["task"], "seed": new["seed"]})
+                                    {"model": full_model(new["model"]), "task": new["task"], "seed": new["seed"]})
             if why:
                 raise UserError(f"--out {suite.out}: its plan (suite.json, grid {', '.join(old_grids)}) has a run "
                                 f"{run['name']} of another configuration ({why}): give another --out, or rename "
