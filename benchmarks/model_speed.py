@@ -10,8 +10,12 @@ seconds are printed). Ratios are against transformers eager and, where measured,
 
 `--real 0.5`: rows of different lengths with that mean fraction of real tokens, the rest padding (pretraining
 data built from short documents looks like this). `ours` then gets the batch's `token_index`, as `albertlm
-pretrain` does, and skips the padding in its per-token layers; `ours-padded` is the same model computing the
-padding too, as transformers does. tok/s counts real tokens, and MFU the real tokens' FLOPs.
+pretrain` does, and skips the padding in its per-token layers (on a GPU its attention runs over the packed
+real tokens too: `varlen_attn`); `ours-padded` is the same model given the mask and computing the padding
+too, as transformers does. A batch without padding (the default, `--real 1`) reaches `ours` without a mask,
+again as `albertlm pretrain` passes it. tok/s counts real tokens, and MFU the real tokens' FLOPs.
+`ours-cudagraphs`: `torch.compile(mode="reduce-overhead")` (CUDA graphs; the padded shape, as pretraining
+runs it). `hf-unmasked-compiled`: transformers compiled and given no mask when the batch has no padding.
 
 MFU: model FLOPs (encoder, E->H projection, MLM head at the masked positions, x3 for training: the same
 for every variant, so MFU ratios equal speed ratios) / time / the dense-matmul rate of this device and
@@ -46,6 +50,7 @@ MASK_RATE = 0.15
 OUR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label",
             "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "token_index")
 HF_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label", "labels")
+VARIANTS = ("ours", "hf", "ours-padded", "ours-compiled", "ours-cudagraphs", "hf-compiled", "hf-unmasked-compiled")
 
 
 def sync(device: torch.device) -> None:
@@ -104,8 +109,7 @@ def make_inputs(cfg, B: int, T: int, seed: int = 0, device: torch.device | str =
                  token_type_ids=((torch.arange(T)[None] >= lengths[:, None] // 2) & mask.bool()).long(),
                  masked_lm_positions=positions, masked_lm_ids=targets, masked_lm_weights=torch.ones(B, P),
                  labels=labels, sentence_order_label=torch.randint(0, 2, (B,), generator=g))
-    if real < 1:
-        batch["token_index"] = mask.flatten().nonzero().squeeze(1)   # what the data loader's collate gives
+    batch["token_index"] = mask.flatten().nonzero().squeeze(1)   # what the data loader's collate gives
     return {k: v.to(device) for k, v in batch.items()}
 
 
@@ -127,20 +131,41 @@ def variant_model(name: str, ours, theirs, precision: str, device: torch.device)
     """A fresh copy of the model a variant runs, on `device` (ours prepared the way `albertlm pretrain` does)."""
     from albertlm.training.precision import prepare_model
 
-    compiled = name.endswith("-compiled")
+    compiled = is_compiled(name)
     if name.startswith("ours"):
         model = prepare_model(copy.deepcopy(ours), precision=precision, device=device,
                               fast_paths="off" if compiled else "auto")
     else:
         model = copy.deepcopy(theirs)
     model = model.to(device)
-    return (torch.compile(model) if compiled else model), model
+    if not compiled:
+        return model, model
+    return torch.compile(model, mode="reduce-overhead" if name == "ours-cudagraphs" else None), model
 
 
-def step_fn(model, params, batch, ours: bool, train: bool, precision: str, device: torch.device,
-            skip_padding: bool = True):
-    keys = (OUR_KEYS if skip_padding else OUR_KEYS[:-1]) if ours else HF_KEYS
-    kwargs = {k: batch[k] for k in keys if k in batch}
+def is_compiled(name: str) -> bool:
+    return name.endswith("-compiled") or name == "ours-cudagraphs"
+
+
+def variant_inputs(name: str, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What each variant's model is called with. `ours` / `ours-compiled`: what `albertlm pretrain` passes
+    (`PretrainingObjective`): the batch's `token_index` (skip the padding), and for a batch without padding
+    neither mask nor index. `ours-cudagraphs` (reduce-overhead, static shapes): no index, no mask when full.
+    `ours-padded`: the mask and no index (the padding computed too). transformers: `labels` and the mask, as its
+    users pass them; `hf-unmasked-compiled` drops an all-ones mask (its fastest attention kernel)."""
+    from albertlm.training.pretrain import is_full
+
+    full = is_full(batch)
+    if name.startswith("ours"):
+        keys = OUR_KEYS if name in ("ours", "ours-compiled") else OUR_KEYS[:-1]
+        if full and name != "ours-padded":
+            keys = tuple(k for k in keys if k not in ("attention_mask", "token_index"))
+    else:
+        keys = tuple(k for k in HF_KEYS if not (full and name == "hf-unmasked-compiled" and k == "attention_mask"))
+    return {k: batch[k] for k in keys if k in batch}
+
+
+def step_fn(model, params, kwargs: dict[str, torch.Tensor], train: bool, precision: str, device: torch.device):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
     optimizer = torch.optim.AdamW(params, lr=1e-5, fused=device.type == "cuda") if train else None
@@ -200,8 +225,7 @@ def run_row(cfg, ours, theirs, variants: list[str], B: int, T: int, precision: s
         baseline = memory.start() if memory is not None else None   # before this variant's weights arrive
         model, raw = variant_model(name, ours, theirs, precision, device)
         model.train(train)
-        steps[name] = step_fn(model, raw.parameters(), batch, name.startswith("ours"), train, precision, device,
-                              skip_padding=name != "ours-padded")
+        steps[name] = step_fn(model, raw.parameters(), variant_inputs(name, batch), train, precision, device)
         wall = time.perf_counter  # compile seconds are wall seconds (the compiler runs in other processes too)
         first = timed(steps[name], device, wall)
         second = timed(steps[name], device, wall)  # compiled training recompiles once for the optimizer's state
@@ -225,8 +249,10 @@ def main() -> None:
     parser.add_argument("--modes", default="train,infer")
     parser.add_argument("--dtypes", default=None, help="fp32,bf16 (cuda default: bf16)")
     parser.add_argument("--variants", default=None,
-                        help="from ours,hf,ours-padded,ours-compiled,hf-compiled (default: ours,hf on cpu, "
-                             "all four but ours-padded on cuda; ours-padded: ours without skipping the padding)")
+                        help="from ours,hf,ours-padded,ours-compiled,ours-cudagraphs,hf-compiled,hf-unmasked-compiled "
+                             "(default: ours,hf on cpu, ours,hf,ours-compiled,hf-compiled on cuda; ours-padded: ours "
+                             "given the mask and computing the padding; ours-cudagraphs: torch.compile reduce-overhead; "
+                             "hf-unmasked-compiled: transformers compiled without an all-ones mask)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--real", type=float, default=1.0,
                         help="mean fraction of real (not padding) tokens per row, in (0, 1] (default 1: no padding)")
@@ -246,6 +272,10 @@ def main() -> None:
     variants = (args.variants or ("ours,hf,ours-compiled,hf-compiled" if cuda else "ours,hf")).split(",")
     if not {"ours", "hf"} <= set(variants):
         parser.error("--variants must include ours and hf (the ratios are against them)")
+    if set(variants) - set(VARIANTS) or len(set(variants)) < len(variants):
+        parser.error(f"--variants: each at most once, from {','.join(VARIANTS)}")
+    if "ours-cudagraphs" in variants and not cuda:
+        parser.error("ours-cudagraphs (CUDA graphs) needs --device cuda")
     if not 0 < args.real <= 1:
         parser.error(f"--real must be in (0, 1], not {args.real}")
     cfg = get_preset(args.preset)
@@ -261,7 +291,7 @@ def main() -> None:
           + (f" Rows are {args.real:.0%} real tokens on average (tok/s: real tokens)." if args.real < 1 else ""))
     extra = [v for v in variants if v not in ("ours", "hf")]
     head = (f"{'mode':5} {'shape':7} {'dtype':5} {'ours tok/s':>10} {'hf tok/s':>9} {'ratio':>6} "
-            + "".join(f"{v + ' tok/s':>20}" for v in extra)
+            + "".join(f" {v + ' tok/s':>23}" for v in extra)
             + (f" {'ours/hf-compiled':>16}" if "hf-compiled" in variants else "")
             + f" {'matmul TFLOP/s':>14} {'MFU ' + '/'.join(variants):>30}" + ("  peak GiB" if cuda else ""))
     print(head)
@@ -281,13 +311,19 @@ def main() -> None:
                 mfu = "/".join(f"{flops / r[v]['seconds'] / rate:.0%}" for v in variants)
                 line = (f"{mode:5} {shape:7} {precision:5} {tok['ours']:10.0f} {tok['hf']:9.0f} "
                         f"{tok['ours'] / tok['hf']:5.2f}x"
-                        + "".join(f"{tok[v]:11.0f} ({r[v]['compile_s']:4.0f}s)" if v.endswith("-compiled")
-                                  else f"{tok[v]:20.0f}" for v in extra)
+                        + "".join(f" {tok[v]:14.0f} ({r[v]['compile_s']:4.0f}s)" if is_compiled(v)
+                                  else f" {tok[v]:23.0f}" for v in extra)
                         + (f" {tok['ours'] / tok['hf-compiled']:15.2f}x" if "hf-compiled" in variants else "")
                         + f" {rate / 1e12:14.2f} {mfu:>30}")
                 if cuda:
                     line += "  " + "/".join(f"{r[v]['peak_gib']:.1f}" for v in variants)
                 print(line, flush=True)
+                theirs_c = [v for v in variants if v.startswith("hf-") and is_compiled(v)]
+                if theirs_c:
+                    best = max(theirs_c, key=tok.get)
+                    print("      fastest ours / fastest transformers compiled "
+                          f"({best}): " + ", ".join(f"{v} {tok[v] / tok[best]:.2f}x" for v in variants
+                                                    if v.startswith("ours")), flush=True)
     if not cuda:
         print(f"load average at the end {os.getloadavg()[0]:.1f}")
 

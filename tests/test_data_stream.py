@@ -138,8 +138,10 @@ def test_peak_memory_does_not_grow_with_corpus_size(tmp_path):
 def test_collate_gives_the_batch_contract(built):
     ds = PretrainingDataset(built)
     batch = collate([ds[i] for i in range(5)])
-    assert set(batch) == set(BATCH_KEYS)
+    assert set(batch) == set(BATCH_KEYS) | {"token_index"}
     import torch
+
+    assert torch.equal(batch["token_index"], batch["attention_mask"].flatten().nonzero().squeeze(1))
 
     assert batch["input_ids"].shape == (5, 64) and batch["input_ids"].dtype == torch.int64
     assert batch["masked_lm_positions"].shape == (5, ds.max_predictions)

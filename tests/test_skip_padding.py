@@ -16,7 +16,7 @@ from albertlm.model import albert, fused
 from albertlm.model.albert import AlbertForPreTraining, AlbertModel, enable_activation_checkpointing
 from albertlm.model.fast_paths import swap_in
 from albertlm.training.distributed import DistInfo
-from albertlm.training.pretrain import Datasets, PretrainingObjective, make_loop
+from albertlm.training.pretrain import Datasets, PretrainingObjective, is_full, make_loop
 from train_fixtures import SyntheticPretraining, tiny_run
 
 
@@ -124,15 +124,19 @@ def test_the_packed_step_is_one_graph():
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_collate_gives_the_real_tokens_only_when_there_is_padding():
+def test_collate_gives_the_real_tokens_and_a_full_batch_is_known_by_their_count():
     items = SyntheticPretraining(n=6, T=24).items
     batch = loader.collate(items)
     mask = batch["attention_mask"]
     assert not mask.bool().all()
     assert torch.equal(batch["token_index"], token_index(mask))
     assert batch["token_index"].dtype == torch.int64
-    full = [dict(item, attention_mask=np.ones_like(item["attention_mask"])) for item in items]
-    assert "token_index" not in loader.collate(full)
+    assert not is_full(batch)
+    full = loader.collate([dict(item, attention_mask=np.ones_like(item["attention_mask"])) for item in items])
+    assert torch.equal(full["token_index"], torch.arange(full["input_ids"].numel()))
+    assert is_full(full)
+    del full["token_index"]
+    assert not is_full(full)  # without the index nothing is known: the mask stays
 
 
 def _datasets():
@@ -154,9 +158,9 @@ def test_pretraining_skips_the_padding_and_trains_as_the_padded_model(tmp_path, 
     packings = []
     real_init = albert.Packing.__init__
 
-    def counting_init(self, index, batch, length):
+    def counting_init(self, index, batch, length, mask=None):
         packings.append(len(index) / (batch * length))
-        real_init(self, index, batch, length)
+        real_init(self, index, batch, length, mask)
 
     monkeypatch.setattr(albert.Packing, "__init__", counting_init)
     skipped, loop = _run(tmp_path / "skip")

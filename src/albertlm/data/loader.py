@@ -128,12 +128,11 @@ class PretrainingDataset:
 
 def collate(items: Sequence[dict[str, np.ndarray]]) -> dict:
     """Stack instances into the batch dict of torch tensors the model takes (int64; weights float32).
-    When the batch has padding, `token_index` (N,) holds the flat positions b * T + t of its N real tokens,
-    computed here on the host, so the model can skip the padding without a device sync (`model.albert.Packing`)."""
+    `token_index` (N,) holds the flat positions b * T + t of its N real tokens, computed here on the host, so
+    the model can skip the padding without a device sync (`model.albert.Packing`); N == B * T (a shape, known
+    without a sync) says the batch has no padding at all, and pretraining then passes no mask."""
     import torch
 
     batch = {key: torch.from_numpy(np.stack([item[key] for item in items])) for key in BATCH_KEYS}
-    mask = batch["attention_mask"].numpy().reshape(-1)
-    if not mask.all():
-        batch["token_index"] = torch.from_numpy(np.flatnonzero(mask))
+    batch["token_index"] = torch.from_numpy(np.flatnonzero(batch["attention_mask"].numpy().reshape(-1)))
     return batch

@@ -9,7 +9,8 @@ ALBERT is BERT with two parameter reductions and one new loss:
 
 Shapes: B batch, T tokens, E embedding size, H hidden size, A heads, hs = H / A head size, V vocab,
 P masked slots per sequence, M masked tokens in the batch, N real (not padding) tokens in the batch.
-Plain PyTorch ops only (nn.Linear, scaled_dot_product_attention, nn.LayerNorm), and no host-device
+Plain PyTorch ops only (nn.Linear, scaled_dot_product_attention, nn.LayerNorm; on a GPU, switched on from
+outside, torch's varlen_attn for attention over the packed real tokens), and no host-device
 synchronisation in `forward` (no `.item()`, no boolean indexing on the pretraining path), so one
 `torch.compile(model, fullgraph=True)` graph covers the whole pretraining forward. Activation
 checkpointing, torch.compile and the CPU fast paths (`model/fast_paths.py`) are applied from outside.
@@ -27,6 +28,11 @@ from torch.utils.checkpoint import checkpoint
 from albertlm.config import ModelConfig
 from albertlm.errors import UserError
 from albertlm.model.io import PretrainedMixin, init_weights
+
+try:  # flash attention over packed sequences of different lengths (torch >= 2.10, CUDA); SDPA otherwise
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # an older torch
+    varlen_attn = None
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -78,8 +84,17 @@ class Packing:
     `index` (N,): the flat positions b * T + t of the real tokens, ascending; the caller computes it where
     the mask lives (the data loader, on the host), so the model never syncs to learn N."""
 
-    def __init__(self, index: Tensor, batch: int, length: int):
-        self.index, self.batch, self.length = index, batch, length
+    def __init__(self, index: Tensor, batch: int, length: int, mask: Tensor | None = None):
+        self.index, self.batch, self.length, self.mask = index, batch, length, mask
+        self._starts = None
+
+    def starts(self) -> Tensor:
+        """(B + 1,) int32: where each sequence's real tokens start in the (N, ...) packing, then N (the
+        `cu_seqlens` of packed attention). From the mask's row sums, on the device: no sync. Each row's real
+        tokens are contiguous in the packing whatever the mask's pattern, since `index` is ascending."""
+        if self._starts is None:
+            self._starts = F.pad(self.mask.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+        return self._starts
 
     def pad(self, x: Tensor) -> Tensor:
         """(N, D) -> (B, T, D), zeros at the padding."""
@@ -112,29 +127,69 @@ class Attention(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
+    # The packed kernel (`varlen_attn`: flash attention over sequences of different lengths) is switched on from
+    # outside (`enable_packed_attention`) where the device runs it. With packing it attends over the (N, A, hs)
+    # real tokens directly: no padding in attention either, no mask, no pad / unpad around it (fp16 / bf16).
+    packed_kernel = None
+
     def forward(self, x: Tensor, mask: Tensor | None, rows: Tensor | None = None,
                 packing: Packing | None = None) -> Tensor:
         """x (B, T, H) -> (B, T, H); with `rows` (B, R) only those positions are computed -> (B, R, H).
         With `packing`, x is (N, H) and so is the result (or (B, R, H) with rows)."""
         H = x.shape[-1]
-        pad = packing.pad if packing is not None else (lambda t: t)
-        if rows is None:
-            q, k, v = pad(self.qkv(x)).split(H, -1)  # 3 x (B, T, H); split, so the gradients concatenate cheaply
-            residual = x
-        else:  # keys and values from every position, queries only from the rows asked for
-            if packing is not None:
-                residual = x[packing.rows(rows)]  # (B, R, H)
-            else:
-                residual = x.gather(1, rows[..., None].expand(-1, -1, H))  # (B, R, H)
-            q = F.linear(residual, self.qkv.weight[:H], self.qkv.bias[:H])
-            k, v = pad(F.linear(x, self.qkv.weight[H:], self.qkv.bias[H:])).split(H, -1)
-        q, k, v = (t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, A, T, hs)
         p = self.dropout_p if self.training else 0.0
+        if rows is None:  # queries, keys and values at every position: qkv (.., 3H)
+            residual, q, kv = x, None, self.qkv(x)
+        else:  # keys and values from every position, queries only from the rows asked for
+            residual = self.gather_rows(x, rows, packing)  # (B, R, H)
+            q = F.linear(residual, self.qkv.weight[:H], self.qkv.bias[:H])  # (B, R, H)
+            kv = F.linear(x, self.qkv.weight[H:], self.qkv.bias[H:])  # (.., 2H)
+        if packing is not None and self.can_pack(kv, p):
+            y = self.attend_packed(q, kv, rows, packing)
+        else:
+            y = self.attend(q, kv, mask, rows, packing, p)
+        return self.output(residual, y)
+
+    def attend(self, q: Tensor | None, kv: Tensor, mask: Tensor | None, rows: Tensor | None,
+               packing: Packing | None, p: float) -> Tensor:
+        """SDPA in the padded (B, T) layout (packed inputs are padded for it); the mask hides the padded keys."""
+        H = kv.shape[-1] // (2 if q is not None else 3)
+        kv = packing.pad(kv) if packing is not None else kv
+        if q is None:
+            q, k, v = kv.split(H, -1)  # 3 x (B, T, H); split, so the gradients concatenate cheaply
+        else:
+            k, v = kv.split(H, -1)
+        q, k, v = (t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, A, T, hs)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, A, R, hs)
         y = y.transpose(1, 2).flatten(2)  # (B, T or R, H)
-        if packing is not None and rows is None:
-            y = packing.unpad(y)  # (N, H)
-        return self.output(residual, y)
+        return packing.unpad(y) if packing is not None and rows is None else y  # (N, H) packed
+
+    def can_pack(self, kv: Tensor, p: float) -> bool:
+        """The packed kernel runs here: switched on, half precision, no attention dropout, head size a multiple
+        of 8 up to 256 (flash attention's). Decided from dtypes and shapes only (no sync, compiles)."""
+        hs = self.qkv.out_features // 3 // self.num_heads
+        return (self.packed_kernel is not None and kv.dtype in (torch.float16, torch.bfloat16) and p == 0.0
+                and hs % 8 == 0 and hs <= 256)
+
+    def attend_packed(self, q: Tensor | None, kv: Tensor, rows: Tensor | None, packing: Packing) -> Tensor:
+        """Attention of each sequence's real tokens over its own real tokens, in the packing: (N, H), or
+        (B, R, H) for the query rows (R per sequence)."""
+        A, T, starts = self.num_heads, packing.length, packing.starts()
+        if q is None:
+            q, k, v = kv.unflatten(-1, (3, A, -1)).unbind(1)  # 3 x (N, A, hs)
+            return self.packed_kernel(q, k, v, starts, starts, T, T).flatten(1)  # (N, H)
+        (B, R, H) = q.shape
+        k, v = kv.unflatten(-1, (2, A, -1)).unbind(1)  # 2 x (N, A, hs)
+        q_starts = torch.arange(0, B * R + 1, R, device=q.device, dtype=torch.int32)  # R queries per sequence
+        y = self.packed_kernel(q.reshape(B * R, A, -1), k, v, q_starts, starts, R, T)  # (B * R, A, hs)
+        return y.reshape(B, R, H)
+
+    @staticmethod
+    def gather_rows(x: Tensor, rows: Tensor, packing: Packing | None) -> Tensor:
+        """The hidden states at the (B, R) positions `rows`: (B, R, H)."""
+        if packing is not None:
+            return x[packing.rows(rows)]
+        return x.gather(1, rows[..., None].expand(-1, -1, x.shape[-1]))
 
     def output(self, residual: Tensor, y: Tensor) -> Tensor:
         """Post-LN residual: LayerNorm(x + dropout(y W_o^T + b_o))."""
@@ -237,7 +292,7 @@ class AlbertModel(PretrainedMixin, nn.Module):
         B, T = input_ids.shape
         if token_index is not None and attention_mask is None:  # the padded keys must still be hidden
             raise ValueError("token_index needs the attention_mask it was computed from")
-        packing = Packing(token_index, B, T) if token_index is not None else None
+        packing = Packing(token_index, B, T, attention_mask) if token_index is not None else None
         x = self.embeddings(input_ids, token_type_ids, packing)  # (B, T, H), or (N, H) packed
         x = self.encoder(x, attention_bias(attention_mask), rows, packing)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # (B, H)
@@ -332,6 +387,26 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
         if targets is not None:
             w = weights.flatten().float() if weights is not None else None
             out["mlm_loss"], out["mlm_accuracy"] = weighted_cross_entropy(out.prediction_logits, targets.flatten(), w)
+
+
+def packed_attention_supported(device: torch.device | str) -> bool:
+    """Whether `varlen_attn` runs on this device: a torch that has it, and a CUDA GPU with flash attention
+    (compute capability 8.0 or later: A100, H100, RTX 30xx and later)."""
+    device = torch.device(device)
+    if varlen_attn is None or device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def enable_packed_attention(model: nn.Module, kernel: Callable | None = None) -> nn.Module:
+    """Attention over the packed real tokens (`Attention.attend_packed`) with `kernel` (default `varlen_attn`) in every
+    attention module; used when the caller skips the padding (`token_index`). Applied from outside, like
+    activation checkpointing; `kernel=None` with no varlen_attn in this torch leaves the model as it was."""
+    kernel = kernel if kernel is not None else varlen_attn
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.packed_kernel = kernel
+    return model
 
 
 def enable_activation_checkpointing(model: nn.Module) -> nn.Module:

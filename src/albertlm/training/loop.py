@@ -228,13 +228,21 @@ class Loop:
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
         window, first_steps = Window(), []
         self._updating = False                 # True while the optimizer changes the weights
+        fetched: list = []                     # the next step's batches, read on the host while the device works
+
+        def fetch_next() -> None:
+            if self.state.step + 1 < self.plan.total_steps:
+                with window.waiting():
+                    fetched.append(next(batches))
+
         try:
             with stop_on_signals() as request:
                 while self.state.step < self.plan.total_steps:
                     with window.waiting():
-                        micro_batches = [to_device(b, self.info.device) for b in next(batches)]
+                        micro_batches = [to_device(b, self.info.device) for b in (fetched.pop() if fetched
+                                                                                  else next(batches))]
                     started = time.perf_counter()
-                    result = self.train_step(micro_batches)
+                    result = self.train_step(micro_batches, before_sync=fetch_next)
                     self.state.step += 1
                     rng_at_boundary = ckpt.capture_rng()
                     self.state.extra["tokens"] = self.state.extra.get("tokens", 0.0) + result.tokens
@@ -284,8 +292,9 @@ class Loop:
             signalled, spent = bool(flags[0] > 0), bool(flags[1] > 0)
         return "interrupted" if signalled else "budget" if spent else None
 
-    def train_step(self, micro_batches: list[Batch]) -> StepResult:
-        """One optimizer update over this rank's micro-batches."""
+    def train_step(self, micro_batches: list[Batch], before_sync: Callable[[], None] | None = None) -> StepResult:
+        """One optimizer update over this rank's micro-batches. `before_sync` runs once the step's work is
+        queued and before the host waits for it (the loop reads the next batch there)."""
         lr = self.plan.lr_at(self.state.step)
         set_lr(self.optimizer, lr)
         denominators = all_reduce_sum(self.objective.denominators(micro_batches))
@@ -301,12 +310,18 @@ class Loop:
             stats = micro_stats if stats is None else stats + micro_stats
             tokens = tokens + count_tokens(batch)
         summed = all_reduce_sum(torch.cat([stats, tokens.to(stats)[None]]))   # one all-reduce for both
-        stats, tokens = summed[:-1], float(summed[-1])
-        loss = self._check_finite(stats)
         self._updating = True
         grad_norm = self._clip_and_update()
         self._updating = False
-        return StepResult(stats, tokens, loss, lr, grad_norm)
+        # The step's one host-device sync, once all of its work is queued (a sync between backward and the
+        # update would leave the GPU idle while the host queues the clipping and the optimizer's kernels).
+        values = torch.cat([summed, grad_norm.to(summed)[None]]) if grad_norm is not None else summed
+        if before_sync is not None:
+            before_sync()
+        values = values.tolist()
+        n = len(summed) - 1
+        loss = self._check_finite(torch.tensor(values[:n]))
+        return StepResult(summed[:-1], values[n], loss, lr, values[n + 1] if grad_norm is not None else None)
 
     def _check_finite(self, stats: torch.Tensor) -> float:
         loss = self.objective.summarize(stats)["loss"]
@@ -314,16 +329,16 @@ class Loop:
             return loss
         last = ckpt.latest_checkpoint(self.run_dir)
         where = f"the last good checkpoint is {last}" if last else "no checkpoint was saved yet"
-        self.optimizer.zero_grad(set_to_none=True)
         raise TrainingDiverged(f"loss is {loss} at step {self.state.step + 1} (lr {self.plan.lr_at(self.state.step):g});"
-                               f" stopped without applying that update ({where}); a lower --lr may help")
+                               f" stopped, and that step is not saved ({where}); a lower --lr may help")
 
-    def _clip_and_update(self) -> float | None:
+    def _clip_and_update(self) -> torch.Tensor | None:
+        """Clip and update, all queued on the device: the gradient norm (before clipping) stays a tensor."""
         grad_norm = None
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if self.clip_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm, foreach=True))
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm, foreach=True)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -365,11 +380,11 @@ class Loop:
         if len(first_steps) == 2 or self.state.step == self.plan.total_steps:
             first, then = first_steps[0], first_steps[-1] if len(first_steps) == 2 else 0.0
             compile_s = max(0.0, first - then)
-            if compile_s > 0.0:
+            if compile_s >= 0.05:  # below that, step-to-step noise, not compiling
                 said = f"so about {compile_s:.1f} s went to compiling"
             else:
                 said = "so no compile time was measurable (a cache hit, or compiling came later, for new shapes)"
-            self._print(f"torch.compile (mode {self.train.compile}): the first step took {first:.1f} s, "
+            self._print(f"torch.compile (mode {self.train.compile}): the first step took {first:.2f} s, "
                         f"the next {then:.2f} s, {said}")
             if self.logger is not None:
                 self.logger.log(self.state.step, "compile", {"first_step_s": first, "next_step_s": then,

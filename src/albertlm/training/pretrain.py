@@ -50,9 +50,12 @@ class PretrainingObjective:
         return torch.stack([masked, sentences])
 
     def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if "token_index" in batch and "token_index" in self.inputs:
-            dynamic_length(batch["token_index"])
-        out = model(**{k: batch[k] for k in self.inputs if k in batch})
+        inputs = {k: batch[k] for k in self.inputs if k in batch}
+        if is_full(batch):  # no padding: no mask (SDPA then takes its fastest kernel) and nothing to skip
+            inputs.pop("attention_mask", None), inputs.pop("token_index", None)
+        elif "token_index" in inputs:
+            dynamic_length(inputs["token_index"])
+        out = model(**inputs)
         mlm = _mlm_sums(out["prediction_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"])
         sop = _sentence_sums(out["sop_logits"], batch["sentence_order_label"])
         loss = mlm[0] / denominators[0].clamp(min=1e-5) + sop[0] / denominators[1].clamp(min=1)
@@ -71,6 +74,12 @@ class PretrainingObjective:
 
     def empty_stats(self, device: torch.device) -> torch.Tensor:
         return torch.zeros(len(STAT_NAMES), device=device)
+
+
+def is_full(batch: Batch) -> bool:
+    """Whether the batch has no padding, from the length of the collate's `token_index` (a shape: no sync)."""
+    index = batch.get("token_index")
+    return index is not None and index.shape[0] == batch["input_ids"].numel()
 
 
 def dynamic_length(token_index: torch.Tensor) -> None:
