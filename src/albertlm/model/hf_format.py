@@ -86,7 +86,8 @@ HF_IGNORED = ("embeddings.position_ids", "embeddings.token_type_ids", "predictio
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
-    return "num_hidden_layers" in data
+    """transformers' (or google's) field names, or transformers' `model_type` (which our config never has)."""
+    return "num_hidden_layers" in data or "model_type" in data
 
 
 def hf_num_groups(cfg: ModelConfig) -> int:
@@ -125,6 +126,9 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             raise UserError(f"{name} is {value!r}, expected {what}")
     google = "model_type" not in data
+    if not google and data["model_type"] != "albert":   # e.g. a BERT directory: name it, not its keys
+        raise UserError(f"model_type is {data['model_type']!r}: not an ALBERT checkpoint (transformers' ALBERT has "
+                        "model_type 'albert'); albertlm reads ALBERT checkpoints only")
     for name, plain in (("net_structure_type", 0), ("gap_size", 0), ("num_memory_blocks", 0), ("down_scale_factor", 1)):
         if data.get(name, plain) != plain:
             raise UserError(f"{name}={data[name]!r} is not supported (only the standard ALBERT structure)")
@@ -137,6 +141,9 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
         raise UserError(f"hidden_act={act!r} is not supported (one of {', '.join(table)})")
     fields["activation"] = table[act]
     L, N = fields["num_layers"], data["num_hidden_groups"] if data.get("num_hidden_groups") is not None else 1
+    if isinstance(L, int) and isinstance(N, int) and L >= 1 and N >= 1 and (N > L or L % N):
+        raise UserError(f"num_hidden_groups={N} with num_hidden_layers={L}: albertlm's layer groups are equal-sized "
+                        "(the number of groups must divide the number of layers), so this layout cannot be loaded")
     fields.update(sharing="none", num_groups=1) if N == L and L > 1 else fields.update(sharing="all", num_groups=N)
     if data.get("id2label") is not None:
         fields["num_labels"] = len(data["id2label"])
