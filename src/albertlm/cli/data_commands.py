@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from albertlm.config.overrides import Options, add_options, read_options
 from albertlm.data.build import BuildConfig  # numpy only
@@ -41,7 +42,8 @@ def _build(args) -> int:
 def format_summary(summary) -> str:
     corpus, inst, tokens = summary.counts["corpus"], summary.counts["instances"], summary.counts["tokens"]
     skipped = {k: corpus[k] for k in ("empty_files", "binary_files", "invalid_utf8_lines", "bad_json_lines",
-                                      "bad_rows", "corrupt_files", "documents_split") if corpus.get(k)}
+                                      "bad_rows", "corrupt_files", "documents_split", "long_lines_cut",
+                                      "unclosed_documents", "lines_outside_documents") if corpus.get(k)}
     skipped.update({k: inst[k] for k in ("empty_documents", "dropped_chunks", "long_sentences_cut",
                                          "nsp_same_document") if inst[k]})
     labels = ", ".join(f"{k}: {v:,}" for k, v in inst["labels"].items())
@@ -69,6 +71,9 @@ def _inspect(args) -> int:
         raise UserError(f"-n/--num must be >= 1, got {args.num}")
     ds = PretrainingDataset(args.directory)
     tok_path = args.tokenizer or ds.meta["tokenizer"]["path"]
+    if args.tokenizer is None and not Path(tok_path).exists():
+        raise UserError(f"the tokenizer {args.directory} was built with, {tok_path}, is not there any more; "
+                        "pass it (or a copy) with --tokenizer PATH")
     tok = load_tokenizer(tok_path)
     built = ds.meta["tokenizer"]
     if built.get("vocab_sha256"):  # decoding with another vocabulary prints plausible-looking nonsense

@@ -136,6 +136,7 @@ def _train(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out} already holds a tokenizer ({existing[0]}); pass --overwrite to replace it, "
                         "or another --out")
     counts = CorpusCounts()
+    long_sentences = [0]   # sentences over sentencepiece's 4192 bytes, cut to fit
     read_lines = _line_reader(args.format, args.text_field, counts)
     # the emptiness check reads the first lines once more: with its own counts, so nothing is counted twice
     check_lines = _line_reader(args.format, args.text_field, CorpusCounts())
@@ -148,7 +149,7 @@ def _train(args: argparse.Namespace) -> int:
         if args.kind == "wordpiece":
             _train_wordpiece(args, files, staging, read_lines, check_lines)
         else:
-            _train_sentencepiece(args, files, staging, read_lines, check_lines)
+            _train_sentencepiece(args, files, staging, read_lines, check_lines, long_sentences)
         for name in existing:
             (out / name).unlink()
         for path in staging.iterdir():
@@ -169,7 +170,10 @@ def _train(args: argparse.Namespace) -> int:
     print(f"special ids: pad={tokenizer.pad_id} unk={tokenizer.unk_id} cls={tokenizer.cls_id} "
           f"sep={tokenizer.sep_id} mask={tokenizer.mask_id}; options: {tokenizer.options}")
     skipped = {k: getattr(counts, k) for k in ("empty_files", "binary_files", "corrupt_files", "bad_json_lines",
-                                                "bad_rows", "invalid_utf8_lines") if getattr(counts, k)}
+                                                "bad_rows", "invalid_utf8_lines", "long_lines_cut",
+                                                "unclosed_documents", "lines_outside_documents") if getattr(counts, k)}
+    if long_sentences[0]:
+        skipped["sentences over 4192 bytes cut"] = long_sentences[0]
     if skipped:
         print("skipped or changed: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in skipped.items()),
               file=sys.stderr)
@@ -179,7 +183,8 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None):
+def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None,
+                         long_sentences: list[int] | None = None):
     from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
                                                      train_sentencepiece)
 
@@ -189,8 +194,12 @@ def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path,
         input_sentence_size=args.input_sentence_size, shuffle_input_sentence=not args.no_shuffle,
         model_type=args.model_type, user_defined_symbols=symbols, num_threads=args.threads, seed=args.seed)
     options = SentencePieceOptions(do_lower_case=args.lowercase, keep_accents=not args.strip_accents)
+    def on_cut():
+        if long_sentences is not None:
+            long_sentences[0] += 1
     return train_sentencepiece(files, out, train, options, show_progress=sys.stderr.isatty(),
-                               verbose=args.verbose, read_lines=read_lines, check_lines=check_lines)
+                               verbose=args.verbose, read_lines=read_lines, check_lines=check_lines,
+                               on_cut=on_cut)
 
 
 def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None):

@@ -127,6 +127,8 @@ class ChunkContext:
         from albertlm.tokenization import load_tokenizer
 
         tok = load_tokenizer(self.tokenizer_path)
+        if hasattr(tok, "special_tokens_as_text"):  # "[SEP]" in the corpus is text, as in google's builder
+            tok.special_tokens_as_text()
         if num_threads is not None and hasattr(tok, "num_threads"):
             tok.num_threads = num_threads  # one thread per worker process: the processes are the parallelism
         special = (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id)

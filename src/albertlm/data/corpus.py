@@ -23,7 +23,9 @@ In every format the end of a file ends a document (google's builder silently mer
 with a blank line). Damage is skipped and counted, never fatal: undecodable bytes are replaced with U+FFFD
 (`invalid_utf8_lines`), JSONL lines that are not JSON objects with a string text field (`bad_json_lines`),
 Parquet/Arrow rows whose text is null (`bad_rows`), and a compressed or Parquet/Arrow file that is
-corrupt or cut short keeps what was read before the damage (`corrupt_files`). The first case of each kind
+corrupt or cut short keeps what was read before the damage (`corrupt_files`), a WikiExtractor `<doc>` left
+open is kept (`unclosed_documents`) and text outside `<doc>` blocks skipped (`lines_outside_documents`); a
+line over MAX_LINE_BYTES is read in pieces (`long_lines_cut`). The first case of each kind
 is kept in `CorpusCounts.examples` (file, line or row, what is wrong). A wrong ``--text-field`` (a Parquet or
 Arrow file without that column, a JSONL file none of whose first records has it) is a UserError, found by
 :func:`check_inputs` before any work starts.
@@ -71,6 +73,12 @@ JSONL_CHECK_RECORDS = 100  # check_inputs: records of a JSONL file searched for 
 # Documents are cut at a sentence boundary beyond this size, so memory stays bounded even for a corpus
 # that is one giant document (counted as `documents_split`).
 MAX_DOCUMENT_CHARS = 32_000_000
+# A text line longer than this (a corpus without line breaks, such as text8) is read in pieces cut at the last
+# space or tab before the limit (else at a character boundary), and a paragraph is split into sentences as it
+# grows past MAX_PARAGRAPH_CHARS, so neither a line nor a paragraph is ever held whole (`long_lines_cut`).
+# JSONL lines are read whole: a record is one JSON value.
+MAX_LINE_BYTES = 1 << 20
+MAX_PARAGRAPH_CHARS = 1 << 20
 
 
 @dataclass
@@ -98,6 +106,9 @@ class CorpusCounts:
     bad_rows: int = 0
     corrupt_files: int = 0
     documents_split: int = 0
+    long_lines_cut: int = 0
+    unclosed_documents: int = 0
+    lines_outside_documents: int = 0
     documents: int = 0
     sentences: int = 0
     chars: int = 0
@@ -382,9 +393,10 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
     if not head.strip() and error is not None:
         counts.skip("corrupt_files", f"{path}: {type(error).__name__}: {error}")
     elif not head.strip():
-        counts.empty_files += 1
+        counts.skip("empty_files", f"{path}")
     elif b"\x00" in head:
-        counts.binary_files += 1
+        counts.skip("binary_files", f"{path}: NUL bytes in its first 64 KiB (UTF-16 text must be converted to "
+                                    "UTF-8 first)")
     else:
         file_format = detect_format(inner_name(path), head) if fmt == "auto" else fmt
         counts.formats[file_format] = counts.formats.get(file_format, 0) + 1
@@ -418,14 +430,21 @@ def _read_text_file(path: Path, compression: str | None, file_format: str, text_
         raw.close()
 
 
+class _Continued(bytes):
+    """A piece of a long line after its first (`_TextSource.lines` does not count it as a new line)."""
+
+
 class _TextSource:
     """The decoded, stripped lines of one text file, with the current line number for messages."""
 
     def __init__(self, path: Path, stream, counts: CorpusCounts):
         self.path, self.stream, self.counts, self.line_number = path, stream, counts, 0
 
-    def lines(self) -> Iterator[str]:
-        for self.line_number, raw in enumerate(self.stream, 1):
+    def lines(self, whole: bool = False) -> Iterator[str]:
+        """Decoded, stripped lines; unless `whole`, a line over MAX_LINE_BYTES comes in pieces (see there)."""
+        for raw in (self.stream if whole else self._pieces(MAX_LINE_BYTES)):
+            if not isinstance(raw, _Continued):
+                self.line_number += 1
             if self.line_number == 1 and raw.startswith(_BOM):
                 raw = raw[len(_BOM):]  # a UTF-8 byte order mark (Windows tools) is not text: JSON, <doc> follow it
             try:
@@ -434,6 +453,32 @@ class _TextSource:
                 self.counts.skip("invalid_utf8_lines", f"{self.path} line {self.line_number}")
                 line = raw.decode("utf-8", errors="replace")
             yield line.strip()
+
+    def _pieces(self, limit: int) -> Iterator[bytes]:
+        """The file's lines as bytes, a line longer than `limit` bytes cut into pieces of at most `limit`: at
+        the last space or tab, else before the last character that starts in the piece. A piece that goes
+        on with the current line is yielded as a `_Continued` (a bytes subclass)."""
+        readline, pending, continued = self.stream.readline, b"", False
+        while True:
+            want = limit - len(pending)
+            data = readline(want)
+            raw, pending = pending + data, b""
+            if not raw:
+                return
+            if raw.endswith(b"\n") or len(data) < want:   # a whole line (or the end of the file)
+                yield _Continued(raw) if continued else raw
+                continued = False
+                continue
+            cut = max(raw.rfind(b" "), raw.rfind(b"\t")) + 1
+            if cut == 0:
+                cut = next((k for k in range(len(raw) - 1, max(len(raw) - 5, 0), -1) if raw[k] & 0xC0 != 0x80),
+                           len(raw))
+            raw, pending = raw[:cut], raw[cut:]
+            if not continued:
+                self.counts.skip("long_lines_cut", f"{self.path} line {self.line_number + 1}: over {limit:,} "
+                                                   "bytes without a line break, read in pieces")
+            yield _Continued(raw) if continued else raw
+            continued = True
 
     def where(self) -> str:
         return f"{self.path} line {self.line_number}"
@@ -477,7 +522,7 @@ def _read_lines(source: _TextSource, text_field: str) -> Iterator[list[str]]:
 def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     sentences: list[str] = []
     paragraph: list[str] = []
-    num_chars = 0
+    num_chars = paragraph_chars = 0
     cut = False  # the document was cut at the size cap: a split only if more text follows
     for line in itertools.chain(source.lines(), [""]):
         if line:
@@ -485,9 +530,24 @@ def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
             cut = False
             paragraph.append(line)
             num_chars += len(line)
+            paragraph_chars += len(line) + 1
+            if paragraph_chars <= MAX_PARAGRAPH_CHARS:
+                continue
+            # a paragraph without blank lines (or a line without breaks) is split as it grows: its finished
+            # sentences go to the document, the last one (which may go on) stays; one sentence too long to
+            # wait for its end is kept as it is
+            done = split_sentences(" ".join(paragraph))
+            tail = done.pop() if done and len(done[-1]) <= MAX_PARAGRAPH_CHARS // 2 else ""
+            sentences.extend(done)
+            paragraph, paragraph_chars = ([tail], len(tail) + 1) if tail else ([], 0)
+            if num_chars > MAX_DOCUMENT_CHARS and sentences:
+                yield sentences
+                sentences, num_chars = [], len(tail)
+                source.counts.documents_split += bool(tail)
+                cut = not tail
         elif paragraph:
             sentences.extend(split_sentences(" ".join(paragraph)))
-            paragraph = []
+            paragraph, paragraph_chars = [], 0
             if num_chars > MAX_DOCUMENT_CHARS:
                 cut = True
                 yield sentences
@@ -495,15 +555,29 @@ def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     yield sentences  # a raw file is one document
 
 
+def _capped(sentences: list[str], counts: CorpusCounts) -> Iterator[list[str]]:
+    """A document's sentences in parts of about MAX_DOCUMENT_CHARS (cut at sentence boundaries, counted)."""
+    part: list[str] = []
+    num_chars = 0
+    for sentence in sentences:
+        if num_chars > MAX_DOCUMENT_CHARS:
+            counts.documents_split += 1
+            yield part
+            part, num_chars = [], 0
+        part.append(sentence)
+        num_chars += len(sentence)
+    yield part
+
+
 def _read_jsonl(source: _TextSource, text_field: str) -> Iterator[list[str]]:
-    for line in source.lines():
+    for line in source.lines(whole=True):
         if not line:
             continue
         text, problem = _json_text(line, text_field)
         if problem:
             source.counts.skip("bad_json_lines", f"{source.where()}: {problem}")
         else:
-            yield _text_sentences(text)
+            yield from _capped(_text_sentences(text), source.counts)
 
 
 def _json_text(line: str, text_field: str) -> tuple[str, str | None]:
@@ -525,22 +599,42 @@ def _json_text(line: str, text_field: str) -> tuple[str, str | None]:
 
 
 def _read_wikiextractor(source: _TextSource, text_field: str) -> Iterator[list[str]]:
+    """`<doc>` blocks. A block left open (a file cut off, or files joined after a truncated one) ends at
+    the next `<doc` or the end of the file and is kept (`unclosed_documents`); text outside the blocks is
+    counted (`lines_outside_documents`); a block over MAX_DOCUMENT_CHARS is cut (`documents_split`)."""
     lines: list[str] | None = None
     title = None
+    num_chars = 0
+
+    def document(lines: list[str], first: bool) -> list[str]:
+        if first and lines and title is not None and lines[0] in (title, html.unescape(title)):  # "AT&amp;T"
+            lines = lines[1:]
+        return _paragraph_sentences(lines)
+
+    first = True  # the block's first part: where the title line is
     for line in source.lines():
         if _DOC_OPEN.match(line):
+            if lines is not None:
+                source.counts.skip("unclosed_documents", f"{source.where()}: <doc> before the previous </doc>")
+                yield document(lines, first)
             found = _DOC_TITLE.search(line)
-            lines, title = [], (found.group(1) if found else None)
+            lines, title, num_chars, first = [], (found.group(1) if found else None), 0, True
         elif line == "</doc>":
             if lines is not None:
-                if lines and title is not None and lines[0] in (title, html.unescape(title)):  # title="AT&amp;T"
-                    lines = lines[1:]
-                yield _paragraph_sentences(lines)
+                yield document(lines, first)
             lines = None
         elif lines is not None:
             lines.append(line)
+            num_chars += len(line)
+            if num_chars > MAX_DOCUMENT_CHARS:
+                source.counts.documents_split += 1
+                yield document(lines, first)
+                lines, num_chars, first = [], 0, False
+        elif line:
+            source.counts.skip("lines_outside_documents", f"{source.where()}: text outside <doc> ... </doc>")
     if lines:  # a file cut off before its closing tag still ends a document
-        yield _paragraph_sentences(lines)
+        source.counts.skip("unclosed_documents", f"{source.where()}: the file ends inside a <doc>")
+        yield document(lines, first)
 
 
 _READERS = {"lines": _read_lines, "raw": _read_raw, "jsonl": _read_jsonl, "wikiextractor": _read_wikiextractor}
@@ -631,7 +725,8 @@ def _table_documents(path: Path, batches, column: int, fraction: Callable[[int],
             if text is None:
                 counts.skip("bad_rows", f"{path} row {row}: the text is null")
                 continue
-            yield _text_sentences(text), fraction(row)
+            for part in _capped(_text_sentences(text), counts):
+                yield part, fraction(row)
 
 
 # -- checks before the work starts -------------------------------------------------------------------------
@@ -663,7 +758,7 @@ def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
     try:
         source = _TextSource(path, stream, CorpusCounts())
         records = 0
-        for line in source.lines():
+        for line in source.lines(whole=True):
             if not line:
                 continue
             text, problem = _json_text(line, text_field)

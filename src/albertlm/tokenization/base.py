@@ -80,12 +80,22 @@ class TokenizerBase:
     def _without_special(self, ids: Sequence[int]) -> list[int]:
         return [int(i) for i in ids if int(i) not in self._special]
 
+    def special_tokens_as_text(self) -> None:
+        """From now on encode special-token strings met in the text ("[SEP]", "[MASK]", "[CLS]") as ordinary
+        text, as google-research's pretraining-data builders do (their tokenizers know no special tokens).
+        By default they become the special ids, as in transformers' tokenizers, which `encode` matches.
+        `albertlm data build` switches this on: a corpus line about "the [SEP] token" must not put a
+        separator (or an unmasked [MASK], or a [CLS] to predict) inside a segment."""
+
 
 class TokenizersBacked(TokenizerBase):
     """Encoding and decoding through a `tokenizers.Tokenizer` held in `backend` (no post-processor applied)."""
 
     backend: object
     unk_id: int
+
+    def special_tokens_as_text(self) -> None:
+        self.backend.encode_special_tokens = True  # tokenizers >= 0.19: added special tokens are not matched
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         # encode_batch_fast (tokenizers >= 0.21) skips offset tracking, which we never use.

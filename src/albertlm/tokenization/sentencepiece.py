@@ -190,11 +190,20 @@ class SentencePieceTokenizer(TokenizerBase):
     def tokenize(self, text: str) -> list[str]:
         return [self.sp.id_to_piece(i) for i in self.encode(text)]
 
-    def _added_tokens_pattern(self) -> re.Pattern | None:
-        """Pieces transformers registers as added tokens: control, unknown and user-defined ones (score 0)."""
+    def special_tokens_as_text(self) -> None:
+        """sentencepiece never makes a control piece ([CLS], [SEP], [MASK]) or <unk> out of text; only the
+        transformers-5 mode (`split_added_tokens`) matches them in the raw text, and stops doing so here
+        (user-defined symbols, ordinary pieces, are still split off as v5 does)."""
+        if self._added is not None:
+            self._added = self._added_tokens_pattern(special=False)
+
+    def _added_tokens_pattern(self, special: bool = True) -> re.Pattern | None:
+        """Pieces transformers registers as added tokens: control, unknown and user-defined ones (score 0);
+        without the control and unknown ones when `special` is False."""
         sp = self.sp
         added = [sp.id_to_piece(i) for i in range(self.vocab_size)
-                 if sp.is_control(i) or sp.is_unknown(i) or (sp.get_score(i) == 0.0 and not sp.is_unused(i))]
+                 if (special and (sp.is_control(i) or sp.is_unknown(i)))
+                 or (sp.get_score(i) == 0.0 and not sp.is_unused(i) and not sp.is_control(i) and not sp.is_unknown(i))]
         added.sort(key=len, reverse=True)  # leftmost-longest, as tokenizers' matcher
         return re.compile("(" + "|".join(map(re.escape, added)) + ")") if added else None
 
@@ -310,7 +319,7 @@ class SentencePieceTrainOptions:
     character_coverage: float = 0.99995
     input_sentence_size: int = 10_000_000  # sentences sampled (reservoir) from the input; 0 = all
     shuffle_input_sentence: bool = True
-    max_sentence_length: int = 4192  # bytes; longer lines are skipped by sentencepiece
+    max_sentence_length: int = 4192  # bytes; sentencepiece skips longer lines, so we cut them to fit
     model_type: str = "unigram"
     user_defined_symbols: tuple[str, ...] = ()
     num_threads: int = 0  # 0 = the cores this process may use
@@ -325,10 +334,14 @@ def read_text_lines(path: Path) -> Iterator[str]:
 
 
 def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None,
-                        read_lines: LineReader = read_text_lines):
+                        read_lines: LineReader = read_text_lines, max_bytes: int | None = None,
+                        on_cut: Callable[[], None] | None = None):
     """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them.
 
-    `progress` (a tqdm bar over bytes) advances every ~64k characters and snaps to the byte count at each file end.
+    A line over `max_bytes` UTF-8 bytes (sentencepiece skips those) is cut into pieces that fit, at spaces
+    where it has them, and `on_cut()` is called once for it: a corpus without sentence breaks (text8, CJK
+    text without full stops) still trains. `progress` (a tqdm bar over bytes) advances every ~64k characters
+    and snaps to the byte count at each file end.
     """
     preprocess = Preprocessor(options)
     done = 0
@@ -340,11 +353,36 @@ def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, pr
                 progress.update(pending)
                 pending = 0
             line = preprocess(line)
-            if line:
+            if max_bytes is not None and len(line) * 4 > max_bytes and len(line.encode("utf-8")) > max_bytes:
+                if on_cut is not None:
+                    on_cut()
+                yield from fit_bytes(line, max_bytes)
+            elif line:
                 yield line
         done += path.stat().st_size
         if progress is not None:
             progress.update(done - progress.n)
+
+
+def fit_bytes(text: str, limit: int) -> list[str]:
+    """`text` in non-blank pieces of at most `limit` UTF-8 bytes, cut at the last space before the limit,
+    else before a character that would not fit."""
+    data = text.encode("utf-8", errors="replace")
+    pieces = []
+    while len(data) > limit:
+        cut = data.rfind(b" ", 0, limit + 1)
+        if cut > 0:
+            pieces.append(data[:cut])
+            data = data[cut + 1:]
+            continue
+        cut = limit
+        while cut > 0 and data[cut] & 0xC0 == 0x80:  # not inside a character
+            cut -= 1
+        cut = cut or limit
+        pieces.append(data[:cut])
+        data = data[cut:]
+    pieces.append(data)
+    return [p for p in (piece.decode("utf-8", errors="replace") for piece in pieces) if p.strip()]
 
 
 def check_training_input(files: Sequence[Path], read_lines: LineReader = read_text_lines) -> int:
@@ -365,13 +403,16 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                         options: SentencePieceOptions | None = None,
                         show_progress: bool = True, verbose: bool = False,
                         read_lines: LineReader = read_text_lines,
-                        check_lines: LineReader | None = None) -> SentencePieceTokenizer:
+                        check_lines: LineReader | None = None,
+                        on_cut: Callable[[], None] | None = None) -> SentencePieceTokenizer:
     """Train a unigram model the ALBERT way into `out_dir` (spiece.model, spiece.vocab, tokenizer_config.json).
 
     Special ids: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no BOS/EOS. Lines (`read_lines(file)`, plain
     text by default) are streamed through the preprocessing into sentencepiece, which keeps a shuffled sample
     of `input_sentence_size` of them. `check_lines` (default `read_lines`) is the reader used for the check that
     the input is not empty, so a reader that counts what it meets does not count the checked lines twice.
+    Lines longer than `train.max_sentence_length` bytes are cut to fit (`on_cut()` per line, see
+    `iter_training_lines`) rather than skipped by sentencepiece.
     """
     import sentencepiece as spm
     from tqdm import tqdm
@@ -388,7 +429,8 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
               leave=False) as bar:
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter_training_lines(paths, options, bar, read_lines),
+                sentence_iterator=iter_training_lines(paths, options, bar, read_lines, train.max_sentence_length,
+                                                      on_cut),
                 model_prefix=str(out_dir / "spiece"), model_type=train.model_type,
                 vocab_size=train.vocab_size, character_coverage=train.character_coverage,
                 input_sentence_size=train.input_sentence_size,
@@ -398,6 +440,9 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                 num_threads=train.num_threads or _default_threads(),
                 minloglevel=0 if verbose else 2, **extra)
         except RuntimeError as exc:  # e.g. "Vocabulary size is too large. Please set it to a value <= 841."
-            raise UserError(f"sentencepiece training failed: {str(exc).strip().splitlines()[-1]}") from None
+            message = str(exc).strip().splitlines()[-1]
+            # "INTERNAL: src/trainer_interface.cc(744) [(a) == (b)] Vocabulary size ..." -> its sentence
+            message = re.sub(r"^[A-Z_]+: \S+\.cc\(\d+\) \[.*?\] ?", "", message) or message
+            raise UserError(f"sentencepiece training failed: {message}") from None
     save_directory(out_dir, out_dir / MODEL_FILE, MODEL_FILE, transformers_config(options))
     return SentencePieceTokenizer(out_dir / MODEL_FILE, options)
