@@ -78,6 +78,16 @@ def dropout_seed(seed: int, rank: int, step: int, micro_batch: int) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
 
 
+def seed_generators(seed: int) -> None:
+    """What `torch.manual_seed(seed)` does for the generators dropout can draw from (the CPU's and, once CUDA is
+    in use, every GPU's), without its per-call cost: it also queues a lazy seed for each accelerator type not in
+    use (XPU, MTIA, CUDA before it starts), each with a formatted Python stack, ~1.7 ms per call on a CPU."""
+    torch.default_generator.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        for generator in torch.cuda.default_generators:
+            generator.manual_seed(seed)
+
+
 class SeededDropout:
     """An `Objective` around another: before each forward in training mode it seeds torch's RNG (CPU and CUDA,
     which dropout draws from) with `dropout_seed(seed, rank, step, micro-batch)`. So ranks draw different
@@ -100,7 +110,7 @@ class SeededDropout:
         if model.training and self.state is not None:
             step, (last_step, last_micro) = self.state.step, self._last
             self._last = (step, last_micro + 1 if step == last_step else 0)
-            torch.manual_seed(dropout_seed(self.seed, self.rank, *self._last))
+            seed_generators(dropout_seed(self.seed, self.rank, *self._last))
         return self.objective.forward(model, batch, denominators)
 
     def summarize(self, stats: torch.Tensor) -> dict[str, float]:
