@@ -417,7 +417,7 @@ def test_model_config_damage(change, phrases, tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("change, phrases", [
     ({"num_hidden_layers": "12"}, ["num_hidden_layers is '12'"]), ({"id2label": 3}, ["id2label is 3"]),
-    ({"hidden_act": ["gelu"]}, ["hidden_act"]), ({"num_hidden_groups": 5}, ["num_groups"]),
+    ({"hidden_act": ["gelu"]}, ["hidden_act"]), ({"num_hidden_groups": 5}, ["num_hidden_groups=5"]),
 ])
 def test_transformers_config_damage(change, phrases, tmp_path):
     from albertlm.model.io import read_config
