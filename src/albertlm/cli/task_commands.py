@@ -214,7 +214,30 @@ def _tokenizer(args, model_dir: Path):
                         "pass --tokenizer PATH")
     tokenizer = load_tokenizer(found)
     check_tokenizer_fits(tokenizer, read_config(model_dir)[0].vocab_size, found)
+    own = find_tokenizer(model_dir)
+    if args.tokenizer and args.command != "finetune" and _task_info(model_dir) and own is not None \
+            and Path(own).resolve() == Path(model_dir).resolve():
+        # a fine-tuned checkpoint keeps the tokenizer it was trained with: another one would feed it other ids
+        difference = tokenizer_difference(load_tokenizer(own), tokenizer)
+        if difference:
+            raise UserError(f"--tokenizer {found} is not the tokenizer {model_dir} was fine-tuned with (the one "
+                            f"saved beside it): {difference}; leave --tokenizer out")
     return tokenizer
+
+
+PROBE = "Hello World, ALBERT's café costs $3.50!"
+
+
+def tokenizer_difference(ours, theirs) -> str | None:
+    """How two tokenizers differ (vocabulary size, a piece, or how a probe text is split), or None."""
+    if ours.vocab_size != theirs.vocab_size:
+        return f"{theirs.vocab_size} pieces, not {ours.vocab_size}"
+    for i in range(ours.vocab_size):
+        if ours.id_to_token(i) != theirs.id_to_token(i):
+            return f"piece {i} is {theirs.id_to_token(i)!r}, not {ours.id_to_token(i)!r}"
+    if ours.encode(PROBE) != theirs.encode(PROBE):
+        return f"it splits {PROBE!r} differently (casing or normalisation)"
+    return None
 
 
 def _task_info(model_dir) -> dict:

@@ -73,7 +73,8 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
         if with_labels and columns.label:
             label = _cell(record, columns.label, where, path)
             label = _regression_value(label, where) if regression else _label(label, columns.label, where)
-        guid = str(record[columns.id]) if columns.id and columns.id in record else str(len(examples))
+        # a named id column must exist (a misspelt one would number the predictions by row without a word)
+        guid = str(_cell(record, columns.id, where, path)).strip() if columns.id else str(len(examples))
         examples.append(TextExample(guid, text, pair, label, where))
     if not examples:
         raise DataError(f"{path}: no rows")
@@ -93,15 +94,23 @@ def _regression_value(value, where: str) -> float:
 def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = None) -> tuple[str, ...]:
     """Given labels, or the sorted distinct training labels (numeric order when they are all integers)."""
     if given:
-        duplicated = sorted({label for label in given if list(given).count(label) > 1})
-        if duplicated:
-            raise DataError(f"the label set lists {duplicated} more than once")
-        return tuple(given)
+        return check_labels(given)
     labels = {e.label for e in examples}
     numbers = {label: _integer(label) for label in labels}
     if None not in numbers.values():
         return tuple(sorted(labels, key=lambda label: (numbers[label], label)))
     return tuple(sorted(labels))
+
+
+def check_labels(given: Sequence[str]) -> tuple[str, ...]:
+    """A given label set (`--labels`, task.json), its names stripped: no label twice, none empty."""
+    given = [str(label).strip() for label in given]
+    if any(not label for label in given):
+        raise DataError(f"the label set {given} has an empty label (--labels a,b,c: comma-separated names)")
+    duplicated = sorted({label for label in given if given.count(label) > 1})
+    if duplicated:
+        raise DataError(f"the label set lists {duplicated} more than once; give each label once (--labels a,b,c)")
+    return tuple(given)
 
 
 def _integer(label) -> int | None:

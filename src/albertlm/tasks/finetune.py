@@ -149,6 +149,14 @@ def _write_json(path: Path, data: Any) -> None:
     ckpt.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def _read_json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def save_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
     """Written beside `directory`, then swapped in by renames: OUT/best is always a complete model (the
     previous best until the new one is whole); a failed write is a UserError and leaves the previous best."""
@@ -284,6 +292,20 @@ def setup_warnings(spec: TaskSpec, loop: Loop, cfg: FinetuneConfig) -> list[str]
     return lines
 
 
+def check_positions(spec: TaskSpec, model_dir: str | Path, cfg: FinetuneConfig) -> None:
+    """Refuse, before the model loads, examples longer than the checkpoint's position embeddings cover (the
+    forward pass would stop at the first such batch, after the data and the model had loaded)."""
+    from albertlm.model.io import read_config
+
+    limit = read_config(model_dir)[0].max_position_embeddings
+    lengths = [f.length for f in spec.train] + [f.length for s in spec.eval_sets for f in s.features]
+    longest = max(lengths, default=0)
+    if longest > limit:
+        raise UserError(f"{model_dir}: its position embeddings cover {limit} tokens, but with max_seq_length "
+                        f"{cfg.max_seq_length} examples here have up to {longest}: give --max-seq-length {limit} "
+                        "or less")
+
+
 def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig, out_dir: str | Path,
                  log=print, resume: bool = False, overwrite: bool = False) -> dict:
     """Fine-tune (on every `torchrun` process), keep the best dev checkpoint, then on rank 0 write
@@ -292,6 +314,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     or `overwrite` (its files go once the model and the checkpoint to resume from have loaded)."""
     out_dir = Path(out_dir)
     old_run = ckpt.check_run_dir(out_dir, resume, overwrite, RUN_FILES)
+    check_positions(spec, model_path, cfg)
     if old_run:   # --overwrite: the old run's prediction files go with it
         old_run += prediction_files(out_dir)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
@@ -316,7 +339,10 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     best_model = spec.model_class.from_pretrained(out_dir / "best")
     tests = write_test_predictions(spec, best_model, tokenizer, cfg, out_dir)
     losses = extra.get("losses") or [float("nan")]
-    metrics = {"family": spec.family, **spec.info, "best": extra.get("best", {}), "config": cfg.to_dict(),
+    # the best model's task.json, not spec.info: what an evaluation records there (SQuAD v2.0's tuned null
+    # threshold) is the best one's, not the last one's
+    info = {**spec.info, **_read_json_object(out_dir / "best" / TASK_FILE)}
+    metrics = {**info, "family": spec.family, "best": extra.get("best", {}), "config": cfg.to_dict(),
                "train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-5:])),
                "problems": spec.problems.to_dict(), "test_predictions": tests, "status": status}
     _write_json(out_dir / "metrics.json", metrics)
@@ -356,6 +382,7 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
     """Score a fine-tuned checkpoint on the labelled eval sets (and write prediction files if out_dir);
     on the GPU when there is one (`dist.device`), with a progress bar (`train.progress`)."""
     check_task_head(spec.model_class, spec.family, model_dir)
+    check_positions(spec, model_dir, cfg)
     device = pick_device(cfg.dist.device)
     model = spec.model_class.from_pretrained(model_dir).to(device)
     metrics: dict[str, Any] = {}

@@ -95,11 +95,46 @@ def _is_label(task: GlueTask, cell: str) -> bool:
         return False
 
 
+# the cells a GLUE header line has where a row has its label, its first field or its first text: a first row
+# whose label is not a label is a header only when it reads like one (a row with label "2" or "entailed" is an
+# error naming its line, not a header dropped without a word)
+HEADER_LABELS = ("label", "labels", "gold_label", "score", "quality", "is_duplicate", "acceptability", "class")
+HEADER_FIRST = ("index", "id", "idx", "guid", "quality", "sentence", "pairid")
+HEADER_TEXTS = ("sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
+                "hypothesis", "text", "text_a", "#1 string", "#2 string")
+
+
+def _cell_at(cells: list[str], i: int | None) -> str | None:
+    if i is None or len(cells) <= max(i, -i - 1):
+        return None
+    return cells[i].strip().lstrip("\ufeff").lower()
+
+
 def _is_header(task: GlueTask, cols: Columns, cells: list[str]) -> bool:
-    if cols.label is not None and len(cells) > max(cols.label, -cols.label - 1):
-        return not _is_label(task, cells[cols.label].strip())
-    first = cells[0].strip().lower()  # test files: "index", "id" or MRPC's "Quality"
-    return first in ("index", "id", "quality", "sentence", "pairid")
+    label = _cell_at(cells, cols.label)
+    if label is not None and _is_label(task, cells[cols.label].strip()):
+        return False
+    return (label in HEADER_LABELS or _cell_at(cells, 0) in HEADER_FIRST  # test files: "index", "id", "Quality"
+            or _cell_at(cells, cols.text_a) in HEADER_TEXTS)
+
+
+def _labelled_layout(task: GlueTask, cells: list[str], header: bool) -> bool:
+    """Whether the first row of a file read for prediction is in the task's labelled (train/dev) layout where
+    that differs from the test layout: CoLA's dev file (4 fields, no header) or SST-2's (`sentence<TAB>label`)
+    read in the test layout (`index<TAB>sentence`) would predict on the label column and number the
+    submission by the source or the sentence."""
+    train, test = task.train, task.test
+    if train.label is None or (train.text_a, train.text_b, train.guid) == (test.text_a, test.text_b, test.guid):
+        return False
+    if header:   # the header names its columns: a label column where the train layout has it
+        return _cell_at(cells, train.label) in HEADER_LABELS
+    if task.train_fields is not None and len(cells) != task.train_fields:
+        return False
+    if _cell_at(cells, train.label) is None or not _is_label(task, cells[train.label].strip()):
+        return False
+    # more fields than the test layout has, or a first field that is not an index (SST-2: the sentence)
+    test_fields = max(i for i in (test.text_a, test.text_b, test.guid) if i is not None) + 1
+    return len(cells) > test_fields or not cells[0].strip().isdigit()
 
 
 def _parse_label(task: GlueTask, cell: str, where: str) -> str | float:
@@ -127,15 +162,19 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     cols = task.train if has_labels else task.test
     if task.name == "mrpc" and not has_labels and _looks_like_msr(path):
         cols = task.train  # msr_paraphrase_test.txt has the train layout (with labels)
-    needed = max(i if i >= 0 else -i - 1 for i in (cols.text_a, cols.text_b, cols.label, cols.guid)
-                 if i is not None) + 1
-    exact = task.train_fields if cols is task.train else None
     examples: list[Example] = []
     skipped = 0
     for n, (lineno, cells) in enumerate(read_tsv(path)):
         where = f"{path}:{lineno}"
-        if n == 0 and _is_header(task, cols, cells):
-            continue
+        if n == 0:
+            header = _is_header(task, cols, cells)
+            if not has_labels and cols is task.test and _labelled_layout(task, cells, header):
+                cols = task.train   # a labelled file to predict on: its texts, not its label (which is ignored)
+            needed = max(i if i >= 0 else -i - 1 for i in (cols.text_a, cols.text_b, cols.label, cols.guid)
+                         if i is not None) + 1
+            exact = task.train_fields if cols is task.train else None
+            if header:
+                continue
         if len(cells) < needed or (exact is not None and len(cells) != exact):
             if problems is None:
                 if len(cells) >= needed:

@@ -35,6 +35,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
     path = Path(path)
     if (path / "config.json").is_file():
         return path
+    if path.is_file():
+        raise UserError(f"{path}: a file, not a model directory (give the directory holding config.json and the "
+                        "weights, or a run directory)")
     if not path.is_dir():
         raise UserError(f"{path}: no such model directory")
     if (path / "best" / "config.json").is_file():   # a fine-tuning run (it also has checkpoints/)

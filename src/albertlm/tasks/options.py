@@ -64,7 +64,7 @@ class ClassifyOptions:
                                 self.id_column or None)
 
     def label_list(self) -> list[str] | None:
-        return self.labels.split(",") if self.labels else None
+        return [label.strip() for label in self.labels.split(",")] if self.labels else None
 
 
 @dataclass

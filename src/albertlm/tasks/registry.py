@@ -20,7 +20,10 @@ def _glue_spec(o: GlueOptions, tokenizer, cfg, training: bool, info: dict):
 def _squad_spec(o: SquadOptions, tokenizer, cfg, training: bool, info: dict):
     settings = squad.SquadSettings(cfg.max_seq_length, o.doc_stride, o.max_query_length, o.n_best_size,
                                    o.max_answer_length)
-    return specs.squad_spec(o.version, tokenizer, cfg, o.train or None, o.dev or None, settings, training)
+    # predicting with a v2.0 model: the null threshold its run tuned on dev (task.json), for a file without answers
+    threshold = info.get("null_threshold") if not training and str(info.get("version")) == o.version else None
+    tuned = {"null_threshold": float(threshold)} if isinstance(threshold, (int, float)) else {}
+    return specs.squad_spec(o.version, tokenizer, cfg, o.train or None, o.dev or None, settings, training, **tuned)
 
 
 def _race_spec(o: RaceOptions, tokenizer, cfg, training: bool, info: dict):

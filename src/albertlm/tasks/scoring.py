@@ -46,6 +46,11 @@ def score_glue(opts, predictions: str, score_opts=None, warn=None) -> dict:
     if missing:
         raise UserError(f"{predictions}: no prediction for index {missing[0]} "
                         f"({len(missing)} of {len(examples)} missing)")
+    rows = set(keys)
+    extra = [k for k in preds if k not in rows]
+    if extra:   # indices are row positions: a longer file's first rows would be scored against this one's
+        raise UserError(f"{predictions}: {len(preds)} predictions for the {len(examples)} rows of {dev[0]} (index "
+                        f"{extra[0]} is not one of its rows); are these the predictions for this file?")
     gold = glue.label_ids(task, examples)
     pred_examples = [glue.Example(k, "", None, preds[k], predictions) for k in keys]
     return metrics.glue_metrics(task.name, gold, glue.label_ids(task, pred_examples))
@@ -63,12 +68,34 @@ def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
     missing = [e.guid for e in examples if e.guid not in preds]
     if missing:
         raise UserError(f"{predictions}: no prediction for id {missing[0]}")
+    gold_ids = {e.guid for e in examples}
+    extra = [k for k in preds if k not in gold_ids]
+    if extra and not opts.id_column:   # ids are row numbers: another file's predictions would line up by position
+        raise UserError(f"{predictions}: {len(preds)} predictions for the {len(examples)} rows of {opts.dev} (id "
+                        f"{extra[0]} is not one of its rows); are these the predictions for this file?")
+    if extra and warn is not None:
+        warn(f"{predictions}: {len(extra)} predictions have ids that are not in {opts.dev} (e.g. {extra[0]}); "
+             "they are ignored")
     if opts.regression:
-        return metrics.regression_metrics([e.label for e in examples], [float(preds[e.guid]) for e in examples])
+        return metrics.regression_metrics([e.label for e in examples],
+                                          [_score(preds[e.guid], predictions, e.guid) for e in examples])
     pred_examples = [classify.TextExample(e.guid, "", None, str(preds[e.guid]).strip(), f"{predictions}: id {e.guid}")
                      for e in examples]
     # the label set: --labels (the model's, in its order), else every label the gold file or the predictions
     # use (a class the model predicts that this dev file lacks is a wrong prediction, not an unreadable file)
-    labels = opts.label_list() or classify.label_set([*examples, *pred_examples])
+    labels = classify.label_set([*examples, *pred_examples], opts.label_list())
     gold = classify.label_ids(examples, labels)
     return metrics.classification_metrics(gold, classify.label_ids(pred_examples, labels), len(labels))
+
+
+def _score(value: str, predictions: str, guid: str) -> float:
+    """A regression prediction: a finite number (a UserError naming the file and id otherwise)."""
+    import math
+
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise UserError(f"{predictions}: the prediction for id {guid} is {value!r}, expected a number (regression)")
+    return number

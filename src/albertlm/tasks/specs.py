@@ -120,9 +120,13 @@ def _glue_test_set(task, path: Path, examples, features) -> EvalSet:
 
 
 def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, dev_file=None,
-               settings: squad.SquadSettings | None = None, training: bool = True) -> TaskSpec:
+               settings: squad.SquadSettings | None = None, training: bool = True,
+               null_threshold: float | None = None) -> TaskSpec:
+    """`null_threshold`: v2.0's no-answer threshold for a file without answers to tune it on (the one the
+    fine-tuning run tuned on its dev set, recorded in task.json); a labelled dev file tunes its own."""
     settings = settings or squad.SquadSettings(max_seq_length=cfg.max_seq_length)
     problems = Problems()
+    info = {"version": version, "settings": vars(settings)}
 
     def read(path, labelled: bool):
         examples = squad.read_squad(path, problems)
@@ -141,15 +145,19 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     if dev_file is not None:
         examples = read(dev_file, True)
         features = squad.build_features(tokenizer, examples, settings, False, problems)
-        eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features))
+        eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features, info,
+                                         0.0 if null_threshold is None else float(null_threshold)))
     return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
-                    {"version": version, "settings": vars(settings)}, problems, outputs=SPANS)
+                    info, problems, outputs=SPANS)
 
 
-def _squad_eval_set(version: str, tokenizer, settings, examples, features) -> EvalSet:
+def _squad_eval_set(version: str, tokenizer, settings, examples, features, info: dict,
+                    threshold: float = 0.0) -> EvalSet:
+    """Scoring v2.0 tunes the null threshold on this file and records it in `info` (task.json beside the best
+    model), so that predicting on a file without answers applies the run's threshold, not 0."""
     golds = squad.gold_answers(examples)
     labelled = any(golds.values())
-    state = {"threshold": 0.0}
+    state = {"threshold": threshold}
 
     def predictions(out):
         return squad.postprocess(examples, features, out["start_logits"], out["end_logits"], tokenizer, settings)
@@ -159,7 +167,7 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features) -> Ev
         if version.startswith("1"):
             return squad_v1_scores(golds, squad.final_predictions(preds, version))
         metrics = squad.tune_threshold(golds, preds)
-        state["threshold"] = metrics["null_threshold"]
+        state["threshold"] = info["null_threshold"] = metrics["null_threshold"]
         return metrics
 
     def write(out, out_dir: Path):
@@ -224,7 +232,7 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
         if not train_examples:
             raise DataError("the label set is unknown: give --labels or a training file")
         labels = classify.label_set(train_examples)
-    label_list = None if regression else list(labels)
+    label_list = None if regression else list(classify.check_labels(labels))
 
     def features(examples, labelled: bool, name: str):
         ids = classify.label_ids(examples, label_list) if labelled else None

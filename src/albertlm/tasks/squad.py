@@ -326,9 +326,14 @@ def _max_context(starts: list[int], window: int, num_tokens: int) -> list[np.nda
     return [best_window[s:s + min(window, num_tokens - s)] == w for w, s in enumerate(starts)]
 
 
+NO_WINDOW = ("answer in no single window (trained as no-answer; raise --max-seq-length, lower --doc-stride or "
+             "--max-query-length)")
+
+
 def build_features(tokenizer, examples: Sequence[SquadExample], settings: SquadSettings, training: bool,
                    problems: Problems | None = None) -> list[Feature]:
-    """Sliding-window features. Training windows that cut the answer point at [CLS] (as for no-answer)."""
+    """Sliding-window features. Training windows that cut the answer point at [CLS] (as for no-answer); an
+    answer that no window holds whole is counted in `problems` (the question trains as unanswerable)."""
     problems = problems if problems is not None else Problems()
     contexts = list(dict.fromkeys(e.context for e in examples))
     tokens = dict(zip(contexts, tokenize_contexts(tokenizer, contexts)))
@@ -353,7 +358,7 @@ def _example_features(tokenizer, index, example, q_ids, ctx: ContextTokens, sett
         answer = _answer_tokens(ctx.spans, char_start, char_start + len(text))
         if answer is None:
             problems.add("answer has no tokens (treated as no-answer)", example.qid)
-    out = []
+    out, inside = [], False
     for start, is_max in zip(starts, max_context):
         doc = ctx.ids[start:start + window]
         ids = [tokenizer.cls_id, *q_ids, tokenizer.sep_id, *doc, tokenizer.sep_id]
@@ -364,9 +369,12 @@ def _example_features(tokenizer, index, example, q_ids, ctx: ContextTokens, sett
             label = (0, 0)
             if answer is not None and answer[0] >= start and answer[1] < start + len(doc):
                 label = (answer[0] - start + offset, answer[1] - start + offset)
+                inside = True
         extra = {"doc_offset": offset, "doc_start": start, "doc_length": len(doc), "max_context": is_max}
         out.append(Feature(np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64), index,
                            label, extra))
+    if answer is not None and not inside:   # every window cuts the answer: each trains it as unanswerable
+        problems.add(NO_WINDOW, example.qid)
     return out
 
 

@@ -69,7 +69,7 @@ def open_text(path: Path):
 
 
 def _not_utf8(path: Path, after_line: int | None = None) -> DataError:
-    where = f" (after line {after_line})" if after_line is not None else ""
+    where = f" (after line {after_line})" if after_line else ""
     return DataError(f"{path}: not UTF-8 text{where}; save the file as UTF-8")
 
 
