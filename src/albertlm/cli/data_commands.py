@@ -42,8 +42,9 @@ def _build(args) -> int:
 def format_summary(summary) -> str:
     corpus, inst, tokens = summary.counts["corpus"], summary.counts["instances"], summary.counts["tokens"]
     skipped = {k: corpus[k] for k in ("empty_files", "binary_files", "invalid_utf8_lines", "bad_json_lines",
-                                      "bad_rows", "corrupt_files", "documents_split", "long_lines_cut",
-                                      "unclosed_documents", "lines_outside_documents") if corpus.get(k)}
+                                      "bad_rows", "empty_records", "corrupt_files", "documents_split",
+                                      "long_lines_cut", "unclosed_documents", "lines_outside_documents")
+               if corpus.get(k)}
     skipped.update({k: inst[k] for k in ("empty_documents", "dropped_chunks", "long_sentences_cut",
                                          "nsp_same_document") if inst[k]})
     labels = ", ".join(f"{k}: {v:,}" for k, v in inst["labels"].items())

@@ -138,8 +138,10 @@ def _train(args: argparse.Namespace) -> int:
     counts = CorpusCounts()
     long_sentences = [0]   # sentences over sentencepiece's 4192 bytes, cut to fit
     read_lines = _line_reader(args.format, args.text_field, counts)
-    # the emptiness check reads the first lines once more: with its own counts, so nothing is counted twice
-    check_lines = _line_reader(args.format, args.text_field, CorpusCounts())
+    # the emptiness check reads the first lines once more: with its own counts, so nothing is counted twice;
+    # if it finds no text, those counts say why (binary files, ...)
+    check_counts = CorpusCounts()
+    check_lines = _line_reader(args.format, args.text_field, check_counts)
     created = not out.exists()
     staging = out / ".training-tokenizer"
     start = time.perf_counter()
@@ -147,9 +149,10 @@ def _train(args: argparse.Namespace) -> int:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         if args.kind == "wordpiece":
-            _train_wordpiece(args, files, staging, read_lines, check_lines)
+            _train_wordpiece(args, files, staging, read_lines, check_lines, check_counts.describe_skipped)
         else:
-            _train_sentencepiece(args, files, staging, read_lines, check_lines, long_sentences)
+            _train_sentencepiece(args, files, staging, read_lines, check_lines, long_sentences,
+                                 check_counts.describe_skipped)
         for name in existing:
             (out / name).unlink()
         for path in staging.iterdir():
@@ -170,8 +173,9 @@ def _train(args: argparse.Namespace) -> int:
     print(f"special ids: pad={tokenizer.pad_id} unk={tokenizer.unk_id} cls={tokenizer.cls_id} "
           f"sep={tokenizer.sep_id} mask={tokenizer.mask_id}; options: {tokenizer.options}")
     skipped = {k: getattr(counts, k) for k in ("empty_files", "binary_files", "corrupt_files", "bad_json_lines",
-                                                "bad_rows", "invalid_utf8_lines", "long_lines_cut",
-                                                "unclosed_documents", "lines_outside_documents") if getattr(counts, k)}
+                                                "bad_rows", "empty_records", "invalid_utf8_lines",
+                                                "long_lines_cut", "unclosed_documents", "lines_outside_documents")
+               if getattr(counts, k)}
     if long_sentences[0]:
         skipped["sentences over 4192 bytes cut"] = long_sentences[0]
     if skipped:
@@ -184,7 +188,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None,
-                         long_sentences: list[int] | None = None):
+                         long_sentences: list[int] | None = None, explain_empty=None):
     from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
                                                      train_sentencepiece)
 
@@ -199,15 +203,16 @@ def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path,
             long_sentences[0] += 1
     return train_sentencepiece(files, out, train, options, show_progress=sys.stderr.isatty(),
                                verbose=args.verbose, read_lines=read_lines, check_lines=check_lines,
-                               on_cut=on_cut)
+                               on_cut=on_cut, explain_empty=explain_empty)
 
 
-def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None):
+def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None,
+                     explain_empty=None):
     from albertlm.tokenization.wordpiece import WordPieceOptions, train_wordpiece
 
     options = WordPieceOptions(do_lower_case=args.lowercase, strip_accents=True if args.strip_accents else False)
     return train_wordpiece(files, args.vocab_size, out, options, show_progress=sys.stderr.isatty(),
-                           read_lines=read_lines, check_lines=check_lines)
+                           read_lines=read_lines, check_lines=check_lines, explain_empty=explain_empty)
 
 
 # -- encode / decode / info ------------------------------------------------------------------------

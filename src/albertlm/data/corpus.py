@@ -22,7 +22,8 @@ Parquet or Arrow file is always read as such, whatever text ``--format`` says.
 In every format the end of a file ends a document (google's builder silently merges files that do not end
 with a blank line). Damage is skipped and counted, never fatal: undecodable bytes are replaced with U+FFFD
 (`invalid_utf8_lines`), JSONL lines that are not JSON objects with a string text field (`bad_json_lines`),
-Parquet/Arrow rows whose text is null (`bad_rows`), and a compressed or Parquet/Arrow file that is
+Parquet/Arrow rows whose text is null (`bad_rows`), JSONL records and Parquet/Arrow rows whose text is
+empty or blank (`empty_records`), and a compressed or Parquet/Arrow file that is
 corrupt or cut short keeps what was read before the damage (`corrupt_files`), a WikiExtractor `<doc>` left
 open is kept (`unclosed_documents`) and text outside `<doc>` blocks skipped (`lines_outside_documents`); a
 line over MAX_LINE_BYTES is read in pieces (`long_lines_cut`). The first case of each kind
@@ -104,6 +105,7 @@ class CorpusCounts:
     invalid_utf8_lines: int = 0
     bad_json_lines: int = 0
     bad_rows: int = 0
+    empty_records: int = 0
     corrupt_files: int = 0
     documents_split: int = 0
     long_lines_cut: int = 0
@@ -120,6 +122,12 @@ class CorpusCounts:
         """Count one skipped (or repaired) item of `kind`, keeping the first example."""
         setattr(self, kind, getattr(self, kind) + 1)
         self.examples.setdefault(kind, where)
+
+    def describe_skipped(self) -> str:
+        """What was skipped or repaired, each kind with its first example ("2 binary files, first: a.bin: NUL
+        bytes ..."; "; " between kinds), or "" if nothing was."""
+        return "; ".join(f"{getattr(self, kind):,} {kind.replace('_', ' ')}, first: {example}"
+                         for kind, example in self.examples.items())
 
 
 def split_sentences(text: str) -> list[str]:
@@ -147,7 +155,11 @@ def find_input_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     (state.json) gives its Arrow files in the order state.json lists them; a directory tree holding
     Parquet or Arrow files gives only those (a Hub dataset's README.md and JSON metadata are not text);
     a DatasetDict directory (dataset_dict.json) is refused, naming its splits, so that test splits are
-    never mixed into pretraining data by accident; so is a data build's directory (binary shards)."""
+    never mixed into pretraining data by accident; so is a data build's directory (binary shards).
+
+    A file reached twice (`dir dir/a.txt`, a file named twice, a symbolic link to it) is read once, where it
+    first comes, and the dropped duplicates are named in one warning line on stderr (to give a file more
+    weight, copy it)."""
     files: list[Path] = []
     for item in inputs:
         path = Path(item)
@@ -159,7 +171,26 @@ def find_input_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
             raise UserError(f"input not found: {path}")
     if not files:
         raise UserError("no input files given")
-    return files
+    return _without_duplicates(files)
+
+
+def _without_duplicates(files: list[Path]) -> list[Path]:
+    """`files` with every file after its first occurrence dropped (the same file: the same resolved path)."""
+    seen: set[Path] = set()
+    kept: list[Path] = []
+    dropped: list[Path] = []
+    for path in files:
+        key = path.resolve()
+        if key in seen:
+            dropped.append(path)
+        else:
+            seen.add(key)
+            kept.append(path)
+    if dropped:
+        named = ", ".join(map(str, dropped[:3])) + (f" and {len(dropped) - 3} more" if len(dropped) > 3 else "")
+        print(f"albertlm: warning: {len(dropped)} input file(s) given more than once are read once: {named} "
+              "(to give a file more weight, copy it)", file=sys.stderr, flush=True)
+    return kept
 
 
 def _directory_files(directory: Path) -> list[Path]:
@@ -576,8 +607,12 @@ def _read_jsonl(source: _TextSource, text_field: str) -> Iterator[list[str]]:
         text, problem = _json_text(line, text_field)
         if problem:
             source.counts.skip("bad_json_lines", f"{source.where()}: {problem}")
-        else:
-            yield from _capped(_text_sentences(text), source.counts)
+            continue
+        sentences = _text_sentences(text)
+        if not sentences:
+            source.counts.skip("empty_records", f"{source.where()}: field {text_field!r} is empty")
+            continue
+        yield from _capped(sentences, source.counts)
 
 
 def _json_text(line: str, text_field: str) -> tuple[str, str | None]:
@@ -725,7 +760,11 @@ def _table_documents(path: Path, batches, column: int, fraction: Callable[[int],
             if text is None:
                 counts.skip("bad_rows", f"{path} row {row}: the text is null")
                 continue
-            for part in _capped(_text_sentences(text), counts):
+            sentences = _text_sentences(text)
+            if not sentences:
+                counts.skip("empty_records", f"{path} row {row}: the text is empty")
+                continue
+            for part in _capped(sentences, counts):
                 yield part, fraction(row)
 
 

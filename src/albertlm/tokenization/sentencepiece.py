@@ -83,11 +83,18 @@ class Preprocessor:
     the characters `unicodedata.combining` flags, `str.lower`), so it is google's Python by construction; with
     `split_added_tokens` (transformers 5) the very `tokenizers` normalizers transformers 5 runs (NFKD +
     StripAccents, which drops every mark, Lowercase).
+
+    `deleted`: characters removed before the whitespace is collapsed. transformers 5 runs the model's own
+    normalizer (sentencepiece's character map) before it splits at whitespace, and albert-base-v2's map
+    deletes \\x0b and \\x1c-\\x1f, which Python's `str.split` would take for spaces: "a\\x1fb" is "▁ab" there.
+    `SentencePieceTokenizer` passes the whitespace characters its model deletes in that mode; google's
+    `preprocess_text` splits first, so the default mode deletes nothing.
     """
 
-    def __init__(self, options: SentencePieceOptions):
+    def __init__(self, options: SentencePieceOptions, deleted: str = ""):
         self.options = options
         self._unicode = _transformers5_normalizer(options) if options.split_added_tokens else self._google
+        self._deleted = {ord(c): None for c in deleted} or None
 
     def _google(self, text: str) -> str:
         text = text.replace("``", '"').replace("''", '"')
@@ -97,6 +104,8 @@ class Preprocessor:
 
     def __call__(self, text: str) -> str:
         if self.options.remove_space and _needs_space_cleanup(text):
+            if self._deleted is not None and not text.isprintable():   # none of them is printable
+                text = text.translate(self._deleted)
             text = " ".join(text.split())
         if not text.isascii():
             return self._unicode(text)
@@ -121,6 +130,10 @@ def _combining_characters() -> dict[int, None]:
     Such characters live in planes 0 and 1 (the last, U+1E94A, in Unicode 14); plane 14 is scanned to be safe."""
     ranges = (range(0x20000), range(0xE0000, 0xE1000))
     return {cp: None for r in ranges for cp in r if unicodedata.combining(chr(cp))}
+
+
+# what `str.split()` splits at: the Unicode White_Space characters plus \x1c-\x1f
+_PYTHON_SPACES = "".join(chr(cp) for cp in range(0x3001) if chr(cp).isspace())
 
 
 def _needs_space_cleanup(text: str) -> bool:
@@ -162,7 +175,8 @@ class SentencePieceTokenizer(TokenizerBase):
         self._unknown_comma = self.sp.piece_to_id(",") == self.sp.unk_id()
         self._digit_comma = self.options.digit_comma_rule and bool(self._digit_comma_ids or self._unknown_comma)
         self._added = self._added_tokens_pattern() if self.options.split_added_tokens else None
-        self._preprocess = Preprocessor(self.options)
+        self._preprocess = Preprocessor(self.options, self._deleted_spaces() if self.options.split_added_tokens
+                                        else "")
 
     def _special_ids(self) -> tuple[int, int, int, int, int]:
         ids = [self.sp.piece_to_id(p) for p in SPECIAL_PIECES]
@@ -172,6 +186,12 @@ class SentencePieceTokenizer(TokenizerBase):
             raise UserError(f"{self.model_file} lacks the ALBERT special pieces {missing} "
                             "(train with `albertlm tokenizer train`)")
         return tuple(ids)  # type: ignore[return-value]
+
+    def _deleted_spaces(self) -> str:
+        """The characters Python's `str.split` takes for whitespace that the model's normalizer deletes
+        (albert-base-v2 and models trained with sentencepiece's default nmt_nfkc rule: \\x0b, \\x1c-\\x1f)."""
+        plain = self.sp.normalize("ab")
+        return "".join(c for c in _PYTHON_SPACES if self.sp.normalize(f"a{c}b") == plain)
 
     # -- encoding -----------------------------------------------------------------------------------
     def preprocess(self, text: str) -> str:
@@ -385,8 +405,10 @@ def fit_bytes(text: str, limit: int) -> list[str]:
     return [p for p in (piece.decode("utf-8", errors="replace") for piece in pieces) if p.strip()]
 
 
-def check_training_input(files: Sequence[Path], read_lines: LineReader = read_text_lines) -> int:
-    """Total bytes; a UserError unless some file has a non-blank line."""
+def check_training_input(files: Sequence[Path], read_lines: LineReader = read_text_lines,
+                         explain_empty: Callable[[], str] | None = None) -> int:
+    """Total bytes; a UserError unless some file has a non-blank line. `explain_empty()`, when given, says
+    what the reader skipped (binary files, ...) and is added to that error."""
     if not files:
         raise UserError("no training input files given")
     for path in files:
@@ -395,7 +417,9 @@ def check_training_input(files: Sequence[Path], read_lines: LineReader = read_te
     for path in files:
         if any(line.strip() for line in read_lines(path)):
             return sum(p.stat().st_size for p in files)
-    raise UserError(f"training input is empty: no text in {', '.join(map(str, files))}")
+    named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    why = explain_empty() if explain_empty is not None else ""
+    raise UserError(f"training input is empty: no text in {named}" + (f"; skipped {why}" if why else ""))
 
 
 def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
@@ -404,13 +428,15 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                         show_progress: bool = True, verbose: bool = False,
                         read_lines: LineReader = read_text_lines,
                         check_lines: LineReader | None = None,
-                        on_cut: Callable[[], None] | None = None) -> SentencePieceTokenizer:
+                        on_cut: Callable[[], None] | None = None,
+                        explain_empty: Callable[[], str] | None = None) -> SentencePieceTokenizer:
     """Train a unigram model the ALBERT way into `out_dir` (spiece.model, spiece.vocab, tokenizer_config.json).
 
     Special ids: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no BOS/EOS. Lines (`read_lines(file)`, plain
     text by default) are streamed through the preprocessing into sentencepiece, which keeps a shuffled sample
     of `input_sentence_size` of them. `check_lines` (default `read_lines`) is the reader used for the check that
-    the input is not empty, so a reader that counts what it meets does not count the checked lines twice.
+    the input is not empty, so a reader that counts what it meets does not count the checked lines twice;
+    `explain_empty()` says what that reader skipped when the input turns out empty (see `check_training_input`).
     Lines longer than `train.max_sentence_length` bytes are cut to fit (`on_cut()` per line, see
     `iter_training_lines`) rather than skipped by sentencepiece.
     """
@@ -420,7 +446,7 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     train = train or SentencePieceTrainOptions()
     options = options or SentencePieceOptions(do_lower_case=False, keep_accents=True)
     paths = [Path(f) for f in files]
-    total_bytes = check_training_input(paths, check_lines or read_lines)
+    total_bytes = check_training_input(paths, check_lines or read_lines, explain_empty)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(train.seed)

@@ -19,6 +19,7 @@ from albertlm.tokenization.base import TokenizersBacked, read_config, save_direc
 
 VOCAB_FILE = "vocab.txt"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
 _HANGUL = re.compile("[\uac00-\ud7a3]")  # composed syllables
 
 
@@ -45,11 +46,12 @@ class WordPieceOptions:
 
 
 def read_vocab(vocab_file: Path) -> dict[str, int]:
-    """token -> line number, as transformers' `load_vocab` reads it (a repeated token keeps its last line)."""
+    """token -> line number, as transformers' `load_vocab` reads it (a repeated token keeps its last line),
+    except that a UTF-8 byte order mark (Notepad, PowerShell) is dropped rather than read into the first token."""
     if not vocab_file.is_file():
         raise UserError(f"vocab file not found: {vocab_file}")
     try:
-        lines = vocab_file.read_text(encoding="utf-8").split("\n")
+        lines = vocab_file.read_text(encoding="utf-8-sig").split("\n")
     except UnicodeDecodeError as exc:
         raise UserError(f"cannot read {vocab_file} as a UTF-8 vocab.txt ({exc})") from None
     if lines and lines[-1] == "":
@@ -112,8 +114,15 @@ class WordPieceTokenizer(TokenizersBacked):
         return mask
 
     def save(self, directory: str | Path) -> None:
-        """vocab.txt + tokenizer_config.json: loads in `load_tokenizer` and `BertTokenizer.from_pretrained`."""
+        """vocab.txt + tokenizer_config.json: loads in `load_tokenizer` and `BertTokenizer.from_pretrained`
+        (a byte order mark in the source vocab is left out of the copy: transformers would read it as part of
+        the first token)."""
         save_directory(directory, self.vocab_file, VOCAB_FILE, transformers_config(self.options))
+        copy = Path(directory) / VOCAB_FILE
+        if copy.resolve() != self.vocab_file.resolve():
+            data = copy.read_bytes()
+            if data.startswith(_BOM):
+                copy.write_bytes(data[len(_BOM):])
 
     def __repr__(self) -> str:
         return f"WordPieceTokenizer({str(self.vocab_file)!r}, V={self.vocab_size}, {self.options})"
@@ -132,9 +141,10 @@ def read_options(config_file: Path | None) -> WordPieceOptions:
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
                     options: WordPieceOptions | None = None, min_frequency: int = 2,
                     limit_alphabet: int | None = None, show_progress: bool = True,
-                    read_lines=None, check_lines=None) -> WordPieceTokenizer:
+                    read_lines=None, check_lines=None, explain_empty=None) -> WordPieceTokenizer:
     """Train a WordPiece vocab with `tokenizers` (streams its files in Rust, or the lines `read_lines(file)`
-    gives, see `sentencepiece.train_sentencepiece`) and write a loadable directory.
+    gives, and `check_lines` / `explain_empty` as in `sentencepiece.train_sentencepiece`) and write a loadable
+    directory.
 
     The trainer keeps every alphabet character both as a word start and as "##c", so the alphabet is capped at
     a third of the vocabulary (at most 1000, the tokenizers default) to keep the result within `vocab_size`.
@@ -145,7 +155,7 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
 
     options = options or WordPieceOptions()
     paths = [str(p) for p in files]
-    check_training_input([Path(p) for p in paths], check_lines or read_lines or read_text_lines)
+    check_training_input([Path(p) for p in paths], check_lines or read_lines or read_text_lines, explain_empty)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
