@@ -20,22 +20,14 @@ from albertlm.tasks.options import ClassifyOptions, GlueOptions
 from albertlm.tasks.tables import DataError, Problems
 from conftest import TINY_WORDS, assert_one_error, save_tiny_pretrained, shared_path
 
-QUICK = ["--batch-size", "4", "--max-seq-length", "16", "--lr", "1e-3", "--warmup-steps", "0", "--seed", "3",
-         "--train.progress=false", "--train.tensorboard=false"]
+from test_cli_audit12_tasks import QUICK, _rows  # the tiny fine-tuning flags and a jsonl classify set
+
 SPM = ("spm", "albert-base-v2_spiece.model")
 
 
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
     """Tiny matrices: one thread (conftest's `one_thread`)."""
-
-
-def _rows(path: Path, rows: int = 8) -> Path:
-    with path.open("w") as f:
-        for i in range(rows):
-            f.write(json.dumps({"text": f"the film was {'good' if i % 2 else 'bad'}",
-                                "label": "pos" if i % 2 else "neg"}) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")
