@@ -90,3 +90,16 @@ def test_dropout_seeding_draws_as_torch_manual_seed_without_calling_it(tmp_path,
     monkeypatch.setattr(torch, "manual_seed", refuse)
     loop.save = lambda: None
     loop.run()
+
+
+def test_a_run_that_saved_no_checkpoint_is_named_so(tmp_path):
+    """A run that stopped before its first checkpoint left only its logs: the refusal says so, and does not
+    offer --resume as "continue" (there is nothing to continue; it starts again from step 0)."""
+    from albertlm.errors import UserError
+    from albertlm.training.checkpoint import check_run_dir
+
+    (tmp_path / "metrics.jsonl").write_text("")
+    with pytest.raises(UserError, match=r"already holds a run that saved no checkpoint \(metrics.jsonl\).*--overwrite"
+                                        r".*--resume to start again from step 0"):
+        check_run_dir(tmp_path, resume=False)
+    assert check_run_dir(tmp_path, resume=False, overwrite=True) == [tmp_path / "metrics.jsonl"]

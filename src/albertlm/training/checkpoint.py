@@ -176,10 +176,13 @@ def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
         return []
     if not overwrite:
         steps = list_checkpoints(run_dir)
-        what = f"{len(steps)} checkpoint(s), the newest {steps[-1].name}" if steps else \
-            ", ".join(p.name for p in found)
-        raise UserError(f"--out {run_dir} already holds a run ({what}); pass --resume to continue it, "
-                        "--overwrite to start over (its files are removed), or another --out")
+        if not steps:  # the logs of a run that stopped before its first checkpoint: nothing to continue
+            raise UserError(f"--out {run_dir} already holds a run that saved no checkpoint ("
+                            f"{', '.join(p.name for p in found)}); pass --overwrite to start over (its files are "
+                            "removed), --resume to start again from step 0 appending to its logs, or another --out")
+        raise UserError(f"--out {run_dir} already holds a run ({len(steps)} checkpoint(s), the newest "
+                        f"{steps[-1].name}); pass --resume to continue it, --overwrite to start over (its files "
+                        "are removed), or another --out")
     return found
 
 
