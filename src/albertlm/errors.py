@@ -10,8 +10,17 @@ def reports_here() -> bool:
     this machine (LOCAL_RANK 0; rank 0 on one machine), or a process on its own. Per machine, not only global
     rank 0: each node's torchrun has its own terminal, and a problem of one node (its copy of the data
     missing) must still be said there. Every rank still exits non-zero on an error. No torch import here."""
-    rank = os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))
-    return rank.strip() in ("", "0")
+    local = os.environ.get("LOCAL_RANK")
+    rank = local if local is not None else os.environ.get("RANK", "0")
+    if rank.strip() in ("", "0"):
+        return True
+    try:  # a launch set up wrongly by hand (RANK not a number, or past WORLD_SIZE) is refused: say why here
+        number = int(rank)
+        if local is None and "WORLD_SIZE" in os.environ:
+            return not 0 <= number < int(os.environ["WORLD_SIZE"])
+    except ValueError:
+        return True
+    return False
 
 
 class UserError(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import logging
 import os
 import sys
 import warnings
@@ -111,8 +112,9 @@ def _main(argv: list[str]) -> int:
         return 2
     from albertlm.errors import UserError
 
-    if not reports_here():                 # torchrun's other ranks: their Python warnings repeat rank 0's
+    if not reports_here():                 # torchrun's other ranks: their warnings and logged warnings repeat rank 0's
         warnings.simplefilter("ignore")
+        logging.getLogger("albertlm").setLevel(logging.ERROR)
     try:
         module = importlib.import_module(_module_for(command, rest))
         parser = Parser(prog=f"albertlm {command}", description=COMMANDS[command][1])

@@ -5,10 +5,15 @@ LOCAL_RANK, MASTER_ADDR and MASTER_PORT select the process; gloo on CPU, NCCL on
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import os
+import signal
+import threading
+import time
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -52,9 +57,21 @@ def pick_device(requested: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
+def _env_int(name: str, default: str) -> int:
+    value = os.environ.get(name, default)
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(f"the environment variable {name}={value!r} is not a whole number (torchrun sets RANK, "
+                        "LOCAL_RANK and WORLD_SIZE; set by hand, give each process its own RANK from 0)") from None
+
+
 def world_size_from_env() -> int:
     """The number of processes `torchrun` launched (1 when run alone); no process group needed."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = _env_int("WORLD_SIZE", "1")
+    if world_size < 1:
+        raise UserError(f"the environment variable WORLD_SIZE={world_size} must be 1 or more (the number of processes)")
+    return world_size
 
 
 def is_main_process() -> bool:
@@ -78,17 +95,50 @@ def check_backend(backend: str, device: str | torch.device = "auto") -> torch.de
 def init_distributed(backend: str = "auto", device: str = "auto", timeout_minutes: int = 30) -> DistInfo:
     """Join the torchrun process group if WORLD_SIZE > 1; otherwise a single-process DistInfo."""
     world_size = world_size_from_env()
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if world_size > 1 and "RANK" not in os.environ:
+        raise UserError(f"WORLD_SIZE={world_size} is set but RANK is not: launch with torchrun, or give each of the "
+                        f"{world_size} processes its own RANK (0 to {world_size - 1}) and LOCAL_RANK, and the same "
+                        "MASTER_ADDR and MASTER_PORT")
+    rank = _env_int("RANK", "0")
+    local_rank = _env_int("LOCAL_RANK", "0")
+    if not 0 <= rank < world_size:
+        raise UserError(f"RANK={rank} is not a rank of WORLD_SIZE={world_size} processes (0 to {world_size - 1})")
     dev = check_backend(backend, pick_device(device, local_rank))
     if world_size > 1 and not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if dev.type == "cuda" else "gloo"
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(minutes=timeout_minutes))
+        try:
+            dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                    timeout=datetime.timedelta(minutes=timeout_minutes))
+        except (dist.DistError, ValueError, RuntimeError) as exc:
+            raise UserError(_join_failure(exc, rank, world_size, timeout_minutes)) from None
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+
+
+def _join_failure(exc: Exception, rank: int, world_size: int, timeout_minutes: float) -> str:
+    """What forming the process group failed on, in the user's terms: a port another program holds, the address
+    variables missing (RANK/WORLD_SIZE set by hand without torchrun), or processes that never joined (one
+    stopped before, with its own message, or was never started): each was a traceback, the last after a
+    silent wait of --dist.timeout_minutes."""
+    text = " ".join(str(exc).split())
+    addr = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    if "EADDRINUSE" in text or "address already in use" in text.lower():
+        return (f"cannot start the process group at MASTER_ADDR:MASTER_PORT {addr}: the port is already in use (another "
+                "run or program holds it); pick a free one (torchrun --master-port P, or MASTER_PORT=P for every "
+                "process), or let torchrun --standalone choose")
+    if "environment variable" in text and "expected" in text:
+        missing = "MASTER_ADDR" if "MASTER_ADDR" in text else "MASTER_PORT" if "MASTER_PORT" in text else "a variable"
+        return (f"WORLD_SIZE={world_size} asks for {world_size} processes but {missing} is not set: launch with "
+                "torchrun, or set MASTER_ADDR and MASTER_PORT (the address of rank 0) and RANK, LOCAL_RANK for every "
+                "process")
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return (f"rank {rank}: not all {world_size} processes joined the process group at {addr} within "
+                f"--dist.timeout_minutes={timeout_minutes:g} ({text[:160]}): a process that stopped before joining "
+                f"says why in its own output; else start every rank (RANK 0 to {world_size - 1}) with the same "
+                "WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torchrun does)")
+    return f"rank {rank}: cannot form the process group of {world_size} processes at {addr}: {text}"
 
 
 def shutdown() -> None:
@@ -126,6 +176,121 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     """True if any rank says True (used so all ranks stop together, e.g. on Ctrl-C or a NaN)."""
     value = torch.tensor([1.0 if flag else 0.0], device=device)
     return bool(all_reduce_sum(value).item() > 0)
+
+
+# ------------------------------------------------------------------------------- one rank fails, all stop
+# A rank that fails leaves the others blocked in their next collective until its sockets close, and then each
+# failed with gloo's "Connection closed by peer" traceback, while the failing rank's own one-line error was
+# said by nobody (only the first rank of a machine prints, `errors.reports_here`). Now the failing rank leaves
+# its message in the process group's key-value store before it exits, and a rank whose collective fails
+# because a peer is gone stops with one line that repeats it.
+FAILURE_KEY = "albertlm/failed/"
+PEER_GONE = ("connection closed by peer", "connection reset by peer", "broken pipe", "gloo/transport",
+             "nccl error", "nccl communicator")
+
+
+class PeerFailed(UserError):
+    """Another rank of the run stopped; the message is its own (from the store) or says none was left."""
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether a collective failed because another process of the group is gone."""
+    if isinstance(exc, PeerFailed) or not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc).lower()
+    return isinstance(exc, dist.DistError) or any(marker in text for marker in PEER_GONE)
+
+
+def _store():
+    try:
+        return dist.distributed_c10d._get_default_store() if dist.is_initialized() else None
+    except Exception:  # noqa: BLE001 (no store, no message: the caller says so)
+        return None
+
+
+def tell_peers(info: DistInfo, exc: BaseException, where: str = "") -> None:
+    """Leave this rank's error, on one line, where the other ranks look when their collective fails."""
+    store = _store()
+    if store is None:
+        return
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if not isinstance(exc, (UserError, OSError)):
+        text = f"{type(exc).__name__}: {text} (a bug or damaged input: its traceback is in rank {info.rank}'s output)"
+    try:
+        store.set(f"{FAILURE_KEY}{info.rank}", f"rank {info.rank} stopped{where}: {text}")
+    except Exception:  # noqa: BLE001 (the store went with rank 0: the others say that no message was left)
+        pass
+
+
+def peer_failures(info: DistInfo, wait_s: float = 1.0) -> list[str]:
+    """The messages the other ranks left (`tell_peers`), waiting up to `wait_s` for one to arrive."""
+    store = _store()
+    if store is None:
+        return []
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        try:
+            for rank in range(info.world_size):
+                key = f"{FAILURE_KEY}{rank}"
+                if rank != info.rank and store.check([key]):
+                    found.append(store.get(key).decode("utf-8", "replace"))
+        except Exception:  # noqa: BLE001 (the store is gone: rank 0, which held it, stopped)
+            return found
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.05)
+
+
+class _Terminated(BaseException):
+    """SIGTERM while `failing_together` holds: torchrun's word that another rank failed, or the user's stop."""
+
+
+def _terminated(signum, frame):
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def failing_together(info: DistInfo, where: Callable[[], str] = lambda: "") -> Iterator[None]:
+    """Around work that meets the other ranks in collectives: an error here is left for the other ranks
+    (`tell_peers`); a collective that fails because another rank is gone becomes `PeerFailed`, one line with
+    that rank's message, instead of gloo's traceback. torchrun sends SIGTERM to the ranks still running once
+    one has failed, which ended a rank still setting up before it could say anything: here a SIGTERM looks for
+    another rank's message first (`PeerFailed`), else stops as Ctrl-C does (KeyboardInterrupt); once a peer is
+    known to be gone, later SIGTERMs are ignored so that the line is said (torchrun kills after its grace
+    period). The training loop's own handlers (`loop.stop_on_signals`) take over inside it."""
+    if not info.enabled:
+        yield
+        return
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    try:
+        yield
+    except PeerFailed:
+        raise
+    except _Terminated:
+        messages = peer_failures(info)
+        if not messages:
+            raise KeyboardInterrupt from None
+        _peer_gone(main)
+        raise PeerFailed(f"{'; '.join(messages)}; rank {info.rank} stopped too{where()}") from None
+    except Exception as exc:
+        if not lost_peer(exc):
+            tell_peers(info, exc, where())
+            raise
+        _peer_gone(main)
+        messages = peer_failures(info)
+        said = "; ".join(messages) if messages else (
+            "another process of the run stopped without a message (killed, or out of memory?)")
+        raise PeerFailed(f"{said}; rank {info.rank} stopped too{where()}") from None
+    finally:
+        if main and signal.getsignal(signal.SIGTERM) is _terminated:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _peer_gone(main: bool) -> None:
+    if main:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def barrier() -> None:

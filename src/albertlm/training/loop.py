@@ -28,7 +28,8 @@ from torch import nn
 from albertlm.config.run import TrainConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo, all_reduce_sum, any_rank, reports_here
+from albertlm.training.distributed import (DistInfo, all_reduce_sum, any_rank, failing_together, peer_failures,
+                                           reports_here)
 from albertlm.training.precision import autocast
 from albertlm.training.schedule import lr_at, set_lr
 
@@ -218,7 +219,14 @@ class Loop:
         SIGINT and SIGTERM (a scheduler's notice, `kill`, torchrun passing either on) ask to stop: the step in
         progress finishes, every rank agrees on that step, the checkpoint is written, and the run returns
         "interrupted"; `--resume` continues exactly. A second signal stops at once (KeyboardInterrupt), and a
-        KeyboardInterrupt raised by code between steps (`on_step`) saves too."""
+        KeyboardInterrupt raised by code between steps (`on_step`) saves too.
+
+        Under several processes an error on one rank stops all of them with one line that names it
+        (`distributed.failing_together`), instead of a gloo traceback on each of the others."""
+        with failing_together(self.info, lambda: f" at step {self.state.step + 1}"):
+            return self._run()
+
+    def _run(self) -> str:
         deadline = time.monotonic() + self.train.max_minutes * 60 if self.train.max_minutes else math.inf
         if 0 < self.plan.total_steps <= self.state.step:   # a resumed run that had already finished
             self._print(f"the run is already at step {self.state.step} of {self.plan.total_steps}: nothing to "
@@ -236,7 +244,7 @@ class Loop:
                     fetched.append(next(batches))
 
         try:
-            with stop_on_signals() as request:
+            with stop_on_signals(self.info) as request:
                 while self.state.step < self.plan.total_steps:
                     with window.waiting():
                         micro_batches = [to_device(b, self.info.device) for b in (fetched.pop() if fetched
@@ -448,10 +456,12 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def stop_on_signals():
+def stop_on_signals(info: DistInfo | None = None):
     """SIGINT (Ctrl-C) and SIGTERM (a scheduler, `kill`, torchrun's shutdown) ask the loop to stop after the
     step in progress, save and return; a second signal raises KeyboardInterrupt at once. Outside the main
-    thread (no signal handlers there) only the caller's KeyboardInterrupt stops the loop."""
+    thread (no signal handlers there) only the caller's KeyboardInterrupt stops the loop. The SIGTERM torchrun
+    sends because another rank failed is not announced as a stop to save (`info`: the run's ranks): that rank's
+    error is said instead, once this rank's next collective fails."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
@@ -461,7 +471,7 @@ def stop_on_signals():
         if request.name is not None:
             raise KeyboardInterrupt
         request.name = signal.Signals(signum).name
-        if reports_here():
+        if reports_here() and not (info is not None and info.enabled and peer_failures(info, wait_s=0)):
             print(f"{request.name}: stopping after this step to save a checkpoint (send it again to stop at "
                   "once, without saving this step)", file=sys.stderr, flush=True)
 

@@ -24,7 +24,7 @@ from torch import nn
 from albertlm.config.run import RunConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo, init_distributed, world_size_from_env
+from albertlm.training.distributed import DistInfo, failing_together, init_distributed, world_size_from_env
 from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate, shuffled_batches
 from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
@@ -271,16 +271,18 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
     old_run = ckpt.check_run_dir(run_dir, resume, overwrite, must_exist=True)
     run = resolve_run(run.absolute_paths(), run_dir, resume)   # run_config.json works from any directory
     info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
-    loop = make_loop(run, run_dir, open_datasets(run), info, resume)
-    if info.is_main:
-        if on_ready is not None:
-            on_ready(run)
-        ckpt.clear_run_dir(old_run)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt.write_text_atomic(run_dir / "run_config.json", json.dumps(run.to_dict(), indent=2) + "\n")
-    open_logger(loop)
-    if loop.logger is not None:
-        warning = long_warmup_warning(loop.plan)
-        if warning:
-            loop.logger.note(warning)
+    # a rank that fails here (its data unreadable) stops the others with its message, not a gloo traceback
+    with failing_together(info, lambda: " while setting up"):
+        loop = make_loop(run, run_dir, open_datasets(run), info, resume)
+        if info.is_main:
+            if on_ready is not None:
+                on_ready(run)
+            ckpt.clear_run_dir(old_run)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            ckpt.write_text_atomic(run_dir / "run_config.json", json.dumps(run.to_dict(), indent=2) + "\n")
+        open_logger(loop)
+        if loop.logger is not None:
+            warning = long_warmup_warning(loop.plan)
+            if warning:
+                loop.logger.note(warning)
     return loop.run()

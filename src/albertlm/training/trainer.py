@@ -18,7 +18,7 @@ from torch import nn
 from albertlm.config.run import OptimConfig, TrainConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo, wrap_model
+from albertlm.training.distributed import DistInfo, failing_together, wrap_model
 from albertlm.training.lamb import build_optimizer
 from albertlm.training.loop import Batch, Loop, Objective, Plan, StepData
 from albertlm.training.precision import check_precision, compile_model, grad_scaler, prepare_model
@@ -31,7 +31,16 @@ Evaluator = Callable[[nn.Module, nn.Module, ckpt.TrainState], "Callable[[], dict
 def build_loop(model: nn.Module, objective: Objective, data: StepData, train: TrainConfig, optim: OptimConfig,
                info: DistInfo, run_dir: str | Path, saved_config: dict, *, resume: bool = False,
                evaluator: Evaluator | None = None, find_unused_parameters: bool = False, logger=None) -> Loop:
-    """Everything `Loop.run()` needs, from a freshly built model on the CPU."""
+    """Everything `Loop.run()` needs, from a freshly built model on the CPU. A rank that fails here (a
+    checkpoint it cannot read) stops the others, waiting in DDP's first broadcast, with its message."""
+    with failing_together(info, lambda: " while setting up"):
+        return _build_loop(model, objective, data, train, optim, info, run_dir, saved_config, resume=resume,
+                           evaluator=evaluator, find_unused_parameters=find_unused_parameters, logger=logger)
+
+
+def _build_loop(model: nn.Module, objective: Objective, data: StepData, train: TrainConfig, optim: OptimConfig,
+                info: DistInfo, run_dir: str | Path, saved_config: dict, *, resume: bool,
+                evaluator: Evaluator | None, find_unused_parameters: bool, logger) -> Loop:
     run_dir = Path(run_dir)
     check_precision(train.precision, info.device)
     last = resume_checkpoint(run_dir) if resume else None
