@@ -220,3 +220,11 @@ def test_the_python_api_records_absolute_paths_too(data, tmp_path, monkeypatch):
     run = run.replace(data=dataclasses.replace(run.data, path="train", eval_path=""))
     assert pretrain(run, tmp_path / "api") == "done"
     assert json.loads((tmp_path / "api" / "run_config.json").read_text())["data"]["path"] == str(data / "train")
+
+
+def test_the_closing_line_names_only_what_the_run_wrote(data, tmp_path, capsys):
+    """It always said "metrics.jsonl, tensorboard/, checkpoints/", also with --train.tensorboard=false."""
+    out = tmp_path / "run"
+    assert main(["pretrain", "--data", str(data / "train"), "--out", str(out), *TINY, "--max-steps", "1"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "tensorboard/" not in last and "metrics.jsonl" in last and "checkpoints/" in last, last

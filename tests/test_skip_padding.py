@@ -178,3 +178,39 @@ def test_cuda_graph_compile_modes_keep_the_padded_shape(tmp_path):
     for mode, skips in (("none", True), ("default", True), ("reduce-overhead", False), ("max-autotune", False)):
         loop = make_loop(tiny_run(max_steps=1, compile=mode), tmp_path / mode, _datasets(), DistInfo(), False)
         assert ("token_index" in loop.objective.objective.inputs) == skips, mode
+
+
+def test_a_damaged_record_is_one_line_naming_it(tmp_path):
+    """A shard record no build writes (a masked position past the sequence, a count past the slots, an id past
+    the vocabulary) was an IndexError deep in the batch assembly (or, for an id, the embedding's failure)."""
+    import shutil
+
+    from albertlm.data.build import BuildConfig, build
+    from albertlm.errors import UserError
+    from conftest import alice_documents, shared_path
+
+    text = alice_documents(tmp_path, 120)
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    shutil.copy(shared_path("spm", "albert-base-v2_spiece.model"), tok / "spiece.model")
+    out = tmp_path / "data"
+    build(BuildConfig(inputs=[str(text)], tokenizer=str(tok), out=str(out), max_seq_length=32, dupe_factor=1,
+                      progress=False))
+    good = loader.PretrainingDataset(out)
+    assert len(loader.collate([good[i] for i in range(4)])["input_ids"]) == 4
+    for field, value in (("masked_positions", 200), ("num_masked", 99), ("input_ids", 65000), ("length", 0)):
+        ds = loader.PretrainingDataset(out)
+        shard = ds._shards[0]
+        writable = np.memmap(shard.filename, dtype=shard.dtype, mode="r+", offset=shard.offset, shape=shard.shape)
+        column = writable[field]  # a view of the field over the records
+        saved = column[1].copy()
+        column[1] = value if field in ("num_masked", "length") else np.full_like(saved, value) \
+            if field == "masked_positions" else np.where(np.arange(saved.shape[0]) == 3, value, saved)
+        writable.flush()
+        try:
+            with pytest.raises(UserError, match=r"instance 1 \(in shard 0\) is damaged.*albertlm data build"):
+                loader.PretrainingDataset(out)[1]
+            loader.PretrainingDataset(out)[0]  # its neighbours are fine
+        finally:
+            column[1] = saved
+            writable.flush()

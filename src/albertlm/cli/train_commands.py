@@ -225,7 +225,9 @@ def _pretrain(args: argparse.Namespace) -> int:
     finally:
         shutdown()
     if is_main_process():
-        print(f"{status}: run directory {args.out} (metrics.jsonl, tensorboard/, checkpoints/); "
+        held = ", ".join(name for name in ("metrics.jsonl", "tensorboard/", "checkpoints/")
+                         if (Path(args.out) / name.rstrip("/")).exists())
+        print(f"{status}: run directory {args.out} ({held or 'nothing written'}); "
               f"`albertlm plot {args.out}` draws the curves", flush=True)
     return 130 if status == "interrupted" else 0
 
