@@ -49,7 +49,8 @@ def prepare_model(model: nn.Module, *, precision: str, device: torch.device, act
                   fast_paths: str = "auto") -> nn.Module:
     """In place, before `.to(device)`: activation checkpointing, and (`fast_paths="auto"`) the CPU fast paths
     where `model.fast_paths.choose_fast_path` says this CPU supports them ("off": the plain model, e.g. for
-    torch.compile), and on a GPU with flash attention the packed attention kernel (`enable_packed_attention`). bf16 on a CPU without bf16 hardware gets a one-line warning: it runs, emulated and slow."""
+    torch.compile), and on a GPU with flash attention the packed attention kernel (`enable_packed_attention`).
+    bf16 on a CPU without bf16 hardware gets a one-line warning: it runs, emulated and slow."""
     from albertlm.model.albert import enable_packed_attention, packed_attention_supported
     from albertlm.model.fast_paths import apply_fast_paths
 

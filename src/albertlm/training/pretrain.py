@@ -52,7 +52,8 @@ class PretrainingObjective:
     def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = {k: batch[k] for k in self.inputs if k in batch}
         if is_full(batch):  # no padding: no mask (SDPA then takes its fastest kernel) and nothing to skip
-            inputs.pop("attention_mask", None), inputs.pop("token_index", None)
+            for key in ("attention_mask", "token_index"):
+                inputs.pop(key, None)
         elif "token_index" in inputs:
             dynamic_length(inputs["token_index"])
         out = model(**inputs)

@@ -34,46 +34,39 @@ def build_loop(model: nn.Module, objective: Objective, data: StepData, train: Tr
     """Everything `Loop.run()` needs, from a freshly built model on the CPU. A rank that fails here (a
     checkpoint it cannot read) stops the others, waiting in DDP's first broadcast, with its message."""
     with failing_together(info, lambda: " while setting up"):
-        return _build_loop(model, objective, data, train, optim, info, run_dir, saved_config, resume=resume,
-                           evaluator=evaluator, find_unused_parameters=find_unused_parameters, logger=logger)
-
-
-def _build_loop(model: nn.Module, objective: Objective, data: StepData, train: TrainConfig, optim: OptimConfig,
-                info: DistInfo, run_dir: str | Path, saved_config: dict, *, resume: bool,
-                evaluator: Evaluator | None, find_unused_parameters: bool, logger) -> Loop:
-    run_dir = Path(run_dir)
-    check_precision(train.precision, info.device)
-    last = resume_checkpoint(run_dir) if resume else None
-    state = ckpt.TrainState()
-    if last is not None:
-        state = ckpt.load_train_state(last)
-        data.check_resume(state.data)           # other data (rebuilt in place) before a weight-shape error
-        ckpt.load_model_weights(model, last)    # before any module swap, in the saved layout
-    prepare_model(model, precision=train.precision, device=info.device,   # a compiled model stays plain:
-                  activation_checkpointing=train.activation_checkpointing,  # inductor does its own fusion
-                  fast_paths="auto" if train.compile == "none" else "off")
-    model.to(info.device)
-    optimizer = build_optimizer(model, optim)
-    scaler = grad_scaler(train.precision, info.device)
-    if last is not None:
-        optimizer.load_state_dict(state.optimizer)
-        if scaler is not None and state.scaler:
-            scaler.load_state_dict(state.scaler)
-        ckpt.restore_rng(state.rng)
-    total = train.total_steps(data.steps_per_epoch)
-    if state.step > total:
-        raise UserError(f"the run in {run_dir} is already at step {state.step}, past the {total} steps asked for; "
-                        f"pass --max-steps {state.step} or more to continue it")
-    trained = compile_model(wrap_model(model, info, find_unused_parameters), train.compile)
-    plan = Plan(total_steps=total, warmup_steps=optim.warmup(total),
-                eval_every=train.eval_every or data.steps_per_epoch, lr=optim.lr, decay_power=optim.decay_power)
-    seeded = SeededDropout(objective, train.seed, info.rank)     # dropout: per rank, per step
-    loop = Loop(model=trained, raw_model=model, optimizer=optimizer, objective=seeded, data=data, train=train,
-                plan=plan, clip_norm=optim.clip_norm, info=info, run_dir=run_dir, saved_config=saved_config,
-                state=state, scaler=scaler, evaluate_fn=evaluator(trained, model, state) if evaluator else None,
-                logger=logger)
-    seeded.state = loop.state
-    return loop
+        run_dir = Path(run_dir)
+        check_precision(train.precision, info.device)
+        last = resume_checkpoint(run_dir) if resume else None
+        state = ckpt.TrainState()
+        if last is not None:
+            state = ckpt.load_train_state(last)
+            data.check_resume(state.data)           # other data (rebuilt in place) before a weight-shape error
+            ckpt.load_model_weights(model, last)    # before any module swap, in the saved layout
+        prepare_model(model, precision=train.precision, device=info.device,   # a compiled model stays plain:
+                      activation_checkpointing=train.activation_checkpointing,  # inductor does its own fusion
+                      fast_paths="auto" if train.compile == "none" else "off")
+        model.to(info.device)
+        optimizer = build_optimizer(model, optim)
+        scaler = grad_scaler(train.precision, info.device)
+        if last is not None:
+            optimizer.load_state_dict(state.optimizer)
+            if scaler is not None and state.scaler:
+                scaler.load_state_dict(state.scaler)
+            ckpt.restore_rng(state.rng)
+        total = train.total_steps(data.steps_per_epoch)
+        if state.step > total:
+            raise UserError(f"the run in {run_dir} is already at step {state.step}, past the {total} steps asked for; "
+                            f"pass --max-steps {state.step} or more to continue it")
+        trained = compile_model(wrap_model(model, info, find_unused_parameters), train.compile)
+        plan = Plan(total_steps=total, warmup_steps=optim.warmup(total),
+                    eval_every=train.eval_every or data.steps_per_epoch, lr=optim.lr, decay_power=optim.decay_power)
+        seeded = SeededDropout(objective, train.seed, info.rank)     # dropout: per rank, per step
+        loop = Loop(model=trained, raw_model=model, optimizer=optimizer, objective=seeded, data=data, train=train,
+                    plan=plan, clip_norm=optim.clip_norm, info=info, run_dir=run_dir, saved_config=saved_config,
+                    state=state, scaler=scaler, evaluate_fn=evaluator(trained, model, state) if evaluator else None,
+                    logger=logger)
+        seeded.state = loop.state
+        return loop
 
 
 # the last word of every dropout seed: a non-zero constant, so this stream is no other (numpy's SeedSequence
