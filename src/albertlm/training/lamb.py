@@ -6,6 +6,12 @@ For each tensor w with gradient g (no bias correction in the reference; `bias_co
     r = ||w|| / ||u||  if both norms > 0 else 1         (only where the group uses the trust ratio)
     w = w - lr r u
 Every step is a handful of `torch._foreach_*` calls over a whole group (one kernel launch per op per group).
+
+Under fp16 loss scaling the optimizer takes the scaler's `found_inf` itself (`_step_supports_amp_scaling`, as
+torch's fused Adam does), so a step with an overflowed gradient is skipped on the device: the moments and the
+weights are left exactly as they were, and the host never waits to learn whether it was skipped (GradScaler's
+default path reads `found_inf` with `.item()` before every step, a sync between backward and the update). Only
+`bias_correction=True` still reads it, since its step count lives on the host.
 """
 from __future__ import annotations
 
@@ -17,6 +23,10 @@ from torch import nn
 
 class Lamb(torch.optim.Optimizer):
     """Groups may set `weight_decay` and `trust_ratio` (bool); the caller decides which tensors go where."""
+
+    # GradScaler.step hands this optimizer `found_inf` and `grad_scale` (attributes set for the call) instead of
+    # reading found_inf on the host and skipping the call.
+    _step_supports_amp_scaling = True
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.01, trust_ratio: bool = True,
@@ -33,10 +43,13 @@ class Lamb(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        found_inf, grad_scale = getattr(self, "found_inf", None), getattr(self, "grad_scale", None)
+        if found_inf is not None and any(g["bias_correction"] for g in self.param_groups) and found_inf.item():
+            return loss                       # skipped; the host-side step count must not advance (one sync)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if params:
-                self._update_group(group, params)
+                self._update_group(group, params, found_inf, grad_scale)
         return loss
 
     def _state_lists(self, params: list[torch.Tensor]):
@@ -51,13 +64,27 @@ class Lamb(torch.optim.Optimizer):
         exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in params]
         return exp_avg, exp_avg_sq, self.state[params[0]]["step"]
 
-    def _update_group(self, group: dict, params: list[torch.Tensor]) -> None:
+    def _update_group(self, group: dict, params: list[torch.Tensor], found_inf: torch.Tensor | None = None,
+                      grad_scale: torch.Tensor | None = None) -> None:
         beta1, beta2 = group["betas"]
         grads = [p.grad for p in params]
         exp_avg, exp_avg_sq, step = self._state_lists(params)
-        torch._foreach_lerp_(exp_avg, grads, 1 - beta1)                  # m = b1 m + (1-b1) g
-        torch._foreach_mul_(exp_avg_sq, beta2)
-        torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+        keep = None
+        if grad_scale is not None:                                       # grads still scaled (no unscale_ call)
+            grads = torch._foreach_div(grads, grad_scale.to(params[0].device))
+        if found_inf is None or group["bias_correction"]:   # (bias correction read found_inf in step(): finite)
+            torch._foreach_lerp_(exp_avg, grads, 1 - beta1)              # m = b1 m + (1-b1) g
+            torch._foreach_mul_(exp_avg_sq, beta2)
+            torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+        else:
+            # Skipped on the device when found_inf > 0: zero gradients, moment factors 1, update times 0.
+            skip = found_inf.to(params[0].device) > 0
+            keep = (~skip).to(params[0].dtype)
+            grads = [torch.where(skip, 0.0, g) for g in grads]            # inf/nan gradients never reach m, v
+            weight = keep * (1 - beta1)
+            torch._foreach_lerp_(exp_avg, grads, [weight] * len(grads))  # m = b1 m + (1-b1) g, or m
+            torch._foreach_mul_(exp_avg_sq, torch.where(skip, 1.0, beta2).to(params[0].dtype))
+            torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
         if group["bias_correction"]:
             denom = torch._foreach_sqrt(torch._foreach_div(exp_avg_sq, 1 - beta2 ** step))
             torch._foreach_add_(denom, group["eps"])
@@ -70,6 +97,8 @@ class Lamb(torch.optim.Optimizer):
             torch._foreach_add_(update, params, alpha=group["weight_decay"])
         if group["trust_ratio"]:
             torch._foreach_mul_(update, _trust_ratios(params, update))
+        if keep is not None:
+            torch._foreach_mul_(update, keep)                            # 0 on a skipped step: w unchanged
         torch._foreach_add_(params, update, alpha=-group["lr"])
 
 
@@ -107,5 +136,9 @@ def build_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
     groups = [g for g in param_groups(model, optim.weight_decay) if g["params"]]
     betas = (optim.beta1, optim.beta2)
     if optim.name == "adamw":
-        return torch.optim.AdamW(groups, lr=optim.lr, betas=betas, eps=optim.eps, foreach=True)
+        # On CUDA torch's fused kernel: one launch per step, and under fp16 loss scaling it takes found_inf on
+        # the device (no sync in GradScaler.step). Elsewhere foreach (the CPU numbers of every recorded run).
+        on_cuda = all(p.is_cuda for g in groups for p in g["params"])
+        kind = {"fused": True} if on_cuda else {"foreach": True}
+        return torch.optim.AdamW(groups, lr=optim.lr, betas=betas, eps=optim.eps, **kind)
     return Lamb(groups, lr=optim.lr, betas=betas, eps=optim.eps, bias_correction=optim.bias_correction)
