@@ -5,7 +5,6 @@ Heavy imports (sentencepiece, tokenizers) happen inside the handlers so `albertl
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 import time
@@ -242,11 +241,16 @@ def _load(args: argparse.Namespace):
 
 
 def _stdin_lines():
-    """Lines of stdin without their line ends; invalid UTF-8 becomes U+FFFD rather than a traceback."""
-    stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None) \
-        if hasattr(sys.stdin, "buffer") else sys.stdin
-    for line in stream:
-        yield line.rstrip("\n")
+    """Lines of stdin without their line ends ("\\n" or "\\r\\n"); invalid UTF-8 becomes U+FFFD rather than a
+    traceback. Only "\\n" ends a line: a lone "\\r" inside a line (a spreadsheet cell, old Mac text) is text,
+    where universal newlines made it a line end, so one input line gave two lists and every later list was
+    one line off."""
+    if not hasattr(sys.stdin, "buffer"):
+        for line in sys.stdin:
+            yield line.removesuffix("\n").removesuffix("\r")
+        return
+    for raw in sys.stdin.buffer:   # binary lines end at b"\n" only; no UTF-8 sequence holds that byte
+        yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
 
 
 def _batches(lines, size: int = BATCH_LINES):
@@ -263,12 +267,36 @@ def _batches(lines, size: int = BATCH_LINES):
 def _encode(args: argparse.Namespace) -> int:
     tokenizer = _load(args)
     out = sys.stdout
+    unknown = UnknownCount(tokenizer.unk_id)
     for batch in _batches(_stdin_lines()):
         for ids, types in _encode_batch(tokenizer, batch, args.pair, args.special):
+            unknown.add(ids)
             record = {"input_ids": ids, "token_type_ids": types} if args.token_types else ids
             out.write(json.dumps(record, separators=(",", ":")) + "\n")
     out.flush()
+    if unknown.tokens:
+        print(unknown.note(tokenizer.id_to_token(tokenizer.unk_id)), file=sys.stderr)
     return 0
+
+
+class UnknownCount:
+    """The <unk> ids `encode` wrote: text the vocabulary cannot spell (emoji, Han in a Korean model, jamo)
+    that `decode` drops, so the user hears of it once, on stderr, instead of finding characters missing."""
+
+    def __init__(self, unk_id: int):
+        self.unk_id, self.tokens, self.lines, self.first, self.seen = unk_id, 0, 0, 0, 0
+
+    def add(self, ids) -> None:
+        self.seen += 1
+        count = sum(1 for i in ids if i == self.unk_id)
+        if count:
+            self.tokens += count
+            self.lines += 1
+            self.first = self.first or self.seen
+
+    def note(self, unk: str) -> str:
+        return (f"note: {self.tokens:,} {unk} token(s) in {self.lines:,} of {self.seen:,} lines (first: line "
+                f"{self.first}): characters the vocabulary does not hold; decode drops them")
 
 
 def _encode_batch(tokenizer, lines: list[str], pair: bool, special: bool):

@@ -115,6 +115,32 @@ def export_tokenizer(tokenizer, directory: str | Path) -> tuple[list[str], str |
     return written, why_not
 
 
+def transformers5_rebuild_differences(tokenizer, pipeline) -> tuple[int, str | None]:
+    """(how many vocabulary pieces, one of them) that transformers 5's `AlbertTokenizer` encodes otherwise than
+    `pipeline` (our tokenizer.json). transformers 5 keeps a tokenizer.json's vocabulary and charsmap but rebuilds
+    its normalizer from `do_lower_case` / `keep_accents` without our NFC step, so where accent stripping (NFKD)
+    decomposes a piece, e.g. every Hangul syllable of a `--strip-accents` Korean model, it stays decomposed and
+    becomes <unk> there. (0, None) for tokenizers transformers loads as written (WordPiece, no NFC step)."""
+    from tokenizers import Tokenizer
+
+    if type(tokenizer).__name__ != "SentencePieceTokenizer" or pipeline is None:
+        return 0, None
+    data = json.loads(pipeline.to_str())
+    steps = data["normalizer"]["normalizers"]
+    if not any(step["type"] == "NFC" for step in steps):
+        return 0, None
+    data["normalizer"]["normalizers"] = [step for step in steps if step["type"] != "NFC"]
+    rebuilt = Tokenizer.from_str(json.dumps(data))
+    sp = tokenizer.sp
+    texts = [sp.id_to_piece(i).replace("\u2581", " ").strip() for i in range(tokenizer.vocab_size)
+             if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
+    texts = [t for t in texts if t]
+    ours = pipeline.encode_batch(texts, add_special_tokens=False)
+    theirs = rebuilt.encode_batch(texts, add_special_tokens=False)
+    differ = [t for t, a, b in zip(texts, ours, theirs) if a.ids != b.ids]
+    return len(differ), (differ[0] if differ else None)
+
+
 def tokenizer_pipeline(tokenizer):
     """(a `tokenizers.Tokenizer` giving the same ids as `tokenizer`, with transformers' [CLS]/[SEP]
     template, or None; why not). SentencePiece unigram models get transformers' AlbertTokenizer pipeline
@@ -164,7 +190,10 @@ def _sentencepiece_pipeline(tokenizer):
         steps.append(normalizers.Lowercase())
     charsmap = normalizer.get(2, [b""])[-1]
     if charsmap:
-        steps.append(normalizers.Precompiled(charsmap))
+        # sentencepiece's normalizer composes decomposed Hangul (NFD text, or NFKD from accent stripping) into
+        # syllables; `tokenizers`' Precompiled looks up graphemes of under 6 bytes only, so a jamo syllable
+        # (9 bytes) stayed jamo and became <unk>. NFC first composes it; the charsmap's NFKC includes NFC.
+        steps += [normalizers.NFC(), normalizers.Precompiled(charsmap)]
     pipeline.normalizer = normalizers.Sequence(steps)
     pipeline.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
                                                       pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
@@ -208,13 +237,30 @@ def complete_export(model: nn.Module, directory: str | Path, source: str | Path 
     notes, written = [], []
     if tokenizer_path is not None:
         try:
-            written, why_not = export_tokenizer(load_tokenizer(tokenizer_path), directory)
+            tokenizer = load_tokenizer(tokenizer_path)
+            written, why_not = export_tokenizer(tokenizer, directory)
             notes.append(f"tokenizer files from {tokenizer_path}: {', '.join(written)}"
                          + (f" (no tokenizer.json: {why_not})" if why_not else ""))
+            if "tokenizer.json" in written:
+                notes += _rebuild_warning(tokenizer, directory)
         except UserError as exc:
             notes.append(f"tokenizer files not written ({exc})")
     card = write_model_card(model, directory, source, written)
     return notes + [f"model card: {card}"]
+
+
+def _rebuild_warning(tokenizer, directory: Path) -> list[str]:
+    """The convert summary's warning when transformers 5's AlbertTokenizer would give other ids (above)."""
+    from tokenizers import Tokenizer
+
+    count, example = transformers5_rebuild_differences(tokenizer, Tokenizer.from_file(str(directory / "tokenizer.json")))
+    if not count:
+        return []
+    return [f"warning: transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
+            f"(NFKD accent stripping, no recomposition) and encodes {count:,} of its {tokenizer.vocab_size:,} "
+            f"pieces otherwise, e.g. {example!r} (Hangul becomes <unk>); load our ids with "
+            f"PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\"), or train the "
+            "tokenizer without --strip-accents"]
 
 
 def write_model_card(model: nn.Module, directory: str | Path, source: str | Path | None = None,

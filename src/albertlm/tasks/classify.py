@@ -2,11 +2,13 @@
 multi-class classification or regression.
 
 The label set is the sorted labels of the training file (or given explicitly); a dev/test label outside it
-is an error naming the file and line.
+is an error naming the file and line. Label names are compared in Unicode NFC: a Korean label written
+decomposed (NFD, as macOS tools often save it) is the same class as its precomposed spelling.
 """
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -53,8 +55,14 @@ def _label(value, column: str, where: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise DataError(f"{where}: no label in column {column!r}")
     if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return str(value).strip()
+        return label_name(value)
     raise DataError(f"{where}: label {value!r} in column {column!r} is not a class name (a string or an integer)")
+
+
+def label_name(value) -> str:
+    """A label as compared and stored: its text stripped, in NFC (NFD "모순" and precomposed "모순" are one
+    class; the error "label '모순' is not in the label set ['모순', ...]" named two spellings that look alike)."""
+    return unicodedata.normalize("NFC", str(value).strip())
 
 
 def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
@@ -95,7 +103,7 @@ def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = Non
     """Given labels, or the sorted distinct training labels (numeric order when they are all integers)."""
     if given:
         return check_labels(given)
-    labels = {e.label for e in examples}
+    labels = {label_name(e.label) for e in examples}
     numbers = {label: _integer(label) for label in labels}
     if None not in numbers.values():
         return tuple(sorted(labels, key=lambda label: (numbers[label], label)))
@@ -104,7 +112,7 @@ def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = Non
 
 def check_labels(given: Sequence[str]) -> tuple[str, ...]:
     """A given label set (`--labels`, task.json), its names stripped: no label twice, none empty."""
-    given = [str(label).strip() for label in given]
+    given = [label_name(label) for label in given]
     if any(not label for label in given):
         raise DataError(f"the label set {given} has an empty label (--labels a,b,c: comma-separated names)")
     duplicated = sorted({label for label in given if given.count(label) > 1})
@@ -124,10 +132,11 @@ def label_ids(examples: Sequence[TextExample], labels: Sequence[str] | None) -> 
     """Class ids (or floats for regression, labels None); unknown labels name file and line."""
     if labels is None:
         return [float(e.label) for e in examples]
-    index = {label: i for i, label in enumerate(labels)}
+    index = {label_name(label): i for i, label in enumerate(labels)}
     out = []
     for e in examples:
-        if e.label not in index:
+        name = label_name(e.label)
+        if name not in index:
             raise DataError(f"{e.where}: label {e.label!r} is not in the label set {list(labels)}")
-        out.append(index[e.label])
+        out.append(index[name])
     return out
