@@ -21,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from albertlm.config.overrides import (Options, add_options, build, command_line_values, file_values, flatten,
-                                       implied, leaf_keys, read_options)
+from albertlm.config.overrides import (Options, add_options, build, command_line_values, flatten, given_values,
+                                       leaf_keys, read_options)
 from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError
@@ -149,7 +149,7 @@ def _resumed_config(args, saved: dict, options) -> FinetuneConfig:
     recipe = _recipe(args, args.family, options)
     asked = {k: v for k, v in flatten(recipe.to_dict()).items()
              if k not in ("train.max_steps", "train.epochs")} if recipe else {}
-    asked.update(implied(FinetuneConfig, {**file_values(args, flags), **command_line_values(args, flags)}))
+    asked.update(given_values(args, flags))
     cfg = build(base, asked)
     for key in keys:
         was, now = _get(base, key), _get(cfg, key)

@@ -3,7 +3,8 @@
 Every field of the run configuration is an option generated from the dataclasses (`--model.hidden_size=64`,
 `--optim.weight_decay=0.0`, `--train.keep_last=5`); the everyday ones also have short names (`--lr`).
 Precedence: the paper recipe with the preset's model (or, with --resume, the run's saved config)
-< `--config FILE` < the command line (see `albertlm.config.overrides`).
+< `--config FILE` < the command line (see `albertlm.config.overrides`); with --init-from the checkpoint's
+architecture replaces the preset's, and a --model.* value other than a dropout may only repeat it.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from albertlm.config.overrides import Options, add_options, build, command_line_values, file_values, implied
+from albertlm.config.overrides import Options, add_options, build, given_values
 from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.run import PATH_KEYS, RunConfig
 from albertlm.errors import UserError
@@ -94,8 +95,48 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
     run = run.absolute_paths()
     # a resumed run keeps its recorded vocabulary: data rebuilt in place with another tokenizer is then said to
     # be other data (`StepData.check_resume`), not blamed on --model.* options the user did not give
-    return resolve_run(run, args.out, args.resume,
-                       follow_data_vocab="model.vocab_size" not in values and not resumed)
+    resolved = resolve_run(run, args.out, args.resume,
+                           follow_data_vocab="model.vocab_size" not in values and not resumed)
+    if resolved.init_from and not resumed:
+        _check_init_model(values, resolved)
+    _check_token_types(resolved)
+    return resolved
+
+
+# the model settings a run started from a checkpoint takes from the run (`training.pretrain.resolve_run`)
+INIT_KEEPS = ("model.hidden_dropout", "model.attention_dropout", "model.classifier_dropout")
+
+
+def _check_init_model(values: dict, run: RunConfig) -> None:
+    """`--init-from`'s checkpoint sets the architecture: a `--model.*` value (command line or --config) that
+    differs from it is refused, naming both (it was dropped without a word, and the run trained the checkpoint's
+    model). The dropouts are the run's own; the same value as the checkpoint's (a saved run_config.json given
+    as --config) is fine."""
+    for key in sorted(values):
+        if not key.startswith("model.") or key in INIT_KEEPS:
+            continue
+        name = key.split(".", 1)[1]
+        if values[key] != getattr(run.model, name):
+            raise UserError(f"--{key} {values[key]!r}: --init-from {run.init_from} has "
+                            f"{name}={getattr(run.model, name)!r}, and a run started from a checkpoint has its "
+                            "architecture (only the dropouts --model.hidden_dropout, --model.attention_dropout, "
+                            "--model.classifier_dropout may be given); drop the option, or train from scratch "
+                            "without --init-from")
+
+
+def _check_token_types(run: RunConfig) -> None:
+    """Sentence-pair data (SOP or NSP) has token types 0 and 1: a model with `type_vocab_size` 1 stopped at its
+    first step with an IndexError traceback from the embedding."""
+    from albertlm.training.pretrain import open_dataset
+
+    if run.model.type_vocab_size >= 2:
+        return
+    for path, flag in ((run.data.path, "--data"), (run.data.eval_path, "--eval-data")):
+        task = open_dataset(path).meta.get("sentence_task") if path else None
+        if task not in (None, "none"):
+            raise UserError(f"model.type_vocab_size={run.model.type_vocab_size}: {flag} {path} has sentence pairs "
+                            f"({task}: token types 0 and 1), which need type_vocab_size >= 2; pass "
+                            "--model.type_vocab_size=2, or data built with --sentence-task none")
 
 
 def _saved_config_file(run_dir: str | Path) -> Path | None:
@@ -128,7 +169,7 @@ def read_saved_run_config(path: Path) -> RunConfig:
 
 
 def _values(args: argparse.Namespace) -> dict:
-    return implied(RunConfig, {**file_values(args, PRETRAIN), **command_line_values(args, PRETRAIN)})
+    return given_values(args, PRETRAIN)
 
 
 def _check_recorded_paths(saved: RunConfig, run: RunConfig, saved_file: Path) -> None:

@@ -15,9 +15,11 @@ Precedence, lowest first: the command's base config (dataclass defaults, a prese
 run's saved config) < `--config FILE` (JSON, nested like the saved run_config.json) < the command line.
 There are no silent wins: two spellings of one key on the command line (`--lr 1e-3 --optim.lr=2e-3`, or
 `--dev a --data b`) with different values are an error, as is an unknown key in the file or an unknown
-option; repeating the same option keeps its last value, as argparse always has. Setting a field
-that another one defers to resets that one unless it is given too (`--epochs 2` over a recipe's
-`max_steps`: see `IMPLIES` on the config classes).
+option; repeating the same option keeps its last value, as argparse always has; in the file, a key given
+twice (repeated in one object, or both dotted and nested) is an error. The file's values are read as their
+fields' types when it is read (an error names the file). Setting a field that another one defers to resets
+that one unless it is given too, layer by layer (`--epochs 2` over a recipe's or the file's `max_steps`: see
+`IMPLIES` on the config classes, and `given_values`).
 
 To move a plain-argparse command onto this: gather its options in a dataclass with a comment per field,
 call `add_options(parser, Options(ThatClass))` in `add_arguments`, and `read_options(args, options)` in
@@ -140,6 +142,8 @@ def coerce(value: Any, kind: Any, key: str) -> Any:
         kind = _strip_optional(kind)
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (list, tuple):
+        if not isinstance(value, (str, list, tuple)):
+            raise UserError(f"{key}: expected a list, got {value!r}")
         items = value.split(",") if isinstance(value, str) else list(value)
         inner = args[0] if args else str
         return origin(coerce(item, inner, key) for item in items if item != "")
@@ -193,13 +197,22 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
-def check_keys(cls: type, values: dict[str, Any], where: str) -> None:
+def check_keys(cls: type, values: dict[str, Any], where: str = "") -> None:
+    """Every dotted key is a leaf field of `cls`. An unknown one is an error naming the field of that name in
+    another section (`lr`, `train.lr` -> `optim.lr`), else the nearest key; a section given a value rather than
+    an object of its fields (`"optim": 0.01`) is said to be one."""
     known = leaf_keys(cls)
+    lead = f"{where}: " if where else ""
     for key in values:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise UserError(f"{where}: unknown config key {key!r}{hint}")
+        if key in known:
+            continue
+        if any(k.startswith(key + ".") for k in known):
+            raise UserError(f"{lead}{key!r} is a section: give it an object of its fields "
+                            f"({{\"{key}\": {{...}}}}), not {values[key]!r}")
+        close = ([k for k in known if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]][:1]
+                 or difflib.get_close_matches(key, known, n=1))
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UserError(f"{lead}unknown config key {key!r}{hint}")
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -214,19 +227,63 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_config_file(cls: type, path: str | Path) -> dict[str, Any]:
-    """A JSON config file (nested like run_config.json) as dotted values; unknown keys are an error."""
+    """A JSON config file (nested like run_config.json) as dotted values, each read as its field's type here (an
+    error names the file): an unknown key, a key given twice (`"optim.lr"` and `"optim": {"lr": ...}`) and a
+    value of the wrong type are errors."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(), object_pairs_hook=_no_repeats)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
+    except _Repeated as exc:
+        raise UserError(f"{path}: {exc.args[0]!r} is given twice in one object; give it once") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not a UTF-8 text file ({exc.reason})") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object")
     values = flatten(data)
+    twice = _spelled_twice(data)
+    if twice:
+        raise UserError(f"{path}: {twice!r} is given twice (once as a dotted key, once nested); give it once")
     check_keys(cls, values, str(path))
-    return values
+    kinds = leaf_keys(cls)
+    try:
+        return {key: coerce(value, kinds[key], key) for key, value in values.items()}
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+class _Repeated(Exception):
+    """A key repeated inside one JSON object (json keeps the last silently)."""
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Repeated(key)
+        out[key] = value
+    return out
+
+
+def _spelled_twice(data: dict[str, Any], prefix: str = "") -> str | None:
+    """A dotted key that two spellings in one JSON object reach (`flatten` would keep only the last)."""
+    seen: set[str] = set()
+    for key, value in data.items():
+        if isinstance(value, dict):
+            inner = _spelled_twice(value, f"{prefix}{key}.")
+            if inner:
+                return inner
+            keys = flatten(value, f"{prefix}{key}.")
+        else:
+            keys = {prefix + key: value}
+        for full in keys:
+            if full in seen:
+                return full
+            seen.add(full)
+    return None
 
 
 def implied(cls: type, values: dict[str, Any]) -> dict[str, Any]:
@@ -374,10 +431,17 @@ def file_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
     return read_config_file(options.config, path) if path else {}
 
 
+def given_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
+    """The keys --config FILE and the command line set, the command line winning. Each layer brings what its
+    keys imply (`IMPLIES`) on its own, so a field the command line sets also wins over what the file sets for
+    the field that defers to it: `--train.epochs 2` over a file's `train.max_steps` trains 2 epochs."""
+    cls = options.config
+    return {**implied(cls, file_values(args, options)), **implied(cls, command_line_values(args, options))}
+
+
 def read_options(args: argparse.Namespace, options: Options, base: Any = None) -> Any:
     """The config: `base` (default: the class's defaults) < --config FILE < the command line."""
-    values = implied(options.config, {**file_values(args, options), **command_line_values(args, options)})
-    return build(base if base is not None else options.config, values)
+    return build(base if base is not None else options.config, given_values(args, options))
 
 
 def to_dict(root: Any) -> dict[str, Any]:

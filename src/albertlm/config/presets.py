@@ -82,11 +82,16 @@ MODEL_PRESETS: Mapping[str, ModelConfig] = _Configs()
 
 
 def get_preset(name: str, **overrides: Any) -> ModelConfig:
-    """A fresh copy of a preset with field overrides, e.g. get_preset("albert-base", embedding_size=768)."""
-    if name not in PRESETS:
+    """A fresh copy of a preset with field overrides, e.g. get_preset("albert-base", embedding_size=768). An
+    override the preset cannot take is a ConfigError naming the preset (`albertlm params --num-groups 3` shows
+    every preset: the error is albert-tiny's 4 layers, which the user did not name)."""
+    if not isinstance(name, str) or name not in PRESETS:
         import difflib
 
-        close = difflib.get_close_matches(name, PRESETS, n=1)
+        close = difflib.get_close_matches(name, PRESETS, n=1) if isinstance(name, str) else []
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(f"unknown preset {name!r}{hint}; presets: {', '.join(PRESETS)}")
-    return PRESETS[name].config.replace(**overrides)
+    try:
+        return PRESETS[name].config.replace(**overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (preset {name})") from None

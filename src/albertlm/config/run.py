@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from albertlm.config.model import Config, ConfigError, ModelConfig, require
-from albertlm.config.overrides import check_choices
+from albertlm.config.overrides import build, check_choices, check_keys, flatten
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 SEED_LIMIT = 2**32                      # seeds are 32-bit unsigned (numpy, sentencepiece)
@@ -194,10 +194,14 @@ class RunConfig(Config):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
-        sections = {"model": ModelConfig, "optim": OptimConfig, "train": TrainConfig,
-                    "data": DataConfig, "dist": DistConfig}
-        kwargs = {k: sections[k](**v) if k in sections else v for k, v in data.items()}
-        return cls(**kwargs)
+        """A run config saved by `to_dict` (run_config.json), read like a `--config` file: an unknown key (with
+        the nearest one) or a value of the wrong type (`"batch_size": 4.0`, which failed deep in the data
+        order) is a UserError naming the key; a missing key keeps its default."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a run config must be a JSON object (section -> fields), got {type(data).__name__}")
+        values = flatten(data)
+        check_keys(cls, values)
+        return build(cls, values)
 
 
 # the run's settings that are paths (files or directories), recorded absolute (see RunConfig.absolute_paths)
