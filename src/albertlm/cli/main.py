@@ -50,6 +50,49 @@ def _module_for(command: str, rest: list[str]) -> str:
     return COMMANDS[command][0]
 
 
+# Names other tools give our options (transformers' TrainingArguments and AlbertConfig, google-research's flags,
+# habit), by the last part of the option: `--learning-rate` or `--optim.learning_rate` -> `--lr`.
+OPTION_SYNONYMS = {
+    "learning_rate": "lr", "num_train_epochs": "epochs", "train_batch_size": "batch_size",
+    "per_device_train_batch_size": "batch_size", "warmup_proportion": "warmup_ratio", "num_warmup_steps": "warmup_steps",
+    "num_train_steps": "max_steps", "steps": "max_steps", "save_steps": "save_every", "save_checkpoints_steps": "save_every",
+    "logging_steps": "log_every", "eval_steps": "eval_every", "output_dir": "out", "max_seq_len": "max_seq_length",
+    "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads", "intermediate_size": "ffn_size",
+    "hidden_act": "activation", "num_hidden_groups": "num_groups", "dropout": "hidden_dropout",
+    "hidden_dropout_prob": "hidden_dropout", "attention_probs_dropout_prob": "attention_dropout",
+    "classifier_dropout_prob": "classifier_dropout", "fp16": "precision", "bf16": "precision",
+}
+
+
+def _option_key(option: str) -> str:
+    """`--optim.learning_rate`, `--learning-rate` -> `learning_rate` (the part after the last dot, `_` for `-`)."""
+    return option.lstrip("-").replace("-", "_").rsplit(".", 1)[-1]
+
+
+def nearest_option(word: str, options: list[str]) -> str | None:
+    """The option an unknown `word` most likely meant: one with the same last part (or that part's usual name
+    elsewhere, `OPTION_SYNONYMS`), the shortest spelling first; else the closest by spelling."""
+    key = _option_key(word)
+    key = OPTION_SYNONYMS.get(key, key)
+    same = sorted((o for o in options if o.startswith("--") and _option_key(o) == key), key=len)
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(word, options, n=1)
+    return close[0] if close else None
+
+
+def _all_options(parser: argparse.ArgumentParser) -> list[str]:
+    """The parser's option strings and its subcommands' (argparse reports a subcommand's unknown argument
+    through the top parser: `finetune glue --dropout` must search glue's options)."""
+    options = []
+    for action in parser._actions:
+        options += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                options += [o for o in _all_options(sub) if o not in options]
+    return options
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (`albertlm <cmd>: error: ...`, exit 2), naming the nearest
     option when one is unknown; no abbreviations (`--inner.rat` is not silently `--inner.rate`)."""
@@ -62,11 +105,11 @@ class Parser(argparse.ArgumentParser):
         if not reports_here():              # under torchrun every rank parses the same argv: rank 0 says it
             raise SystemExit(2)
         if message.startswith("unrecognized arguments:"):
-            options = [o for action in self._actions for o in action.option_strings]
+            options = _all_options(self)
             for word in message.split(":", 1)[1].split():
-                close = difflib.get_close_matches(word.split("=")[0], options, n=1) if word.startswith("--") else []
+                close = nearest_option(word.split("=")[0], options) if word.startswith("--") else None
                 if close:
-                    message += f" (did you mean {close[0]}?)"
+                    message += f" (did you mean {close}?)"
                     break
         print(f"{self.prog}: error: {message}", file=sys.stderr)   # one line, no usage block
         raise SystemExit(2)
