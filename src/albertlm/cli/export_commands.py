@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def run(args: argparse.Namespace, command: str) -> int:
+    from albertlm.cli.infer_commands import make_parent
     from albertlm.errors import UserError
     from albertlm.interop import onnx as onnx_export
     from albertlm.tasks.inference import resolve_checkpoint
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise UserError(f"--out {out}: the file name must end in .onnx")
     quantized = out.with_suffix(".int8.onnx") if args.quantize == "int8" else None
     _check_outputs([out] + ([quantized] if quantized else []), args.overwrite)   # before the model is loaded
+    make_parent(out, "--out")
     model = _load(model_dir, args.encoder)
     lines, warning = [], None
     # written in a staging directory beside --out and moved into place once complete: a failed export
@@ -104,8 +106,12 @@ def _staging(parent):
     import shutil
     import tempfile
 
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=parent))
+    from albertlm.errors import UserError
+
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=parent))
+    except OSError as exc:
+        raise UserError(f"--out: cannot write in {parent} ({exc.strerror or exc})") from None
     try:
         yield staging
     finally:

@@ -56,15 +56,28 @@ def _fill_mask(args) -> int:
     if args.text and args.text != ["-"]:
         _print_fill(args.text, fill(args.text, args.top_k, args.batch_size), args.json)
         return 0
+    from albertlm.errors import UserError
+
+    # batched, printed as each batch is done; blank lines are skipped. A bad line (no [MASK], too long) is named
+    # by its line number, after the results of the lines before it are printed
     batch: list[str] = []
-    for line in sys.stdin:  # batched, printed as each batch is done
-        if line.strip():
-            batch.append(line.rstrip("\n"))
+    encoded: list[list[int]] = []
+    for number, line in enumerate(sys.stdin, 1):
+        text = line.rstrip("\r\n")
+        if not text.strip():
+            continue
+        try:
+            encoded.append(fill.encode(text, f"stdin line {number}"))
+        except UserError:
+            if batch:
+                _print_fill(batch, fill.predict_encoded(encoded, args.top_k, args.batch_size), args.json)
+            raise
+        batch.append(text)
         if len(batch) == args.batch_size:
-            _print_fill(batch, fill(batch, args.top_k, args.batch_size), args.json)
-            batch = []
+            _print_fill(batch, fill.predict_encoded(encoded, args.top_k, args.batch_size), args.json)
+            batch, encoded = [], []
     if batch:
-        _print_fill(batch, fill(batch, args.top_k, args.batch_size), args.json)
+        _print_fill(batch, fill.predict_encoded(encoded, args.top_k, args.batch_size), args.json)
     return 0
 
 
@@ -96,6 +109,8 @@ def _embed(args) -> int:
         count, source = len(texts), iter(texts)
     else:
         path = Path(args.input)
+        if path.is_dir():
+            raise UserError(f"--input {path} is a directory; give a text file (one text per line)")
         if not path.is_file():
             raise UserError(f"--input {path}: no such file")
         count = _count_lines(path)       # and the whole file is UTF-8, before any output is made
@@ -105,16 +120,20 @@ def _embed(args) -> int:
         raise UserError(f"--out {out} is a directory")
     if out.exists() and not args.overwrite:
         raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(out, "--out")
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # renamed into place when complete
+    stats: dict = {}
     try:
-        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
-                                          shape=(count, model.config.hidden_size))
+        try:
+            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
+                                              shape=(count, model.config.hidden_size))
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
         with tqdm(total=count, unit="text", desc="albertlm embed", disable=args.no_progress or None,
                   leave=False) as bar:
             embed_texts(model, tokenizer, source, pooling=args.pooling, batch_size=args.batch_size,
                         max_length=args.max_length, device=device, normalize=args.normalize, out=array,
-                        progress=bar.update)
+                        progress=bar.update, stats=stats)
         array.flush()
         del array
         os.replace(tmp, out)
@@ -122,7 +141,27 @@ def _embed(args) -> int:
         tmp.unlink(missing_ok=True)
     print(f"wrote {count:,} x {model.config.hidden_size} {args.pooling}-pooled embeddings to {out} "
           f"({model_dir}, {device})", file=sys.stderr)
+    if stats.get("truncated"):
+        limit = min(args.max_length or model.config.max_position_embeddings, model.config.max_position_embeddings)
+        cut = stats["truncated"]
+        print(f"{cut:,} {'text' if cut == 1 else 'texts'} longer than {limit} tokens (the longest: "
+              f"{stats['longest']:,}) {'was' if cut == 1 else 'were'} cut to {limit}, keeping [SEP]: "
+              f"{'its embedding covers' if cut == 1 else 'their embeddings cover'} only the start of the text",
+              file=sys.stderr)
     return 0
+
+
+def make_parent(path, option: str) -> None:
+    """Create `path`'s directory; a parent that is a file, or one that cannot be made, is one line naming it."""
+    from albertlm.errors import UserError
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"{option} {path}: a part of {path.parent} is a file, not a directory") from None
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot create the directory {path.parent} "
+                        f"({exc.strerror or exc})") from None
 
 
 def _count_lines(path) -> int:

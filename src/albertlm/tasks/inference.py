@@ -161,15 +161,33 @@ class FillMask:
             raise UserError(f"--top-k must be >= 1, got {top_k}")
         if batch_size < 1:
             raise UserError(f"--batch-size must be >= 1, got {batch_size}")
-        limit = self.model.config.max_position_embeddings
-        encoded = [encode_masked(self.tokenizer, t) for t in texts]
-        for k, ids in enumerate(encoded):
-            if len(ids) > limit:
-                raise UserError(f"text {k + 1} has {len(ids)} tokens; the model reads at most {limit}")
+        encoded = [self.encode(t, f"text {k + 1}" if len(texts) > 1 else "") for k, t in enumerate(texts)]
+        return self.predict_encoded(encoded, top_k, batch_size)
+
+    @torch.inference_mode()
+    def predict_encoded(self, encoded: Sequence[Sequence[int]], top_k: int = 5,
+                        batch_size: int = 32) -> list[list[list[dict]]]:
+        """`__call__` on texts already encoded by `encode`."""
+        if top_k < 1:
+            raise UserError(f"--top-k must be >= 1, got {top_k}")
+        if batch_size < 1:
+            raise UserError(f"--batch-size must be >= 1, got {batch_size}")
         results: list[list[list[dict]]] = []
         for start in range(0, len(encoded), batch_size):
             results += self._batch(encoded[start:start + batch_size], min(top_k, self.tokenizer.vocab_size))
         return results
+
+    def encode(self, text: str, name: str = "") -> list[int]:
+        """The ids of `text` ([CLS] ... [SEP], its [MASK]s as the mask id); a text without [MASK], or longer than
+        the model's positions, is a UserError, prefixed with `name` ("text 3", "stdin line 7") when given."""
+        prefix = f"{name}: " if name else ""
+        if MASK_TEXT not in text:
+            raise UserError(f"{prefix}no {MASK_TEXT} in {text!r}")
+        ids = encode_masked(self.tokenizer, text)
+        limit = self.model.config.max_position_embeddings
+        if len(ids) > limit:
+            raise UserError(f"{prefix}the text has {len(ids)} tokens; the model reads at most {limit}")
+        return ids
 
     def _batch(self, encoded: list[list[int]], top_k: int) -> list[list[list[dict]]]:
         input_ids, attention_mask = pad_batch(encoded, self.tokenizer.pad_id, self.device)
@@ -230,13 +248,14 @@ def embed_batch(model, rows: Sequence[Sequence[int]], pad_id: int, pooling: str,
 def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean", batch_size: int = 32,
                 max_length: int | None = None, device: torch.device = torch.device("cpu"), normalize: bool = False,
                 window: int = 0, out: np.ndarray | None = None, num_texts: int | None = None,
-                progress: Callable[[int], None] | None = None) -> np.ndarray:
+                progress: Callable[[int], None] | None = None, stats: dict | None = None) -> np.ndarray:
     """Embeddings of `texts` in input order, (N, H) float32 (written into `out` if given, e.g. a memmap).
     `model`: an `AlbertModel` or any of our classes holding one (its heads are not used).
 
     Texts are read `window` at a time (default 64 batches), tokenized, sorted into length buckets and run
     batch by batch, so memory is bounded whatever N. Texts longer than `max_length` (default: the model's
-    positions) are truncated, keeping the final [SEP]."""
+    positions) are truncated, keeping the final [SEP]; with `stats` (a dict), the texts cut are counted in
+    stats["truncated"] and the longest one's tokens in stats["longest"], so the caller can say so."""
     if pooling not in POOLINGS:
         raise UserError(f"--pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if batch_size < 1:
@@ -249,8 +268,12 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
     chunks: list[np.ndarray] = []
     row = 0
     for texts_window in _windows(texts, window):
-        rows = [_truncate([tokenizer.cls_id, *ids, tokenizer.sep_id], limit)
-                for ids in tokenizer.encode_batch(texts_window)]
+        rows = [[tokenizer.cls_id, *ids, tokenizer.sep_id] for ids in tokenizer.encode_batch(texts_window)]
+        if stats is not None:
+            cut = [len(r) for r in rows if len(r) > limit]
+            stats["truncated"] = stats.get("truncated", 0) + len(cut)
+            stats["longest"] = max([stats.get("longest", 0), *cut])
+        rows = [_truncate(r, limit) for r in rows]
         vectors = np.zeros((len(rows), model.config.hidden_size), dtype=np.float32)
         for batch in length_buckets([len(r) for r in rows], batch_size):
             vectors[batch] = embed_batch(model, [rows[i] for i in batch], tokenizer.pad_id, pooling, device)

@@ -14,7 +14,11 @@ from albertlm.errors import UserError
 def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: int = 32, max_batches: int = 0,
                         precision: str = "fp32", device: str = "auto", progress: bool = False) -> dict:
     """A model directory (ours or transformers') or a run directory (its newest checkpoint) on `data`;
-    `device` auto picks CUDA when available; `progress` shows a bar over the batches."""
+    `device` auto picks CUDA when available; `progress` shows a bar over the batches.
+
+    A checkpoint without a masked-LM head (a fine-tuned classifier, QA, ... model) is refused: its MLM numbers
+    would be those of a freshly initialised head. One with a masked-LM head but no sentence-order/NSP head (a
+    transformers `AlbertForMaskedLM`) reports the MLM numbers only, as on data without a sentence task."""
     from albertlm.data.loader import collate
     from albertlm.model.albert import AlbertForPreTraining
     from albertlm.model.io import resolve_checkpoint
@@ -28,6 +32,10 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     info = DistInfo(device=pick_device(device))
     check_precision(precision, info.device)
     source = resolve_checkpoint(checkpoint)
+    has_mlm, has_sentence_head = pretraining_heads(source)
+    if not has_mlm:
+        raise UserError(f"{source} has no masked-LM head (a fine-tuned model?): evaluating it on pretraining data "
+                        "would score a freshly initialised head; give a pretrained or masked-LM checkpoint")
     dataset = open_dataset(data)
     check_trained_tokenizer(source, dataset.meta, f"--data {data}")
     model = AlbertForPreTraining.from_pretrained(source)
@@ -44,8 +52,21 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
         batches = tqdm(batches, total=min(total, max_batches) if max_batches else total, unit="batch",
                        desc="evaluate", dynamic_ncols=True)
     metrics = evaluate(model, batches, PretrainingObjective(), precision, info)
+    if not has_sentence_head and "sop_loss" in metrics:   # a random head's numbers: not the model's
+        del metrics["sop_loss"], metrics["sop_acc"]
+        metrics["loss"] = metrics["mlm_loss"]
     metrics["sentence_task"] = dataset.meta.get("sentence_task")
     return metrics
+
+
+def pretraining_heads(checkpoint: Path) -> tuple[bool, bool]:
+    """(has a masked-LM head, has a sentence-order/NSP head): by the weight names the checkpoint stores, ours
+    (`mlm_head.`, `sop_head.`) or transformers' (`predictions.`, `sop_classifier.`)."""
+    from albertlm.model.io import read_state
+
+    keys = list(read_state(checkpoint))
+    return (any(k.startswith(("mlm_head.", "predictions.")) for k in keys),
+            any(k.startswith(("sop_head.", "sop_classifier.")) for k in keys))
 
 
 def check_trained_tokenizer(checkpoint: str | Path, meta: dict, which: str) -> None:

@@ -40,7 +40,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             points = [(r["step"], r[key]) for r in records if r["split"] == split and key in r]
             if points:
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, marker="o" if split == "eval" else None, markersize=3, label=label)
+                # a lone point (a short run logs training once) is a line of no length: drawn as a marker
+                ax.plot(xs, ys, marker="o" if split == "eval" or len(xs) == 1 else None, markersize=3, label=label)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
