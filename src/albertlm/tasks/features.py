@@ -46,9 +46,9 @@ def build_pair(cls_id: int, sep_id: int, a: list[int], b: list[int] | None) -> t
 
 
 def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str | None] | None,
-                 max_length: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+                 max_length: int, cut: list[int] | None = None) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
     """Encode many (a, b) pairs with the tokenizer's native batch call; returns the pairs and how
-    many were truncated to `max_length`."""
+    many were truncated to `max_length` (their positions are appended to `cut` when it is given)."""
     ids_a = tokenizer.encode_batch(list(texts_a))
     has_b = texts_b is not None and any(t is not None for t in texts_b)
     ids_b = tokenizer.encode_batch([t or "" for t in texts_b]) if has_b else [None] * len(ids_a)
@@ -57,7 +57,10 @@ def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str | None
         a = list(a)
         b = list(b) if b is not None and texts_b[k] is not None else None
         budget = max_length - (3 if b is not None else 2)
-        num_truncated += truncate_pair(a, b if b is not None else [], budget)
+        if truncate_pair(a, b if b is not None else [], budget):
+            num_truncated += 1
+            if cut is not None:
+                cut.append(k)
         pairs.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, a, b))
     return pairs, num_truncated
 

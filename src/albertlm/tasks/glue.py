@@ -67,6 +67,10 @@ TASKS: dict[str, GlueTask] = {t.name: t for t in [
 ]}
 ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "diagnostic": "ax"}
 SUBMISSION_NAMES = {("mnli", "test_mismatched.tsv"): "MNLI-mm.tsv"}
+# msr_paraphrase_test.txt read for prediction: the train layout (Quality, #1 ID, #2 ID, #1 String, #2 String),
+# its rows numbered 0, 1, ... as GLUE's MRPC test.tsv numbers them (download_glue_data.py writes the row number
+# as the index, not the #1 ID: a submission indexed by sentence ids would match no test row)
+MSR_TEST = Columns(3, 4, 0, None)
 
 
 @dataclass
@@ -161,7 +165,7 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     path = Path(path)
     cols = task.train if has_labels else task.test
     if task.name == "mrpc" and not has_labels and _looks_like_msr(path):
-        cols = task.train  # msr_paraphrase_test.txt has the train layout (with labels)
+        cols = MSR_TEST
     examples: list[Example] = []
     skipped = 0
     for n, (lineno, cells) in enumerate(read_tsv(path)):

@@ -25,9 +25,15 @@ def accuracy(labels: Sequence, preds: Sequence) -> float:
 
 
 def matthews(labels: Sequence[int], preds: Sequence[int]) -> float:
+    """Matthews correlation; 0.0 where it is undefined (labels and predictions all one class), without the
+    multi-line warning scikit-learn prints then (it would break `evaluate`'s one-line stderr)."""
+    import warnings
+
     from sklearn.metrics import matthews_corrcoef
 
-    return float(matthews_corrcoef(labels, preds))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # "A single label was found in 'y_true' and 'y_pred'"
+        return float(matthews_corrcoef(labels, preds))
 
 
 def binary_f1(labels: Sequence[int], preds: Sequence[int]) -> float:

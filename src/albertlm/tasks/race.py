@@ -97,9 +97,11 @@ def check_lengths(max_seq_length: int, max_qa_length: int) -> None:
 
 
 def build_features(tokenizer, examples: Sequence[RaceExample], max_seq_length: int = 512,
-                   max_qa_length: int = 128, problems: Problems | None = None) -> list[Feature]:
+                   max_qa_length: int = 128, problems: Problems | None = None, split: str = "") -> list[Feature]:
     """(C, T) ids per question; the question+option keeps its last `max_qa_length` tokens (the option is
-    never cut) and the article is cut to fit. Choices are padded to the example's longest one."""
+    never cut) and the article is cut to fit. Choices are padded to the example's longest one. A question whose
+    passage was cut is a problem placed at `<split>/<level>/<file>#<question>` (train/ and dev/ hold files of
+    the same names)."""
     check_lengths(max_seq_length, max_qa_length)
     problems = problems if problems is not None else Problems()
     articles = list(dict.fromkeys(e.article for e in examples))
@@ -117,7 +119,7 @@ def build_features(tokenizer, examples: Sequence[RaceExample], max_seq_length: i
             truncated |= len(article) + len(qa) > budget
             rows.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, article[: budget - len(qa)], qa))
         if truncated:
-            problems.add("passage truncated to max_seq_length", example.qid)
+            problems.add("passage truncated to max_seq_length", f"{split}/{example.qid}" if split else example.qid)
         width = max(len(ids) for ids, _ in rows)
         ids = np.full((NUM_CHOICES, width), tokenizer.pad_id, dtype=np.int64)
         types = np.zeros((NUM_CHOICES, width), dtype=np.int64)

@@ -23,10 +23,12 @@ from albertlm.tasks.metrics import (GLUE_METRICS, classification_metrics, glue_m
 from albertlm.tasks.tables import DataError, Problems
 
 
-def _pair_features(tokenizer, texts_a, texts_b, labels, max_length: int, problems: Problems,
-                   where: str) -> list[Feature]:
-    pairs, truncated = encode_pairs(tokenizer, texts_a, texts_b, max_length)
-    problems.count(f"truncated to {max_length} tokens ({where})", truncated)
+def _pair_features(tokenizer, examples, labels, max_length: int, problems: Problems, where: str) -> list[Feature]:
+    """Features of GLUE / classify examples; each one truncated is a problem naming its file and line."""
+    cut: list[int] = []
+    pairs, _ = encode_pairs(tokenizer, [e.text_a for e in examples], [e.text_b for e in examples], max_length, cut)
+    for i in cut:
+        problems.add(f"truncated to {max_length} tokens ({where})", examples[i].where)
     labels = labels if labels is not None else [None] * len(pairs)
     return [Feature(ids, types, i, label) for i, ((ids, types), label) in enumerate(zip(pairs, labels))]
 
@@ -50,9 +52,9 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
         reader = glue.get_task("ax") if _is_diagnostic(path) else task  # AX rides along with MNLI
         examples = glue.read_examples(reader, path, labelled, tolerate)
         labels = glue.label_ids(task, examples) if labelled else None
-        return examples, _pair_features(tokenizer, [e.text_a for e in examples], [e.text_b for e in examples],
-                                        labels, cfg.max_seq_length, problems, path.name)
+        return examples, _pair_features(tokenizer, examples, labels, cfg.max_seq_length, problems, path.name)
 
+    _check_distinct_outputs(task, files)
     train = features(files["train"][0], True)[1] if training else []
     eval_sets = [_glue_dev_set(task, path, *features(path, True)) for path in files["dev"]]
     eval_sets += [_glue_test_set(task, path, *features(path, False)) for path in files["test"]]
@@ -84,6 +86,32 @@ def _is_diagnostic(path: Path) -> bool:
     return path.name.lower().startswith(("diagnostic", "ax"))
 
 
+def _submission_name(task, path: Path) -> str:
+    """The GLUE server's file name for a test file's predictions: AX.tsv for the diagnostic set, MNLI-mm.tsv
+    for a mismatched MNLI test file (by its name: `test_mismatched.tsv`, `mnli_test_mismatched.tsv`, ...)."""
+    if _is_diagnostic(path):
+        return "AX.tsv"
+    if task.name == "mnli" and "mismatched" in path.name.lower():
+        return "MNLI-mm.tsv"
+    return glue.SUBMISSION_NAMES.get((task.name, path.name), task.submission_name)
+
+
+def _check_distinct_outputs(task, files: dict[str, list[Path]]) -> None:
+    """Two dev files with one split name, or two test files with one submission file, would write the same
+    prediction file (the second silently replacing the first) and report one set of metrics: refused, before
+    anything is read, naming both files."""
+    for split, name_of in (("dev", _split_name), ("test", lambda path: _submission_name(task, path))):
+        seen: dict[str, Path] = {}
+        for path in files[split]:
+            name = name_of(path)
+            if name in seen:
+                what = (f"submission/{name}" if split == "test" else
+                        f"{name}_predictions.tsv and the metrics of '{name}'")
+                raise DataError(f"--{split} {seen[name]} and {path} would both write {what}: give one of them "
+                                "per run (or rename one)")
+            seen[name] = path
+
+
 def _split_name(path: Path) -> str:
     return path.stem.replace("val", "dev")
 
@@ -103,9 +131,7 @@ def _glue_dev_set(task, path: Path, examples, features) -> EvalSet:
 
 
 def _glue_test_set(task, path: Path, examples, features) -> EvalSet:
-    file_name = glue.SUBMISSION_NAMES.get((task.name, path.name), task.submission_name)
-    if _is_diagnostic(path):
-        file_name = "AX.tsv"
+    file_name = _submission_name(task, path)
 
     def write(out, out_dir: Path):
         (out_dir / "submission").mkdir(parents=True, exist_ok=True)
@@ -192,13 +218,19 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
     train = []
     if training:
         train = race.build_features(tokenizer, race.read_race(root, "train", levels), cfg.max_seq_length,
-                                    max_qa_length, problems)
+                                    max_qa_length, problems, "train")
     eval_sets = []
+    # predict / evaluate on a split directory itself (`--data-dir RACE/dev`, as `evaluate race --predictions` and
+    # read_race take it): that directory is the split, named by --split or by itself
+    split_dir = not training and root.is_dir() and not any((root / s).is_dir() for s in ("train", "dev", "test")) \
+        and any((root / level).is_dir() for level in race.LEVELS)
+    if split_dir and len(eval_splits) != 1:
+        eval_splits = (root.name if root.name in ("dev", "test") else "dev",)
     for split in eval_splits:
-        if not (root / split).is_dir():
+        if not split_dir and not (root / split).is_dir():
             continue
         examples = race.read_race(root, split, levels)
-        features = race.build_features(tokenizer, examples, cfg.max_seq_length, max_qa_length, problems)
+        features = race.build_features(tokenizer, examples, cfg.max_seq_length, max_qa_length, problems, split)
         eval_sets.append(_race_eval_set(split, examples, features, selects=split == eval_splits[0]))
     return TaskSpec("race", AlbertForMultipleChoice, {}, train, eval_sets, "accuracy", torch.long,
                     {"levels": list(levels), "max_qa_length": max_qa_length}, problems)
@@ -236,8 +268,7 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
 
     def features(examples, labelled: bool, name: str):
         ids = classify.label_ids(examples, label_list) if labelled else None
-        return _pair_features(tokenizer, [e.text_a for e in examples], [e.text_b for e in examples], ids,
-                              cfg.max_seq_length, problems, name)
+        return _pair_features(tokenizer, examples, ids, cfg.max_seq_length, problems, name)
 
     train = features(train_examples, True, "train") if training else []
     eval_sets = []

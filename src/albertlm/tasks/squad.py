@@ -7,6 +7,7 @@ token span maps back to the exact original text (`context[start_char:end_char]`)
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -246,12 +247,47 @@ def _clean_piece(piece: str) -> str:
     return piece.lstrip("▁").removeprefix("##")
 
 
+def _fold(text: str) -> str:
+    """Lower case, compatibility forms (NFKD: full-width digits, ligatures, Roman numerals) and no accents,
+    as tokenizers normalise words before cutting them into pieces."""
+    if text.isascii():
+        return text.lower()
+    return "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+
+
+def _folded_word(word: str) -> tuple[str, list[int]]:
+    """The folded word and, per folded character, the index of the original character it came from."""
+    if word.isascii():
+        return word.lower(), list(range(len(word)))
+    folded, origin = [], []
+    for i, ch in enumerate(word):
+        part = _fold(ch)
+        folded.append(part)
+        origin += [i] * len(part)
+    return "".join(folded), origin
+
+
 def piece_spans(word: str, pieces: Sequence[str], offset: int) -> list[tuple[int, int]]:
-    """Character span of each piece of one word. Pieces are matched left to right against the lower-cased
-    word; a piece that does not match (unknown token, normalised text) covers the characters up to where
-    the next piece matches (or the rest of the word); a bare "▁" is zero-width."""
-    low, cursor, spans = word.lower(), 0, []
-    cleaned = [_clean_piece(p).lower() for p in pieces]
+    """Character span of each piece of one word. Pieces are matched left to right against the word, both folded
+    the way tokenizers normalise (lower case, NFKD compatibility forms, accents dropped: `ﬁ`, `１２`, `ö`), and
+    mapped back to the original characters; a piece that does not match (an unknown token) covers the characters
+    up to where the next piece matches (or the rest of the word); a bare "▁" is zero-width. A character that
+    folds to several (`½` -> `1⁄2`) is covered whole by each piece of it; one that folds to nothing (a combining
+    accent) belongs to the piece before it."""
+    low, origin = _folded_word(word)
+    if not low:   # nothing to match (e.g. a word of format characters): every piece covers the word
+        return [(offset, offset + len(word))] * len(pieces)
+    n = len(low)
+
+    def boundary(f: int, end: bool) -> int:
+        if f == 0 or f == n:
+            return 0 if f == 0 else len(word)
+        if origin[f] != origin[f - 1]:
+            return origin[f]
+        return origin[f] + 1 if end else origin[f]   # inside a character that folds to several
+
+    cursor, spans = 0, []
+    cleaned = [_fold(_clean_piece(p)) for p in pieces]
     for k, clean in enumerate(cleaned):
         if clean and low.startswith(clean, cursor):
             stop = cursor + len(clean)
@@ -260,8 +296,9 @@ def piece_spans(word: str, pieces: Sequence[str], offset: int) -> list[tuple[int
         else:
             following = next((c for c in cleaned[k + 1:] if c), "")
             found = low.find(following, cursor + 1) if following else -1
-            stop = found if found > cursor else len(word)
-        spans.append((offset + cursor, offset + stop))
+            stop = found if found > cursor else n
+        start = boundary(cursor, False)
+        spans.append((offset + start, offset + (boundary(stop, True) if stop > cursor else start)))
         cursor = stop
     return spans
 
