@@ -34,8 +34,13 @@ def run(args: argparse.Namespace, command: str) -> int:
 def _build(args) -> int:
     from albertlm.data.build import build
 
+    from albertlm.data.build import unknown_token_report
+
     summary = build(read_options(args, BUILD))
     print(format_summary(summary), file=sys.stderr)
+    _, warning = unknown_token_report(summary.counts["instances"])
+    if warning:
+        print(f"albertlm: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -56,6 +61,11 @@ def format_summary(summary) -> str:
         f"masked {tokens['masked'] / max(tokens['tokens'], 1):.2%} of {tokens['tokens']:,} tokens; labels {labels}; "
         f"{inst['short_targets']:,} short targets, {inst['one_sentence_chunks']:,} one-sentence chunks cut in two",
     ]
+    from albertlm.data.build import unknown_token_report
+
+    unknown, _ = unknown_token_report(inst)
+    if unknown:
+        lines.append(unknown)
     if skipped:
         lines.append("skipped or changed: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in skipped.items()))
     lines += [f"  first of {k.replace('_', ' ')}: {v}" for k, v in corpus.get("examples", {}).items()]
@@ -87,7 +97,9 @@ def _inspect(args) -> int:
     if not 0 <= args.start < len(ds):
         raise UserError(f"--start {args.start} is outside the {len(ds)} instances")
     for index in range(args.start, min(len(ds), args.start + args.num)):
-        print(format_instance(index, ds.record(index), ds.meta, tok.id_to_token))
+        record = ds.record(index)
+        ds.check_records(record, [index])   # a damaged shard: one line, not an IndexError in the tokenizer
+        print(format_instance(index, record, ds.meta, tok.id_to_token))
     return 0
 
 

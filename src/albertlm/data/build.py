@@ -14,6 +14,9 @@ Streaming and parallel, yet deterministic:
   whose union is exactly the single-machine build (the loader merges the part metas);
 - NSP negatives come from the other documents of the same chunk plus excerpts (64 sentences) of the
   previous chunk's last 8 documents: a bounded buffer of recent documents.
+- the tokenizer's unknown token is counted per chunk in the workers (`count_unknown`) and summed: the summary
+  reports its share of the text's tokens and the characters behind it, and warns at UNK_WARN_SHARE;
+- Ctrl-C (or any error) ends the worker processes at once; they ignore SIGINT themselves, so one line is printed.
 """
 from __future__ import annotations
 
@@ -43,6 +46,9 @@ RECORD_BYTES_PER_SHARD = 256 << 20
 ENCODE_BATCH = 4096  # sentences per native encode call
 MASK_BLOCK_TOKENS = 1 << 17  # records masked together hold this many positions (1024 rows at T=128)
 NEGATIVE_DOCUMENTS, NEGATIVE_SENTENCES = 8, 64  # NSP: excerpts of the previous chunk's last documents
+UNK_SAMPLE_SENTENCES = 64  # per chunk: sentences holding the unknown token whose characters are looked at
+UNK_KEPT_CHARACTERS = 20   # the most frequent unknown characters kept in meta.json
+UNK_WARN_SHARE = 0.005     # the build warns when this share of the text's tokens (or more) is unknown
 
 
 @dataclass
@@ -122,6 +128,7 @@ class ChunkContext:
     vocab: MaskingVocab | None = None
     random_ids: np.ndarray | None = None
     vocab_sha256: str = ""
+    unknown_characters: dict = field(default_factory=dict, repr=False)  # character -> encodes to unk alone
 
     def load(self, num_threads: int | None = None) -> "ChunkContext":
         from albertlm.tokenization import load_tokenizer
@@ -234,7 +241,39 @@ def tokenize_document(sentences: list[str], ctx: ChunkContext, counts: InstanceC
         arrays.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=sum(sizes)))
         lengths.extend(sizes)
     tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
+    count_unknown(tokens, lengths, sentences, ctx, counts)
     return document_from_lengths(tokens, lengths, ctx.instance.max_num_tokens, counts)
+
+
+def count_unknown(tokens: np.ndarray, lengths: list[int], sentences: list[str], ctx: ChunkContext,
+                  counts: InstanceCounts) -> None:
+    """Tally the tokenizer's unknown token in a document's tokens (`text_tokens`, `unk_tokens`,
+    `unk_sentences`), and for the chunk's first UNK_SAMPLE_SENTENCES sentences holding one, which of their
+    characters encode to it on their own (`unk_characters`: the quotes a vocabulary lacks, say). One vector
+    compare per document; the characters of a sample sentence are encoded once per worker (cached)."""
+    counts.text_tokens += int(tokens.size)
+    unknown = tokens == ctx.tokenizer.unk_id
+    found = int(np.count_nonzero(unknown))
+    if not found:
+        return
+    counts.unk_tokens += found
+    ends = np.cumsum(lengths)
+    hit = np.unique(np.searchsorted(ends, np.flatnonzero(unknown), side="right"))
+    for sentence_index in hit.tolist():
+        if counts.unk_sentences < UNK_SAMPLE_SENTENCES:
+            _tally_unknown_characters(sentences[sentence_index], ctx, counts)
+        counts.unk_sentences += 1
+
+
+def _tally_unknown_characters(sentence: str, ctx: ChunkContext, counts: InstanceCounts) -> None:
+    cache = ctx.unknown_characters
+    new = sorted(set(sentence) - cache.keys())
+    if new:
+        for char, ids in zip(new, ctx.tokenizer.encode_batch(new)):
+            cache[char] = ctx.tokenizer.unk_id in ids
+    for char in set(sentence):
+        if cache[char]:
+            counts.unk_characters[char] = counts.unk_characters.get(char, 0) + sentence.count(char)
 
 
 def _other_document_picker(pool: list[TokenizedDocument], position: int):
@@ -298,6 +337,7 @@ _WORKER_CONTEXT: ChunkContext | None = None
 
 def _init_worker(ctx: ChunkContext) -> None:
     global _WORKER_CONTEXT
+    _ignore_interrupts()
     limit_heap_growth()
     _WORKER_CONTEXT = ctx.load(num_threads=1)
 
@@ -318,21 +358,65 @@ def limit_heap_growth() -> None:
         pass
 
 
+def _ignore_interrupts() -> None:
+    """A worker leaves Ctrl-C to the main process, which stops the pool: a terminal sends SIGINT to every
+    process of the job, and each worker would otherwise print a KeyboardInterrupt traceback of its own.
+    The workers start with SIGINT blocked (`_interrupts_blocked`), so one sent while they start is dropped."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _interrupts_blocked():
+    """Hold SIGINT back while worker processes are spawned (they inherit the mask until `_ignore_interrupts`
+    sets SIG_IGN); the main process gets a Ctrl-C pressed meanwhile as soon as the block ends."""
+    import contextlib
+    import signal
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def blocked():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return blocked()
+
+
 def _run_in_worker(chunk: Chunk):
     return process_chunk(chunk, _WORKER_CONTEXT)
 
 
+def _noop() -> None:
+    return None
+
+
 def _results(chunks: Iterator[Chunk], ctx: ChunkContext, workers: int):
-    """(records, counts) per chunk in chunk order; at most workers + 1 chunks in flight."""
+    """(records, counts) per chunk in chunk order; at most workers + 1 chunks in flight.
+
+    If the build stops early (Ctrl-C, an error, a full disk) the workers are stopped at once instead of
+    finishing the chunks in flight; a worker that dies (killed by the system when memory runs out) is a
+    UserError, not a BrokenProcessPool traceback."""
     if workers == 1:
         for chunk in chunks:
             yield process_chunk(chunk, ctx)
         return
     import multiprocessing
+    from concurrent.futures.process import BrokenProcessPool
 
     spawn = multiprocessing.get_context("spawn")  # safe even if the parent holds threads (torch, tqdm)
     shipped = ChunkContext(ctx.tokenizer_path, ctx.instance, ctx.masking, ctx.dupe_factor, ctx.seed)
-    with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(shipped,)) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(shipped,))
+    try:
+        with _interrupts_blocked():     # the pool spawns a process per submit until it has `workers`
+            for _ in range(workers):
+                pool.submit(_noop)
         pending: deque = deque()
         for chunk in chunks:
             pending.append(pool.submit(_run_in_worker, chunk))
@@ -340,6 +424,24 @@ def _results(chunks: Iterator[Chunk], ctx: ChunkContext, workers: int):
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+    except BrokenProcessPool:
+        raise UserError(f"a worker process of the build died (killed by the system: out of memory?); nothing "
+                        f"was installed in --out; try fewer --workers than {workers} or a smaller --chunk-chars") from None
+    except BaseException:
+        _stop_pool(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """End the workers now: their chunks are not wanted any more. The `finally` of `_results` then shuts the
+    pool down (cancelling the queued chunks) and joins its manager thread, which sees the workers gone."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            process.terminate()
+        except (OSError, AttributeError, ValueError):
+            pass
 
 
 # -- the build -----------------------------------------------------------------------------------------
@@ -407,7 +509,7 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
         raise
     finally:
         bar.close()
-    counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances), "tokens": asdict(stats)}
+    counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances, ctx), "tokens": asdict(stats)}
     if instances.instances == 0 and (cfg.num_shards == 1 or seen[0] == 0 or _owned_chunks(seen[0], cfg)):
         named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         raise UserError(f"no instances were built from {len(files)} file(s) ({named}): {_why_empty(corpus, instances)}")
@@ -461,10 +563,45 @@ class _RecordStats:
         self.masked += int(records["num_masked"].sum())
 
 
-def _instance_counts_dict(counts: InstanceCounts) -> dict:
+def _instance_counts_dict(counts: InstanceCounts, ctx: ChunkContext) -> dict:
     out = asdict(counts)
     out["labels"] = {str(k): v for k, v in sorted(counts.labels.items())}
+    out["unk_token"] = str(ctx.tokenizer.id_to_token(ctx.tokenizer.unk_id))
+    top = sorted(counts.unk_characters.items(), key=lambda item: (-item[1], item[0]))[:UNK_KEPT_CHARACTERS]
+    out["unk_characters"] = dict(top)
     return out
+
+
+def unknown_token_report(instance_counts: dict) -> tuple[str, str | None]:
+    """The summary's line about the unknown token, and a warning when its share of the text's tokens is
+    UNK_WARN_SHARE or more (else None), from the `counts.instances` of a build's meta ("" and None for a
+    build recorded before these counts existed)."""
+    if "unk_tokens" not in instance_counts:
+        return "", None
+    unk, total = instance_counts["unk_tokens"], instance_counts.get("text_tokens", 0)
+    name, share = instance_counts.get("unk_token", "unk"), unk / max(total, 1)
+    line = f"unknown tokens ({name}) {unk:,} of {total:,} tokens of text ({share:.2%})"
+    if not unk:
+        return line, None
+    line += f" in {instance_counts.get('unk_sentences', 0):,} sentence(s)"
+    chars = sorted(instance_counts.get("unk_characters", {}).items(), key=lambda item: (-item[1], item[0]))
+    if chars:
+        line += "; characters the vocabulary lacks (in a sample): " + ", ".join(
+            f"{_show_character(char)} {count:,}" for char, count in chars[:10])
+    if share < UNK_WARN_SHARE:
+        return line, None
+    which = (" (" + " ".join(_show_character(char, code=False) for char, _ in chars[:8])
+             + (" ..." if len(chars) > 8 else "") + ")") if chars else ""
+    return line, (f"{share:.2%} of the text's tokens are the unknown token {name}{which}: the model never sees "
+                  "what they were; normalize those characters or use a tokenizer that covers them")
+
+
+def _show_character(char: str, code: bool = True) -> str:
+    """A character for a summary line: itself and its code point, or only the code point if it does not print."""
+    point = f"U+{ord(char):04X}" if len(char) == 1 else repr(char)
+    if not (char.isprintable() and not char.isspace()):
+        return point
+    return f"{char} ({point})" if code else char
 
 
 def _why_empty(corpus: CorpusCounts, instances: InstanceCounts) -> str:

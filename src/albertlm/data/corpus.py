@@ -624,13 +624,22 @@ def _json_text(line: str, text_field: str) -> tuple[str, str | None]:
     except RecursionError:
         return "", "not JSON this reader can take (nested deeper than Python's stack)"
     if not isinstance(record, dict):
-        return "", f"a JSON {type(record).__name__}, not an object"
+        return "", f"a JSON {_json_type(record)}, not an object"
     if text_field not in record:
         return "", f"no field {text_field!r} (fields: {', '.join(map(str, list(record)[:8]))}; see --text-field)"
     text = record[text_field]
     if not isinstance(text, str):
-        return "", f"field {text_field!r} is a JSON {type(text).__name__}, not a string"
+        return "", f"field {text_field!r} is a JSON {_json_type(text)}, not a string"
     return text, None
+
+
+def _json_type(value) -> str:
+    """JSON's name for the type of a parsed value (null, not NoneType)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "number", float: "number", list: "array", dict: "object", str: "string"}.get(type(value), "value")
 
 
 def _read_wikiextractor(source: _TextSource, text_field: str) -> Iterator[list[str]]:

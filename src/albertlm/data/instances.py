@@ -65,7 +65,12 @@ class Pair:
 
 @dataclass
 class InstanceCounts:
-    """Per-build tallies, summed over workers (every field is an int)."""
+    """Per-build tallies, summed over workers (every field is an int or a dict of ints).
+
+    `text_tokens` counts the tokens of the tokenized documents (each once, whatever the dupe factor),
+    `unk_tokens` how many of them are the tokenizer's unknown token, `unk_sentences` the sentences holding
+    one, and `unk_characters` the characters that alone encode to it, counted in a sample of those sentences
+    (`albertlm.data.build.count_unknown`)."""
 
     instances: int = 0
     short_targets: int = 0
@@ -74,15 +79,20 @@ class InstanceCounts:
     long_sentences_cut: int = 0
     empty_documents: int = 0
     nsp_same_document: int = 0
+    text_tokens: int = 0
+    unk_tokens: int = 0
+    unk_sentences: int = 0
     labels: dict[int, int] = field(default_factory=dict)
+    unk_characters: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: "InstanceCounts") -> None:
         for f in fields(self):
-            if f.name == "labels":
-                for key, value in other.labels.items():
-                    self.labels[key] = self.labels.get(key, 0) + value
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, dict):
+                for key, value in theirs.items():
+                    mine[key] = mine.get(key, 0) + value
             else:
-                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+                setattr(self, f.name, mine + theirs)
 
 
 def make_document(sentence_ids: Sequence[Sequence[int]], max_sentence_tokens: int,

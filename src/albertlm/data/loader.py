@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
-from albertlm.data.shards import WORD_STARTS_FILE, open_shards, read_meta
+from albertlm.data.shards import WORD_STARTS_FILE, damage_message, damaged_rows, open_shards, read_meta
 from albertlm.errors import UserError
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_positions", "masked_lm_ids",
@@ -111,29 +111,18 @@ class PretrainingDataset:
     def _check(self, records: np.ndarray, indices: np.ndarray) -> None:
         """Records the build could not have written (a damaged or overwritten shard) are a UserError naming the
         instance and its shard, not an IndexError deep in the batch assembly, or ids past the vocabulary that
-        the model's embedding fails on (on a GPU, a device-side assert)."""
+        the model's embedding fails on (on a GPU, a device-side assert). See `shards.damaged_rows`."""
         T, P = self.max_seq_length, self.max_predictions
         vocab = int(self.meta.get("tokenizer", {}).get("vocab_size") or 0)
-        lengths = records["length"].astype(np.int64)
-        bad = (lengths < 1) | (lengths > T)
-        if vocab:
-            bad |= ((records["input_ids"].astype(np.int64) < 0) | (records["input_ids"].astype(np.int64) >= vocab)).any(1)
-        if not self.dynamic_masking:
-            counts = records["num_masked"].astype(np.int64)
-            bad |= (counts < 0) | (counts > P)
-            used = np.arange(P) < counts[:, None]
-            positions = records["masked_positions"][:, :P].astype(np.int64)
-            bad |= (used & ((positions < 0) | (positions >= T))).any(1)
-            if vocab:
-                masked = records["masked_inputs"][:, :P].astype(np.int64)
-                bad |= (used & ((masked < 0) | (masked >= vocab))).any(1)
+        bad = damaged_rows(records, T, P, vocab, static_masks=not self.dynamic_masking)
         if bad.any():
             index = int(indices[int(np.argmax(bad))])
             shard = int(np.searchsorted(self._ends, index, side="right"))
-            raise UserError(f"{self.directory}: instance {index} (in shard {shard}) is damaged: values no build "
-                            f"writes (length, masked slots or token ids out of range for max_seq_length {T}, "
-                            f"{P} masked slots{f', {vocab} tokens' if vocab else ''}); rebuild the data with "
-                            "`albertlm data build`")
+            raise UserError(damage_message(self.directory, index, shard, T, P, vocab))
+
+    def check_records(self, records: np.ndarray, indices: Sequence[int]) -> None:
+        """A UserError naming the first damaged record of `records` (stored records at `indices`), if any."""
+        self._check(np.asarray(records).reshape(-1), np.asarray(indices, dtype=np.int64).reshape(-1))
 
     def _instances(self, original, lengths, boundaries, positions, inputs, counts, labels) -> dict[str, np.ndarray]:
         """The model's inputs for I rows: masked ids, token types, attention mask and P masked slots."""

@@ -131,7 +131,9 @@ def read_meta(directory: str | os.PathLike) -> dict:
         return _read_meta_file(single)
     parts = _part_metas(directory)
     if not parts:
-        hint = " (an unfinished build: it has .tmp files)" if any(directory.glob("*.tmp")) else ""
+        staging = sorted(directory.glob(".building-*"))
+        hint = (f" (an unfinished or stopped build left {staging[0].name}; run the build again)" if staging
+                else " (an unfinished build: it has .tmp files)" if any(directory.glob("*.tmp")) else "")
         raise UserError(f"no {META_FILE} in {directory}{hint}; build it with `albertlm data build`")
     metas = [_read_meta_file(p, part=True) for p in parts]
     for path, meta in zip(parts, metas):
@@ -237,24 +239,64 @@ def check_meta(meta, source: object, part: bool = False) -> None:
 
 
 def merge_metas(metas: list[dict]) -> dict:
-    """One meta for the union of part builds (shards in part order, counts summed)."""
+    """One meta for the union of part builds (shards in part order). The instance and token counts are
+    summed over the parts (each part counts the chunks it built); the corpus counts are the first part's,
+    since every part reads the whole corpus (summing them would count each document K times)."""
     merged = dict(metas[0])
     merged["shards"] = [shard for meta in metas for shard in meta["shards"]]
     merged["num_instances"] = sum(meta["num_instances"] for meta in metas)
-    merged["counts"] = _sum_counts([meta["counts"] for meta in metas])
+    counts = [meta.get("counts") or {} for meta in metas]
+    merged["counts"] = _sum_counts([{k: v for k, v in c.items() if k != "corpus"} for c in counts])
+    if "corpus" in counts[0]:
+        merged["counts"]["corpus"] = counts[0]["corpus"]
     merged["shard_index"], merged["num_shards"] = None, len(metas)
     return merged
 
 
 def _sum_counts(counts: list[dict]) -> dict:
+    """Numbers summed key by key (nested objects too); any other value (a name, an example) is the first."""
     out: dict = {}
     for c in counts:
         for key, value in c.items():
             if isinstance(value, dict):
                 out[key] = _sum_counts([out.get(key, {}), value])
-            else:
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                    isinstance(out.get(key, 0), (int, float)):
                 out[key] = out.get(key, 0) + value
+            else:
+                out.setdefault(key, value)
     return out
+
+
+def damaged_rows(records: np.ndarray, max_seq_length: int, max_predictions: int, vocab_size: int = 0,
+                 static_masks: bool = True) -> np.ndarray:
+    """(n,) bool: the records no build writes (a damaged or overwritten shard): a length outside [1, T],
+    token ids outside the vocabulary (when `vocab_size` is known), and with `static_masks` a masked count
+    above P or used masked slots with a position outside [0, T) or an id outside the vocabulary."""
+    T, P = max_seq_length, max_predictions
+    lengths = records["length"].astype(np.int64)
+    bad = (lengths < 1) | (lengths > T)
+    if vocab_size:
+        ids = records["input_ids"].astype(np.int64)
+        bad |= ((ids < 0) | (ids >= vocab_size)).any(1)
+    if static_masks:
+        counts = records["num_masked"].astype(np.int64)
+        bad |= (counts < 0) | (counts > P)
+        used = np.arange(P) < counts[:, None]
+        positions = records["masked_positions"][:, :P].astype(np.int64)
+        bad |= (used & ((positions < 0) | (positions >= T))).any(1)
+        if vocab_size:
+            masked = records["masked_inputs"][:, :P].astype(np.int64)
+            bad |= (used & ((masked < 0) | (masked >= vocab_size))).any(1)
+    return bad
+
+
+def damage_message(directory, index: int, shard: int, max_seq_length: int, max_predictions: int,
+                   vocab_size: int = 0) -> str:
+    """The one-line error for a damaged record (see `damaged_rows`)."""
+    return (f"{directory}: instance {index} (in shard {shard}) is damaged: values no build writes (length, masked "
+            f"slots or token ids out of range for max_seq_length {max_seq_length}, {max_predictions} masked slots"
+            f"{f', {vocab_size} tokens' if vocab_size else ''}); rebuild the data with `albertlm data build`")
 
 
 def open_shards(directory: str | os.PathLike, meta: dict) -> list[np.ndarray]:

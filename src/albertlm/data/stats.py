@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from albertlm.data.shards import open_shards, read_meta
+from albertlm.data.shards import damage_message, damaged_rows, open_shards, read_meta
+from albertlm.errors import UserError
 
 BLOCK = 65536
 MAX_RUN_BIN = 6  # runs of 6 or more tokens share the last bin
@@ -20,6 +21,7 @@ class DataStats:
     num_tokens: int = 0
     num_masked: int = 0
     num_short: int = 0  # length < max_seq_length
+    num_unk: int = 0    # real tokens that are the tokenizer's unknown token (dupe copies included)
     replaced_mask: int = 0
     replaced_random: int = 0
     replaced_kept: int = 0
@@ -36,6 +38,8 @@ class DataStats:
             "mean_length": self.num_tokens / n,
             "short_fraction": self.num_short / n,
             "mask_rate": self.num_masked / max(self.num_tokens, 1),
+            "unk_tokens": self.num_unk,
+            "unk_rate": self.num_unk / max(self.num_tokens, 1),
             "masked_per_instance": self.num_masked / n,
             "replacement": {"mask": self.replaced_mask / masked, "random": self.replaced_random / masked,
                             "kept": self.replaced_kept / masked},
@@ -57,19 +61,33 @@ def _bin_name(start: int, max_seq_length: int) -> str:
 
 
 def compute_stats(directory) -> tuple[dict, DataStats]:
+    """The build's meta and its statistics; a record no build writes (a damaged shard) is a UserError naming
+    the instance and its shard (`shards.damaged_rows`)."""
     meta = read_meta(directory)
     stats = DataStats()
-    mask_id = meta["tokenizer"]["mask_id"]
-    for shard in open_shards(directory, meta):
+    tokenizer = meta["tokenizer"]
+    mask_id, unk_id, vocab = tokenizer.get("mask_id"), tokenizer.get("unk_id"), tokenizer["vocab_size"]
+    T, P = meta["max_seq_length"], meta["max_predictions_per_seq"]
+    first = 0
+    for number, shard in enumerate(open_shards(directory, meta)):
         for start in range(0, len(shard), BLOCK):
-            _add_block(stats, np.asarray(shard[start:start + BLOCK]), meta["max_seq_length"], mask_id)
+            block = np.asarray(shard[start:start + BLOCK])
+            bad = damaged_rows(block, T, P, vocab)
+            if bad.any():
+                raise UserError(damage_message(directory, first + start + int(np.argmax(bad)), number, T, P, vocab))
+            _add_block(stats, block, T, mask_id, unk_id)
+        first += len(shard)
     return meta, stats
 
 
-def _add_block(stats: DataStats, block: np.ndarray, max_seq_length: int, mask_id: int) -> None:
+def _add_block(stats: DataStats, block: np.ndarray, max_seq_length: int, mask_id: int | None,
+               unk_id: int | None = None) -> None:
     lengths = block["length"].astype(np.int64)
     stats.num_instances += block.size
     stats.num_tokens += int(lengths.sum())
+    if unk_id is not None:
+        real = np.arange(block["input_ids"].shape[1]) < lengths[:, None]
+        stats.num_unk += int(np.count_nonzero((block["input_ids"] == unk_id) & real))
     stats.num_short += int((lengths < max_seq_length).sum())
     stats.labels.update(block["label"].tolist())
     width = _bin_width(max_seq_length)
@@ -103,6 +121,7 @@ def format_stats(summary: dict, meta: dict) -> str:
         f"max length {meta['max_seq_length']}, task {meta['sentence_task']}",
         f"tokens             {summary['num_tokens']:,} (mean length {summary['mean_length']:.1f}, "
         f"short {summary['short_fraction']:.1%})",
+        f"unknown tokens     {summary['unk_tokens']:,} ({summary['unk_rate']:.2%} of tokens)",
         f"masked             {summary['mask_rate']:.2%} of tokens, {summary['masked_per_instance']:.2f} per instance "
         f"(cap {meta['max_predictions_per_seq']})",
         "replacement        " + ", ".join(f"{k} {v:.1%}" for k, v in summary["replacement"].items()),
