@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -35,8 +36,8 @@ class AblateOptions:
     jobs: int = 1                        # jobs run at the same time (worker processes)
     threads: int = 0                     # torch threads per job; 0 = torch's default
     max_jobs: int = 0                    # run at most this many jobs now, then stop (0 = all)
-    list_jobs: bool = False              # print the jobs of the grid (pretraining runs and baselines) and exit
-    report_only: bool = False            # only (re)write the report from the finished runs
+    list_jobs: bool = False              # print the jobs of the grid (pretraining runs and baselines), what a run would do with each in --out (done, fine-tune, resume@STEP, to-run), and exit
+    report_only: bool = False            # only (re)write the report from the finished runs (a result.json it cannot read is left out, named, and the exit status is 1)
     report: bool = True                  # write the report after the runs
 
 
@@ -54,8 +55,14 @@ def run(args: argparse.Namespace, command: str) -> int:
     o = read_options(args, ABLATE)
     from albertlm.errors import UserError
     from albertlm.experiments.report import write_report
-    from albertlm.experiments.runner import make_suite, plan_jobs, run_suite
+    from albertlm.experiments.runner import make_suite, preview, run_suite
     from albertlm.experiments.scales import get_scale
+
+    left_out: list[str] = []
+
+    def warn(message: str) -> None:   # a result.json the report cannot read: named, left out, exit 1
+        left_out.append(message)
+        print(message, file=sys.stderr, flush=True)
 
     if Path(o.out).exists() and not Path(o.out).is_dir():
         raise UserError(f"--out {o.out}: is a file, not a suite directory")
@@ -70,9 +77,9 @@ def run(args: argparse.Namespace, command: str) -> int:
                             f"{', '.join(given)} cannot be used with it")
         if not (Path(o.out) / "suite.json").is_file():
             raise UserError(f"--out {o.out}: not an ablation suite (no suite.json); run the grid first")
-        paths = write_report(Path(o.out))
+        paths = write_report(Path(o.out), warn)
         print("\n".join(str(p) for p in paths))
-        return 0
+        return 1 if left_out else 0     # written without the results it cannot read, each named on stderr
     if not o.corpus:
         raise UserError("--corpus DIR is required (train.txt + heldout.txt; benchmarks/assemble_corpus.py writes one)")
     for flag, value in (("--finetune-seeds", o.finetune_seeds), ("--finetune-lr", o.finetune_lr),
@@ -99,15 +106,20 @@ def run(args: argparse.Namespace, command: str) -> int:
     if missing and not o.list_jobs:   # found out before hours of pretraining, not after
         raise UserError(f"--glue-dir {o.glue_dir}: no {', '.join(missing)} folder (the fine-tuning tasks of scale "
                         f"{scale.name}; the default ../shared/data/glue is relative to the current directory)")
-    if o.list_jobs:
-        for job in plan_jobs(suite.runs):
+    if o.list_jobs:   # what a run of this command would do in --out now (it refuses what the run would refuse)
+        states = preview(suite, o.refinetune)
+        for job, state in states:
             print(f"{job.kind:8s} {job.name:32s} {json.dumps({k: job.run.model[k] for k in ('embedding_size', 'sharing', 'hidden_dropout')})}"
-                  f" task={job.run.task if job.kind == 'pretrain' else '-'} seed={job.seed}")
+                  f" task={job.run.task if job.kind == 'pretrain' else '-'} seed={job.seed} {state}")
+        counts = {s: sum(st.startswith(s) for _, st in states) for s in ("done", "fine-tune", "resume", "to-run")}
+        print(f"{len(states)} jobs: {counts['done']} done, {counts['fine-tune']} to fine-tune again, "
+              f"{counts['resume']} to resume, {counts['to-run']} to run"
+              + (f" (--max-jobs {o.max_jobs}: the first {o.max_jobs} of those not done)" if o.max_jobs else ""))
         return 0
     summary = run_suite(suite, jobs=o.jobs, max_jobs=o.max_jobs, refinetune=o.refinetune)
     if o.report:
-        for path in write_report(Path(o.out)):
+        for path in write_report(Path(o.out), warn):
             print(path)
     print(f"albertlm ablate: {len(summary['finished'])} jobs run, {summary['skipped']} skipped, "
           f"{len(summary['failed'])} failed" + (f" ({', '.join(summary['failed'])})" if summary["failed"] else ""))
-    return 1 if summary["failed"] else 0
+    return 1 if summary["failed"] or left_out else 0

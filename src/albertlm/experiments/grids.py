@@ -259,6 +259,10 @@ def expand(grids: list[Grid], scale: Scale) -> list[Run]:
                 key = json.dumps([model, variant.task, seed], sort_keys=True)
                 if key in by_key:
                     run = by_key[key]
+                    if run.variant != variant.label:   # two names for one run: the second would vanish
+                        raise UserError(f"grid {grid.name}: variants {run.variant!r} and {variant.label!r} are the "
+                                        f"same configuration at scale {scale.name} (the same model and sentence "
+                                        f"task), which a suite trains once; remove one or make them differ")
                     if grid.name not in run.grids:
                         by_key[key] = Run(run.name, run.model, run.task, run.seed, run.variant,
                                           (*run.grids, grid.name))

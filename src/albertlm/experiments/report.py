@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -60,6 +61,11 @@ def paper(value) -> str:
     return "n/t" if value is None else f"{value}"
 
 
+def _tokens(n: int) -> str:
+    """A token count: 4.9M, or in full below 0.1M (the smoke scale's 5,120 is not "0.0M")."""
+    return f"{n / 1e6:.1f}M" if n >= 100_000 else f"{n:,}"
+
+
 def _finetune_seeds_text(n: int) -> str:
     if n == 1:
         return "one fine-tuning seed per model (the model's own)"
@@ -69,11 +75,25 @@ def _finetune_seeds_text(n: int) -> str:
 
 # -------------------------------------------------------------------------------------------- load
 def load_results(out: Path) -> dict[str, Any]:
-    suite = json.loads((out / "suite.json").read_text()) if (out / "suite.json").is_file() else {}
-    results = {"pretrain": {}, "scratch": {}}
+    """suite.json and every job's result.json; a result that cannot be read (cut short, edited by hand, another
+    kind's) is left out and listed in `unreadable` (path: why), so the report of the others is still written."""
+    from albertlm.experiments.runner import read_json, result_problem
+
+    suite = read_json(out / "suite.json", "the suite's plan") if (out / "suite.json").is_file() else {}
+    if not isinstance(suite, dict):
+        suite = {}
+    results: dict[str, Any] = {"pretrain": {}, "scratch": {}, "unreadable": {}}
     for kind, folder in (("pretrain", "runs"), ("scratch", "scratch")):
         for path in sorted((out / folder).glob("*/result.json")):
-            r = json.loads(path.read_text())
+            try:
+                r = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                results["unreadable"][str(path)] = f"not readable JSON: {exc}"
+                continue
+            why = result_problem(r, kind)
+            if why:
+                results["unreadable"][str(path)] = why
+                continue
             results[kind][r["name"]] = r
     return {"suite": suite, **results}
 
@@ -337,20 +357,21 @@ def claims(agg, planned: dict | None = None) -> dict[str, dict]:
         out["3"]["all_shared_cost"] = {str(e): (rr["none"]["mean"] - rr["all"]["mean"]) * 100
                                        for e, rr in ((768, rows), (128, rows128))}
     models = dict(_figure1_models(agg))
+    rule4 = ("mean |change between consecutive layers| (layers 2..L) of L2 and of cosine smaller for ALBERT than "
+             "for BERT (seed means)")
     if len(models) == 2:
         albert, bert = models["ALBERT"], models["BERT"]
         measurable = all(roughness(m[k]) is not None for m in (albert, bert) for k in ("l2", "cosine"))
         out["4"] = {"holds": None if not measurable else
                     roughness(albert["l2"]) < roughness(bert["l2"]) and
                     roughness(albert["cosine"]) < roughness(bert["cosine"]),
-                    "rule": "mean |change between consecutive layers| (layers 2..L) of L2 and of cosine smaller "
-                            "for ALBERT than for BERT (seed means)",
+                    "rule": rule4,
                     "albert_roughness": {k: roughness(albert[k]) for k in ("l2", "cosine")},
                     "bert_roughness": {k: roughness(bert[k]) for k in ("l2", "cosine")}}
         if not measurable:
             out["4"]["why"] = "not measured: the models have fewer than 3 layers, so no change between layers 2..L"
     else:
-        out["4"] = {"holds": None, "rule": "not measured yet (needs the ALBERT and the BERT run)"}
+        out["4"] = {"holds": None, "rule": rule4 + "; needs the ALBERT and the BERT run"}
     checks = {}
     for label, row in v.items():
         base = agg["shapes"].get(row["shape"])
@@ -386,8 +407,13 @@ def _why_unmeasured(out: dict, planned: dict) -> None:
         if missing:
             out[key]["why"] = f"not measured by this grid (it plans no {missing[0]} run)"
         elif seeds and planned["seeds"] < 2:
-            out[key]["why"] = (f"not measured by this grid: it compares seeds and the suite has "
-                               f"{planned['seeds']} pretraining seed (--seeds)")
+            out[key]["why"] = _ONE_SEED.format(n=planned["seeds"])
+    # claim 5 compares every model's seeds with its baseline's: with one pretraining seed it never can
+    if out["5"]["holds"] is None and not out["5"].get("why") and planned["seeds"] < 2:
+        out["5"]["why"] = _ONE_SEED.format(n=planned["seeds"])
+
+
+_ONE_SEED = "not measured by this grid: it compares seeds and the suite has {n} pretraining seed (--seeds)"
 
 
 def planned_paper_configs(suite: dict, scale: Scale | None) -> dict | None:
@@ -447,8 +473,7 @@ def plots(agg: dict, data: dict, out: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         fig.tight_layout()
         written.append(_save(fig, out / "downstream.png", plt))
-    curves = {r["variant"]: r["train_curve"] for r in data["pretrain"].values() if r.get("train_curve") and r["seed"] == min(
-        x["seed"] for x in data["pretrain"].values())}
+    curves = first_seed_curves(data)
     if curves:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for label, rows in sorted(curves.items()):
@@ -456,12 +481,22 @@ def plots(agg: dict, data: dict, out: Path) -> list[Path]:
             axes[0].plot(steps, [r["mlm_acc"] for r in rows if "mlm_acc" in r and "step" in r], label=label, lw=0.8)
             steps = [r["step"] for r in rows if "loss" in r and "step" in r]
             axes[1].plot(steps, [r["loss"] for r in rows if "loss" in r and "step" in r], lw=0.8)
-        axes[0].set(title="training MLM accuracy (first seed)", xlabel="step")
-        axes[1].set(title="training loss (first seed)", xlabel="step")
+        axes[0].set(title="training MLM accuracy (each model's first seed)", xlabel="step")
+        axes[1].set(title="training loss (each model's first seed)", xlabel="step")
         axes[0].legend(fontsize=6, ncol=2)
         fig.tight_layout()
         written.append(_save(fig, out / "pretraining_curves.png", plt))
     return written
+
+
+def first_seed_curves(data: dict) -> dict[str, list[dict]]:
+    """Each pretrained variant's training curve from its lowest finished seed (a variant whose run of the suite's
+    first seed has not finished, or failed, is still plotted from its next one)."""
+    curves: dict[str, tuple[int, list[dict]]] = {}
+    for r in data["pretrain"].values():
+        if r.get("train_curve") and (r["variant"] not in curves or r["seed"] < curves[r["variant"]][0]):
+            curves[r["variant"]] = (r["seed"], r["train_curve"])
+    return {variant: curve for variant, (_, curve) in curves.items()}
 
 
 def _save(fig, path: Path, plt) -> Path:
@@ -471,9 +506,14 @@ def _save(fig, path: Path, plt) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- report
-def write_report(out: str | Path) -> list[Path]:
+def write_report(out: str | Path, warn=None) -> list[Path]:
+    """report.md, results.json and the plots of the suite in `out`, from the result.json files that exist; each
+    result that cannot be read is left out, named in the report and passed to `warn` (default: stderr)."""
     out = Path(out)
     data = load_results(out)
+    warn = warn or (lambda message: print(message, file=sys.stderr, flush=True))
+    for path, why in data["unreadable"].items():
+        warn(f"albertlm ablate: warning: {path}: left out of the report ({why}); remove it to run that job again")
     scale_dict = data["suite"].get("scale")
     scale = _scale_from(scale_dict)
     agg = aggregate(data, scale)
@@ -484,7 +524,7 @@ def write_report(out: str | Path) -> list[Path]:
         lines += [f"Scale **{scale_dict['name']}**: H={scale_dict['hidden_size']}, L={scale_dict['num_layers']}, "
                   f"A={scale_dict['num_heads']}, I={4 * scale_dict['hidden_size']}, V={scale_dict['vocab_size']}, "
                   f"T={scale_dict['max_seq_length']}, {scale_dict['max_steps']} steps x {scale_dict['batch_size']} "
-                  f"sequences = {scale_dict['tokens_per_run'] / 1e6:.1f}M tokens per run, {scale_dict['optimizer']} "
+                  f"sequences = {_tokens(scale_dict['tokens_per_run'])} tokens per run, {scale_dict['optimizer']} "
                   f"lr {scale_dict['lr']}, {scale_dict['masking']} masking; E values {scale_dict['embedding_sizes']} "
                   f"stand for the paper's {list(PAPER_E)}; pretraining seeds {scale_dict['seeds']}. Fine-tuning: "
                   + ", ".join(f"{_task_title(t['name'])} ({t['max_train'] or 'all'} train examples, {t['epochs']} "
@@ -500,6 +540,11 @@ def write_report(out: str | Path) -> list[Path]:
               f"deviation over seeds (the count in parentheses when it is not 2); – = not finished. Paper columns: the paper's ALBERT-base "
               f"(Tables 3-5) and ALBERT-xxlarge (Table 8) numbers; its Avg is over SQuAD1.1, SQuAD2.0, MNLI, SST-2 "
               f"and RACE, ours over the tasks above, so compare orderings, not values.", ""]
+    if data["unreadable"]:
+        lines += [f"**Left out:** {len(data['unreadable'])} result file{'s' * (len(data['unreadable']) != 1)} that "
+                  f"cannot be read (remove one to run its job again): "
+                  + "; ".join(f"`{Path(p).relative_to(out) if Path(p).is_relative_to(out) else p}` ({why})"
+                              for p, why in data["unreadable"].items()) + ".", ""]
     baseline = mlm_baseline(out)
     if baseline:
         lines += [f"MLM baseline: predicting every masked held-out token from its frequency in the training data "
@@ -514,7 +559,8 @@ def write_report(out: str | Path) -> list[Path]:
                        ("5", "every pretrained model beats the same shape from scratch")):
         c = checked[key]
         why = c.get("why", "") if c.get("holds") is None else ""
-        detail = why[len(_verdict(c)):].strip(" :()") if why else ""
+        detail = why[len(_verdict(c)):] if why else ""   # " (it plans no ... run)" or ": it compares seeds ..."
+        detail = detail[2:-1] if detail.startswith(" (") and detail.endswith(")") else detail.lstrip(" :")
         lines.append(f"{key}. {title}: **{_verdict(c)}** ({detail + '; ' if detail else ''}{c['rule']})")
     lines += [""]
     sections = [("Table 5: sentence-prediction task (intrinsic accuracy on held-out SOP and NSP data, downstream)",
@@ -539,7 +585,7 @@ def write_report(out: str | Path) -> list[Path]:
     report.write_text("\n".join(lines) + "\n")
     results = out / "results.json"
     results.write_text(json.dumps({"scale": scale_dict, "grid": data["suite"].get("grid"), "claims": checked,
-                                   "mlm_unigram_baseline": baseline,
+                                   "mlm_unigram_baseline": baseline, "unreadable": data["unreadable"],
                                    "aggregate": agg, "runs": data["pretrain"], "scratch": data["scratch"]},
                                   indent=1, sort_keys=True, default=str) + "\n")
     return [report, results, *pngs]

@@ -187,21 +187,31 @@ def prepare_workers(suite: Suite, jobs: int) -> int:
     return max(1, jobs)
 
 
+def prepare_settings(suite: Suite) -> dict:
+    """What the prepared data depend on (kept in prepared.json; a rerun with other data settings is refused)."""
+    s = suite.scale
+    return {"vocab_size": s.vocab_size, "max_seq_length": s.max_seq_length, "masking": s.masking,
+            "dupe_factor": s.dupe_factor, "corpus_chars": s.corpus_chars, "heldout_chars": s.heldout_chars,
+            "finetune_tasks": [t.__dict__ for t in s.finetune_tasks],
+            "train": str(suite.train_text), "heldout": str(suite.heldout_text)}
+
+
 def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
     """Tokenizer, pretraining data and GLUE samples, built once per suite directory (kept on a rerun)."""
     done = suite.prepared / "prepared.json"
-    s = suite.scale
-    settings = {"vocab_size": s.vocab_size, "max_seq_length": s.max_seq_length, "masking": s.masking,
-                "dupe_factor": s.dupe_factor, "corpus_chars": s.corpus_chars, "heldout_chars": s.heldout_chars,
-                "finetune_tasks": [t.__dict__ for t in s.finetune_tasks],
-                "train": str(suite.train_text), "heldout": str(suite.heldout_text)}
+    settings = prepare_settings(suite)
     if done.is_file():
-        saved = json.loads(done.read_text())
+        saved = read_json(done, "the suite's prepared data record")
         data_settings = {k: v for k, v in settings.items() if k != "finetune_tasks"}
-        if {k: v for k, v in saved.get("settings", {}).items() if k != "finetune_tasks"} != data_settings:
-            raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus); use another --out")
+        had = {k: v for k, v in (saved.get("settings") or {}).items() if k != "finetune_tasks"}
+        if had != data_settings:
+            raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus: "
+                            f"{_first_difference(had, data_settings)}); use another --out")
         if saved["settings"].get("finetune_tasks") != settings["finetune_tasks"]:   # --refinetune: new GLUE samples
             saved.update(settings=settings, glue=prepare_glue(suite))
+            _write_json(done, saved)
+        elif saved.get("glue") != glue_paths(suite):   # the suite (or --glue-dir) moved: its files are here now
+            saved["glue"] = prepare_glue(suite)         # (the same seeded samples, written again where missing)
             _write_json(done, saved)
         return saved
     fresh = not suite.prepared.exists()
@@ -333,6 +343,25 @@ def _number(text: str) -> bool:
         return False
 
 
+def glue_paths(suite: Suite) -> dict:
+    """Where `prepare_glue` puts (and finds) each fine-tuning task's files for this suite, as it stands now: a
+    suite directory moved or copied elsewhere, or given another --glue-dir, reads its files there, never
+    from the place recorded when it was prepared. {} when a task's folder lacks its files."""
+    from albertlm.tasks import glue
+
+    out = {}
+    for task in suite.scale.finetune_tasks:
+        directory = suite.glue_dir / task.dir_name
+        info = glue.get_task(task.name)
+        train = glue.find_split(info, directory, "train")
+        dev = glue.find_split(info, directory, "dev")
+        if not train or not dev:
+            return {}
+        train_file = suite.prepared / "glue" / task.dir_name / "train.tsv" if task.max_train else train[0]
+        out[task.name] = {"train": str(train_file), "dev": [str(p) for p in dev]}
+    return out
+
+
 def prepare_glue(suite: Suite) -> dict:
     """Each fine-tuning task's files: a seeded sample of `max_train` training rows (the same for every
     model) or the whole file, and the task's dev set."""
@@ -420,7 +449,7 @@ def finetune_complete(suite: Suite, result: dict) -> bool:
 
 def job_done(suite: Suite, job: Job) -> bool:
     path = suite.out / job.directory / RESULT
-    return path.is_file() and finetune_complete(suite, json.loads(path.read_text()))
+    return path.is_file() and finetune_complete(suite, read_result(path, job.kind))
 
 
 def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, out_dir: Path) -> dict:
@@ -433,11 +462,11 @@ def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, o
 
     done = out_dir / RESULT
     if done.is_file():
-        return json.loads(done.read_text())
+        return read_json(done, "a fine-tuning's result")
     if out_dir.exists():
         shutil.rmtree(out_dir)                  # a killed fine-tuning starts over
     s = suite.scale
-    files = json.loads((suite.prepared / "prepared.json").read_text())["glue"][task.name]
+    files = read_json(suite.prepared / "prepared.json", "the suite's prepared data record")["glue"][task.name]
     tokenizer = load_tokenizer(suite.tokenizer)
     cfg = FinetuneConfig(optim=finetune_optim(lr=s.finetune_lr),
                          train=finetune_train(epochs=task.epochs, batch_size=s.finetune_batch_size, seed=seed,
@@ -470,7 +499,7 @@ def run_job(suite: Suite, job: Job) -> dict:
     directory = suite.out / job.directory
     done = directory / RESULT
     if done.is_file():
-        result = json.loads(done.read_text())
+        result = read_result(done, job.kind)
         if finetune_complete(suite, result):
             return result
         return _add_finetuning(suite, job, result)      # the scale now asks for more fine-tuning seeds
@@ -507,16 +536,55 @@ def run_job(suite: Suite, job: Job) -> dict:
 def _add_finetuning(suite: Suite, job: Job, result: dict) -> dict:
     """A finished job, fine-tuned with the seeds it lacks (from its kept checkpoint; the runs it has are reused)."""
     directory = suite.out / job.directory
-    checkpoint = suite.out / result["pretrain"]["checkpoint"] if job.kind == "pretrain" else directory / "init"
+    checkpoint = _kept_model(suite, job, result)
+    if job.kind == "scratch" and not (checkpoint / "config.json").is_file():
+        from albertlm.config.model import ModelConfig
+
+        _save_random_model(ModelConfig(**job.run.model), job.seed, checkpoint)   # the same weights: its seed's
     if not (checkpoint / "config.json").is_file():
-        raise RuntimeError(f"{job.name}: its model {checkpoint} is gone, so it cannot be fine-tuned with more "
-                           f"seeds; remove {directory / RESULT} to rerun the whole job")
+        raise UserError(f"{job.name}: its model {checkpoint} is gone, so it cannot be fine-tuned again; remove "
+                        f"{directory / RESULT} to rerun the whole job")
     _set_threads(suite.threads)
     start = time.time()
     result["finetune"] = finetune_all(suite, checkpoint, directory / "finetune", job.seed)
     result["seconds"] = result.get("seconds", 0.0) + time.time() - start
     _write_json(directory / RESULT, result)
     return result
+
+
+def _kept_model(suite: Suite, job: Job, result: dict) -> Path:
+    """The model a finished job fine-tunes: its final pretraining checkpoint, or a baseline's initial weights."""
+    if job.kind != "pretrain":
+        return suite.out / job.directory / "init"
+    pretrain = result.get("pretrain")
+    checkpoint = pretrain.get("checkpoint") if isinstance(pretrain, dict) else None
+    return suite.out / str(checkpoint) if checkpoint else suite.out / job.directory / "checkpoints"
+
+
+def check_models_kept(suite: Suite, planned: list[Job], stale: list[str] = ()) -> None:
+    """Before anything is written: a finished job that must be fine-tuned again (more fine-tuning seeds, or
+    `stale` tasks under --refinetune) needs its pretrained model; a suite copied without its checkpoints is
+    refused in one line instead of failing every such job (a baseline's random model is made again from its
+    seed)."""
+    lacking = []
+    for job in planned:
+        path = suite.out / job.directory / RESULT
+        if job.kind != "pretrain" or not path.is_file():
+            continue
+        result = read_result(path, job.kind)
+        finetune = {t: v for t, v in (result.get("finetune") or {}).items() if t not in stale}
+        if finetune_complete(suite, {**result, "finetune": finetune}):
+            continue
+        checkpoint = _kept_model(suite, job, result)
+        if not (checkpoint / "config.json").is_file():
+            lacking.append((job, checkpoint))
+    if lacking:
+        job, checkpoint = lacking[0]
+        raise UserError(f"--out {suite.out}: {len(lacking)} finished pretraining run{'s' * (len(lacking) != 1)} "
+                        f"must be fine-tuned again (more fine-tuning seeds or another protocol) but "
+                        f"{'their models are' if len(lacking) != 1 else 'its model is'} gone (first: {checkpoint}); "
+                        f"give the options the suite was run with, or remove "
+                        f"{'their' if len(lacking) != 1 else 'its'} result.json to pretrain again")
 
 
 def _save_random_model(cfg, seed: int, directory: Path) -> None:
@@ -563,6 +631,48 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file the suite wrote, or a UserError naming it (a file cut short or edited by hand)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path}: {what} is not readable JSON ({exc})") from None
+
+
+def result_problem(result: Any, kind: str | None = None, full: bool = True) -> str:
+    """What makes a job's result.json unusable ("" when nothing): with `full`, every field the report reads;
+    else those the runner reads to skip a job or add fine-tunings to it (its seed and fine-tuning scores)."""
+    if not isinstance(result, dict):
+        return f"a JSON {type(result).__name__}, not a job's result object"
+    need: dict[str, tuple[type, ...]] = {"seed": (int,)}
+    if full:
+        need.update(kind=(str,), name=(str,), model=(dict,), params=(int, float), shape=(str,))
+        if (kind or result.get("kind")) == "pretrain":
+            need.update(variant=(str,), task=(str,), intrinsic=(dict,), pretrain=(dict,))
+    for key, types in need.items():
+        value = result.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            return f"its {key!r} is {'missing' if key not in result else repr(value)[:40]}"
+    if full and kind and result["kind"] != kind:
+        return f"its kind is {result['kind']!r}, not {kind!r}"
+    finetune = result.get("finetune") or {}
+    if not isinstance(finetune, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("score"), (int, float)) and not isinstance(v.get("score"), bool)
+            for v in finetune.values()):
+        return "its 'finetune' scores are damaged"
+    return ""
+
+
+def read_result(path: Path, kind: str | None = None) -> dict:
+    """A job's result.json, checked (`result_problem`, the runner's fields); a damaged one (cut short, edited by
+    hand) is a UserError naming it, before anything of the suite is written."""
+    result = read_json(path, "a job's result")
+    why = result_problem(result, kind, full=False)
+    if why:
+        raise UserError(f"{path}: not a readable job result ({why}); remove it to run that job again")
+    return result
+
+
 def _job_in_worker(suite: Suite, job: Job) -> tuple[str, dict | None, str]:
     try:
         return job.name, run_job(suite, job), ""
@@ -587,6 +697,7 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
     stale = check_same_scale(suite, refinetune)
     planned = plan_jobs(suite.runs)
     check_recorded(suite, planned)          # before anything is written: a finished job is another model's
+    check_models_kept(suite, planned, stale)   # ... or must be fine-tuned again and its model is gone
     plan = merged_plan(suite, planned)
     created = not suite.out.exists()
     suite.out.mkdir(parents=True, exist_ok=True)
@@ -616,8 +727,39 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
                 raise KeyboardInterrupt from stop
             _note(log, err, name, result, error, start, failed, finished)
     else:
-        _run_parallel(suite, todo, jobs, lambda *r: _note(log, err, *r, start, failed, finished))
+        try:
+            _run_parallel(suite, todo, jobs, lambda *r: _note(log, err, *r, start, failed, finished))
+        except KeyboardInterrupt:   # the workers saved a checkpoint and stopped, as one job does above
+            log(f"[{(time.time() - start) / 60:6.1f} min] stopped after {len(finished)} jobs of {len(todo)}; rerun "
+                f"the command to continue")
+            raise
     return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed}
+
+
+def job_state(suite: Suite, job: Job, stale: list[str] = ()) -> str:
+    """What a run would do with `job` now: "done" (skipped), "fine-tune" (finished; fine-tunings it lacks, or
+    `stale` tasks again), "resume@STEP" (a pretraining continued from its newest checkpoint) or "to-run"."""
+    from albertlm.model.io import list_checkpoints
+
+    directory = suite.out / job.directory
+    if (directory / RESULT).is_file():
+        result = read_result(directory / RESULT, job.kind)
+        finetune = {t: v for t, v in (result.get("finetune") or {}).items() if t not in stale}
+        return "done" if finetune_complete(suite, {**result, "finetune": finetune}) else "fine-tune"
+    found = list_checkpoints(directory) if job.kind == "pretrain" else []
+    return f"resume@{int(found[-1].name.split('_')[-1])}" if found else "to-run"
+
+
+def preview(suite: Suite, refinetune: bool = False) -> list[tuple[Job, str]]:
+    """`--list-jobs`: the planned jobs and what a run would do with each (`job_state`), after the checks a run
+    makes on what --out holds (another scale, another model under a run's name, models gone), so a listing
+    never shows a plan the run would refuse. Writes nothing."""
+    stale = check_same_scale(suite, refinetune)
+    planned = plan_jobs(suite.runs)
+    check_recorded(suite, planned)
+    check_models_kept(suite, planned, stale)
+    merged_plan(suite, planned)
+    return [(job, job_state(suite, job, stale)) for job in planned]
 
 
 # ------------------------------------------------------------------------------- what an --out already holds
@@ -644,7 +786,7 @@ def recorded_difference(suite: Suite, job: Job) -> str:
         want["task"] = job.run.task
     done = directory / RESULT
     if done.is_file():
-        result = json.loads(done.read_text())
+        result = read_result(done, job.kind)
         have = {"kind": result.get("kind"), "seed": result.get("seed"), "model": full_model(result.get("model"))}
         if job.kind == "pretrain":
             have["task"] = result.get("task")
@@ -653,7 +795,9 @@ def recorded_difference(suite: Suite, job: Job) -> str:
             return why
     config = directory / "run_config.json"
     if job.kind == "pretrain" and config.is_file():   # what a pretraining (finished or not) trains
-        run = json.loads(config.read_text())
+        run = read_json(config, "a pretraining's run config")
+        if not isinstance(run, dict):
+            return "run_config.json: not a run config there"
         train, data = run.get("train") or {}, run.get("data") or {}
         have = {"seed": train.get("seed"), "model": full_model(run.get("model")),
                 "task": Path(str(data.get("path", ""))).name.removeprefix("train_") or None,
@@ -693,7 +837,7 @@ def merged_plan(suite: Suite, planned: list[Job]) -> dict:
     grids = [suite.grid]
     saved = suite.out / "suite.json"
     if saved.is_file():
-        old = json.loads(saved.read_text())
+        old = read_json(saved, "the suite's plan")
         old_grids = old.get("grids") or ([old["grid"]] if old.get("grid") else [])
         grids = list(dict.fromkeys([*old_grids, suite.grid]))
         for run in old.get("runs") or []:
@@ -731,7 +875,7 @@ def check_same_scale(suite: Suite, refinetune: bool = False) -> list[str]:
     saved = suite.out / "suite.json"
     if not saved.is_file():
         return []
-    old = json.loads(saved.read_text()).get("scale") or {}
+    old = read_json(saved, "the suite's plan").get("scale") or {}
     new = json.loads(json.dumps(suite.scale.to_dict()))
     changed = [k for k in new if k not in RESCALABLE + FINETUNE_FIELDS and k in old and old[k] != new[k]]
     if changed:
@@ -780,7 +924,7 @@ def retire_finetuning(suite: Suite, tasks: list[str], log=print) -> int:
                 moved += 1
         done = directory / RESULT
         if done.is_file():
-            result = json.loads(done.read_text())
+            result = read_result(done)
             finetune = result.get("finetune") or {}
             if any(t in finetune for t in tasks):
                 result["finetune"] = {t: v for t, v in finetune.items() if t not in tasks}
