@@ -196,7 +196,7 @@ def test_a_jobs_user_error_is_one_line_on_stderr(tmp_path, monkeypatch):
     name, result, error = runner._job_in_worker(suite, job)
     assert (name, result) == (job.name, None) and error == "the model cannot be built: num_heads must divide H"
     logged, errors, failed = [], [], {}
-    runner._note(logged.append, errors.append, name, result, error, 0.0, failed, [])
+    runner._note(logged.append, errors.append, name, result, error, 0.0, failed, [], [])
     assert logged == [] and len(errors) == 1 and "\n" not in errors[0]
     assert errors[0].endswith(f"FAILED {job.name}: {error}") and failed == {job.name: error}
     monkeypatch.setattr(runner, "run_job", lambda s, j: 1 / 0)        # a bug keeps its traceback

@@ -36,6 +36,7 @@ class AblateOptions:
     jobs: int = 1                        # jobs run at the same time (worker processes)
     threads: int = 0                     # torch threads per job; 0 = torch's default
     max_jobs: int = 0                    # run at most this many jobs now, then stop (0 = all)
+    max_minutes: float = 0.0             # start no job after this many minutes (running ones finish; 0 = no limit); rerun to continue
     list_jobs: bool = False              # print the jobs of the grid (pretraining runs and baselines), what a run would do with each in --out (done, fine-tune, resume@STEP, to-run), and exit
     report_only: bool = False            # only (re)write the report from the finished runs (a result.json it cannot read is left out, named, and the exit status is 1)
     report: bool = True                  # write the report after the runs
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         defaults = AblateOptions(out=o.out, report_only=True)
         given = [f"--{name.replace('_', '-')}" for name in ("grid", "scale", "corpus", "seeds", "max_steps", "vocab_size",
                                                             "finetune_seeds", "finetune_lr", "refinetune", "jobs",
-                                                            "threads", "max_jobs", "list_jobs")
+                                                            "threads", "max_jobs", "max_minutes", "list_jobs")
                  if getattr(o, name) != getattr(defaults, name)]
         if given:   # the report reads what --out holds: these would be silently ignored
             raise UserError(f"--report-only writes the report of the suite in --out as it stands; "
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise UserError("--corpus DIR is required (train.txt + heldout.txt; benchmarks/assemble_corpus.py writes one)")
     for flag, value in (("--finetune-seeds", o.finetune_seeds), ("--finetune-lr", o.finetune_lr),
                         ("--max-steps", o.max_steps), ("--max-jobs", o.max_jobs), ("--threads", o.threads),
+                        ("--max-minutes", o.max_minutes),
                         ("--vocab-size", o.vocab_size)):
         if not value >= 0 or value == float("inf"):   # NaN fails the first test
             raise UserError(f"{flag} must be {'a finite number ' if isinstance(value, float) else ''}>= 0 "
@@ -116,10 +118,11 @@ def run(args: argparse.Namespace, command: str) -> int:
               f"{counts['resume']} to resume, {counts['to-run']} to run"
               + (f" (--max-jobs {o.max_jobs}: the first {o.max_jobs} of those not done)" if o.max_jobs else ""))
         return 0
-    summary = run_suite(suite, jobs=o.jobs, max_jobs=o.max_jobs, refinetune=o.refinetune)
+    summary = run_suite(suite, jobs=o.jobs, max_jobs=o.max_jobs, refinetune=o.refinetune, max_minutes=o.max_minutes)
     if o.report:
         for path in write_report(Path(o.out), warn):
             print(path)
     print(f"albertlm ablate: {len(summary['finished'])} jobs run, {summary['skipped']} skipped, "
-          f"{len(summary['failed'])} failed" + (f" ({', '.join(summary['failed'])})" if summary["failed"] else ""))
+          f"{len(summary['failed'])} failed" + (f" ({', '.join(summary['failed'])})" if summary["failed"] else "")
+          + (f", {len(summary['postponed'])} not started (--max-minutes)" if summary["postponed"] else ""))
     return 1 if summary["failed"] or left_out else 0

@@ -673,7 +673,11 @@ def read_result(path: Path, kind: str | None = None) -> dict:
     return result
 
 
-def _job_in_worker(suite: Suite, job: Job) -> tuple[str, dict | None, str]:
+def _job_in_worker(suite: Suite, job: Job, deadline: float | None = None) -> tuple[str, dict | None, str]:
+    """(name, result, error); (name, None, "") for a job not started because the suite's time budget
+    (`deadline`, a time.time()) had passed when its turn came."""
+    if deadline is not None and time.time() > deadline:
+        return job.name, None, ""
     try:
         return job.name, run_job(suite, job), ""
     except Stopped:
@@ -686,13 +690,17 @@ def _job_in_worker(suite: Suite, job: Job) -> tuple[str, dict | None, str]:
 
 # ---------------------------------------------------------------------------------------------- the suite
 def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinetune: bool = False,
-              err=None) -> dict:
+              err=None, max_minutes: float = 0) -> dict:
     """Prepare, then every job not yet done (at most `max_jobs` of them when > 0); returns a summary.
+    `max_minutes` > 0: no job starts once that many minutes have passed since the jobs began (the ones running
+    finish; the others are "postponed", for a rerun), so a suite can be run in slices of a machine's time and
+    only finished jobs' results need to be kept between them.
     `refinetune`: the suite may continue with another fine-tuning protocol (tasks, epochs, sample, learning
     rate, batch, length); the fine-tunings it changes are moved to OUT/replaced/ and rerun from the kept
     models, and nothing is pretrained again. `err` gets the failed jobs' messages (default: stderr)."""
-    if jobs < 1 or max_jobs < 0:
-        raise UserError(f"jobs must be >= 1 and max_jobs >= 0 (0 = all), got {jobs} and {max_jobs}")
+    if jobs < 1 or max_jobs < 0 or not 0 <= max_minutes < float("inf"):
+        raise UserError(f"jobs must be >= 1, max_jobs >= 0 and max_minutes a finite number >= 0 (0 = all), got "
+                        f"{jobs}, {max_jobs} and {max_minutes}")
     err = err or (lambda message: print(message, file=sys.stderr, flush=True))
     stale = check_same_scale(suite, refinetune)
     planned = plan_jobs(suite.runs)
@@ -716,24 +724,29 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
         todo = todo[:max_jobs]
     log(f"suite {suite.out}: {len(planned)} jobs ({len(suite.runs)} pretraining runs), {skipped} already done, "
         f"{len(todo)} to run, {jobs} at a time")
-    failed, finished = {}, []
+    failed, finished, postponed = {}, [], []
     start = time.time()
+    deadline = start + 60 * max_minutes if max_minutes else None
+    note = lambda *r: _note(log, err, *r, start, failed, finished, postponed)  # noqa: E731
     if jobs <= 1:
         for job in todo:
             try:
-                name, result, error = _job_in_worker(suite, job)
+                note(*_job_in_worker(suite, job, deadline))
             except Stopped as stop:             # Ctrl-C / SIGTERM reached this process's training loop
                 log(f"[{(time.time() - start) / 60:6.1f} min] stopped: {stop}; rerun the command to continue")
                 raise KeyboardInterrupt from stop
-            _note(log, err, name, result, error, start, failed, finished)
     else:
         try:
-            _run_parallel(suite, todo, jobs, lambda *r: _note(log, err, *r, start, failed, finished))
+            _run_parallel(suite, todo, jobs, note, deadline)
         except KeyboardInterrupt:   # the workers saved a checkpoint and stopped, as one job does above
             log(f"[{(time.time() - start) / 60:6.1f} min] stopped after {len(finished)} jobs of {len(todo)}; rerun "
                 f"the command to continue")
             raise
-    return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed}
+    if postponed:
+        log(f"[{(time.time() - start) / 60:6.1f} min] --max-minutes {max_minutes:g}: {len(postponed)} jobs not "
+            f"started; rerun the command to continue")
+    return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed,
+            "postponed": postponed}
 
 
 def job_state(suite: Suite, job: Job, stale: list[str] = ()) -> str:
@@ -934,7 +947,7 @@ def retire_finetuning(suite: Suite, tasks: list[str], log=print) -> int:
     return moved
 
 
-def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:
+def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: float | None = None) -> None:
     """`jobs` worker processes; SIGTERM or Ctrl-C to the suite cancels the queued jobs and passes SIGTERM on
     to the workers, whose training loops save a checkpoint and stop (a rerun continues from there)."""
     import multiprocessing as mp
@@ -946,7 +959,7 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:
     previous = signal.signal(signal.SIGTERM, interrupt)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
     try:
-        futures = [pool.submit(_job_in_worker, suite, job) for job in todo]
+        futures = [pool.submit(_job_in_worker, suite, job, deadline) for job in todo]
         for future in as_completed(futures):
             try:
                 outcome = future.result()
@@ -969,7 +982,10 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note) -> None:
     pool.shutdown(wait=True)
 
 
-def _note(log, err, name, result, error, start, failed, finished) -> None:
+def _note(log, err, name, result, error, start, failed, finished, postponed) -> None:
+    if result is None and not error:            # not started: the time budget had passed
+        postponed.append(name)
+        return
     if error:
         failed[name] = error
         # a UserError is its one line; anything else its traceback (a bug, or a failure worth reading in full)
