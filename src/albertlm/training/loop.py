@@ -235,7 +235,9 @@ class Loop:
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
         window, first_steps = Window(), []
-        self._updating = False                 # True while the optimizer changes the weights
+        # True from the optimizer's update until the step is counted (`state.step += 1`): the weights are then
+        # ahead of `state.step`, so a checkpoint of them would make a resumed run do that update twice
+        self._updating = False
         fetched: list = []                     # the next step's batches, read on the host while the device works
 
         def fetch_next() -> None:
@@ -253,6 +255,7 @@ class Loop:
                     result = self.train_step(micro_batches, before_sync=fetch_next)
                     self.state.step += 1
                     rng_at_boundary = ckpt.capture_rng()
+                    self._updating = False
                     self.state.extra["tokens"] = self.state.extra.get("tokens", 0.0) + result.tokens
                     window.add(result)
                     if self.train.compile != "none" and len(first_steps) < 2 and self.info.device.type == "cuda":
@@ -265,6 +268,8 @@ class Loop:
                     self.after_step(window)
                     if self.state.step < self.plan.total_steps:
                         reason = self._stop_reason(request, deadline)
+                        if reason is not None:
+                            self._log_unlogged(window)
                         if reason == "budget":
                             self._stop_for_budget()
                             return "budget"
@@ -282,6 +287,7 @@ class Loop:
                             f"{f'the newest checkpoint is {last}' if last else 'no checkpoint was saved'}")
                 return "interrupted"
             self.state.rng = rng_at_boundary     # a half-done step is redone from its start on resume
+            self._log_unlogged(window)
             path = self.save()
             self._print(f"interrupted at step {self.state.step}: saved {path}")
             return "interrupted"
@@ -318,9 +324,8 @@ class Loop:
             stats = micro_stats if stats is None else stats + micro_stats
             tokens = tokens + count_tokens(batch)
         summed = all_reduce_sum(torch.cat([stats, tokens.to(stats)[None]]))   # one all-reduce for both
-        self._updating = True
+        self._updating = True                # until the loop counts the step (see `_run`)
         grad_norm = self._clip_and_update()
-        self._updating = False
         # The step's one host-device sync, once all of its work is queued (a sync between backward and the
         # update would leave the GPU idle while the host queues the clipping and the optimizer's kernels).
         values = torch.cat([summed, grad_norm.to(summed)[None]]) if grad_norm is not None else summed
@@ -365,6 +370,12 @@ class Loop:
             self.state.rng = ckpt.capture_rng()
             self.save()
 
+    def _log_unlogged(self, window: "Window") -> None:
+        """A run stopping before the end (signal, time budget) logs the steps since the last training record:
+        the resumed run starts a new window, so without this their numbers would be in no record."""
+        if self.train.log_every and window.steps:
+            self.log_train(window)
+
     def _evaluate(self) -> None:
         metrics = self.evaluate_fn()
         self._evaluated = self.state.step
@@ -408,7 +419,9 @@ class Loop:
         else:
             self.state.rng = ckpt.capture_rng()
             path = self.save()
-        self._print(f"time budget of {self.train.max_minutes} min used up at step {self.state.step}: saved {path}")
+        self._print(f"time budget of {self.train.max_minutes:g} min used up at step {self.state.step}: saved {path}; "
+                    f"`--resume` goes on from there, for another {self.train.max_minutes:g} min unless "
+                    "--train.max_minutes says otherwise (0 = no budget)")
 
     def save(self) -> Path | None:
         """Rank 0 writes; the others wait so no rank races ahead of a checkpoint. A failed save (a full
@@ -490,7 +503,7 @@ class Window:
         self._reset(time.perf_counter())
 
     def _reset(self, now: float) -> None:
-        self.start, self.wait, self.tokens, self.stats = now, 0.0, 0.0, None
+        self.start, self.wait, self.tokens, self.stats, self.steps = now, 0.0, 0.0, None, 0
         self.lr: float = 0.0
         self.grad_norm: float | None = None
 
@@ -502,6 +515,7 @@ class Window:
 
     def add(self, result: StepResult) -> None:
         self.stats = result.stats if self.stats is None else self.stats + result.stats
+        self.steps += 1
         self.tokens += result.tokens
         self.lr, self.grad_norm = result.lr, result.grad_norm
 

@@ -22,13 +22,16 @@ class MetricsLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         drop_records_after(self.run_dir / "metrics.jsonl", start_step)
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self._write_failed = False
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             events = self.run_dir / "tensorboard"
             resumed = start_step > 0 or (events.is_dir() and any(events.iterdir()))
-            self.writer = SummaryWriter(str(events), purge_step=start_step if resumed else None)
+            # TensorBoard hides the events of steps >= purge_step: the records of `start_step` itself (its
+            # evaluation, its training window) were logged before its checkpoint was saved, and are kept
+            self.writer = SummaryWriter(str(events), purge_step=start_step + 1 if resumed else None)
         self.bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -39,7 +42,13 @@ class MetricsLogger:
     def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         record = {"step": step, "split": split, "time": round(time.time(), 3)}
         record.update({k: float(v) for k, v in metrics.items()})
-        self.jsonl.write(json.dumps(record) + "\n")
+        try:
+            self.jsonl.write(json.dumps(record) + "\n")
+        except OSError as exc:   # a full disk, a quota: said with the file and what to resume from
+            self._write_failed = True
+            raise UserError(f"{self.run_dir / 'metrics.jsonl'}: cannot write the record of step {step} "
+                            f"({exc.strerror or exc}; is the disk full?); the run stopped, {_newest(self.run_dir)}: "
+                            "free some space and `--resume`") from None
         if self.writer is not None:
             for name, value in metrics.items():
                 self.writer.add_scalar(f"{split}/{name}", float(value), step)
@@ -65,7 +74,11 @@ class MetricsLogger:
             self.writer.close()
             self.writer = None
         if not self.jsonl.closed:
-            self.jsonl.close()
+            try:
+                self.jsonl.close()
+            except OSError:
+                if not self._write_failed:   # else the failed record, still buffered, fails again: said already
+                    raise
 
 
 def drop_records_after(path: Path, step: int) -> None:
@@ -87,8 +100,21 @@ def drop_records_after(path: Path, step: int) -> None:
     if len(kept) == len(lines):
         return
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8", errors="surrogateescape")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8", errors="surrogateescape")
+        os.replace(tmp, path)
+    except OSError as exc:       # the old file is untouched; no half-written copy is left beside it
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot rewrite it without the records after step {step} "
+                        f"({exc.strerror or exc}; is the disk full?)") from None
+
+
+def _newest(run_dir: Path) -> str:
+    """What a resumed run would continue from, in words."""
+    from albertlm.model.io import latest_checkpoint
+
+    last = latest_checkpoint(run_dir)
+    return f"the newest checkpoint is {last}" if last else "no checkpoint was saved yet"
 
 
 def _reason(exc: Exception) -> str:
