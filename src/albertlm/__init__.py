@@ -19,6 +19,7 @@ _LAZY = {
     "AlbertForTokenClassification": "albertlm.model.heads",
     "AlbertForQuestionAnswering": "albertlm.model.heads",
     "AlbertForMultipleChoice": "albertlm.model.heads",
+    "ModelInputError": "albertlm.model.inputs",
     "MODEL_PRESETS": "albertlm.config.presets",
     "get_preset": "albertlm.config.presets",
     "load_tokenizer": "albertlm.tokenization",

@@ -27,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from albertlm.config import ModelConfig
 from albertlm.errors import UserError
+from albertlm.model.inputs import ModelInputError, check_inputs, check_target, describe_bad_indices
 from albertlm.model.io import PretrainedMixin, init_weights
 
 try:  # flash attention over packed sequences of different lengths (torch >= 2.10, CUDA); SDPA otherwise
@@ -40,12 +41,20 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 
 class ModelOutput(dict):
-    """A dict with attribute access (transformers' output names); an absent entry reads as None."""
+    """A dict with attribute access (transformers' output names); an absent entry reads as None.
+    Registered as a pytree node (as transformers' ModelOutput), so `torch.export.export` and other pytree
+    users see the tensors inside it."""
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
         return self.get(name)
+
+
+torch.utils._pytree.register_pytree_node(
+    ModelOutput, lambda out: (list(out.values()), list(out.keys())),
+    lambda values, keys: ModelOutput(zip(keys, values)), serialized_type_name="albertlm.model.albert.ModelOutput",
+    flatten_with_keys_fn=lambda out: ([(torch.utils._pytree.MappingKey(k), v) for k, v in out.items()], list(out)))
 
 
 # ---------------------------------------------------------------------------------------- embeddings
@@ -289,11 +298,20 @@ class AlbertModel(PretrainedMixin, nn.Module):
         `token_index` (N,): the flat positions of the real tokens, `attention_mask.flatten().nonzero()`
         computed by the caller (the data loader does); the per-token layers then skip the padding
         (`Packing`), and `last_hidden_state` holds zeros there."""
+        check_inputs(input_ids, attention_mask, token_type_ids, token_index)
         B, T = input_ids.shape
         if token_index is not None and attention_mask is None:  # the padded keys must still be hidden
-            raise ValueError("token_index needs the attention_mask it was computed from")
+            raise ModelInputError("token_index needs the attention_mask it was computed from")
+        if token_index is not None:
+            token_index = token_index.long()  # index_copy takes int64 only (a no-op for int64)
         packing = Packing(token_index, B, T, attention_mask) if token_index is not None else None
-        x = self.embeddings(input_ids, token_type_ids, packing)  # (B, T, H), or (N, H) packed
+        try:
+            x = self.embeddings(input_ids, token_type_ids, packing)  # (B, T, H), or (N, H) packed
+        except IndexError:  # an id outside its table (eager CPU; CUDA asserts on the device instead)
+            problem = describe_bad_indices(self, input_ids, token_type_ids, token_index)
+            if problem is None:
+                raise
+            raise ModelInputError(problem) from None
         x = self.encoder(x, attention_bias(attention_mask), rows, packing)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # (B, H)
         return ModelOutput(last_hidden_state=x, pooler_output=pooled)
@@ -350,10 +368,20 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
                 labels: Tensor | None = None, sentence_order_label: Tensor | None = None,
                 token_index: Tensor | None = None) -> ModelOutput:
         if masked_lm_positions is None and (masked_lm_ids is not None or masked_lm_weights is not None):
-            raise ValueError("masked_lm_ids / masked_lm_weights need the masked_lm_positions they belong to")
+            raise ModelInputError("masked_lm_ids / masked_lm_weights need the masked_lm_positions they belong to")
         if masked_lm_positions is not None and labels is not None:
-            raise ValueError("give the MLM targets one way: masked_lm_positions + masked_lm_ids (google's), "
-                             "or labels (B, T) (transformers'), not both")
+            raise ModelInputError("give the MLM targets one way: masked_lm_positions + masked_lm_ids (google's), "
+                                  "or labels (B, T) (transformers'), not both")
+        if not torch.jit.is_tracing() and isinstance(input_ids, Tensor) and input_ids.dim() == 2:  # shapes only
+            B, T = input_ids.shape
+            check_target("masked_lm_positions", masked_lm_positions, (B, None))
+            P = masked_lm_positions.shape[1] if masked_lm_positions is not None else None
+            check_target("masked_lm_ids", masked_lm_ids, (B, P))
+            check_target("masked_lm_weights", masked_lm_weights, (B, P), integer=False)
+            check_target("labels", labels, (B, T))
+            check_target("sentence_order_label", sentence_order_label, (B,))
+        labels, masked_lm_ids, sentence_order_label = (
+            t.long() if t is not None else None for t in (labels, masked_lm_ids, sentence_order_label))  # int32 too
         rows = None
         if masked_lm_positions is not None:  # the heads read [CLS] and the P masked slots: (B, 1 + P)
             rows = torch.cat([masked_lm_positions.new_zeros(len(masked_lm_positions), 1), masked_lm_positions], 1)

@@ -13,7 +13,18 @@ from torch import Tensor, nn
 
 from albertlm.config import ModelConfig
 from albertlm.model.albert import AlbertModel, MaskedLMHead, ModelOutput
+from albertlm.model.inputs import ModelInputError, check_target
 from albertlm.model.io import PretrainedMixin, init_weights
+
+
+def per_example(name: str, t: Tensor, batch: int, integer: bool = True) -> Tensor:
+    """One target per example, (B,) or (B, 1) (transformers flattens its labels too) -> (B,), int64 if `integer`
+    (int32 from numpy works too). A (B, 1) regression target used to broadcast against the (B,) predictions into a
+    (B, B) loss; another shape is a ModelInputError naming the argument."""
+    if isinstance(t, Tensor) and t.dim() == 2 and t.shape[1] == 1:
+        t = t[:, 0]
+    check_target(name, t, (batch,), integer)
+    return t.long() if integer else t
 
 
 class _TaskModel(PretrainedMixin, nn.Module):
@@ -41,7 +52,9 @@ class AlbertForSequenceClassification(_TaskModel):
         logits = self.classifier(self.features(input_ids, attention_mask, token_type_ids))  # (B, num_labels)
         out = ModelOutput(logits=logits)
         if labels is not None:
-            out["loss"] = (F.mse_loss(logits.squeeze(-1).float(), labels.float()) if self.config.num_labels == 1
+            regression = self.config.num_labels == 1
+            labels = per_example("labels", labels, len(logits), integer=not regression)  # (B,)
+            out["loss"] = (F.mse_loss(logits.squeeze(-1).float(), labels.float()) if regression
                            else F.cross_entropy(logits.float(), labels))
         return out
 
@@ -56,7 +69,8 @@ class AlbertForTokenClassification(_TaskModel):
         logits = self.classifier(self.features(input_ids, attention_mask, token_type_ids))  # (B, T, num_labels)
         out = ModelOutput(logits=logits)
         if labels is not None:
-            out["loss"] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+            check_target("labels", labels, tuple(input_ids.shape))
+            out["loss"] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long())
         return out
 
 
@@ -76,10 +90,14 @@ class AlbertForQuestionAnswering(_TaskModel):
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, start_positions: Tensor | None = None,
                 end_positions: Tensor | None = None) -> ModelOutput:
+        if (start_positions is None) != (end_positions is None):
+            raise ModelInputError("give both start_positions and end_positions for a loss (one of them alone gave none)")
         hidden = self.albert(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, H)
         start, end = self.qa_outputs(hidden).unbind(-1)  # 2 x (B, T)
         out = ModelOutput(start_logits=start, end_logits=end)
         if start_positions is not None and end_positions is not None:
+            start_positions = per_example("start_positions", start_positions, len(start))
+            end_positions = per_example("end_positions", end_positions, len(start))
             T = start.shape[1]
             losses = [F.cross_entropy(logits.float(), pos.clamp(0, T), ignore_index=T)
                       for logits, pos in ((start, start_positions), (end, end_positions))]
@@ -95,12 +113,17 @@ class AlbertForMultipleChoice(_TaskModel):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 3:
+            shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+            raise ModelInputError(f"input_ids must have shape (batch, choices, tokens), got {shape}")
         B, C, T = input_ids.shape
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            check_target(name, t, (B, C, T), integer=False)
         flat = [t.reshape(B * C, T) if t is not None else None for t in (input_ids, attention_mask, token_type_ids)]
         logits = self.classifier(self.features(*flat)).view(B, C)  # (B, C)
         out = ModelOutput(logits=logits)
         if labels is not None:
-            out["loss"] = F.cross_entropy(logits.float(), labels)
+            out["loss"] = F.cross_entropy(logits.float(), per_example("labels", labels, B))
         return out
 
 
@@ -123,7 +146,8 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         logits = self.mlm_head(hidden, self.albert.embeddings.word.weight)  # (B, T, V)
         out = ModelOutput(logits=logits)
         if labels is not None:
-            out["loss"] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+            check_target("labels", labels, tuple(input_ids.shape))
+            out["loss"] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long())
         return out
 
 

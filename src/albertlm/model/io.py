@@ -1,7 +1,8 @@
 """Checkpoints: a directory of `model.safetensors` + `config.json` (the ModelConfig only, no optimizer).
 
 `from_pretrained` also reads a transformers ALBERT directory (`model.safetensors` or
-`pytorch_model.bin`, loaded with weights_only=True) through the key map in `hf_format`.
+`pytorch_model.bin`, loaded with weights_only=True, or either sharded with its `.index.json`) through the key
+map in `hf_format`.
 Loading between our classes works like transformers: the backbone (`albert.*`) must match exactly;
 head weights the checkpoint lacks are freshly initialised, heads it has but the class lacks are dropped
 (both are logged).
@@ -52,18 +53,46 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
 
 
 PICKLE_WEIGHTS = "pytorch_model.bin"
+INDEX = ".index.json"  # transformers' sharded weights: model.safetensors.index.json + model-0000k-of-0000n.safetensors
 
 
 def read_state(directory: str | Path) -> dict[str, torch.Tensor]:
     """The weights of a checkpoint directory: `model.safetensors`, else a transformers `pytorch_model.bin`
-    loaded with weights_only=True (a pickle holding anything but tensors is refused, never run). A truncated
-    or damaged file is a UserError naming it."""
+    loaded with weights_only=True (a pickle holding anything but tensors is refused, never run), else either of
+    them sharded the way transformers' `save_pretrained(max_shard_size=...)` writes them (`<name>.index.json`
+    naming the shard file of each tensor). A truncated or damaged file is a UserError naming it."""
     directory = Path(directory)
     if (directory / WEIGHTS).is_file():
         return _checked(read_safetensors(directory / WEIGHTS), directory / WEIGHTS)
     if (directory / PICKLE_WEIGHTS).is_file():
         return _checked(read_torch_file(directory / PICKLE_WEIGHTS), directory / PICKLE_WEIGHTS)
-    raise UserError(f"no {WEIGHTS} or {PICKLE_WEIGHTS} in {directory}")
+    for name, read in ((WEIGHTS, read_safetensors), (PICKLE_WEIGHTS, read_torch_file)):
+        if (directory / (name + INDEX)).is_file():
+            return read_sharded(directory / (name + INDEX), read)
+    raise UserError(f"no {WEIGHTS} or {PICKLE_WEIGHTS} (nor their sharded {WEIGHTS}{INDEX} / {PICKLE_WEIGHTS}{INDEX}) "
+                    f"in {directory}")
+
+
+def read_sharded(index: Path, read) -> dict[str, torch.Tensor]:
+    """The tensors of transformers' sharded weights: `index` (JSON) maps each tensor name to the file in its
+    directory that holds it (`weight_map`); every shard is read with `read`. A shard that is missing, outside the
+    directory or lacks a tensor the index lists is a UserError naming it."""
+    weight_map = read_json_object(index, "a sharded-weights index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(v, str) for v in weight_map.values()):
+        raise UserError(f"{index}: no weight_map (tensor name -> shard file) in this index of sharded weights")
+    state: dict[str, torch.Tensor] = {}
+    for name in sorted(set(weight_map.values())):
+        shard = index.parent / name
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise UserError(f"{index}: the shard {name!r} is not a file name in its directory")
+        if not shard.is_file():
+            raise UserError(f"{index}: names the shard {name}, which is not in {index.parent}")
+        state.update(_checked(read(shard), shard))
+    missing = [key for key, name in weight_map.items() if key not in state]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise UserError(f"{index}: tensors it lists are in no shard: {', '.join(missing[:3])}{more}")
+    return state
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -138,6 +167,11 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
     from safetensors.torch import save_file
 
     directory = Path(directory)
+    on_meta = [k for k, v in model.state_dict().items() if v.is_meta]
+    if on_meta:  # was NotImplementedError "Cannot copy out of meta tensor", after creating the directory
+        raise UserError(f"cannot save to {directory}: the weights are on the meta device (shapes, no values: "
+                        f"{on_meta[0]}{' and more' if len(on_meta) > 1 else ''}); load or initialise them first, "
+                        "e.g. model.to_empty(device='cpu') then load_state_dict")
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, directory / WEIGHTS, metadata={"format": "pt", "albertlm_class": type(model).__name__})
@@ -155,7 +189,8 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
         return key.startswith(prefix) and not key.startswith(prefix + "pooler.")
 
     own = model.state_dict()
-    for key in [k for k, v in state.items() if k in own and own[k].shape != v.shape]:
+    reshaped = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
+    for key in reshaped:
         if is_backbone(key):
             raise UserError(f"checkpoint tensor {key} has shape {tuple(state[key].shape)}, "
                             f"the model expects {tuple(own[key].shape)}")
@@ -166,6 +201,7 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
                        (unexpected, "checkpoint has weights this config does not")):
         if [k for k in keys if is_backbone(k)]:
             raise UserError(f"{what}: {', '.join([k for k in keys if is_backbone(k)][:5])}")
+    missing = [k for k in missing if k not in reshaped]  # those were named above
     if missing:
         log.warning("freshly initialised weights (not in the checkpoint): %s", ", ".join(missing))
     if unexpected:
@@ -194,12 +230,15 @@ class PretrainedMixin:
         config, is_hf = read_config(directory)
         state = read_state(directory)
         model = cls(config.replace(**overrides) if overrides else config)
-        if is_hf:  # transformers' layer-per-group keys follow the config and plan the model was built with
-            plan = model.get_submodule(cls.base_prefix + "encoder").plan
-            state = hf_format.state_from_hf(state, model.config, plan)  # overrides included (the E->H projection)
-        else:
-            state = to_full_state(state)
-        load_state_into(model, state, cls.base_prefix)
+        try:  # a mismatch names the checkpoint: the caller may be loading several
+            if is_hf:  # transformers' layer-per-group keys follow the config and plan the model was built with
+                plan = model.get_submodule(cls.base_prefix + "encoder").plan
+                state = hf_format.state_from_hf(state, model.config, plan)  # overrides included (the E->H projection)
+            else:
+                state = to_full_state(state)
+            load_state_into(model, state, cls.base_prefix)
+        except UserError as exc:
+            raise UserError(f"{directory}: {exc}") from None
         return model
 
 

@@ -1,0 +1,83 @@
+"""What the model's public `forward`s check about their inputs: types, shapes and dtypes, never values (no
+host-device sync), so a wrong call is named by argument instead of failing deep inside a matmul or a loss.
+Kept out of `albert.py`, which reads like the paper. Every check is skipped while tracing (`torch.jit.trace`,
+the ONNX exporter), which would record it as a constant."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from albertlm.errors import UserError
+
+
+class ModelInputError(UserError, ValueError):
+    """An input the model cannot take (a wrong type, shape or dtype; on the CPU an id outside its embedding table),
+    named by argument: a UserError (one line from the command line) and a ValueError (what Python callers catch)."""
+
+
+def check_inputs(input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None,
+                 token_index: Tensor | None) -> None:
+    """The types, shapes and dtypes of `AlbertModel`'s inputs, never their values (no device sync). Skipped while
+    tracing (`torch.jit.trace`, the ONNX exporter), which would record each check as a constant."""
+    if torch.jit.is_tracing():
+        return
+    if not isinstance(input_ids, Tensor):
+        raise ModelInputError(f"input_ids must be a torch.Tensor of token ids, shape (batch, tokens); got "
+                              f"{type(input_ids).__name__}")
+    if input_ids.dim() != 2:
+        hint = ": one sequence is input_ids[None]" if input_ids.dim() == 1 else ""
+        raise ModelInputError(f"input_ids must have shape (batch, tokens), got {tuple(input_ids.shape)}{hint}")
+    if input_ids.shape[1] == 0:
+        raise ModelInputError(f"input_ids has no tokens (shape {tuple(input_ids.shape)}); every sequence needs at "
+                              "least one ([CLS], which the pooler reads)")
+    for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids), ("token_index", token_index)):
+        if t is not None and not isinstance(t, Tensor):
+            raise ModelInputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("input_ids", input_ids), ("token_type_ids", token_type_ids)):
+        if t is not None and t.dtype not in (torch.int64, torch.int32):
+            raise ModelInputError(f"{name} must hold integer ids (torch.int64 or torch.int32), got {t.dtype}")
+    for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if t is not None and t.shape != input_ids.shape:
+            raise ModelInputError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}: they must "
+                                  "match (one value per token)")
+    if token_index is not None and (token_index.dim() != 1 or token_index.dtype not in (torch.int64, torch.int32)):
+        raise ModelInputError(f"token_index must be 1-D integer positions (N,), attention_mask.flatten().nonzero()"
+                              f".squeeze(1); got shape {tuple(token_index.shape)}, {token_index.dtype}")
+
+
+def describe_bad_indices(model: nn.Module, input_ids: Tensor, token_type_ids: Tensor | None,
+                         token_index: Tensor | None) -> str | None:
+    """After an IndexError in the embeddings: which input holds an index outside its table, and the index (read
+    from the tensors only on this failure path, so a good batch pays nothing); None if no input does."""
+    B, T = input_ids.shape
+    tables = (("input_ids", input_ids, model.embeddings.word.num_embeddings, "vocab_size"),
+              ("token_type_ids", token_type_ids, model.embeddings.token_type.num_embeddings, "type_vocab_size"),
+              ("token_index", token_index, B * T, None))
+    for name, t, size, field in tables:
+        if t is None or t.numel() == 0:
+            continue
+        low, high = int(t.min()), int(t.max())
+        if low >= 0 and high < size:
+            continue
+        bad = low if low < 0 else high
+        if field is None:
+            return (f"token_index holds position {bad}, outside the batch's {B} x {T} = {size} positions (the flat "
+                    "positions b * T + t of the real tokens)")
+        hint = ("" if name != "input_ids" else ": -100 marks an ignored label, not a token" if bad == -100 else
+                ": a tokenizer with more pieces than the model's vocabulary?" if bad >= size else "")
+        return f"{name} holds {bad}, outside this model's {field}={size} (ids 0 to {size - 1}){hint}"
+    return None
+
+
+def check_target(name: str, t: Tensor | None, shape: tuple[int | None, ...], integer: bool = True) -> None:
+    """A target tensor of a forward has `shape` (None: any size there) and, if `integer`, an integer dtype; else a
+    ModelInputError naming it (a wrong shape broadcast or failed deep inside the loss). Skipped while tracing."""
+    if t is None or torch.jit.is_tracing():
+        return
+    if not isinstance(t, Tensor):
+        raise ModelInputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != len(shape) or any(want is not None and got != want for got, want in zip(t.shape, shape)):
+        want = ", ".join("P" if w is None else str(w) for w in shape) + ("," if len(shape) == 1 else "")
+        raise ModelInputError(f"{name} has shape {tuple(t.shape)}, expected ({want}) for this batch")
+    if integer and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
+        raise ModelInputError(f"{name} must hold integer class ids, got {t.dtype}")
