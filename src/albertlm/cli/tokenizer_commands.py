@@ -61,8 +61,11 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="SentencePiece algorithm: unigram (ALBERT) or BPE (default: unigram)")
     p.add_argument("--user-defined-symbols", default="", metavar="A,B,...",
                    help="pieces always kept whole (ALBERT used '(,),\",-,.,–,£,€'; see docs/tokenization.md)")
-    p.add_argument("--threads", type=int, default=0, help="training threads (default: all usable cores)")
-    p.add_argument("--seed", type=int, default=12345, help="sampling seed: same seed, same model (default 12345)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="SentencePiece training threads (default: all usable cores, at most 8)")
+    p.add_argument("--seed", type=int, default=12345,
+                   help="seed of the --input-sentence-size sample: same input, seed and --threads, same model "
+                        "(default 12345)")
     p.add_argument("--verbose", action="store_true", help="show sentencepiece's own log")
 
 
@@ -79,7 +82,9 @@ SENTENCEPIECE_ONLY = {"model_type": ("--model-type", "unigram"),
                       "user_defined_symbols": ("--user-defined-symbols", ""),
                       "character_coverage": ("--character-coverage", 0.99995),
                       "input_sentence_size": ("--input-sentence-size", 10_000_000),
-                      "no_shuffle": ("--no-shuffle", False)}
+                      "no_shuffle": ("--no-shuffle", False),
+                      "threads": ("--threads", 0),   # the tokenizers trainer uses every core and has no seed
+                      "seed": ("--seed", 12345)}
 
 
 def _check_train_args(args: argparse.Namespace) -> None:
@@ -99,6 +104,22 @@ def _check_train_args(args: argparse.Namespace) -> None:
         given = [flag for name, (flag, default) in SENTENCEPIECE_ONLY.items() if getattr(args, name) != default]
         if given:
             raise UserError(f"{', '.join(given)}: SentencePiece option(s), unused by --kind wordpiece; leave them out")
+    else:
+        from albertlm.tokenization.sentencepiece import check_user_defined_symbols
+
+        check_user_defined_symbols(_symbols(args), _sentencepiece_options(args), args.vocab_size,
+                                   "--user-defined-symbols")
+
+
+def _symbols(args: argparse.Namespace) -> tuple[str, ...]:
+    """--user-defined-symbols "A,B": its comma-separated symbols; empty entries ("A,,B", a trailing comma) skipped."""
+    return tuple(s for s in args.user_defined_symbols.split(",") if s)
+
+
+def _sentencepiece_options(args: argparse.Namespace):
+    from albertlm.tokenization.sentencepiece import SentencePieceOptions
+
+    return SentencePieceOptions(do_lower_case=args.lowercase, keep_accents=not args.strip_accents)
 
 
 def _existing_tokenizer(out: Path) -> list[str]:
@@ -188,15 +209,13 @@ def _train(args: argparse.Namespace) -> int:
 
 def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None,
                          long_sentences: list[int] | None = None, explain_empty=None):
-    from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
-                                                     train_sentencepiece)
+    from albertlm.tokenization.sentencepiece import SentencePieceTrainOptions, train_sentencepiece
 
-    symbols = tuple(s for s in args.user_defined_symbols.split(",") if s)
     train = SentencePieceTrainOptions(
         vocab_size=args.vocab_size, character_coverage=args.character_coverage,
         input_sentence_size=args.input_sentence_size, shuffle_input_sentence=not args.no_shuffle,
-        model_type=args.model_type, user_defined_symbols=symbols, num_threads=args.threads, seed=args.seed)
-    options = SentencePieceOptions(do_lower_case=args.lowercase, keep_accents=not args.strip_accents)
+        model_type=args.model_type, user_defined_symbols=_symbols(args), num_threads=args.threads, seed=args.seed)
+    options = _sentencepiece_options(args)
     def on_cut():
         if long_sentences is not None:
             long_sentences[0] += 1

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import re
+import sys
 import unicodedata
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -343,7 +345,77 @@ class SentencePieceTrainOptions:
     model_type: str = "unigram"
     user_defined_symbols: tuple[str, ...] = ()
     num_threads: int = 0  # 0 = the cores this process may use
-    seed: int = 12345
+    seed: int = 12345  # seeds our sample of `input_sentence_size` sentences: same input, seed, threads: same model
+
+
+def check_user_defined_symbols(symbols: Sequence[str], options: SentencePieceOptions, vocab_size: int,
+                               flag: str = "user_defined_symbols") -> None:
+    """A UserError, before any input is read, for symbols that would fail training or could never match.
+
+    sentencepiece refuses a repeated symbol or one equal to a special piece only with an internal message, and
+    accepts symbols that no encoded text can ever hold, so they stay dead entries of the vocabulary: one with
+    whitespace (the text's spaces become "▁" before matching), or one the preprocessing changes (with
+    `do_lower_case` "Mr." never occurs, "mr." does; `keep_accents=False` turns "é" into "e"). `flag` names the
+    option in the message (the CLI passes `--user-defined-symbols`).
+    """
+    seen: set[str] = set()
+    preprocess = Preprocessor(options)
+    for symbol in symbols:
+        if not symbol:
+            raise UserError(f"{flag}: an empty symbol")
+        if symbol in SPECIAL_PIECES:
+            raise UserError(f"{flag}: {symbol!r} is one of the special pieces {' '.join(SPECIAL_PIECES)}, "
+                            "always in the vocabulary")
+        if symbol in seen:
+            raise UserError(f"{flag}: {symbol!r} is given twice")
+        seen.add(symbol)
+        if any(c.isspace() for c in symbol):
+            raise UserError(f"{flag}: {symbol!r} holds whitespace; text is split at whitespace before symbols "
+                            "are matched, so it could never occur")
+        if preprocess(symbol) != symbol:
+            raise UserError(f"{flag}: {symbol!r} is {preprocess(symbol)!r} in preprocessed text (lowercasing, "
+                            "accent stripping), so it could never occur")
+    if len(SPECIAL_PIECES) + len(seen) >= vocab_size:
+        raise UserError(f"{flag}: {len(seen)} symbols and {len(SPECIAL_PIECES)} special pieces leave no room in a "
+                        f"vocabulary of {vocab_size}")
+
+
+def sample_lines(lines: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform random sample of `size` of `lines` (all of them when there are fewer), reservoir-sampled with
+    `random.Random(seed)`: the same lines and seed give the same sample. sentencepiece's own sampler ignores
+    `set_random_generator_seed` (0.2.x), so its models changed from run to run on a corpus over the sample size."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    for seen, line in enumerate(lines):
+        if seen < size:
+            sample.append(line)
+        else:
+            k = int(rng.random() * (seen + 1))
+            if k < size:
+                sample[k] = line
+    return sample
+
+
+def _drain(sample: list[str]) -> Iterator[str]:
+    """The sample's lines in order, each released once sentencepiece holds its own copy (memory is not held
+    twice). In order: a corpus smaller than the sample reaches sentencepiece exactly as it did unsampled."""
+    sample.reverse()
+    while sample:
+        yield sample.pop()
+
+
+def _reproducible_model(model_file: Path, shuffled: bool) -> None:
+    """Drop the training path from the model's recorded trainer_spec (it made the bytes depend on --out, and
+    named a staging directory that no longer exists) and record that the sample was a random one."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2
+    except ImportError:  # protobuf absent: the model is the same, only its metadata keeps the path
+        return
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model_file.read_bytes())
+    proto.trainer_spec.ClearField("model_prefix")
+    proto.trainer_spec.shuffle_input_sentence = shuffled
+    model_file.write_bytes(proto.SerializeToString())
 
 
 def read_text_lines(path: Path) -> Iterator[str]:
@@ -382,6 +454,28 @@ def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, pr
         done += path.stat().st_size
         if progress is not None:
             progress.update(done - progress.n)
+
+
+def _counted(lines: Iterable[str], count: list[int]) -> Iterator[str]:
+    for line in lines:
+        count[0] += 1
+        yield line
+
+
+def _announce_training(lines: Iterable[str], read: list[int], bar, train: SentencePieceTrainOptions,
+                       show_progress: bool) -> Iterator[str]:
+    """`lines` (the sample), then (when `show_progress`) one stderr line once they are all read (`read[0]`
+    sentences): reading takes seconds, sentencepiece's training after it minutes to hours on a big sample, and
+    showed nothing until it ended."""
+    count = 0
+    for count, line in enumerate(lines, start=1):
+        yield line
+    if show_progress:
+        bar.close()
+        sample = f" (a sample of {count:,})" if count < read[0] else ""
+        print(f"read {read[0]:,} sentences{sample}; training the {train.model_type} model (V={train.vocab_size}, "
+              f"{train.num_threads or _default_threads()} threads) shows no progress until it ends "
+              "(--verbose: sentencepiece's log)", file=sys.stderr, flush=True)
 
 
 def fit_bytes(text: str, limit: int) -> list[str]:
@@ -445,22 +539,30 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
 
     train = train or SentencePieceTrainOptions()
     options = options or SentencePieceOptions(do_lower_case=False, keep_accents=True)
+    check_user_defined_symbols(train.user_defined_symbols, options, train.vocab_size)
     paths = [Path(f) for f in files]
     total_bytes = check_training_input(paths, check_lines or read_lines, explain_empty)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(train.seed)
     extra = {"user_defined_symbols": list(train.user_defined_symbols)} if train.user_defined_symbols else {}
+    # A random sample is drawn here, seeded; sentencepiece then takes all of it (its own sampler is unseeded).
+    sampled = train.shuffle_input_sentence and train.input_sentence_size > 0
     with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="reading", disable=not show_progress or None,
               leave=False) as bar:
+        read = [0]
+        lines = _counted(iter_training_lines(paths, options, bar, read_lines, train.max_sentence_length, on_cut),
+                         read)
+        if sampled:
+            lines = _drain(sample_lines(lines, train.input_sentence_size, train.seed))
+        lines = _announce_training(lines, read, bar, train, show_progress)
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter_training_lines(paths, options, bar, read_lines, train.max_sentence_length,
-                                                      on_cut),
+                sentence_iterator=lines,
                 model_prefix=str(out_dir / "spiece"), model_type=train.model_type,
                 vocab_size=train.vocab_size, character_coverage=train.character_coverage,
                 input_sentence_size=train.input_sentence_size,
-                shuffle_input_sentence=train.shuffle_input_sentence,
+                shuffle_input_sentence=train.shuffle_input_sentence and not sampled,
                 max_sentence_length=train.max_sentence_length,
                 pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
                 num_threads=train.num_threads or _default_threads(),
@@ -470,5 +572,6 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
             # "INTERNAL: src/trainer_interface.cc(744) [(a) == (b)] Vocabulary size ..." -> its sentence
             message = re.sub(r"^[A-Z_]+: \S+\.cc\(\d+\) \[.*?\] ?", "", message) or message
             raise UserError(f"sentencepiece training failed: {message}") from None
+    _reproducible_model(out_dir / MODEL_FILE, train.shuffle_input_sentence)
     save_directory(out_dir, out_dir / MODEL_FILE, MODEL_FILE, transformers_config(options))
     return SentencePieceTokenizer(out_dir / MODEL_FILE, options)

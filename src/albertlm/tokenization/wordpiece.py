@@ -138,6 +138,14 @@ def read_options(config_file: Path | None) -> WordPieceOptions:
     return WordPieceOptions.from_dict(read_config(config_file), config_file)
 
 
+def canonical_order(vocab: dict[str, int]) -> list[str]:
+    """A trained vocabulary's tokens in an order that depends only on the set: the special tokens (ids 0..4),
+    then the word-start tokens, then the "##" continuations, each group sorted by code point."""
+    rest = [t for t in vocab if t not in SPECIAL_TOKENS]
+    return [*SPECIAL_TOKENS, *sorted(t for t in rest if not t.startswith("##")),
+            *sorted(t for t in rest if t.startswith("##"))]
+
+
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
                     options: WordPieceOptions | None = None, min_frequency: int = 2,
                     limit_alphabet: int | None = None, show_progress: bool = True,
@@ -147,7 +155,14 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     directory.
 
     The trainer keeps every alphabet character both as a word start and as "##c", so the alphabet is capped at
-    a third of the vocabulary (at most 1000, the tokenizers default) to keep the result within `vocab_size`.
+    half the vocabulary left after the special tokens (`limit_alphabet`): the result never exceeds `vocab_size`,
+    and the characters past the cap (the rarest) become [UNK]. It used to be capped at 1000 characters, which
+    made hundreds of the Hanzi of a Chinese corpus, or the Hangul of a Korean one, [UNK] at any vocabulary size.
+
+    The vocabulary is written in a canonical order (special tokens, then word starts and then "##"
+    continuations, each sorted by code point): the trainer numbers tokens in hash-map order, different in every
+    process, so the same corpus gave other ids each run. The trainer can still pick differently between
+    equally frequent merges at the end of the vocabulary, so two runs may differ in a token or two.
     """
     from tokenizers.trainers import WordPieceTrainer
 
@@ -162,14 +177,13 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     backend = build_pipeline(placeholder, options)
     trainer = WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,
                                special_tokens=list(SPECIAL_TOKENS),
-                               limit_alphabet=limit_alphabet or max(1, min(1000, (vocab_size - len(SPECIAL_TOKENS)) // 3)),
+                               limit_alphabet=limit_alphabet or max(1, (vocab_size - len(SPECIAL_TOKENS)) // 2),
                                continuing_subword_prefix="##")
     if read_lines is None:
         backend.train(paths, trainer)
     else:
         backend.train_from_iterator((line for p in paths for line in read_lines(Path(p))), trainer)
-    vocab = backend.get_vocab()
-    tokens = sorted(vocab, key=vocab.get)
+    tokens = canonical_order(backend.get_vocab())
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     save_directory(out_dir, out_dir / VOCAB_FILE, VOCAB_FILE, transformers_config(options))
     return WordPieceTokenizer(out_dir / VOCAB_FILE, options)
