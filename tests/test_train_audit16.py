@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,9 @@ def test_tensorboard_keeps_the_records_of_the_step_a_run_resumes_from(tmp_path):
     settings = dict(max_steps=4, save_every=2, eval_every=2, log_every=2, tensorboard=True)
     assert _loop(tmp_path, **settings).run() == "done"
     shutil.rmtree(ckpt.step_dir(tmp_path, 4))                  # killed after step 4, before its checkpoint
+    # TensorBoard reads event files in name order: time in seconds, host, pid, then a per-process counter that
+    # sorts "10" before "9"; a resume within the same second of the same process could be read first
+    time.sleep(1.05)
     assert _loop(tmp_path, resume=True, **settings).run() == "done"
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
