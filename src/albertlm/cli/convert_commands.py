@@ -13,9 +13,12 @@ Heavy imports happen inside `run` so `albertlm --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from albertlm.errors import UserError
@@ -42,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                         help="output format (default: albertlm)")
     parser.add_argument("--config", metavar="FILE", help="TF source: albert_config.json "
                         "(default: the one beside the checkpoint)")
-    parser.add_argument("--tokenizer", metavar="FILE", help="copy this spiece.model / *.model / vocab.txt "
-                        "instead of the one found beside SRC")
+    parser.add_argument("--tokenizer", metavar="FILE", help="copy this spiece.model / *.model / vocab.txt / "
+                        "tokenizer.json instead of the one found beside SRC")
     parser.add_argument("--verify", action="store_true",
                         help="TF source: check every tensor's CRC32C (pure Python, slow for large models)")
     parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
@@ -77,42 +80,94 @@ def run(args: argparse.Namespace, command: str) -> int:
     tokenizer = args.tokenizer or find_tokenizer(base)
     # the tokenizer DST will hold (--to hf writes the one found; files beside SRC are copied): it must fit
     if tokenizer is not None and (args.tokenizer or args.dst_format == "hf" or Path(tokenizer) == base):
-        _check_tokenizer_fits(Path(tokenizer), model.config.vocab_size)
+        _check_tokenizer_fits(Path(tokenizer), model.config.vocab_size, explicit=bool(args.tokenizer))
     from albertlm.interop.hf import read_labels
 
     labels = read_labels(src if src.is_dir() else src.parent)
-    if args.overwrite:   # every check passed: no file of an earlier conversion may outlive this one
-        for name in OUTPUT_FILES:
-            (dst / name).unlink(missing_ok=True)
-    try:
-        save_model(model, dst, args.dst_format, labels)
-    except OSError as exc:
-        raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
-    copied = copy_tokenizer(src, dst, Path(args.tokenizer) if args.tokenizer else None)
-    card = None
-    if args.dst_format == "hf":  # tokenizer_config.json, tokenizer.json and README.md beside the model
-        from albertlm.interop.hf import complete_export
+    if args.dst_format == "hf":   # a sharing transformers cannot express: refused before anything is written
+        from albertlm.interop.hf import hf_export_config
 
-        *more, card = complete_export(model, dst, src, tokenizer)
-        copied = copied + more
+        hf_export_config(model.config)
+    # Everything is written into a folder beside DST and moved into place when complete: a conversion that fails
+    # half-way (disk full, an unreadable tokenizer) leaves DST, and with --overwrite its earlier model, as it was.
+    with _staging(dst) as stage:
+        try:
+            save_model(model, stage, args.dst_format, labels)
+            copied = copy_tokenizer(src, stage, Path(args.tokenizer) if args.tokenizer else None)
+        except OSError as exc:
+            raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
+        card = None
+        if args.dst_format == "hf":  # tokenizer_config.json, tokenizer.json and README.md beside the model
+            from albertlm.interop.hf import complete_export
+
+            *more, card = complete_export(model, stage, src, tokenizer)
+            copied = copied + more
+        _move_into_place(stage, dst, args.overwrite)
+    copied = [line.replace(str(stage), str(dst)) for line in copied]
+    card = card.replace(str(stage), str(dst)) if card else card
     print_summary(model, src, src_format, dst, args.dst_format, notes, copied, card)
     return 0
 
 
-def _check_tokenizer_fits(path: Path, vocab_size: int) -> None:
-    """A tokenizer with more pieces than the model has rows would give ids past its embedding table."""
+@contextlib.contextmanager
+def _staging(dst: Path):
+    """A new empty folder named like DST (the model card is titled by it) inside a temporary folder beside DST,
+    removed on the way out. Directories made for it that stay empty (a failed conversion) are removed too."""
+    target = dst.resolve()
+    parent = target.parent
+    made = [d for d in (parent, *parent.parents) if not d.exists()]
+    blocked = next((d for d in (parent, *parent.parents) if d.exists() and not d.is_dir()), None)
+    if blocked is not None:
+        raise UserError(f"cannot write {dst}: {blocked} is a file, not a directory")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        holder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".convert-tmp", dir=parent))
+    except OSError as exc:
+        raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
+    stage = holder / (target.name or "model")
+    stage.mkdir()
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
+        for directory in made:   # innermost first; only those still empty (nothing was moved into them)
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def _move_into_place(stage: Path, dst: Path, overwrite: bool) -> None:
+    """The complete conversion replaces DST's files; with --overwrite no file of an earlier one outlives it."""
+    try:
+        dst.mkdir(parents=True, exist_ok=True)
+        if overwrite:
+            for name in OUTPUT_FILES:
+                (dst / name).unlink(missing_ok=True)
+        for path in sorted(stage.iterdir()):
+            os.replace(path, dst / path.name)
+    except OSError as exc:
+        raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
+
+
+def _check_tokenizer_fits(path: Path, vocab_size: int, explicit: bool = False) -> None:
+    """A tokenizer with more pieces than the model has rows would give ids past its embedding table. An `explicit`
+    --tokenizer other than a word list (*.txt) that is no tokenizer at all (neither ours nor a SentencePiece model)
+    is refused too: it would be copied into DST as spiece.model, where every later load of the model fails on it."""
     from albertlm.tokenization import load_tokenizer
 
     try:
         size = load_tokenizer(path).vocab_size
-    except UserError:   # not an ALBERT tokenizer of ours (its files are still copied): count its pieces
+    except UserError as exc:   # not an ALBERT tokenizer of ours (its files are still copied): count its pieces
         if path.suffix != ".model":
+            if explicit and path.suffix != ".txt":
+                raise UserError(f"--tokenizer {path}: {exc}") from None
             return
         import sentencepiece
 
         try:
             size = sentencepiece.SentencePieceProcessor(model_file=str(path)).get_piece_size()
         except (OSError, RuntimeError):
+            if explicit:
+                raise UserError(f"--tokenizer {path}: {exc}") from None
             return
     if size > vocab_size:
         raise UserError(f"tokenizer {path} has {size} pieces but the model's vocabulary is {vocab_size}: "
@@ -216,7 +271,7 @@ def copy_tokenizer(src: Path, dst: Path, explicit: Path | None) -> list[str]:
     if explicit is not None:
         if not explicit.is_file():
             raise UserError(f"--tokenizer {explicit}: no such file")
-        name = "vocab.txt" if explicit.suffix == ".txt" else "spiece.model"
+        name = {".txt": "vocab.txt", ".json": "tokenizer.json"}.get(explicit.suffix, "spiece.model")
         shutil.copyfile(explicit, dst / name)
         return [f"{explicit} -> {name}"]
     base = src if src.is_dir() else src.parent

@@ -2,8 +2,9 @@
 
 Import needs nothing here: every model class's `from_pretrained(dir)` reads a transformers ALBERT
 directory. Export writes `config.json` + `model.safetensors` that transformers' Albert* classes load
-with no missing or unexpected keys. transformers shares attention and FFN together, so models with
-sharing `attention` or `ffn` cannot be exported (a UserError says so).
+with no missing or unexpected keys. transformers shares attention and FFN together (its groups of inner
+layers), so models with sharing `attention` or `ffn` cannot be exported (a UserError says so), unless every
+layer is its own group (N = L, or L = 1): then nothing is shared and the model is exported as `none`.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     name = type(model).__name__
     if name not in HF_ARCHITECTURES:
         raise UserError(f"cannot export {name} to transformers (one of {', '.join(HF_ARCHITECTURES)})")
-    cfg = model.config
+    cfg = hf_export_config(model.config)
     if name in ("AlbertForPreTraining", "AlbertForQuestionAnswering"):
         # transformers sizes the SOP head and the QA head (start, end) by num_labels; ours are always 2 wide
         cfg = cfg.replace(num_labels=2)
@@ -54,14 +55,33 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     return directory
 
 
+def hf_export_config(cfg):
+    """The config to export `cfg`'s model as: itself for sharing `all` / `none`; `none` for sharing `attention` or
+    `ffn` when every layer is its own group (N = L, or L = 1: nothing is shared, the same weights and plan);
+    otherwise a UserError before anything is written (transformers shares attention and FFN together)."""
+    if cfg.sharing in ("all", "none"):
+        return cfg
+    if all(a == f for a, f in sharing_plan(cfg)):
+        return cfg.replace(sharing="none", num_groups=1)
+    other = "FFN" if cfg.sharing == "attention" else "attention"
+    raise UserError(f"sharing={cfg.sharing!r} ({cfg.num_layers} layers in {cfg.num_groups} group(s), each layer with "
+                    f"its own {other}) cannot be expressed by transformers' ALBERT, which shares attention and FFN "
+                    "together: only sharing 'all' or 'none' (or one group per layer) can be exported to transformers")
+
+
 def import_hf(directory: str | Path, model_class: type | None = None) -> nn.Module:
     """Load a transformers ALBERT directory as the albertlm class named by its `architectures`
     (or `model_class`)."""
     if model_class is None:
+        from albertlm.errors import read_json_object
         from albertlm.model.registry import model_class as class_named
 
-        data = json.loads((Path(directory) / "config.json").read_text())
-        name = (data.get("architectures") or ["AlbertForPreTraining"])[0]
+        config = Path(directory) / "config.json"
+        if not config.is_file():
+            raise UserError(f"{directory}: no config.json, not a transformers directory (see --from)")
+        data = read_json_object(config, "a transformers config.json")
+        names = data.get("architectures") or ["AlbertForPreTraining"]
+        name = names[0] if isinstance(names, list) else names
         if name not in HF_ARCHITECTURES:
             raise UserError(f"{directory}: architecture {name!r} is not an ALBERT class we know")
         model_class = class_named(name)

@@ -38,7 +38,7 @@ from albertlm.config import ModelConfig
 from albertlm.errors import UserError
 from albertlm.interop.tf_checkpoint import TFCheckpoint, resolve_prefix
 from albertlm.model import hf_format
-from albertlm.model.albert import AlbertForPreTraining
+from albertlm.model.albert import AlbertForPreTraining, sharing_plan
 
 # variables a training run adds: optimizer slots, step counters, TF2's object graph
 TRAINING_STATE = re.compile(r"(^|/)(adam_[mv]|Adam(_\d+)?|Momentum|global_step|beta[12]_power|save_counter)$"
@@ -73,9 +73,7 @@ def _block_map(g: int, k: int, u: int) -> dict[str, Source]:
 def tf_key_map(cfg: ModelConfig, head: str = "pretraining") -> dict[str, Source]:
     """Every state-dict key of AlbertForPreTraining (head "pretraining") or of
     AlbertForSequenceClassification (head "classifier") -> the TF variable(s) it comes from."""
-    if cfg.sharing != "all":
-        raise UserError(f"google-research checkpoints share all weights within groups; sharing={cfg.sharing!r} "
-                        "has no TF layout")
+    num_groups = tf_num_groups(cfg)
     modules = {"albert.embeddings.norm": _norm("bert/embeddings/LayerNorm"),
                "albert.pooler": _dense("bert/pooler/dense")}
     if cfg.has_embedding_projection:
@@ -85,11 +83,23 @@ def tf_key_map(cfg: ModelConfig, head: str = "pretraining") -> dict[str, Source]
                          ("token_type", "token_type_embeddings")):
         keys[f"albert.embeddings.{ours}.weight"] = ((f"bert/embeddings/{theirs}",), False)
     K = cfg.inner_group_num
-    for g in range(cfg.num_groups):
+    for g in range(num_groups):
         for k in range(K):
             keys.update(_block_map(g, k, g * K + k))
     keys.update(HEADS[head])
     return keys
+
+
+def tf_num_groups(cfg: ModelConfig) -> int:
+    """google's num_hidden_groups for `cfg`: N for sharing `all`; L when every layer is its own group (sharing `none`,
+    which is what an albert_config.json with num_hidden_groups = num_hidden_layers reads as, or `attention` / `ffn`
+    with N = L). google's groups share attention and FFN together, so other sharings have no TF layout."""
+    if cfg.sharing == "all":
+        return cfg.num_groups
+    if all(a == f for a, f in sharing_plan(cfg)):
+        return cfg.num_layers
+    raise UserError(f"google-research checkpoints share attention and FFN together within groups; sharing="
+                    f"{cfg.sharing!r} with {cfg.num_groups} group(s) of {cfg.num_layers} layers has no TF layout")
 
 
 # run_pretraining.py's heads
