@@ -19,9 +19,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def lengths_for(B: int, T: int, real: float, g: torch.Generator) -> torch.Tensor:
+    """B row lengths drawn uniformly from a range centred on real * T within [1, T], so the mean fraction of
+    real tokens is `real` below one half too (not only the ranges that end at T)."""
     if real >= 1:
         return torch.full((B,), T)
-    return torch.randint(max(1, int(T * (2 * real - 1))), T + 1, (B,), generator=g).clamp(max=T)
+    mean = real * T
+    half = max(0.0, min(T - mean, mean - 1))
+    low, high = max(1, int(mean - half)), min(T, max(1, int(round(mean + half))))
+    return torch.randint(low, high + 1, (B,), generator=g)
 
 
 def timed(fn, reps: int) -> float:
@@ -131,6 +136,8 @@ def main() -> None:
     if device.type != "cuda" or not torch.cuda.is_available():
         parser.error("attention_speed.py times CUDA kernels: it needs --device cuda and a GPU")
     B, T, A, hs = map(int, args.shape.split("x"))
+    if not all(0 < r <= 1 for r in map(float, args.real.split(","))):
+        parser.error(f"--real: each fraction must be in (0, 1], not {args.real}")
     print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}: attention forward + backward, "
           f"bf16, B={B} T={T} heads={A} head size={hs}")
     for real in map(float, args.real.split(",")):

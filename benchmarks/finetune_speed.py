@@ -4,7 +4,9 @@ Rows, all training steps (forward + backward + AdamW step, batch 32, fp32, same 
   transformers, padded to 128   AlbertForSequenceClassification fed shuffled batches padded to a fixed 128
                                 (the common `pad_to_max_length` setup)
   transformers, dynamic         same model, shuffled batches padded to their own longest sequence
-  albertlm                      our pipeline: our model, length-bucketed batches padded per batch
+  albertlm                      our pipeline: our model prepared as `albertlm finetune` prepares it
+                                (`training.precision.prepare_model`: the CPU fast paths where this CPU's
+                                probe picks them), length-bucketed batches padded per batch
                                 (`tasks.features.bucket_batches` + `collate`), as `albertlm finetune` runs
   albertlm, padded to 128       our model on the fixed-128 batches (separates model speed from padding)
 
@@ -24,6 +26,7 @@ import numpy as np
 import torch
 
 from albertlm.config.presets import get_preset
+from albertlm.model.fast_paths import choose_fast_path
 from albertlm.model.heads import AlbertForSequenceClassification
 from albertlm.tasks import glue
 from albertlm.tasks.features import Feature, bucket_batches, collate, encode_pairs
@@ -72,6 +75,14 @@ def train_step(model, optimizer, batch) -> None:
     optimizer.step()
 
 
+def our_model(cfg) -> AlbertForSequenceClassification:
+    """Our classifier as `albertlm finetune` trains it on the CPU (`training.trainer.build_loop`:
+    `prepare_model`, fp32, the CPU fast paths where the probe picks them)."""
+    from albertlm.training.precision import prepare_model
+
+    return prepare_model(AlbertForSequenceClassification(cfg), precision="fp32", device=torch.device("cpu"))
+
+
 def hf_model(cfg):
     from transformers import AlbertConfig, AlbertForSequenceClassification as HFAlbert
 
@@ -96,7 +107,7 @@ def main() -> None:
     lengths = np.asarray([f.length for f in features])
     print(f"SST-2 train: {len(features)} examples, tokens per example mean {lengths.mean():.1f}, "
           f"max {lengths.max()}; albert-base, batch {args.batch_size}, {args.steps} timed steps, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads; our CPU fast path: {choose_fast_path('cpu', 'fp32')}")
     cfg = get_preset("albert-base", num_labels=2)
     B = args.batch_size
 
@@ -108,7 +119,7 @@ def main() -> None:
     random = [pool[i] for i in random_batches(len(pool), B, rng)]
     bucketed = [pool[i] for i in bucket_batches(lengths[pool], B, rng)]
     torch.manual_seed(0)
-    ours = AlbertForSequenceClassification(cfg)
+    ours = our_model(cfg)
     theirs = hf_model(cfg)
     rows = [
         ("transformers, padded to 128", theirs, batches(random, 128)),

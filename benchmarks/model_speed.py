@@ -278,6 +278,12 @@ def main() -> None:
         parser.error("ours-cudagraphs (CUDA graphs) needs --device cuda")
     if not 0 < args.real <= 1:
         parser.error(f"--real must be in (0, 1], not {args.real}")
+    for mode in args.modes.split(","):      # any other word would have run (and been labelled) as inference
+        if mode not in ("train", "infer"):
+            parser.error(f"--modes: {mode!r} is not one of train, infer")
+    for precision in dtypes.split(","):     # any other word would have run fp32 under that label
+        if precision not in ("fp32", "bf16", "fp16"):
+            parser.error(f"--dtypes: {precision!r} is not one of fp32, bf16, fp16")
     cfg = get_preset(args.preset)
     ours, theirs = build_models(cfg)
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability

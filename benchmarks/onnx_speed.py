@@ -2,7 +2,7 @@
 
 1. Speed: an albert-base-shaped AlbertForSequenceClassification (random weights, 2 labels) exported with
    `albertlm.interop.onnx.export_onnx`; PyTorch (our model as `albertlm predict` runs it: fp32,
-   inference_mode, its CPU fast paths) vs onnxruntime fp32 vs onnxruntime int8 on the same inputs, the
+   inference_mode, the plain model) vs onnxruntime fp32 vs onnxruntime int8 on the same inputs, the
    three timed in alternation in this process, same thread count. Prints ms per batch and the ratios.
 2. Accuracy (`--sst2`, a few minutes): a small ALBERT (E 64, H 128, L 4, all-shared, the ALBERT 30k
    vocabulary) fine-tuned from random initialisation on GLUE SST-2 (../shared/data/glue/SST-2) through
