@@ -2,25 +2,12 @@
 what the script says it is (no timing here, albert-tiny or pure functions only)."""
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"{name}_audit16", ROOT / "benchmarks" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+from test_benchmarks_audit14 import load   # a benchmark script as a module
 
 
 @pytest.mark.parametrize("real", [0.1, 0.25, 0.4, 0.75, 0.9])

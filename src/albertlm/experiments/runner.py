@@ -343,18 +343,22 @@ def _number(text: str) -> bool:
         return False
 
 
+def _task_files(suite: Suite, task: FinetuneTask) -> tuple[Path, list[Path], list[Path]]:
+    """A fine-tuning task's folder under --glue-dir and its train and dev files there (empty lists if absent)."""
+    from albertlm.tasks import glue
+
+    directory = suite.glue_dir / task.dir_name
+    info = glue.get_task(task.name)
+    return directory, glue.find_split(info, directory, "train"), glue.find_split(info, directory, "dev")
+
+
 def glue_paths(suite: Suite) -> dict:
     """Where `prepare_glue` puts (and finds) each fine-tuning task's files for this suite, as it stands now: a
     suite directory moved or copied elsewhere, or given another --glue-dir, reads its files there, never
     from the place recorded when it was prepared. {} when a task's folder lacks its files."""
-    from albertlm.tasks import glue
-
     out = {}
     for task in suite.scale.finetune_tasks:
-        directory = suite.glue_dir / task.dir_name
-        info = glue.get_task(task.name)
-        train = glue.find_split(info, directory, "train")
-        dev = glue.find_split(info, directory, "dev")
+        _, train, dev = _task_files(suite, task)
         if not train or not dev:
             return {}
         train_file = suite.prepared / "glue" / task.dir_name / "train.tsv" if task.max_train else train[0]
@@ -365,14 +369,9 @@ def glue_paths(suite: Suite) -> dict:
 def prepare_glue(suite: Suite) -> dict:
     """Each fine-tuning task's files: a seeded sample of `max_train` training rows (the same for every
     model) or the whole file, and the task's dev set."""
-    from albertlm.tasks import glue
-
     out = {}
     for task in suite.scale.finetune_tasks:
-        directory = suite.glue_dir / task.dir_name
-        info = glue.get_task(task.name)
-        train = glue.find_split(info, directory, "train")
-        dev = glue.find_split(info, directory, "dev")
+        directory, train, dev = _task_files(suite, task)
         if not train or not dev:
             raise UserError(f"{directory}: no train and dev files for {task.name}")
         train_file = train[0]
