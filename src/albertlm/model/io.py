@@ -73,6 +73,26 @@ def read_state(directory: str | Path) -> dict[str, torch.Tensor]:
                     f"in {directory}")
 
 
+def state_keys(directory: str | Path) -> list[str]:
+    """The tensor names of a checkpoint directory, without reading its tensors where the format allows (a
+    safetensors header, a sharded index); a pickle is read whole."""
+    directory = Path(directory)
+    if (directory / WEIGHTS).is_file():
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(directory / WEIGHTS), framework="pt") as f:
+                return list(f.keys())
+        except Exception as exc:  # SafetensorError: a damaged header
+            raise UserError(f"{directory / WEIGHTS}: not a readable safetensors file, truncated or damaged "
+                            f"({_first_line(exc)})") from None
+    if not (directory / PICKLE_WEIGHTS).is_file() and (directory / (WEIGHTS + INDEX)).is_file():
+        weight_map = read_json_object(directory / (WEIGHTS + INDEX), "a sharded-weights index").get("weight_map")
+        if isinstance(weight_map, dict):
+            return list(weight_map)
+    return list(read_state(directory))
+
+
 def read_sharded(index: Path, read) -> dict[str, torch.Tensor]:
     """The tensors of transformers' sharded weights: `index` (JSON) maps each tensor name to the file in its
     directory that holds it (`weight_map`); every shard is read with `read`. A shard that is missing, outside the

@@ -62,9 +62,9 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
 def pretraining_heads(checkpoint: Path) -> tuple[bool, bool]:
     """(has a masked-LM head, has a sentence-order/NSP head): by the weight names the checkpoint stores, ours
     (`mlm_head.`, `sop_head.`) or transformers' (`predictions.`, `sop_classifier.`)."""
-    from albertlm.model.io import read_state
+    from albertlm.model.io import state_keys
 
-    keys = list(read_state(checkpoint))
+    keys = state_keys(checkpoint)      # the names only: the weights are read once, by from_pretrained
     return (any(k.startswith(("mlm_head.", "predictions.")) for k in keys),
             any(k.startswith(("sop_head.", "sop_classifier.")) for k in keys))
 
