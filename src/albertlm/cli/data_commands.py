@@ -32,9 +32,7 @@ def run(args: argparse.Namespace, command: str) -> int:
 
 
 def _build(args) -> int:
-    from albertlm.data.build import build
-
-    from albertlm.data.build import unknown_token_report
+    from albertlm.data.build import build, unknown_token_report
 
     summary = build(read_options(args, BUILD))
     print(format_summary(summary), file=sys.stderr)
