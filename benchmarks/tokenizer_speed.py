@@ -30,8 +30,10 @@ def best_rate(fn, megabytes: float, repeat: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="timed passes per tokenizer, the best kept (>= 1)")
     args = parser.parse_args()
+    if args.repeat < 1:   # no pass timed: every rate 0 and the ratios a division by zero
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
 
     from transformers import AlbertTokenizer, BertTokenizer
 

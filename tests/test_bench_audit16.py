@@ -59,3 +59,13 @@ def test_model_speed_rejects_a_mode_or_dtype_it_would_mislabel(option, monkeypat
     with pytest.raises(SystemExit):
         model_speed.main()
     assert option[0] in capsys.readouterr().err
+
+
+def test_tokenizer_speed_refuses_a_repeat_below_one(monkeypatch, capsys):
+    """--repeat 0 timed nothing: every rate was 0 and the ratio line divided by zero."""
+    tokenizer_speed = load("tokenizer_speed")
+    monkeypatch.setattr(tokenizer_speed, "read_lines", lambda: pytest.fail("read the corpus with --repeat 0"))
+    monkeypatch.setattr(sys, "argv", ["tokenizer_speed.py", "--repeat", "0"])
+    with pytest.raises(SystemExit) as exc:
+        tokenizer_speed.main()
+    assert exc.value.code == 2 and "--repeat must be >= 1" in capsys.readouterr().err
