@@ -29,6 +29,16 @@ class UserError(Exception):
     exit_code = 2
 
 
+def json_object_or_empty(path: Path) -> dict:
+    """A JSON object from `path`, or {} when it is missing, unreadable, not JSON or not an object: for optional
+    side files (a run's task.json, metrics.json) that only add information."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def read_json_object(path: Path, what: str, hint: str = "") -> dict:
     """A JSON object from `path`; anything else (not UTF-8, not JSON, nested deeper than the stack, another
     type, unreadable) is a UserError naming the file, `what` it should hold, and `hint` (what to do)."""

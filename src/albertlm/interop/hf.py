@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torch import nn
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, json_object_or_empty
 from albertlm.model import hf_format
 from albertlm.model.albert import AlbertModel, sharing_plan
 
@@ -95,17 +95,17 @@ def read_labels(directory: Path) -> dict:
     """{"id2label": {...}, "problem_type": ...} for a classifier: from a transformers config, our labels.json
     (written by a conversion from transformers), or the task.json of the albertlm fine-tuning run it came
     from (its directory, or the run directory of a `best/` or `checkpoints/step_N` inside it)."""
-    config = _json(directory / "config.json")
+    config = json_object_or_empty(directory / "config.json")
     if config.get("model_type") == "albert":
         names = config.get("id2label") or {}
         default = all(v == f"LABEL_{k}" for k, v in names.items())
         out = {} if default else {"id2label": {str(k): v for k, v in names.items()}}
         return out | ({"problem_type": config["problem_type"]} if config.get("problem_type") else {})
-    found = _json(directory / LABELS_FILE)
+    found = json_object_or_empty(directory / LABELS_FILE)
     if found:
         return found
     run_dir = directory.parent.parent if directory.parent.name == "checkpoints" else directory.parent
-    task = next((t for t in (_json(d / "task.json") for d in (directory, run_dir)) if t), {})
+    task = next((t for t in (json_object_or_empty(d / "task.json") for d in (directory, run_dir)) if t), {})
     if task.get("regression"):
         return {"problem_type": "regression"}
     if task.get("labels"):
@@ -335,8 +335,8 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
     run_dir = checkpoint.parent.parent if step_match and checkpoint.parent.name == "checkpoints" else checkpoint.parent
     run_config = next((p for p in (checkpoint / "run_config.json", run_dir / "run_config.json") if p.is_file()), None)
     if run_config is not None:
-        data_dir = _json(run_config).get("data", {}).get("path")
-        meta = _json(Path(data_dir) / "meta.json") if data_dir else {}
+        data_dir = json_object_or_empty(run_config).get("data", {}).get("path")
+        meta = json_object_or_empty(Path(data_dir) / "meta.json") if data_dir else {}
         if meta:
             corpus = meta.get("counts", {}).get("corpus", {})
             facts["data"] = [
@@ -357,7 +357,7 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
         kind = "fine-tuning" if (run_dir / "task.json").is_file() else "pretraining"
         facts["metrics"] = [f"- held-out evaluation during {kind} at step {record['step']:,}: {values}",
                             f"- (run directory `{run_dir}`, metrics.jsonl)"]
-    finetune = _json(checkpoint.parent / "metrics.json") if checkpoint.name == "best" else {}
+    finetune = json_object_or_empty(checkpoint.parent / "metrics.json") if checkpoint.name == "best" else {}
     if finetune.get("best"):
         values = ", ".join(_flat_metrics(finetune["best"]))
         facts["metrics"] = [f"- fine-tuning ({finetune.get('family')}, {finetune.get('task', '')}): best {values}"]
@@ -377,12 +377,6 @@ def _flat_metrics(values: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _metrics_records(path: Path) -> list[dict]:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from albertlm.config.task import FinetuneConfig
-from albertlm.errors import UserError
+from albertlm.errors import UserError, json_object_or_empty
 from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
 from albertlm.training import checkpoint as ckpt
@@ -147,14 +147,6 @@ def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, b
 
 def _write_json(path: Path, data: Any) -> None:
     ckpt.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def _read_json_object(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def save_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
@@ -341,7 +333,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     losses = extra.get("losses") or [float("nan")]
     # the best model's task.json, not spec.info: what an evaluation records there (SQuAD v2.0's tuned null
     # threshold) is the best one's, not the last one's
-    info = {**spec.info, **_read_json_object(out_dir / "best" / TASK_FILE)}
+    info = {**spec.info, **json_object_or_empty(out_dir / "best" / TASK_FILE)}
     metrics = {**info, "family": spec.family, "best": extra.get("best", {}), "config": cfg.to_dict(),
                "train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-5:])),
                "problems": spec.problems.to_dict(), "test_predictions": tests, "status": status}
