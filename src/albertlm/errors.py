@@ -23,6 +23,39 @@ def reports_here() -> bool:
     return False
 
 
+# A rank that is not the one to speak fails, before the process group forms, on what every rank checks (the
+# command line, the config, --dist.backend): exiting at once lets torchrun stop the first rank before it has
+# said why (seen on a loaded 2-core machine: no line at all). Such a rank lingers instead, so that the first
+# rank says it and torchrun then ends this one; if it is still running after LINGER_S, the error was its own
+# (its copy of a file, its device), and it says it, naming its rank.
+LINGER_S = 10.0
+_joined = {"group": False}
+
+
+def joined_group() -> None:
+    """Called once this process is in a process group: from then on a failing rank leaves its message for the
+    others (`training.distributed.tell_peers`) and must exit at once so that their collectives fail."""
+    _joined["group"] = True
+
+
+def other_rank_says(line: str) -> None:
+    """For a process that does not report (`reports_here` False): under torchrun and before a process group
+    formed, wait `LINGER_S` for the first rank to say the same (torchrun ends this process then), else say
+    `line` with this process's rank. Elsewhere, nothing (every rank still exits non-zero)."""
+    if reports_here() or _joined["group"] or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    import sys
+    import time
+
+    try:
+        time.sleep(LINGER_S)
+    except KeyboardInterrupt:
+        return
+    rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "?"))
+    prog, sep, rest = line.partition(": ")
+    print(f"{prog} (rank {rank}){sep}{rest}" if sep else f"(rank {rank}) {line}", file=sys.stderr, flush=True)
+
+
 class UserError(Exception):
     """Bad input from the user (a path, a value, a file's content): message, exit code 2, no traceback."""
 

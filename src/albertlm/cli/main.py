@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from albertlm.errors import reports_here
+from albertlm.errors import other_rank_says, reports_here
 
 # name -> (module, one-line help). `evaluate` is split: a task name first goes to the task module.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -103,6 +103,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         if not reports_here():              # under torchrun every rank parses the same argv: rank 0 says it
+            other_rank_says(f"{self.prog}: error: {message}")
             raise SystemExit(2)
         if message.startswith("unrecognized arguments:"):
             options = _all_options(self)
@@ -174,15 +175,18 @@ def _main(argv: list[str]) -> int:
         _say(f"albertlm {command}: error: {one_line(exc)}")
         return 2
     except KeyboardInterrupt:
-        _say(f"albertlm {command}: interrupted")
+        _say(f"albertlm {command}: interrupted", linger=False)
         return 130
 
 
-def _say(line: str) -> None:
+def _say(line: str, linger: bool = True) -> None:
     """An error line on stderr from the first rank only (`errors.reports_here`): under torchrun every rank checks
-    the same inputs and fails the same way, and one line is the contract; every rank still exits non-zero."""
+    the same inputs and fails the same way, and one line is the contract; every rank still exits non-zero. The
+    other ranks wait for the first to say it when no process group formed yet (`errors.other_rank_says`)."""
     if reports_here():
         print(line, file=sys.stderr)
+    elif linger:
+        other_rank_says(line)
 
 
 def one_line(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from albertlm.errors import UserError, reports_here  # noqa: F401  (re-exported for training)
+from albertlm.errors import UserError, joined_group, reports_here  # noqa: F401  (re-exported for training)
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_minute
                                     timeout=datetime.timedelta(minutes=timeout_minutes))
         except (dist.DistError, ValueError, RuntimeError) as exc:
             raise UserError(_join_failure(exc, rank, world_size, timeout_minutes)) from None
+        joined_group()
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
 
 
