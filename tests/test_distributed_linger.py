@@ -92,3 +92,15 @@ def test_joining_a_group_marks_it(monkeypatch):
     monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: None)
     info = init_distributed("gloo", "cpu")
     assert info.world_size == 2 and errors._joined["group"] is True
+
+
+def test_an_unknown_command_is_said_once_under_torchrun(rank1, capsys):
+    """Every rank sees the same mistyped command: the other ranks linger and say nothing more than rank 0."""
+    rank1.setenv("TORCHELASTIC_RUN_ID", "test")
+    code, took = _run(["pretrian", "--out", "x"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and took >= 0.3
+    assert err == ["albertlm (rank 1): error: unknown command 'pretrian' (did you mean pretrain?)"], err
+    rank1.delenv("TORCHELASTIC_RUN_ID")
+    code, took = _run(["pretrian", "--out", "x"])
+    assert code == 2 and capsys.readouterr().err == ""

@@ -152,7 +152,10 @@ def _main(argv: list[str]) -> int:
     if command not in COMMANDS:
         close = difflib.get_close_matches(command, COMMANDS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        print(f"albertlm: error: unknown command {command!r}{hint}\n\n{_usage()}", file=sys.stderr)
+        if reports_here():                 # under torchrun, one rank says it (`_say`)
+            print(f"albertlm: error: unknown command {command!r}{hint}\n\n{_usage()}", file=sys.stderr)
+        else:
+            other_rank_says(f"albertlm: error: unknown command {command!r}{hint}")
         return 2
     from albertlm.errors import UserError
 
