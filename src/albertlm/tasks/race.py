@@ -32,8 +32,10 @@ class RaceExample:
 
 
 def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS) -> list[RaceExample]:
-    """All questions of one split; `root` is the RACE directory (holding train/dev/test) or a split dir."""
+    """All questions of one split; `root` is the RACE directory (holding train/dev/test) or a split dir. A level
+    named twice (`--levels middle,middle`) is read once (its questions would count twice in the accuracy)."""
     root = Path(root)
+    levels = tuple(dict.fromkeys(levels))
     is_split_dir = any((root / level).is_dir() for level in LEVELS)  # given RACE/dev itself
     split_dir = root if is_split_dir and not (root / split).is_dir() else root / split
     if not split_dir.is_dir():

@@ -249,10 +249,11 @@ def _clean_piece(piece: str) -> str:
 
 def _fold(text: str) -> str:
     """Lower case, compatibility forms (NFKD: full-width digits, ligatures, Roman numerals) and no accents,
-    as tokenizers normalise words before cutting them into pieces."""
+    as tokenizers normalise words before cutting them into pieces. Lower case again after NFKD: a compatibility
+    character without a lower case of its own can decompose to capitals (`™` -> `TM`, `℃` -> `°C`, `ᴵᴺ` -> `IN`)."""
     if text.isascii():
         return text.lower()
-    return "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+    return "".join(c for c in unicodedata.normalize("NFKD", text.lower()).lower() if not unicodedata.combining(c))
 
 
 def _folded_word(word: str) -> tuple[str, list[int]]:
@@ -475,9 +476,22 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[Feature], s
             sl, el = np.asarray(start_logits[i]), np.asarray(end_logits[i])
             null_score = min(null_score, float(sl[0] + el[0]))
             spans += _window_spans(features[i], sl, el, tokens[example.context], example.context, settings)
-        spans.sort(key=lambda p: -p.score)
+        spans = _distinct_texts(spans)
         best = spans[0] if spans else SpanPrediction("", null_score)
         out[example.qid] = ExamplePrediction(best, null_score, spans[: settings.n_best_size])
+    return out
+
+
+def _distinct_texts(spans: list[SpanPrediction]) -> list[SpanPrediction]:
+    """Best first, one span per answer text (BERT `run_squad`'s n-best keeps each final text once). A span of no
+    text (a bare "▁" piece, which covers no character) is no answer: it is dropped, so it never becomes the
+    best non-null span ('' would be scored as an abstention, or as wrong in v1.1)."""
+    seen: set[str] = set()
+    out = []
+    for span in sorted(spans, key=lambda p: -p.score):
+        if span.text and span.text not in seen:
+            seen.add(span.text)
+            out.append(span)
     return out
 
 
