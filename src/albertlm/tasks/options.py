@@ -40,7 +40,7 @@ class RaceOptions:
     split: str = ""                      # the split to predict or evaluate; "" = dev (and test when fine-tuning)
 
     def level_list(self) -> tuple[str, ...]:
-        levels = tuple(level.strip() for level in self.levels.split(",") if level.strip())
+        levels = tuple(dict.fromkeys(level.strip() for level in self.levels.split(",") if level.strip()))
         bad = [level for level in levels if level not in LEVELS]
         if bad:
             raise UserError(f"--levels: unknown level(s) {bad}; use middle, high")

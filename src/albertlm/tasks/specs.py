@@ -199,11 +199,14 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
     def write(out, out_dir: Path):
         preds = predictions(out)
         final = squad.final_predictions(preds, version, state["threshold"])
-        (out_dir / "predictions.json").write_text(json.dumps(final, indent=2, ensure_ascii=False) + "\n")
+        (out_dir / "predictions.json").write_text(json.dumps(final, indent=2, ensure_ascii=False) + "\n",
+                                                  encoding="utf-8")
         if not version.startswith("1"):
-            (out_dir / "null_odds.json").write_text(json.dumps(squad.null_odds(preds), indent=2) + "\n")
+            (out_dir / "null_odds.json").write_text(json.dumps(squad.null_odds(preds), indent=2) + "\n",
+                                                    encoding="utf-8")
         nbest = {qid: [{"text": s.text, "score": s.score} for s in p.nbest] for qid, p in preds.items()}
-        (out_dir / "nbest_predictions.json").write_text(json.dumps(nbest, ensure_ascii=False) + "\n")
+        (out_dir / "nbest_predictions.json").write_text(json.dumps(nbest, ensure_ascii=False) + "\n",
+                                                        encoding="utf-8")
 
     return EvalSet("dev", features, score if labelled else None, write)
 
@@ -225,7 +228,7 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
     split_dir = not training and root.is_dir() and not any((root / s).is_dir() for s in ("train", "dev", "test")) \
         and any((root / level).is_dir() for level in race.LEVELS)
     if split_dir and len(eval_splits) != 1:
-        eval_splits = (root.name if root.name in ("dev", "test") else "dev",)
+        eval_splits = (root.name if root.name in ("train", "dev", "test") else "dev",)
     for split in eval_splits:
         if not split_dir and not (root / split).is_dir():
             continue
@@ -243,9 +246,10 @@ def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
     def write(out, out_dir: Path):
         preds = out["logits"].argmax(-1)
         letters = {e.qid: race.LETTERS[int(p)] for e, p in zip(examples, preds)}
-        (out_dir / f"{split}_predictions.json").write_text(json.dumps(letters, indent=2) + "\n")
+        (out_dir / f"{split}_predictions.json").write_text(json.dumps(letters, indent=2) + "\n", encoding="utf-8")
         if not selects:  # test: its accuracy is reported once, from the best model
-            (out_dir / f"{split}_metrics.json").write_text(json.dumps(score(out), indent=2) + "\n")
+            (out_dir / f"{split}_metrics.json").write_text(json.dumps(score(out), indent=2) + "\n",
+                                                          encoding="utf-8")
 
     return EvalSet(split, features, score if selects else None, write)
 
@@ -297,6 +301,6 @@ def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalS
         preds = _class_preds(out["logits"], regression)
         lines = ["id\tprediction"] + [f"{e.guid}\t{p:.4f}" if regression else f"{e.guid}\t{label_list[int(p)]}"
                                       for e, p in zip(examples, preds)]
-        (out_dir / f"{name}_predictions.tsv").write_text("\n".join(lines) + "\n")
+        (out_dir / f"{name}_predictions.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     return EvalSet(name, features, score if labelled else None, write)
