@@ -199,6 +199,7 @@ class Chunk:
     index: int
     documents: list[Document]
     negatives: list[list[str]] = field(default_factory=list)
+    read_bytes: int = 0   # bytes of input (as stored) the reader had consumed when the chunk was complete
 
 
 def process_chunk(chunk: Chunk, ctx: ChunkContext) -> tuple[np.ndarray, InstanceCounts]:
@@ -496,26 +497,38 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
     per_shard = cfg.records_per_shard or max(1, RECORD_BYTES_PER_SHARD // ctx.dtype.itemsize)
     writer = ShardWriter(staging, ctx.dtype, per_shard, prefix)
     corpus, instances, stats = CorpusCounts(), InstanceCounts(), _RecordStats()
-    bar = _progress_bar(files, cfg.progress)
+    progress = BuildProgress(sum(f.stat().st_size for f in files), cfg.progress)
+    in_flight: deque = deque()   # read_bytes of the chunks handed out, in chunk order (= the results' order)
+
+    def handed_out(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        for chunk in chunks:
+            in_flight.append(chunk.read_bytes)
+            yield chunk
     try:
-        seen = [0]   # the corpus's chunks (every part reads them all)
-        for records, counts in _results(_my_chunks(files, cfg, corpus, bar, seen), ctx, cfg.workers):
-            writer.write(records)
-            instances.add(counts)
-            stats.add(records)
-        shards = writer.close()
-    except BaseException:
-        writer.abort()
-        raise
+        try:
+            seen = [0]   # the corpus's chunks (every part reads them all)
+            for records, counts in _results(handed_out(_my_chunks(files, cfg, corpus, progress, seen)), ctx,
+                                            cfg.workers):
+                writer.write(records)
+                instances.add(counts)
+                stats.add(records)
+                progress.written(in_flight.popleft(), instances.instances)
+            shards = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances, ctx),
+                  "tokens": asdict(stats)}
+        if instances.instances == 0 and (cfg.num_shards == 1 or seen[0] == 0 or _owned_chunks(seen[0], cfg)):
+            named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+            raise UserError(f"no instances were built from {len(files)} file(s) ({named}): "
+                            f"{_why_empty(corpus, instances)}")
+        meta = _meta(cfg, ctx, files, shards, counts)
+        np.save(staging / WORD_STARTS_FILE, ctx.vocab.word_start)
+        write_json_atomic(staging / _meta_name(cfg), meta)
+        progress.finish()
     finally:
-        bar.close()
-    counts = {"corpus": asdict(corpus), "instances": _instance_counts_dict(instances, ctx), "tokens": asdict(stats)}
-    if instances.instances == 0 and (cfg.num_shards == 1 or seen[0] == 0 or _owned_chunks(seen[0], cfg)):
-        named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-        raise UserError(f"no instances were built from {len(files)} file(s) ({named}): {_why_empty(corpus, instances)}")
-    meta = _meta(cfg, ctx, files, shards, counts)
-    np.save(staging / WORD_STARTS_FILE, ctx.vocab.word_start)
-    write_json_atomic(staging / _meta_name(cfg), meta)
+        progress.close()
     return BuildSummary(str(staging), instances.instances, len(shards), time.perf_counter() - started, counts)
 
 
@@ -526,15 +539,16 @@ def _owned_chunks(chunks: int, cfg: BuildConfig) -> int:
     return len(range(cfg.shard_index, chunks, cfg.num_shards))
 
 
-def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, bar, seen: list[int]) -> Iterator[Chunk]:
-    """This part's chunks. Every chunk is read (and gives negatives to the next), whichever part owns it;
-    `seen[0]` counts them."""
-    documents = read_documents(files, cfg.format, cfg.text_field, corpus, progress=bar.update)
+def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, progress: "BuildProgress",
+               seen: list[int]) -> Iterator[Chunk]:
+    """This part's chunks, each with how far the reader had got (`Chunk.read_bytes`). Every chunk is read
+    (and gives negatives to the next), whichever part owns it; `seen[0]` counts them."""
+    documents = read_documents(files, cfg.format, cfg.text_field, corpus, progress=progress.read)
     negatives: list[list[str]] = []
     for index, docs in enumerate(chunk_documents(documents, cfg.chunk_chars)):
         seen[0] = index + 1
         if index % cfg.num_shards == cfg.shard_index:
-            yield Chunk(index, docs, negatives)
+            yield Chunk(index, docs, negatives, progress.read_bytes)
         if cfg.sentence_task == "nsp":
             negatives = [_excerpt(doc.sentences) for doc in docs[-NEGATIVE_DOCUMENTS:]]
 
@@ -544,13 +558,47 @@ def _excerpt(sentences: list[str]) -> list[str]:
     return sentences[middle:middle + NEGATIVE_SENTENCES]
 
 
-def _progress_bar(files, enabled: bool):
-    """Over the input files' bytes as stored (compressed or not), which the reader reports as it goes."""
-    from tqdm import tqdm
+class BuildProgress:
+    """The build's progress bar, over the input files' bytes as stored (compressed or not): the bytes whose
+    instances are written, not the bytes read. The reader runs ahead of the work (it cuts a chunk long
+    before its instances are made, and keeps up to workers + 1 chunks in flight), so a bar over the bytes
+    read reached 100% while the workers still had the last chunks to do. Here the bar moves when a chunk's
+    records are written, to how far the reader had got when that chunk was complete (`Chunk.read_bytes`),
+    and stays 1% short of its total until the shards are closed and meta.json is written (`finish`).
 
-    total = sum(f.stat().st_size for f in files)
-    return tqdm(total=total, unit="B", unit_scale=True, desc="albertlm data build", disable=not enabled or None,
-                leave=False)
+    `read_bytes` (what the reader reported), `done` (the bar's position) and `instances` (written so far,
+    shown beside the bar) are the state; `done` never goes back and reaches `total` only in `finish`."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        from tqdm import tqdm
+
+        self.total, self.read_bytes, self.done, self.instances = total, 0, 0, 0
+        self._bar = tqdm(total=total, unit="B", unit_scale=True, desc="albertlm data build",
+                         disable=not enabled or None, leave=False)
+
+    def read(self, num_bytes: int) -> None:
+        """The reader's callback: `num_bytes` more of the input were read."""
+        self.read_bytes += num_bytes
+
+    def written(self, read_bytes: int, instances: int) -> None:
+        """A chunk's records are written: the input up to `read_bytes` is done, and `instances` have been
+        written in all. The last 1% waits for `finish` (tqdm rounds 99.9% to "100%")."""
+        self.instances = instances
+        self._advance(min(read_bytes, self.total - max(1, self.total // 100)))
+        self._bar.set_postfix_str(f"{instances:,} instances")
+
+    def finish(self) -> None:
+        """Everything is written (shards closed, meta.json): the bar shows 100%, then goes."""
+        self._advance(self.total)
+        self.close()
+
+    def close(self) -> None:
+        self._bar.close()
+
+    def _advance(self, position: int) -> None:
+        if position > self.done:
+            self._bar.update(position - self.done)
+            self.done = position
 
 
 @dataclass

@@ -57,13 +57,14 @@ TABLE_SUFFIXES = (".parquet", ".arrow")
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd")
 _ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Arrow IPC stream
 
-# A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start,
-# or right after CJK full stops. Abbreviations and single initials are protected afterwards.
+# A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start (see
+# `_starts_sentence`: the regex finds the next word character, Python judges it, whatever the script), or right
+# after CJK full stops. Abbreviations and single initials are protected afterwards.
 _SENTENCE_END = re.compile(
-    r"""([.!?]["'”’)\]]*)\s+(?=["'“‘(\[]?[A-Z0-9À-ÖØ-Þ\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])"""
-    r"""|([。！？]["'”’」』）]*)\s*""")
+    r"""(?P<end>[.!?]["'”’)\]]*)\s+(?=["'“‘(\[]?(?P<next>\w))"""
+    r"""|(?P<cjk>[。！？]["'”’」』）]*)\s*""")
 _ABBREVIATION = re.compile(
-    r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|cf|No|Vol|Fig|Gen|Col|Lt|Sgt|Capt|Rev|Inc|Ltd|Co|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)|\b[A-Z])\.$"
+    r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|cf|No|Vol|Fig|Gen|Col|Lt|Sgt|Capt|Rev|Inc|Ltd|Co|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.$"
 )
 _DOC_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
@@ -131,13 +132,20 @@ class CorpusCounts:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Rule-based sentence splitter for raw text: cut after . ! ? before a capital, digit or quote,
-    except after common abbreviations and single initials ("Mr.", "e.g.", "J."); also after 。！？."""
+    """Rule-based sentence splitter for raw text: cut after . ! ? before a capital (of any script: Latin,
+    Greek, Cyrillic, ...), a letter of a script without case (Chinese, Korean, Arabic, ...), a digit, or a
+    quote or bracket before one of them, except after common abbreviations and single initials ("Mr.",
+    "e.g.", "J.", "А."); also after 。！？."""
     pieces, start = [], 0
     for match in _SENTENCE_END.finditer(text):
-        end = match.end(1) if match.group(1) else match.end(2)
+        if match.group("end"):
+            if not _starts_sentence(match.group("next")):
+                continue
+            end = match.end("end")
+        else:
+            end = match.end("cjk")
         candidate = text[start:end].strip()
-        if not candidate or _ABBREVIATION.search(candidate[-12:]):  # the tail: linear on huge paragraphs
+        if not candidate or _abbreviated(candidate[-12:]):  # the tail: linear on huge paragraphs
             continue
         pieces.append(candidate)
         start = match.end()
@@ -147,11 +155,30 @@ def split_sentences(text: str) -> list[str]:
     return [p for p in pieces if p]
 
 
+def _starts_sentence(char: str) -> bool:
+    """A word character that may start a sentence: a digit, or a letter that is not lowercase (a capital of
+    any script, or a letter of a script without case)."""
+    return char.isdigit() or (char.isalpha() and not char.islower())
+
+
+def _abbreviated(tail: str) -> bool:
+    """The text before a full stop ends with a known abbreviation or a single capital (an initial: "J.",
+    "А.", "Ł.")."""
+    if len(tail) >= 2 and tail[-1] == "." and tail[-2].isupper() and (len(tail) == 2 or not _is_word(tail[-3])):
+        return True
+    return _ABBREVIATION.search(tail) is not None
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 # -- finding the input files -------------------------------------------------------------------------------
 def find_input_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
-    """Files named directly plus the files under named directories, sorted (deterministic).
+    """Files named directly plus the files under named directories, sorted (deterministic); a quoted glob
+    pattern gives the files it matches (`_pattern_files`).
 
-    A directory gives every non-hidden file below it, except: a `datasets.save_to_disk` directory
+    A directory gives every non-hidden file below it (also below its links to directories), except: a `datasets.save_to_disk` directory
     (state.json) gives its Arrow files in the order state.json lists them; a directory tree holding
     Parquet or Arrow files gives only those (a Hub dataset's README.md and JSON metadata are not text);
     a DatasetDict directory (dataset_dict.json) is refused, naming its splits, so that test splits are
@@ -163,15 +190,47 @@ def find_input_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     files: list[Path] = []
     for item in inputs:
         path = Path(item)
-        if path.is_file():
+        if not os.path.lexists(path) and _glob_magic(os.fspath(item)):
+            files.extend(_pattern_files(os.fspath(item)))
+        elif path.is_file():
             files.append(path)
         elif path.is_dir():
             files.extend(_directory_files(path))
+        elif path.exists():   # <(zcat a.gz), a FIFO, /dev/stdin: each file is opened more than once
+            raise UserError(f"input {path} is not a file or a directory (a pipe such as <(zcat ...), or a device); "
+                            "write it to a file first (compressed .gz/.bz2/.xz/.zst files are read as they are)")
         else:
             raise UserError(f"input not found: {path}")
     if not files:
         raise UserError("no input files given")
     return _without_duplicates(files)
+
+
+def _glob_magic(text: str) -> bool:
+    """Whether an --input names a glob pattern (holds * ? or [)."""
+    return any(char in text for char in "*?[")
+
+
+def _pattern_files(pattern: str) -> list[Path]:
+    """The files a quoted glob pattern matches (`'wiki/*/wiki_*'`, `'data/**/*.parquet'`: google's builder
+    takes patterns, and a shell cannot pass a million names), sorted; a directory it matches gives its files
+    as a named directory does. `**` goes into subdirectories; a file reached twice through the one pattern
+    (`dir/**` matches a directory and its files) is taken once; hidden names match only a pattern that
+    starts with a dot. No file is a UserError."""
+    import glob
+
+    files: list[Path] = []
+    for match in sorted(glob.glob(pattern, recursive=True)):
+        path = Path(match)
+        if path.is_dir():
+            if next(_files_below(path), None) is not None:
+                files.extend(_directory_files(path))
+        elif path.is_file():
+            files.append(path)
+    if not files:
+        raise UserError(f"input not found: no file matches the pattern {pattern}")
+    seen: set[Path] = set()
+    return [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
 
 
 def _without_duplicates(files: list[Path]) -> list[Path]:
@@ -210,7 +269,7 @@ def _directory_files(directory: Path) -> list[Path]:
             if missing:
                 raise UserError(f"{directory / 'state.json'} lists data files that are missing: {missing[:3]}")
             return [directory / n for n in names]
-    found = sorted(p for p in directory.rglob("*") if p.is_file() and not _is_hidden(p.relative_to(directory)))
+    found = sorted(_files_below(directory))
     if not found:
         raise UserError(f"no files found in directory {directory}")
     tables = [p for p in found if p.suffix.lower() in TABLE_SUFFIXES]
@@ -222,6 +281,29 @@ def _directory_files(directory: Path) -> list[Path]:
     return tables or found
 
 
+def _files_below(directory: Path, ancestors: frozenset[str] = frozenset()) -> Iterator[Path]:
+    """The non-hidden files below `directory`, also those under symbolic links to directories (a corpus
+    folder of links to where the data lies, which `Path.rglob` skipped without a word); a link back to a
+    directory above it (a loop) is not followed. A file reached by two ways is given twice, and
+    `_without_duplicates` keeps the first. Unsorted."""
+    real = os.path.realpath(directory)
+    if real in ancestors:
+        return
+    ancestors = ancestors | {real}
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        path = directory / entry.name
+        if entry.is_dir():            # follows a link to a directory
+            yield from _files_below(path, ancestors)
+        elif entry.is_file():
+            yield path
+
+
 def _read_json_file(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -230,10 +312,6 @@ def _read_json_file(path: Path) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object")
     return data
-
-
-def _is_hidden(relative: Path) -> bool:
-    return any(part.startswith(".") for part in relative.parts)
 
 
 # -- what a file is ----------------------------------------------------------------------------------------
@@ -381,7 +459,7 @@ def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "
                    progress: Callable[[int], None] | None = None) -> Iterator[Document]:
     """Yield documents from the files in order; memory is bounded by the largest document (and one
     record batch for Parquet/Arrow). `progress(n)` is told how many more bytes of the input files (as
-    stored, compressed or not) have been read.
+    stored, compressed or not) have been read, before the document read with them is yielded.
 
     Empty and binary files are skipped and counted in ``counts``."""
     if fmt not in FORMATS:
@@ -412,10 +490,10 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
         reader = _read_parquet if table == "parquet" else _read_arrow
         done = 0
         for sentences, fraction in reader(path, counts, text_field):
-            yield sentences
-            if progress is not None:
+            if progress is not None:   # before the document goes out: its bytes are read once it is seen
                 progress(int(size * fraction) - done)
                 done = int(size * fraction)
+            yield sentences
         if progress is not None:
             progress(size - done)
         return
@@ -449,11 +527,11 @@ def _read_text_file(path: Path, compression: str | None, file_format: str, text_
     done = 0
     try:
         for sentences in _READERS[file_format](source, text_field):
-            yield sentences
-            if progress is not None:
+            if progress is not None:   # before the document goes out: its bytes are read once it is seen
                 position = raw.tell()
                 progress(position - done)
                 done = position
+            yield sentences
         if progress is not None:
             progress(path.stat().st_size - done)
     finally:
