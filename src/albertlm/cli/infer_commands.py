@@ -32,13 +32,16 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
     parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer (default: beside the model, or its run's)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda if available")
+    parser.add_argument("--device", default="auto", metavar="{auto,cpu,cuda,cuda:N}",
+                        help="auto: cuda if available; cuda:N picks one GPU of several")
 
 
 def run(args: argparse.Namespace, command: str) -> int:
     from albertlm.errors import UserError
+    from albertlm.tasks.inference import pick_device
 
     # before the model loads (fill-mask's stdin loop would otherwise never fill a batch)
+    pick_device(args.device)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     if command == "fill-mask" and args.top_k < 1:

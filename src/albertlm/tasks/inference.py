@@ -7,6 +7,9 @@ one its pretraining data was built with (run_config.json -> data meta.json), unl
     fill = FillMask.load("runs/base")                   # or FillMask(model, tokenizer)
     fill(["The capital of France is [MASK]."], top_k=5)  # [[[{"token": "▁paris", "score": 0.41, ...}, ...]]]
     embed_texts(AlbertModel.from_pretrained(d), tok, texts, pooling="mean")  # (N, H) float32, input order
+
+Without a `device`, `FillMask(model, ...)` and `embed_texts(model, ...)` put their batches where the model's
+weights are (a model moved to a GPU works as it is).
 """
 from __future__ import annotations
 
@@ -94,13 +97,30 @@ def check_tokenizer_fits(tokenizer, vocab_size: int, path: str | Path) -> None:
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    """auto (the GPU if CUDA is available, else the CPU), cpu, cuda, or cuda:N (one GPU of several, as training's
+    `--dist.device` takes; it was refused, so on a machine of several GPUs only the first could be chosen)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available here (use --device cpu or auto)")
-    if name not in ("cpu", "cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda, got {name!r}")
-    return torch.device(name)
+    try:
+        device = torch.device(name) if isinstance(name, (str, torch.device)) else None
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu, cuda or cuda:N, got {name!r}")
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA device is available here (use --device cpu or auto)")
+    count = torch.cuda.device_count()
+    if (device.index or 0) >= count:
+        raise UserError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return device
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where the model's weights are (the CPU for a model without any): where its inputs must go."""
+    weight = next(model.parameters(), None)
+    return weight.device if weight is not None else torch.device("cpu")
 
 
 def has_mlm_head(model_dir: Path) -> bool:
@@ -135,11 +155,17 @@ def encode_masked(tokenizer, text: str, mask_text: str = MASK_TEXT) -> list[int]
 
 @dataclass
 class FillMask:
-    """A masked-LM model (any class with `albert` and `mlm_head`) and its tokenizer, on one device."""
+    """A masked-LM model (any class with `albert` and `mlm_head`) and its tokenizer, on one device: `device`,
+    by default the one the model's weights are on."""
 
     model: torch.nn.Module
     tokenizer: object
-    device: torch.device = torch.device("cpu")
+    device: torch.device | None = None
+
+    def __post_init__(self) -> None:
+        # was always the CPU: FillMask(model.cuda(), tok) sent CPU batches to a GPU model ("Expected all
+        # tensors to be on the same device")
+        self.device = model_device(self.model) if self.device is None else torch.device(self.device)
 
     @classmethod
     def load(cls, path: str | Path, tokenizer: str | Path | None = None, device: str = "auto") -> "FillMask":
@@ -156,7 +182,10 @@ class FillMask:
     @torch.inference_mode()
     def __call__(self, texts: Sequence[str], top_k: int = 5, batch_size: int = 32) -> list[list[list[dict]]]:
         """For each text, for each [MASK] in it (left to right), the top_k predictions
-        {"token", "token_id", "token_str", "score"}, best first; scores are softmax probabilities."""
+        {"token", "token_id", "token_str", "score"}, best first; scores are softmax probabilities. A lone string
+        is one text (it was read character by character: "text 1: no [MASK] in 'T'")."""
+        if isinstance(texts, str):
+            texts = [texts]
         if top_k < 1:
             raise UserError(f"--top-k must be >= 1, got {top_k}")
         if batch_size < 1:
@@ -246,11 +275,13 @@ def embed_batch(model, rows: Sequence[Sequence[int]], pad_id: int, pooling: str,
 
 
 def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean", batch_size: int = 32,
-                max_length: int | None = None, device: torch.device = torch.device("cpu"), normalize: bool = False,
+                max_length: int | None = None, device: torch.device | str | None = None, normalize: bool = False,
                 window: int = 0, out: np.ndarray | None = None, num_texts: int | None = None,
                 progress: Callable[[int], None] | None = None, stats: dict | None = None) -> np.ndarray:
     """Embeddings of `texts` in input order, (N, H) float32 (written into `out` if given, e.g. a memmap).
-    `model`: an `AlbertModel` or any of our classes holding one (its heads are not used).
+    `model`: an `AlbertModel` or any of our classes holding one (its heads are not used); the batches go to
+    `device`, by default the one the model's weights are on. A lone string is one text (it was embedded
+    character by character, one row per character, without a word).
 
     Texts are read `window` at a time (default 64 batches), tokenized, sorted into length buckets and run
     batch by batch, so memory is bounded whatever N. Texts longer than `max_length` (default: the model's
@@ -262,6 +293,9 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
     if max_length is not None and max_length < 3:
         raise UserError(f"--max-length must be >= 3 ([CLS], at least one token of the text, [SEP]), got {max_length}")
+    device = model_device(model) if device is None else torch.device(device)
+    if isinstance(texts, str):
+        texts = [texts]
     positions = model.config.max_position_embeddings
     limit = positions if max_length is None else min(max_length, positions)
     window = window or batch_size * 64
