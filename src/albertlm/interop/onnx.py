@@ -130,13 +130,28 @@ def example_inputs(model: nn.Module, batch: int = 2, length: int = 16, seed: int
 
 
 def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscript", opset: int = OPSET) -> dict:
-    """Write `model` (traced in eval mode, on CPU, fp32; its own mode is left as it was) to `path`;
-    returns {"outputs", "initializers", "merged_initializers", "bytes"}."""
+    """Write `model` (traced in eval mode, on CPU, fp32; its own mode, device and dtype are left as they were) to
+    `path`; returns {"outputs", "initializers", "merged_initializers", "bytes"}."""
     onnx = require_onnx()
     check_opset(exporter, opset)
     names = output_names(model)
     was_training = model.training
+    placed = {(t.device, t.dtype) for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()}
+    if len(placed) > 1:   # mixed placement: cannot be put back as it was, so export a copy
+        import copy
+
+        model, placed = copy.deepcopy(model), set()
     model = model.eval().float().cpu()
+    try:
+        return _export(onnx, model, names, path, exporter, opset)
+    finally:
+        model.train(was_training)
+        if placed:        # the caller's model goes back where it was (a bf16 model on a GPU stayed fp32 on CPU)
+            device, dtype = placed.pop()
+            model.to(device=device, dtype=dtype)
+
+
+def _export(onnx, model: nn.Module, names, path, exporter: str, opset: int) -> dict:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     args = example_inputs(model)
@@ -150,7 +165,6 @@ def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscr
                               dynamic_axes=dynamic, opset_version=opset, do_constant_folding=True, dynamo=False)
         else:
             _export_dynamo(wrapper, args, path, names, axes, opset)
-    model.train(was_training)
     proto = onnx.load(str(path))
     merged = finish_graph(proto)
     _save(proto, path)
