@@ -89,7 +89,7 @@ class TrainConfig:
     seed: int = 12345                   # initial weights, data order, dropout
     log_every: int = 10                 # steps between training-metric records (metrics.jsonl, TensorBoard); 0 = none
     eval_every: int = 1000              # steps between evaluations; 0 = once per epoch (and always at the end)
-    eval_batches: int = 20              # pretraining: held-out micro-batches per evaluation; 0 = all
+    eval_batches: int = 20              # pretraining: held-out batches of --batch-size per evaluation; 0 = all
     save_every: int = 1000              # steps between checkpoints; 0 = only at the end (and on Ctrl-C / SIGTERM)
     keep_last: int = 3                  # checkpoints kept in RUN_DIR/checkpoints
     max_minutes: float = 0.0            # wall-clock budget: stop (and save) when exceeded; 0 = none

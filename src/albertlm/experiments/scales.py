@@ -46,7 +46,7 @@ class Scale:
     masking: str = "token"             # ngram (the paper's) or token
     dupe_factor: int = 4
     seeds: tuple[int, ...] = (1, 2)    # pretraining seeds (initial weights, data order, dropout)
-    eval_batches: int = 0              # held-out micro-batches per evaluation; 0 = all
+    eval_batches: int = 0              # held-out batches of batch_size per evaluation; 0 = all
     eval_every: int = 0                # steps between held-out evaluations during training; 0 = at the end only
     precision: str = "fp32"
     micro_batch_size: int = 0

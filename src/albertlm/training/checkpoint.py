@@ -10,6 +10,7 @@ named `step_*` is always complete, so a kill -9 at any instant leaves the previo
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,11 @@ from torch import nn
 
 from albertlm.errors import UserError
 from albertlm.model.io import CHECKPOINT_DIR, latest_checkpoint, list_checkpoints  # noqa: F401 (the run layout)
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: runs there are not locked
+    fcntl = None
 
 TMP_PREFIX = ".tmp-"
 
@@ -48,7 +54,9 @@ def restore_rng(state: dict) -> None:
     if "cpu" in state:
         torch.set_rng_state(state["cpu"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # a run saved where each process saw 8 GPUs and resumed where it sees fewer: the GPUs it has (all of
+        # them was an IndexError in torch's loop over its generators)
+        torch.cuda.set_rng_state_all(list(state["cuda"])[:torch.cuda.device_count()])
 
 
 def step_dir(run_dir: str | Path, step: int) -> Path:
@@ -176,14 +184,84 @@ def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
         return []
     if not overwrite:
         steps = list_checkpoints(run_dir)
+        if not steps and unstarted_run(run_dir, run_files):
+            return []  # only what a run writes before it trains: the corrected command takes its place
         if not steps:  # the logs of a run that stopped before its first checkpoint: nothing to continue
             raise UserError(f"--out {run_dir} already holds a run that saved no checkpoint ("
                             f"{', '.join(p.name for p in found)}); pass --overwrite to start over (its files are "
-                            "removed), --resume to start again from step 0 appending to its logs, or another --out")
+                            "removed), --resume to start again from step 0 with its recorded settings (its records "
+                            "are replaced), or another --out")
         raise UserError(f"--out {run_dir} already holds a run ({len(steps)} checkpoint(s), the newest "
                         f"{steps[-1].name}); pass --resume to continue it, --overwrite to start over (its files "
                         "are removed), or another --out")
     return found
+
+
+def unstarted_run(run_dir: str | Path, run_files: tuple[str, ...] = RUN_FILES) -> bool:
+    """Whether `run_dir` holds only what `albertlm pretrain` writes before its first record and checkpoint: its
+    run_config.json, an empty metrics.jsonl, TensorBoard event files (with no scalar: each one is written after its
+    metrics.jsonl record) and at most a killed save's `.tmp-*` under checkpoints/. Such a run stopped as it started
+    (a NaN at step 2, an out-of-memory or another error at the first step, Ctrl-C twice): a new run in its place
+    loses nothing, so the corrected command is not refused (the files are written over or appended to, none is
+    removed). Anything else (a record, a checkpoint, a file of another name) keeps the directory the old run's."""
+    if run_files != RUN_FILES:            # another command's run directory: its own rules
+        return False
+    run_dir = Path(run_dir)
+    config, metrics = run_dir / "run_config.json", run_dir / "metrics.jsonl"
+    events, checkpoints = run_dir / "tensorboard", run_dir / CHECKPOINT_DIR
+    try:
+        if not (config.is_file() and metrics.is_file()) or metrics.read_bytes().strip():
+            return False
+        if events.exists() and not (events.is_dir() and all(
+                p.is_file() and p.name.startswith("events.out.tfevents.") for p in events.iterdir())):
+            return False
+        return not checkpoints.exists() or (checkpoints.is_dir() and all(
+            p.name.startswith(TMP_PREFIX) for p in checkpoints.iterdir()))
+    except OSError:                       # unreadable: not ours to judge
+        return False
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: str | Path):
+    """Held by the process that writes a run directory (rank 0), from before it replaces anything there until
+    the run ends: a second `albertlm pretrain` with the same --out while the first still runs (the command started
+    twice, a --resume in another terminal) is refused instead of both writing one run_config.json, metrics.jsonl
+    and checkpoints/. An advisory lock on the directory itself, which the system drops when the process ends,
+    however it ends; on a file system without locks nothing is locked. A forked child (a DataLoader worker)
+    closes its copy at once, so a worker outliving its killed run does not hold the run's lock."""
+    fd = os.open(run_dir, os.O_RDONLY)
+    _HELD_LOCKS.add(fd)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UserError(f"--out {run_dir}: another run is writing there now (an `albertlm pretrain` with "
+                                "this --out is still running); let it finish or stop it first, or pass another "
+                                "--out") from None
+            except OSError:
+                pass                      # no locks here (some network file systems)
+        yield
+    finally:
+        _HELD_LOCKS.discard(fd)
+        os.close(fd)
+
+
+_HELD_LOCKS: set[int] = set()      # the descriptors of the run directories this process holds locked
+
+
+def _close_held_locks() -> None:
+    """In a forked child: drop its copies of the parent's lock descriptors (the parent's lock stays held)."""
+    for fd in list(_HELD_LOCKS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_locks)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

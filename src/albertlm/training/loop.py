@@ -132,13 +132,16 @@ class StepData:
                                 f"{mine[key]}{changed}")
 
 
-def eval_micro_batches(dataset, collate, micro_batch_size: int, info: DistInfo, max_batches: int) -> Iterator[Batch]:
-    """The held-out data in order; micro-batch j goes to rank j % W; at most `max_batches` (0 = all)."""
-    count = math.ceil(len(dataset) / micro_batch_size)
+def eval_micro_batches(dataset, collate, micro_batch_size: int, info: DistInfo, max_batches: int,
+                       max_examples: int = 0) -> Iterator[Batch]:
+    """The held-out data in order; micro-batch j goes to rank j % W; at most `max_batches` micro-batches and
+    the first `max_examples` examples (0 = all, for either)."""
+    size = min(len(dataset), max_examples) if max_examples else len(dataset)
+    count = math.ceil(size / micro_batch_size)
     if max_batches:
         count = min(count, max_batches)
     for j in range(info.rank, count, info.world_size):
-        items = range(j * micro_batch_size, min(len(dataset), (j + 1) * micro_batch_size))
+        items = range(j * micro_batch_size, min(size, (j + 1) * micro_batch_size))
         yield collate([dataset[i] for i in items])
 
 
@@ -364,11 +367,14 @@ class Loop:
         step, final = self.state.step, self.state.step == self.plan.total_steps
         if self.train.log_every and (step % self.train.log_every == 0 or final):
             self.log_train(window)
+        # evaluating and saving are not training: their time is left out of the window's tokens/s
         if self.evaluate_fn is not None and (step % self.plan.eval_every == 0 or final):
-            self._evaluate()
+            with window.paused():
+                self._evaluate()
         if (self.train.save_every and step % self.train.save_every == 0) or final:
-            self.state.rng = ckpt.capture_rng()
-            self.save()
+            with window.paused():
+                self.state.rng = ckpt.capture_rng()
+                self.save()
 
     def _log_unlogged(self, window: "Window") -> None:
         """A run stopping before the end (signal, time budget) logs the steps since the last training record:
@@ -512,6 +518,17 @@ class Window:
         t = time.perf_counter()
         yield
         self.wait += time.perf_counter() - t
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Work between steps (an evaluation, a checkpoint): its time is left out of the window, so tokens/s and
+        the data-wait share are the training's (an evaluation of the held-out data halved the next record's
+        tokens/s and drew a dip in the throughput curve at every --eval-every)."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.start += time.perf_counter() - t
 
     def add(self, result: StepResult) -> None:
         self.stats = result.stats if self.stats is None else self.stats + result.stats

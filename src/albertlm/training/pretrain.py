@@ -11,6 +11,7 @@ draws its own masks and a resumed run draws what an uninterrupted one would.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import dataclass
@@ -234,11 +235,15 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
                               **data_identity(datasets.meta)})
     micro = run.train.forward_batch(info.world_size)
 
+    # `eval_batches` counts batches of --batch-size, read in forward passes of the training's size: the same
+    # held-out examples whatever the accumulation or the number of processes (also across a --resume)
+    eval_examples = run.train.eval_batches * run.train.batch_size
+
     def evaluator(trained, raw, state):
         if datasets.eval is None:
             return None
-        return lambda: evaluate(trained, eval_micro_batches(datasets.eval, datasets.collate, micro, info,
-                                                            run.train.eval_batches),
+        return lambda: evaluate(trained, eval_micro_batches(datasets.eval, datasets.collate, micro, info, 0,
+                                                            max_examples=eval_examples),
                                 objective, run.train.precision, info)
 
     # without a sentence task the pooler and SOP head get no gradient, which DDP must be told
@@ -265,25 +270,35 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
     """Train as configured; returns "done", "interrupted" or "budget". Rank 0 writes the run directory.
 
     Everything is checked before anything is written: the run directory (another run in it needs `resume`
-    or `overwrite`), the data, the model and the checkpoint to resume from; then `on_ready(run)` (rank 0;
-    the CLI prints the config there), then an overwritten run's old files go, then training starts."""
+    or `overwrite`; one holding only a run that stopped before its first record and checkpoint is taken over;
+    rank 0 locks it until the run ends, so a process still writing there is refused), the data, the model and
+    the checkpoint to resume from; then `on_ready(run)` (rank 0; the CLI prints the config there), then an
+    overwritten run's old files go, then training starts."""
     run_dir = Path(run_dir)
     # every rank, before the process group forms
     old_run = ckpt.check_run_dir(run_dir, resume, overwrite, must_exist=True)
     run = resolve_run(run.absolute_paths(), run_dir, resume)   # run_config.json works from any directory
     info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
-    # a rank that fails here (its data unreadable) stops the others with its message, not a gloo traceback
-    with failing_together(info, lambda: " while setting up"):
-        loop = make_loop(run, run_dir, open_datasets(run), info, resume)
-        if info.is_main:
-            if on_ready is not None:
-                on_ready(run)
-            ckpt.clear_run_dir(old_run)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            ckpt.write_text_atomic(run_dir / "run_config.json", json.dumps(run.to_dict(), indent=2) + "\n")
-        open_logger(loop)
-        if loop.logger is not None:
-            warning = long_warmup_warning(loop.plan)
-            if warning:
-                loop.logger.note(warning)
-    return loop.run()
+    with contextlib.ExitStack() as held:
+        # a rank that fails here (its data unreadable) stops the others with its message, not a gloo traceback
+        with failing_together(info, lambda: " while setting up"):
+            # another run writing there is refused: before a resume clears what looks like a killed save's
+            # leftovers (that run's checkpoint in the making); a new directory is locked once it is made
+            locked = info.is_main and run_dir.is_dir()
+            if locked:
+                held.enter_context(ckpt.run_dir_lock(run_dir))
+            loop = make_loop(run, run_dir, open_datasets(run), info, resume)
+            if info.is_main:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                if not locked:
+                    held.enter_context(ckpt.run_dir_lock(run_dir))
+                if on_ready is not None:
+                    on_ready(run)
+                ckpt.clear_run_dir(old_run)
+                ckpt.write_text_atomic(run_dir / "run_config.json", json.dumps(run.to_dict(), indent=2) + "\n")
+            open_logger(loop)
+            if loop.logger is not None:
+                warning = long_warmup_warning(loop.plan)
+                if warning:
+                    loop.logger.note(warning)
+        return loop.run()
