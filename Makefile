@@ -3,14 +3,22 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   := torch==2.13.0
+# pip's default torch for the platform (on Linux, PyPI's is the CUDA build: gigabytes with its NVIDIA libraries);
+# `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the CPU-only wheel instead
+TORCH_INDEX ?=
 STAMP   := $(VENV)/.installed
 
 .PHONY: demo test install bench clean
 
+# What `make bench` times: every script in benchmarks/ but assemble_corpus.py (it writes the ablation corpus,
+# it times nothing) and attention_speed.py (CUDA kernels only: run when this machine has a GPU).
+BENCHMARKS := $(filter-out benchmarks/assemble_corpus.py benchmarks/attention_speed.py,\
+                           $(sort $(wildcard benchmarks/*.py)))
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) )$(TORCH)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
@@ -24,7 +32,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
-	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in $(BENCHMARKS); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	if $(BIN)/python -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then \
+	    echo "== benchmarks/attention_speed.py"; $(BIN)/python benchmarks/attention_speed.py; \
+	else echo "== benchmarks/attention_speed.py skipped: it times CUDA kernels and torch sees no GPU here"; fi
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

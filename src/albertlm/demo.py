@@ -13,6 +13,7 @@ import argparse
 import ast
 import json
 import re
+import statistics
 import sys
 import sysconfig
 import time
@@ -26,6 +27,7 @@ from albertlm.errors import UserError
 
 SKIP_DIRS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 HELD_OUT_EVERY = 12            # one module in 12 (by a hash of its path) is held out for evaluation
+AFTER_TRAINING_MINUTES = 0.75  # kept for the evaluation and the plot (~40 s on a loaded 2-core machine)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class DemoSize:
     min_steps: int
     lr: float
     train_minutes: float          # the pretraining budget the step count is fitted to
+    total_minutes: float          # the whole demo: pretraining stops in time for the evaluation and the plot
     optimizer: str = "adamw"
     masking: str = "token"        # BERT's per-token masking: learnt faster in minutes than n-gram spans
     precision: str = "fp32"
@@ -52,9 +55,11 @@ class DemoSize:
 # A 2000-piece vocabulary for a 1.4 MB corpus: at V=8000 three minutes reached 2x the unigram baseline in MLM
 # accuracy, at V=2000 2.9x (V=4000: 2x); lr 1e-3 and 5e-3 did no better than 2e-3.
 FULL = DemoSize(vocab_size=2000, max_seq_length=64, dupe_factor=4, hidden_size=128, num_layers=2, num_heads=2,
-                embedding_size=64, batch_size=32, max_steps=4000, min_steps=100, lr=0.002, train_minutes=7.5)
+                embedding_size=64, batch_size=32, max_steps=4000, min_steps=100, lr=0.002, train_minutes=7.5,
+                total_minutes=10.0)
 QUICK = DemoSize(vocab_size=2000, max_seq_length=64, dupe_factor=1, hidden_size=64, num_layers=2, num_heads=2,
-                 embedding_size=32, batch_size=16, max_steps=10, min_steps=10, lr=0.005, train_minutes=1.0)
+                 embedding_size=32, batch_size=16, max_steps=10, min_steps=10, lr=0.005, train_minutes=1.0,
+                 total_minutes=5.0)
 
 
 # ------------------------------------------------------------------------------------------------ corpus
@@ -142,7 +147,18 @@ def build_data(corpus: Path, tokenizer: Path, out: Path, size: DemoSize, dupe_fa
     return json.loads((out / "meta.json").read_text())
 
 
-def run_config(size: DemoSize, vocab_size: int, train_dir: Path, eval_dir: Path, max_steps: int):
+def training_minutes(size: DemoSize, elapsed_seconds: float) -> tuple[float, float]:
+    """(minutes the step count is fitted to, minutes after which pretraining stops) once the stages before it
+    took `elapsed_seconds`: `size.train_minutes`, less if those stages ran long, and a stop that leaves
+    `AFTER_TRAINING_MINUTES` of `size.total_minutes` for the evaluation and the plot (never under the fitted
+    minutes, which are at least a quarter of `size.train_minutes`)."""
+    left = size.total_minutes - elapsed_seconds / 60 - AFTER_TRAINING_MINUTES
+    fitted = max(size.train_minutes / 4, min(size.train_minutes, left))
+    return round(fitted, 2), round(max(fitted, left), 2)
+
+
+def run_config(size: DemoSize, vocab_size: int, train_dir: Path, eval_dir: Path, max_steps: int,
+               max_minutes: float | None = None):
     from albertlm.config.model import ModelConfig
     from albertlm.config.run import DataConfig, OptimConfig, RunConfig, TrainConfig
 
@@ -155,15 +171,18 @@ def run_config(size: DemoSize, vocab_size: int, train_dir: Path, eval_dir: Path,
                      optim=OptimConfig(name=size.optimizer, lr=size.lr, warmup_steps=max(1, max_steps // 10)),
                      train=TrainConfig(max_steps=max_steps, batch_size=size.batch_size, log_every=10,
                                        eval_every=every, eval_batches=0, save_every=every, keep_last=2,
-                                       max_minutes=size.train_minutes + 2.5, seed=1234, precision=size.precision),
+                                       max_minutes=size.train_minutes + 2.5 if max_minutes is None else max_minutes,
+                                       seed=1234, precision=size.precision),
                      data=DataConfig(path=str(train_dir), eval_path=str(eval_dir)))
 
 
-def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 6) -> tuple[int, float]:
-    """Time a few training steps on this machine and return (steps that fit the budget, seconds per step),
-    so a slow machine trains fewer steps (with a complete lr schedule) instead of running late. The fastest
-    probe step counts (the first ones warm up; a busy machine's pauses pass); `train.max_minutes` stops
-    the run if the guess was too optimistic."""
+def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 8,
+              minutes: float | None = None) -> tuple[int, float]:
+    """Time a few training steps on this machine and return (steps that fit `minutes`, by default
+    `size.train_minutes`; seconds per step), so a slow machine trains fewer steps (with a complete lr schedule)
+    instead of running late. The median step after the first (which warms up) counts: the fastest one,
+    counted before, was 10x faster than the run's steps on a busy machine, whose budget then stopped the run at
+    a tenth of its schedule, still in warmup. `train.max_minutes` stops the run if the guess was too optimistic."""
     from dataclasses import replace
 
     from albertlm.training.distributed import DistInfo
@@ -177,10 +196,15 @@ def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 6) -> tuple
     stamps = []
     loop.on_step = lambda step, metrics: stamps.append(time.perf_counter())
     loop.run()
-    seconds = min(b - a for a, b in zip(stamps, stamps[1:]))
+    intervals = [b - a for a, b in zip(stamps, stamps[1:])]
+    seconds = statistics.median(intervals[1:] or intervals)
     seconds *= 1.1                                  # evaluations and checkpoints on top of the steps
-    steps = int(size.train_minutes * 60 / seconds)
-    return max(size.min_steps, min(size.max_steps, steps)), seconds
+    return steps_for(size, size.train_minutes if minutes is None else minutes, seconds), seconds
+
+
+def steps_for(size: DemoSize, minutes: float, seconds_per_step: float) -> int:
+    """The steps that fit `minutes`, within the size's bounds."""
+    return max(size.min_steps, min(size.max_steps, int(minutes * 60 / seconds_per_step)))
 
 
 def unigram_baseline(train_dir: Path, eval_dir: Path) -> tuple[float, str]:
@@ -226,7 +250,9 @@ def run_demo(out: Path, quick: bool) -> int:
 
     stage(f"1/6 extracting text from the Python standard library ({sys.version.split()[0]})")
     train_txt, heldout_txt, corpus_stats = write_corpus(out / "corpus", limit_chars=200_000 if quick else 0)
-    stage(f"    {corpus_stats}")
+    train, held = corpus_stats["train"], corpus_stats["heldout"]
+    stage(f"    {train['documents']} training documents ({train['MB']} MB), {held['documents']} held-out documents "
+          f"({held['MB']} MB: one module in {HELD_OUT_EVERY})")
     stage(f"2/6 training a SentencePiece tokenizer, V={size.vocab_size}")
     tokenizer = train_tokenizer(train_txt, out / "tokenizer", size.vocab_size)
     stage(f"3/6 building SOP pretraining data ({size.masking} masking)")
@@ -241,23 +267,30 @@ def run_demo(out: Path, quick: bool) -> int:
     run = run_config(size, meta["tokenizer"]["vocab_size"], out / "data" / "train", out / "data" / "heldout",
                      size.max_steps)
     shutil.rmtree(out / "probe", ignore_errors=True)
-    steps, seconds = fit_steps(run, size, out / "probe")
+    seconds = fit_steps(run, size, out / "probe")[1]
     shutil.rmtree(out / "probe", ignore_errors=True)
-    run = run_config(size, meta["tokenizer"]["vocab_size"], out / "data" / "train", out / "data" / "heldout", steps)
+    minutes, stop_minutes = training_minutes(size, time.perf_counter() - started)
+    steps = steps_for(size, minutes, seconds)
+    run = run_config(size, meta["tokenizer"]["vocab_size"], out / "data" / "train", out / "data" / "heldout", steps,
+                     max_minutes=stop_minutes)
     stage(f"4/6 pretraining ALBERT (E={size.embedding_size}, H={size.hidden_size}, L={size.num_layers}, all "
           f"layers shared): {seconds:.2f} s/step here, so {steps} steps of {size.batch_size} sequences fit "
-          f"{size.train_minutes} min ({size.optimizer}, lr {size.lr})")
+          f"{minutes:g} min ({size.optimizer}, lr {size.lr}; stopped at {stop_minutes:g} min if slower)")
     run_dir = out / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
     status = pretrain(run, run_dir)
     if status == "interrupted":
         print(f"albertlm demo: pretraining {status}; the run so far is in {run_dir}", file=sys.stderr)
         return 130
-    stage(f"5/6 evaluating the final checkpoint on held-out modules ({status})")
     from albertlm.training.checkpoint import latest_checkpoint
     from albertlm.training.evaluate import evaluate_checkpoint
 
     final = latest_checkpoint(run_dir)
+    if status == "budget":
+        stage(f"    pretraining stopped at step {_final_step(final)} of {steps}: this machine ran slower than "
+              f"the probe measured (busy?), and the demo keeps to {size.total_minutes:g} minutes; its learning "
+              "rate schedule did not finish, so the results below are lower than a full run's")
+    stage("5/6 evaluating the final checkpoint on held-out modules")
     metrics = evaluate_checkpoint(final, out / "data" / "heldout", device="cpu")
     baseline, _ = unigram_baseline(out / "data" / "train", out / "data" / "heldout")
     stage("6/6 plotting")
@@ -265,6 +298,7 @@ def run_demo(out: Path, quick: bool) -> int:
 
     png = plot_run(run_dir)
     summary = {"minutes": round((time.perf_counter() - started) / 60, 1), "steps": _final_step(final),
+               "planned_steps": steps, "stopped_by_time_budget": status == "budget",
                "mlm_accuracy": round(metrics["mlm_acc"], 4), "unigram_baseline_accuracy": round(baseline, 4),
                "sop_accuracy": round(metrics.get("sop_acc", float("nan")), 4),
                "mlm_loss": round(metrics["mlm_loss"], 4)}
@@ -278,8 +312,10 @@ def _final_step(checkpoint: Path) -> int:
 
 
 def _print_summary(out: Path, final: Path, png: Path, s: dict) -> None:
+    steps = (f"{s['steps']} of {s['planned_steps']} steps: the time budget stopped pretraining"
+             if s["stopped_by_time_budget"] else f"{s['steps']} steps")
     print(f"""
-albertlm demo: done in {s['minutes']} min ({s['steps']} steps)
+albertlm demo: done in {s['minutes']} min ({steps})
   held-out MLM accuracy  {s['mlm_accuracy']:.1%}   (most-frequent-token baseline {s['unigram_baseline_accuracy']:.1%})
   held-out SOP accuracy  {s['sop_accuracy']:.1%}   (chance 50%)
   held-out MLM loss      {s['mlm_loss']:.3f}
