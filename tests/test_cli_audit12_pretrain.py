@@ -99,7 +99,20 @@ def test_under_torchrun_an_error_is_one_line_from_the_first_rank(data, tmp_path)
     assert not (tmp_path / "run").exists()
 
 
-def test_other_ranks_exit_non_zero_without_repeating_the_error(data, tmp_path, capsys, monkeypatch):
+@pytest.fixture
+def albertlm_log_level():
+    """`main()` on another rank sets the "albertlm" logger to ERROR for the rest of the process: put it back, or
+    every later test in this xdist worker would see no logged warning (and pass vacuously where it checks none)."""
+    import logging
+
+    logger = logging.getLogger("albertlm")
+    level = logger.level
+    yield
+    logger.setLevel(level)                 # setLevel, not the attribute: it clears the loggers' cached levels
+
+
+def test_other_ranks_exit_non_zero_without_repeating_the_error(data, tmp_path, capsys, monkeypatch,
+                                                                albertlm_log_level):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     code = main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "run"), *TINY,

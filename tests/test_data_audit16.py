@@ -144,11 +144,17 @@ def test_ctrl_c_with_workers_prints_one_line_and_leaves_no_output(tmp_path):
         cwd=ROOT, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as a terminal's foreground job
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-    deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None:     # wait until both workers run
+    deadline = time.monotonic() + 240          # a loaded machine is slow to import torch; the loop ends early
+    started = False
+    while time.monotonic() < deadline and proc.poll() is None:    # wait until both workers run
         if children.exists() and len(children.read_text().split()) >= 3:   # 2 workers + the resource tracker
+            started = True
             break
         time.sleep(0.05)
+    if not started:                             # never send Ctrl-C at some other moment (mid-import)
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the build's workers did not start (exit {proc.returncode}): {err[-2000:]}")
     time.sleep(0.3)                                          # the workers are starting: the old code's
     assert proc.poll() is None, "the build ended before Ctrl-C"
     os.killpg(proc.pid, signal.SIGINT)                       # a terminal's Ctrl-C reaches the whole job

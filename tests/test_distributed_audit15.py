@@ -18,7 +18,8 @@ from conftest import shared_path
 
 BIN = Path(sys.executable).parent
 ALBERTLM, TORCHRUN = BIN / "albertlm", BIN / "torchrun"
-TIMEOUT = 120
+TIMEOUT = 300   # a hang guard only: a torchrun launch (three processes importing torch) took 48 s on a loaded
+                # 2-core machine, and CI runs another test file beside it
 TINY = ["--preset", "albert-tiny", "--model.embedding_size=16", "--model.hidden_size=32", "--model.num_layers=1",
         "--model.num_heads=2", "--model.ffn_size=37", "--batch-size", "8", "--lr", "0.01", "--warmup-steps", "1",
         "--save-every", "0", "--log-every", "1", "--train.progress=false", "--train.tensorboard=false"]

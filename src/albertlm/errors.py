@@ -28,7 +28,8 @@ def reports_here() -> bool:
 # said why (seen on a loaded 2-core machine: no line at all). Such a rank lingers instead, so that the first
 # rank says it and torchrun then ends this one; if it is still running after LINGER_S, the error was its own
 # (its copy of a file, its device), and it says it, naming its rank.
-LINGER_S = 10.0
+LINGER_S = 30.0   # importing torch alone took 14-18 s on a loaded 2-core machine; torchrun ends a
+                  # lingering rank as soon as the first one exits, so the wait costs nothing then
 _joined = {"group": False}
 
 

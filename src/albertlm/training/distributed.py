@@ -278,6 +278,9 @@ def failing_together(info: DistInfo, where: Callable[[], str] = lambda: "") -> I
     except Exception as exc:
         if not lost_peer(exc):
             tell_peers(info, exc, where())
+            # the others now leave, and torchrun then signals this rank: a SIGTERM must not end it before the
+            # CLI has said why (on a loaded machine it did, between leaving the group and the error line)
+            _peer_gone(main)
             raise
         _peer_gone(main)
         messages = peer_failures(info)
