@@ -313,4 +313,5 @@ def test_pretrain_overwrite_starts_over_only_once_everything_is_checked(inputs, 
     assert good.returncode == 0, good.stderr[-2000:]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000001"]
     assert json.loads((run / "run_config.json").read_text())["train"]["seed"] == 5
-    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert [(r["step"], r["split"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())] \
+        == [(1, "train"), (1, "summary")]

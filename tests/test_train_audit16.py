@@ -58,7 +58,7 @@ def test_tensorboard_keeps_the_records_of_the_step_a_run_resumes_from(tmp_path):
     assert [e.step for e in events.Scalars("eval/loss")] == [2, 4]
     assert [e.step for e in events.Scalars("train/loss")] == [2, 4]
     assert [(r["step"], r["split"]) for r in _records(tmp_path)] == [(2, "train"), (2, "eval"), (4, "train"),
-                                                                   (4, "eval")]
+                                                                   (4, "eval"), (4, "summary")]
 
 
 # ----------------------------------------------- 2. a second Ctrl-C after the update, before the count

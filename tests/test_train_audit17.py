@@ -61,7 +61,8 @@ def test_the_corrected_command_reruns_where_a_run_stopped_before_its_first_recor
     capsys.readouterr()
     assert (out / "notes.txt").read_text() == "mine\n"
     assert json.loads((out / "run_config.json").read_text())["optim"]["lr"] == 0.01
-    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [2]
+    assert [(r["step"], r["split"]) for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())] \
+        == [(2, "train"), (2, "summary")]
     assert [p.name for p in ckpt.list_checkpoints(out)] == ["step_00000002"]
 
     logged = tmp_path / "logged"        # diverged at step 2 after logging step 1: its record is the history

@@ -87,13 +87,13 @@ class TrainConfig:
     compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = "none"
     activation_checkpointing: bool = False  # recompute each layer in the backward pass: less memory, more time
     seed: int = 12345                   # initial weights, data order, dropout
-    log_every: int = 10                 # steps between training-metric records (metrics.jsonl, TensorBoard); 0 = none
+    log_every: int = 10                 # steps between training records (metrics.jsonl, TensorBoard, stdout w/o bar); 0 = none
     eval_every: int = 1000              # steps between evaluations; 0 = once per epoch (and always at the end)
     eval_batches: int = 20              # pretraining: held-out batches of --batch-size per evaluation; 0 = all
     save_every: int = 1000              # steps between checkpoints; 0 = only at the end (and on Ctrl-C / SIGTERM)
     keep_last: int = 3                  # checkpoints kept in RUN_DIR/checkpoints
     max_minutes: float = 0.0            # wall-clock budget: stop (and save) when exceeded; 0 = none
-    progress: bool = True               # a progress bar on rank 0
+    progress: bool = True               # a progress bar on rank 0 when stderr is a terminal (else a line per record)
     tensorboard: bool = True            # also write TensorBoard events (RUN_DIR/tensorboard)
 
     def __post_init__(self) -> None:

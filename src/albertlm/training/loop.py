@@ -188,6 +188,7 @@ class StepResult:
     """What one optimizer update reports (all summed over the global batch)."""
     stats: torch.Tensor                 # the objective's stats
     tokens: float                       # non-padding tokens
+    examples: float                     # examples (rows of the micro-batches)
     loss: float
     lr: float
     grad_norm: float | None             # before clipping; None when clipping is off
@@ -214,6 +215,12 @@ class Loop:
     on_step: Callable[[int, dict], None] | None = None   # called after each update (tests, the demo)
     _evaluated: int = field(default=-1, repr=False)      # the last step evaluated and the last saved, so a
     _saved: int = field(default=-1, repr=False)          # budget stop on such a step does neither twice
+    # for the run's summary (`summary`): the last training loss and evaluation as (step, numbers)
+    _last_train: tuple[int, float] | None = field(default=None, repr=False)
+    _last_eval: tuple[int, dict] | None = field(default=None, repr=False)
+    _first_step: int = field(default=0, repr=False)       # the step this invocation started at
+    _began: float = field(default=0.0, repr=False)        # and when (time.monotonic)
+    _window: "Window | None" = field(default=None, repr=False)   # its training time, tokens and examples
 
     def run(self) -> str:
         """Train to the plan's last step; returns "done", "interrupted" (Ctrl-C or SIGTERM, after saving) or
@@ -225,12 +232,27 @@ class Loop:
         KeyboardInterrupt raised by code between steps (`on_step`) saves too.
 
         Under several processes an error on one rank stops all of them with one line that names it
-        (`distributed.failing_together`), instead of a gloo traceback on each of the others."""
+        (`distributed.failing_together`), instead of a gloo traceback on each of the others.
+
+        A run that trained at least one step ends with its summary (`summary`, rank 0, through the logger:
+        printed, and recorded in metrics.jsonl when the step it ends at is saved; a run without a logger, such
+        as the demo's timing probe, prints none). An error (a NaN loss, a full disk) is said instead."""
         with failing_together(self.info, lambda: f" at step {self.state.step + 1}"):
-            return self._run()
+            try:
+                status = self._run()
+                if self.logger is not None and self.state.step > self._first_step:
+                    summary = self.summary(status)
+                    # a record of a step that is not saved would outlive the resume that trains it again only
+                    # until `metrics.drop_records_after`, and would make an unstarted run look started
+                    self.logger.finish(summary, record=summary["saved"])
+                return status
+            finally:
+                if self.logger is not None:
+                    self.logger.close()
 
     def _run(self) -> str:
         deadline = time.monotonic() + self.train.max_minutes * 60 if self.train.max_minutes else math.inf
+        self._first_step, self._began = self.state.step, time.monotonic()
         if 0 < self.plan.total_steps <= self.state.step:   # a resumed run that had already finished
             self._print(f"the run is already at step {self.state.step} of {self.plan.total_steps}: nothing to "
                         f"train (a larger --max-steps or --train.epochs goes on from here)")
@@ -238,6 +260,7 @@ class Loop:
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
         window, first_steps = Window(), []
+        self._window = window
         # True from the optimizer's update until the step is counted (`state.step += 1`): the weights are then
         # ahead of `state.step`, so a checkpoint of them would make a resumed run do that update twice
         self._updating = False
@@ -261,6 +284,7 @@ class Loop:
                     self._updating = False
                     self.state.extra["tokens"] = self.state.extra.get("tokens", 0.0) + result.tokens
                     window.add(result)
+                    self._last_train = (self.state.step, result.loss)
                     if self.train.compile != "none" and len(first_steps) < 2 and self.info.device.type == "cuda":
                         torch.cuda.synchronize(self.info.device)   # CUDA is asynchronous: time the GPU work too
                     self._report_compile(first_steps, time.perf_counter() - started)
@@ -274,11 +298,13 @@ class Loop:
                         if reason is not None:
                             self._log_unlogged(window)
                         if reason == "budget":
-                            self._stop_for_budget()
+                            with window.paused():
+                                self._stop_for_budget()
                             return "budget"
                         if reason == "interrupted":
                             self.state.rng = rng_at_boundary
-                            path = self.save()
+                            with window.paused():
+                                path = self.save()
                             self._print(f"stopped by {request.name or 'a signal on another rank'} at step "
                                         f"{self.state.step}: saved {path}; `--resume` continues from there")
                             return "interrupted"
@@ -291,13 +317,34 @@ class Loop:
                 return "interrupted"
             self.state.rng = rng_at_boundary     # a half-done step is redone from its start on resume
             self._log_unlogged(window)
-            path = self.save()
+            with window.paused():
+                path = self.save()
             self._print(f"interrupted at step {self.state.step}: saved {path}")
             return "interrupted"
-        finally:
-            if self.logger is not None:
-                self.logger.close()
         return "done"
+
+    def summary(self, status: str) -> dict:
+        """What this invocation did (`metrics.summary_lines` prints it): the step reached of the total, the steps,
+        examples and tokens trained since it started (a resumed run: since the resume) in how much wall time, the
+        mean training tokens/s (the training time only: evaluations and checkpoints between steps are left out,
+        as in the records' tokens_per_s; the first step's compiling is in), the last training loss (the last
+        record's window mean, or the last step's without records), the last evaluation and the newest
+        checkpoint. No MFU: the loop counts no FLOPs and knows no device peak (`benchmarks/train_speed.py`
+        measures both)."""
+        tokens, train_s, examples = self._window.totals()
+        step_loss = self._last_train
+        out = {"step": self.state.step, "status": status, "total_steps": self.plan.total_steps,
+               "first_step": self._first_step + 1, "steps_trained": self.state.step - self._first_step,
+               "wall_s": round(time.monotonic() - self._began, 3), "train_s": round(train_s, 3),
+               "examples_trained": examples, "tokens_trained": tokens,
+               "tokens_per_s": tokens / max(train_s, 1e-9),
+               "loss": step_loss[1] if step_loss else None, "loss_step": step_loss[0] if step_loss else None}
+        if self._last_eval is not None:
+            out["eval_step"], out["eval"] = self._last_eval
+        last = ckpt.latest_checkpoint(self.run_dir)
+        out["checkpoint"] = str(last) if last is not None else None
+        out["saved"] = self._saved == self.state.step
+        return out
 
     def _stop_reason(self, request: "StopRequest", deadline: float) -> str | None:
         """"interrupted" (a signal on any rank), "budget" (time is up on any rank) or None; under several
@@ -326,7 +373,9 @@ class Loop:
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             stats = micro_stats if stats is None else stats + micro_stats
             tokens = tokens + count_tokens(batch)
-        summed = all_reduce_sum(torch.cat([stats, tokens.to(stats)[None]]))   # one all-reduce for both
+        # the examples counted on the host (shapes), put on the device by a fill: no copy, no sync
+        examples = tokens.new_full((1,), float(sum(len(b["input_ids"]) for b in micro_batches)))
+        summed = all_reduce_sum(torch.cat([stats, tokens.to(stats)[None], examples.to(stats)]))   # one all-reduce
         self._updating = True                # until the loop counts the step (see `_run`)
         grad_norm = self._clip_and_update()
         # The step's one host-device sync, once all of its work is queued (a sync between backward and the
@@ -335,9 +384,10 @@ class Loop:
         if before_sync is not None:
             before_sync()
         values = values.tolist()
-        n = len(summed) - 1
+        n = len(summed) - 2
         loss = self._check_finite(torch.tensor(values[:n]))
-        return StepResult(summed[:-1], values[n], loss, lr, values[n + 1] if grad_norm is not None else None)
+        return StepResult(summed[:n], values[n], values[n + 1], loss, lr,
+                          values[n + 2] if grad_norm is not None else None)
 
     def _check_finite(self, stats: torch.Tensor) -> float:
         loss = self.objective.summarize(stats)["loss"]
@@ -385,12 +435,15 @@ class Loop:
     def _evaluate(self) -> None:
         metrics = self.evaluate_fn()
         self._evaluated = self.state.step
+        if metrics:
+            self._last_eval = (self.state.step, dict(metrics))
         if self.logger is not None and metrics:       # nothing to evaluate on (no labelled dev set): no line
             self.logger.log(self.state.step, "eval", metrics)
 
     def log_train(self, window: "Window") -> None:
         metrics = {**self.objective.summarize(window.stats), **window.read(),
                    "tokens": self.state.extra.get("tokens", 0.0)}
+        self._last_train = (self.state.step, metrics["loss"])
         if self.logger is not None:
             self.logger.log(self.state.step, "train", metrics)
 
@@ -503,10 +556,12 @@ def stop_on_signals(info: DistInfo | None = None):
 
 
 class Window:
-    """Stats, tokens and wall time of one logging window; the time is split into waiting for data and the rest."""
+    """Stats, tokens and wall time of one logging window; the time is split into waiting for data and the rest.
+    `totals()` adds up every window since the first (the run's summary)."""
 
     def __init__(self) -> None:
         self._reset(time.perf_counter())
+        self.done_tokens, self.done_s, self.examples = 0.0, 0.0, 0.0
 
     def _reset(self, now: float) -> None:
         self.start, self.wait, self.tokens, self.stats, self.steps = now, 0.0, 0.0, None, 0
@@ -534,6 +589,7 @@ class Window:
         self.stats = result.stats if self.stats is None else self.stats + result.stats
         self.steps += 1
         self.tokens += result.tokens
+        self.examples += result.examples
         self.lr, self.grad_norm = result.lr, result.grad_norm
 
     def rate(self) -> float:
@@ -547,6 +603,13 @@ class Window:
                "window_s": elapsed}
         if self.grad_norm is not None:
             out["grad_norm"] = self.grad_norm
+        self.done_tokens += self.tokens
+        self.done_s += elapsed
         self._reset(now)
         return out
+
+    def totals(self) -> tuple[float, float, float]:
+        """(tokens, training seconds, examples) since the window was made, pauses left out."""
+        return (self.done_tokens + self.tokens, self.done_s + max(time.perf_counter() - self.start, 0.0),
+                self.examples)
 

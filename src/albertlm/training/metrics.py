@@ -1,17 +1,27 @@
-"""Where a run's numbers go (rank 0 only): RUN_DIR/metrics.jsonl, TensorBoard events, a tqdm bar."""
+"""Where a run's numbers go (rank 0 only): RUN_DIR/metrics.jsonl, TensorBoard events, a tqdm bar (on a
+terminal) or a plain line per training record (otherwise), and the run's summary at its end."""
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 from albertlm.errors import UserError
 
 
+# what a training record holds besides the objective's metrics (`loop.Window.read`, `loop.Loop.log_train`)
+LOOP_KEYS = ("lr", "grad_norm", "tokens_per_s", "data_wait_frac", "window_s", "tokens")
+
+
 class MetricsLogger:
     """`log(step, split, metrics)` appends one JSON line and the TensorBoard scalars `split/name`;
-    `advance(step, loss)` moves the progress bar (step, loss, tokens/s, ETA).
+    `advance(step, loss)` moves the progress bar (step, loss, tokens/s, ETA). The bar is drawn when `progress`
+    is on and stderr is a terminal (tqdm's own rule for "no terminal", as the other commands' bars); without it,
+    each training record is also one plain line on stdout (`step 20/1000 train: loss ...`), so a run under
+    nohup or a batch scheduler shows its loss between evaluations. `finish(summary)` ends the run: the summary
+    record, then the summary's lines (`summary_lines`) below the closed bar.
 
     A run resumed at `start_step` first drops what a killed run logged after that step (metrics.jsonl records,
     TensorBoard events through `purge_step`): the steps are trained again and logged once, in order."""
@@ -32,8 +42,9 @@ class MetricsLogger:
             # TensorBoard hides the events of steps >= purge_step: the records of `start_step` itself (its
             # evaluation, its training window) were logged before its checkpoint was saved, and are kept
             self.writer = SummaryWriter(str(events), purge_step=start_step + 1 if resumed else None)
+        self.max_steps, self._start_step, self._started = max_steps, start_step, time.monotonic()
         self.bar = None
-        if progress:
+        if progress and _terminal():
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=max_steps, initial=start_step, unit="step", dynamic_ncols=True,
@@ -54,6 +65,42 @@ class MetricsLogger:
                 self.writer.add_scalar(f"{split}/{name}", float(value), step)
         if split == "eval":
             self.note(f"step {step} eval: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        elif split == "train" and self.bar is None:     # the bar shows these numbers: no second copy
+            self.note(self._train_line(step, metrics))
+
+    def _train_line(self, step: int, metrics: dict[str, float]) -> str:
+        """`step 20/1000 train: loss 3.4567, ..., lr 0.00176, grad_norm 1.23, 12,345 tok/s, ETA 1h02m` (the ETA
+        from this run's pace so far, evaluations and checkpoints included)."""
+        parts = [f"{k} {float(v):.4f}" for k, v in metrics.items() if k not in LOOP_KEYS]
+        if "lr" in metrics:
+            parts.append(f"lr {float(metrics['lr']):.3g}")
+        if "grad_norm" in metrics:
+            parts.append(f"grad_norm {float(metrics['grad_norm']):.3g}")
+        if "tokens_per_s" in metrics:
+            parts.append(f"{float(metrics['tokens_per_s']):,.0f} tok/s")
+        done = step - self._start_step
+        if 0 < done and step < self.max_steps:
+            parts.append(f"ETA {duration((time.monotonic() - self._started) / done * (self.max_steps - step))}")
+        return f"step {step}/{self.max_steps} train: " + ", ".join(parts)
+
+    def finish(self, summary: dict, record: bool = True) -> None:
+        """The run's end (`loop.Loop.summary`): its record in metrics.jsonl (`split` "summary", not in
+        TensorBoard; `record` False when the step it ends at was not saved, see `Loop.run`), then the bar is
+        closed and the summary's lines are printed below it."""
+        if record:
+            line = {"step": summary["step"], "split": "summary", "time": round(time.time(), 3)}
+            line.update({k: v for k, v in summary.items() if k not in ("step", *UNRECORDED)})
+            try:
+                self.jsonl.write(json.dumps(line) + "\n")
+            except OSError as exc:
+                self._write_failed = True
+                raise UserError(f"{self.run_dir / 'metrics.jsonl'}: cannot write the run's summary "
+                                f"({exc.strerror or exc}; is the disk full?); {_newest(self.run_dir)}") from None
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        for text in summary_lines(summary):
+            self.note(text)
 
     def advance(self, step: int, loss: float, tokens_per_s: float) -> None:
         if self.bar is not None:
@@ -79,6 +126,62 @@ class MetricsLogger:
             except OSError:
                 if not self._write_failed:   # else the failed record, still buffered, fails again: said already
                     raise
+
+
+def _terminal() -> bool:
+    """Whether stderr (where tqdm draws) is a terminal: not under nohup, a batch scheduler, a pipe or a test."""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):      # replaced by an object without isatty, or closed
+        return False
+
+
+# summary fields that are printed but not recorded: the evaluation has its own record; `saved` is always true
+# in a recorded summary
+UNRECORDED = ("eval", "eval_step", "saved")
+STOPPED = {"done": "done", "interrupted": "stopped by a signal", "budget": "stopped by the time budget"}
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The run's summary in a few lines (the keys are `loop.Loop.summary`'s):
+
+        summary: done at step 200 of 200
+          trained     steps 101-200 in 5m12s: 819,200 examples, 26,214,400 tokens
+          throughput  84,210 tokens/s while training (4m50s; evaluations and checkpoints left out)
+          loss        3.4567 (training, step 200)
+          evaluation  step 200: loss 3.5012, mlm_acc 0.4100
+          checkpoint  runs/base/checkpoints/step_00000200
+    """
+    step, first = summary["step"], summary["first_step"]
+    steps = f"step {step}" if first == step else f"steps {first}-{step}"
+    lines = [f"summary: {STOPPED.get(summary['status'], summary['status'])} at step {step} of "
+             f"{summary['total_steps']}",
+             f"  trained     {steps} in {duration(summary['wall_s'])}: {summary['examples_trained']:,.0f} examples, "
+             f"{summary['tokens_trained']:,.0f} tokens",
+             f"  throughput  {summary['tokens_per_s']:,.0f} tokens/s while training ({duration(summary['train_s'])}; "
+             "evaluations and checkpoints left out)"]
+    if summary.get("loss") is not None:
+        lines.append(f"  loss        {summary['loss']:.4f} (training, step {summary['loss_step']})")
+    if summary.get("eval"):
+        lines.append(f"  evaluation  step {summary['eval_step']}: "
+                     + ", ".join(f"{k} {v:.4f}" for k, v in summary["eval"].items()))
+    checkpoint = summary.get("checkpoint")
+    if checkpoint is None:
+        lines.append("  checkpoint  none saved")
+    else:
+        unsaved = "" if summary.get("saved", True) else f" (the newest; step {step} is not saved)"
+        lines.append(f"  checkpoint  {checkpoint}{unsaved}")
+    return lines
+
+
+def duration(seconds: float) -> str:
+    """12s, 5m12s, 1h02m."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
 def drop_records_after(path: Path, step: int) -> None:
