@@ -48,14 +48,14 @@ def _row(name: str, cfg: ModelConfig, paper: float | None) -> dict[str, typing.A
 
 
 def _params_rows(args: argparse.Namespace) -> list[dict[str, typing.Any]]:
-    from albertlm.config.presets import PRESETS, get_preset
+    from albertlm.config.presets import PRESETS, get_preset, paper_params
 
     overrides = command_line_values(args, PARAMS)
     names = args.preset or list(PRESETS)
     rows = []
     for name in names:
         cfg = get_preset(name, **overrides)
-        rows.append(_row(name + (" *" if overrides else ""), cfg, None if overrides else PRESETS[name].paper_params))
+        rows.append(_row(name + (" *" if overrides else ""), cfg, paper_params(name, overrides)))
     return rows
 
 
@@ -83,8 +83,10 @@ def run(args: argparse.Namespace, command: str) -> int:
         print(json.dumps(rows, indent=2))
     else:
         print_table(rows)
-        print("\nparams = embeddings + encoder + pooler (the paper's count); heads = MLM + SOP; "
-              "paper = the paper's Table 1 (xxlarge: the paper prints 235M, the architecture has 223M)")
+        print("\nparams = embeddings + encoder + pooler; heads = MLM + SOP; * = with the overrides; paper = the "
+              "paper's Table 1, or Table 3 / 4 for albert-base with --embedding-size / --sharing (its BERT and "
+              "not-shared rows leave out the pooler, H*H + H; xxlarge: the paper prints 235M, the architecture has "
+              "223M; see docs/model.md)")
     return 0
 
 

@@ -115,7 +115,10 @@ class ModelConfig(Config):
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
-            raise ConfigError(f"unknown model config field(s): {', '.join(unknown)}")
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"unknown model config field(s): {', '.join(unknown)}{hint}; refused rather than "
+                              "ignored, as a field this albertlm does not know (a newer version's?) may change the model")
         return cls(**data)
 
     def to_json(self, path: str | Path) -> None:

@@ -7,8 +7,10 @@ default, transformers' `classifier_dropout_prob`, google's fine-tuning code): it
 dropout only; pretraining applies none at the SOP head (`model.albert.AlbertForPreTraining`), so a v2 preset
 pretrains without any dropout. All use V=30000 (SentencePiece), 512 positions, 2 token types,
 FFN 4H and the tanh GELU google's code calls `gelu` (our "gelu_new").
-`paper_params` is the count the paper prints (embeddings + encoder + pooler, heads excluded);
-tests/test_presets.py checks every instantiated model against it.
+`paper_params` is the count the paper prints (heads excluded; its ALBERT rows include the pooler, its BERT and
+not-shared rows leave it out: docs/model.md "Parameter counts"); `ABLATION_PARAMS` the counts of Tables 3 and 4.
+tests/test_presets.py and tests/test_model_audit17.py check the instantiated models against them (xxlarge: the
+paper's 235M is not the architecture's 223M).
 """
 from __future__ import annotations
 
@@ -62,6 +64,29 @@ def _presets() -> dict[str, Preset]:
 
 
 PRESETS: dict[str, Preset] = _presets()
+
+# Lan et al. 2020, Table 3 (E under not-shared and all-shared) and Table 4 (cross-layer sharing at E = 768 and
+# 128): ALBERT-base (L 12, H 768, A 12, I 3072) with only E and the sharing changed; millions, as printed.
+ABLATION_PARAMS: dict[tuple[int, str], float] = {
+    (64, "none"): 87, (128, "none"): 89, (256, "none"): 93, (768, "none"): 108,
+    (64, "all"): 10, (128, "all"): 12, (256, "all"): 16, (768, "all"): 31,
+    (768, "attention"): 83, (768, "ffn"): 57, (128, "attention"): 64, (128, "ffn"): 38,
+}
+ABLATION_BASES = ("albert-base", "albert-base-v1", "albert-base-v2")
+
+
+def paper_params(name: str, overrides: Mapping[str, Any] | None = None) -> float | None:
+    """The count the paper prints for preset `name` with field `overrides`, in millions: Table 1's row without
+    overrides, Table 3 / 4's for an albert-base with only `embedding_size` and / or `sharing` changed; None where the
+    paper has no such row."""
+    overrides = dict(overrides or {})
+    if not overrides:
+        return PRESETS[name].paper_params if name in PRESETS else None
+    if name not in ABLATION_BASES or not set(overrides) <= {"embedding_size", "sharing"}:
+        return None
+    cfg = PRESETS[name].config
+    key = (overrides.get("embedding_size", cfg.embedding_size), overrides.get("sharing", cfg.sharing))
+    return ABLATION_PARAMS.get(key)
 
 
 class _Configs(Mapping[str, ModelConfig]):

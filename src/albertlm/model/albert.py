@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from albertlm.config import ModelConfig
-from albertlm.errors import UserError
-from albertlm.model.inputs import ModelInputError, check_inputs, check_target, describe_bad_indices
+from albertlm.model.inputs import (ModelInputError, check_inputs, check_target, describe_bad_indices,
+                                   describe_bad_positions)
 from albertlm.model.io import PretrainedMixin, init_weights
 
 try:  # flash attention over packed sequences of different lengths (torch >= 2.10, CUDA); SDPA otherwise
@@ -74,8 +74,9 @@ class Embeddings(nn.Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, packing: Packing | None = None) -> Tensor:
         T = input_ids.shape[1]
         if T > self.position.num_embeddings:  # a shape, not a value: no device sync
-            raise UserError(f"the sequences have {T} tokens, more than max_position_embeddings="
-                            f"{self.position.num_embeddings} (the longest this model's position embeddings cover)")
+            raise ModelInputError(f"the sequences have {T} tokens, more than max_position_embeddings="
+                                  f"{self.position.num_embeddings} (the longest this model's position embeddings "
+                                  "cover): truncate them, or split them into windows")
         x = self.word(input_ids) + self.position.weight[:T]  # (B, T, E)
         x = x + (self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0])
         x = self.dropout(self.norm(x))
@@ -117,11 +118,12 @@ class Packing:
     def rows(self, rows: Tensor) -> Tensor:
         """(B, R) positions in the padded batch -> their rows in the (N, ...) packing. A padded position maps to
         row 0, the first real token of the batch: what is computed there is meaningless, as in the padded
-        model (pretraining's slot padding points at [CLS], a real token)."""
+        model (pretraining's slot padding points at [CLS], a real token). A position outside 0..T-1 is an
+        error as in the padded model's gather (eager CPU; a device assert on CUDA), never another sequence's
+        token (flat indexing b * T + t read row b + 1's token t - T silently)."""
         slot = self.index.new_zeros(self.batch * self.length)
         slot = slot.index_copy(0, self.index, torch.arange(len(self.index), device=self.index.device))
-        base = torch.arange(self.batch, device=rows.device)[:, None] * self.length
-        return slot[base + rows]
+        return slot.view(self.batch, self.length).gather(1, rows.long())
 
 
 # ----------------------------------------------------------------------------------------- attention
@@ -384,8 +386,15 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
             t.long() if t is not None else None for t in (labels, masked_lm_ids, sentence_order_label))  # int32 too
         rows = None
         if masked_lm_positions is not None:  # the heads read [CLS] and the P masked slots: (B, 1 + P)
+            masked_lm_positions = masked_lm_positions.long()  # gather takes int64 (a no-op for int64)
             rows = torch.cat([masked_lm_positions.new_zeros(len(masked_lm_positions), 1), masked_lm_positions], 1)
-        base = self.albert(input_ids, attention_mask, token_type_ids, rows, token_index)
+        try:
+            base = self.albert(input_ids, attention_mask, token_type_ids, rows, token_index)
+        except (IndexError, RuntimeError):  # a masked position outside the sequence (eager CPU; CUDA asserts)
+            problem = describe_bad_positions(masked_lm_positions, input_ids.shape[1])
+            if problem is None:
+                raise
+            raise ModelInputError(problem) from None
         out = ModelOutput(sop_logits=self.sop_head(base.pooler_output))  # (B, 2), no dropout (google's)
         hidden = base.last_hidden_state if rows is None else base.last_hidden_state[:, 1:]  # (B, T or P, H)
         self._add_mlm(out, hidden, masked_lm_positions, masked_lm_ids, masked_lm_weights, labels)

@@ -69,6 +69,19 @@ def describe_bad_indices(model: nn.Module, input_ids: Tensor, token_type_ids: Te
     return None
 
 
+def describe_bad_positions(positions: Tensor | None, length: int) -> str | None:
+    """After an index error in the encoder: the `masked_lm_positions` value outside the sequences' `length`
+    positions, or None if there is none (read from the tensor only on this failure path)."""
+    if positions is None or positions.numel() == 0:
+        return None
+    low, high = int(positions.min()), int(positions.max())
+    if low >= 0 and high < length:
+        return None
+    bad = low if low < 0 else high
+    return (f"masked_lm_positions holds {bad}, outside the sequences' {length} positions (0 to {length - 1}; "
+            "padding slots point at 0, [CLS], with weight 0)")
+
+
 def check_target(name: str, t: Tensor | None, shape: tuple[int | None, ...], integer: bool = True) -> None:
     """A target tensor of a forward has `shape` (None: any size there) and, if `integer`, an integer dtype; else a
     ModelInputError naming it (a wrong shape broadcast or failed deep inside the loss). Skipped while tracing."""

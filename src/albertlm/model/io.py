@@ -9,6 +9,7 @@ head weights the checkpoint lacks are freshly initialised, heads it has but the 
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -47,9 +48,33 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
         if hf_format.is_hf_config(data):
             return hf_format.config_from_hf(data), True
         hf_format.check_config_types(data)
-        return ModelConfig.from_dict(data), False
+        config = ModelConfig.from_dict(data)
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
+    _warn_defaulted(path, data)
+    return config, False
+
+
+_WARNED: set[str] = set()  # config files already warned about (a command reads its model's config several times)
+
+
+def defaulted_fields(data: dict[str, Any]) -> list[str]:
+    """The ModelConfig fields an albertlm config.json leaves out (they take ModelConfig's defaults)."""
+    return [f.name for f in dataclasses.fields(ModelConfig) if f.name not in data]
+
+
+def _warn_defaulted(path: Path, data: dict[str, Any]) -> None:
+    """Warn, once per file, that fields missing from an albertlm config.json take ModelConfig's defaults
+    (`save_pretrained` writes every field: an older albertlm's file, or one written by hand)."""
+    missing = defaulted_fields(data)
+    key = str(path.resolve())
+    if not missing or key in _WARNED:
+        return
+    _WARNED.add(key)
+    defaults = ModelConfig()
+    values = ", ".join(f"{name}={getattr(defaults, name)!r}" for name in missing)
+    log.warning("%s: fields not in the file take ModelConfig's defaults: %s (an older albertlm's config, or one "
+                "written by hand; save_pretrained writes every field)", path, values)
 
 
 PICKLE_WEIGHTS = "pytorch_model.bin"
