@@ -36,7 +36,7 @@ OUTPUT_FILES = ("config.json", "model.safetensors", "labels.json", "README.md", 
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
-    parser.add_argument("src", metavar="SRC", help="TF checkpoint (prefix, .index file or directory), "
+    parser.add_argument("src", metavar="SRC", help="TF checkpoint (prefix, its .index / .data-* / .meta file, or directory), "
                         "transformers directory or albertlm directory")
     parser.add_argument("dst", metavar="DST", help="output directory")
     parser.add_argument("--from", dest="src_format", choices=("auto", *FORMATS), default="auto",
@@ -175,6 +175,11 @@ def _check_tokenizer_fits(path: Path, vocab_size: int, explicit: bool = False) -
 
 
 def detect_format(src: Path) -> str:
+    from albertlm.interop.tf_checkpoint import companion_prefix
+
+    prefix = companion_prefix(src)   # one of a checkpoint's files (.index, .data-*, .meta): tf (the import names
+    if prefix is not None and (src.is_file() or Path(f"{prefix}.index").is_file()):   # a missing index)
+        return "tf"
     if not src.exists() and not Path(f"{src}.index").is_file():
         raise UserError(f"{src}: no such file or directory")
     config = src / "config.json"

@@ -22,7 +22,8 @@ Dense kernels are stored (in, out) and become torch Linear weights (out, in); th
 `output_weights` is already (2, H). Google's group g, inner group k is our unique block g * K + k
 (K = inner_group_num), which is where `sharing_plan` puts group g's k-th block for sharing `all`.
 Training state (`global_step`, the LAMB/AdamWeightDecay slots `<var>/adam_m`, `<var>/adam_v`, ...)
-is skipped. TF-Hub exports (`module/` prefix, `variables/variables.*`) read the same way.
+is skipped. TF-Hub exports (`module/` prefix, `variables/variables.*`) read the same way, and so does a backbone
+built under another scope than `bert/` (`modeling.AlbertModel(..., scope="albert")`).
 """
 from __future__ import annotations
 
@@ -145,9 +146,13 @@ class ImportReport:
     unused: list[str] = field(default_factory=list)       # other variables (e.g. a fine-tuned classifier)
     missing: list[str] = field(default_factory=list)      # head weights the checkpoint lacks (left as initialised)
 
+    scope: str = "bert/"                                  # the backbone's variable scope in the checkpoint
+
     def lines(self) -> list[str]:
         out = [f"TF checkpoint {self.checkpoint}: {len(self.used)} variables imported, "
                f"{len(self.skipped)} training-state variables skipped"]
+        if self.scope != "bert/":
+            out.append(f"backbone variables under {self.scope} read as google's bert/")
         if self.unused:
             out.append(f"unused variables ({len(self.unused)}): {', '.join(self.unused)}")
         if self.missing:
@@ -156,17 +161,42 @@ class ImportReport:
 
 
 def _strip_module_prefix(names: list[str]) -> dict[str, str]:
-    """TF-Hub modules prefix every variable with `module/`: plain name -> stored name."""
+    """Plain name (google's `bert/...`, `cls/...`) -> stored name. TF-Hub modules prefix every variable with
+    `module/`; `modeling.AlbertModel(..., scope=...)` puts the backbone under another scope than its default
+    `bert/` (e.g. `albert/`), found by its word embeddings and read as `bert/`."""
     if names and all(n.startswith("module/") for n in names if not TRAINING_STATE.search(n)):
-        return {n.removeprefix("module/"): n for n in names}
-    return {n: n for n in names}
+        plain = {n.removeprefix("module/"): n for n in names}
+    else:
+        plain = {n: n for n in names}
+    scope = backbone_scope(plain)
+    if scope in (None, "bert/"):
+        return plain
+    return {("bert/" + n.removeprefix(scope) if n.startswith(scope) else n): stored for n, stored in plain.items()}
+
+
+WORD_EMBEDDINGS = "embeddings/word_embeddings"
+
+
+def _stored_scope(stored: dict[str, str]) -> str:
+    """The scope the backbone had in the checkpoint (TF-Hub's `module/` aside), for the report."""
+    name = stored.get("bert/" + WORD_EMBEDDINGS)
+    return name.removeprefix("module/")[: -len(WORD_EMBEDDINGS)] if name else "bert/"
+
+
+def backbone_scope(names) -> str | None:
+    """The variable scope of the ALBERT backbone ("bert/" by google's default, "albert/", ...), from the one variable
+    named `<scope>/embeddings/word_embeddings`; None when there is none, or several."""
+    if "bert/" + WORD_EMBEDDINGS in names:
+        return "bert/"
+    scopes = {n[: -len(WORD_EMBEDDINGS)] for n in names if n.endswith("/" + WORD_EMBEDDINGS)}
+    return scopes.pop() if len(scopes) == 1 else None
 
 
 def read_tf_state(ckpt: TFCheckpoint, key_map: dict[str, Source], expected: dict[str, torch.Size],
                   verify: bool = False) -> tuple[dict[str, torch.Tensor], ImportReport]:
     """The state dict `key_map` describes, read from `ckpt` and checked against `expected` shapes."""
     stored = _strip_module_prefix(ckpt.names())
-    report = ImportReport(str(ckpt.prefix))
+    report = ImportReport(str(ckpt.prefix), scope=_stored_scope(stored))
     state: dict[str, torch.Tensor] = {}
     for ours, (names, transpose) in key_map.items():
         present = [n for n in names if n in stored]

@@ -17,6 +17,7 @@ index block when Snappy saves at least 1/8 of it). bfloat16 tensors come back as
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,12 +251,31 @@ def parse_entry(value: bytes) -> TensorEntry:
                        sliced=7 in fields)
 
 
+# the files a checkpoint prefix names: PREFIX.index, PREFIX.data-SSSSS-of-NNNNN, and TF 1's graph PREFIX.meta
+COMPANION = re.compile(r"^(?P<prefix>.+)\.(index|meta|data-\d{5}-of-\d{5})$")
+
+
+def companion_prefix(path: str | Path) -> Path | None:
+    """The checkpoint prefix of one of its files (`model.ckpt-best.index`, `.meta`, `.data-00000-of-00001`), or None
+    for another name."""
+    path = Path(path)
+    match = COMPANION.match(path.name)
+    return path.with_name(match.group("prefix")) if match else None
+
+
 def resolve_prefix(path: str | Path) -> Path:
-    """Accept a checkpoint prefix (`.../model.ckpt-125000`), its `.index` file, or a directory holding
-    one checkpoint (the `checkpoint` state file picks one when there are several)."""
+    """Accept a checkpoint prefix (`.../model.ckpt-125000`), one of its files (`.index`, `.data-*`, `.meta`: what
+    tab completion gives), or a directory holding one checkpoint (the `checkpoint` state file picks one when there
+    are several)."""
     path = Path(path)
     if path.name.endswith(".index"):
         return path.with_name(path.name[: -len(".index")])
+    prefix = companion_prefix(path)
+    if prefix is not None and not path.is_dir() and not path.with_name(path.name + ".index").is_file():
+        if not Path(f"{prefix}.index").is_file():
+            raise CheckpointError(f"{path}: a TF checkpoint file without its index {prefix.name}.index "
+                                  "(a checkpoint is PREFIX.index + PREFIX.data-*; pass the prefix)")
+        return prefix
     if path.with_name(path.name + ".index").is_file():
         return path
     if not path.is_dir():

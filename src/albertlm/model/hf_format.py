@@ -132,6 +132,12 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
     for name, plain in (("net_structure_type", 0), ("gap_size", 0), ("num_memory_blocks", 0), ("down_scale_factor", 1)):
         if data.get(name, plain) != plain:
             raise UserError(f"{name}={data[name]!r} is not supported (only the standard ALBERT structure)")
+    # transformers 4's AlbertConfig: any value but "absolute" leaves the absolute position embeddings out of the sum
+    # (relative_key / relative_key_query attend with distance embeddings instead), a network ours does not compute
+    if data.get("position_embedding_type") not in (None, "absolute"):
+        raise UserError(f"position_embedding_type={data['position_embedding_type']!r} is not supported: such a "
+                        "checkpoint adds no absolute position embeddings (transformers 4's relative position "
+                        "embeddings); albertlm's ALBERT has absolute positions only (position_embedding_type 'absolute')")
     fields = {ours: data[hf] if data.get(hf) is not None else HF_DEFAULTS[hf] for ours, hf in CONFIG_FIELDS.items()}
     if "classifier_dropout_prob" in data and data["classifier_dropout_prob"] is None:
         fields["classifier_dropout"] = fields["hidden_dropout"]  # transformers' fallback for an unset (null) value
