@@ -97,7 +97,12 @@ def _saved_class_and_size(directory, is_hf: bool) -> tuple[str, int | None]:
 
     if is_hf:
         data = json.loads((directory / "config.json").read_text())
-        name = (data.get("architectures") or ["AlbertForPreTraining"])[0]
+        if data.get("architectures"):
+            name = data["architectures"][0]
+        else:   # a config saved without it: the class whose head weights are there (as convert reads it)
+            from albertlm.interop.hf import architecture_from_weights
+
+            name = architecture_from_weights(directory, data)
     else:
         name = saved_class_name(directory)
     path = directory / "model.safetensors"
