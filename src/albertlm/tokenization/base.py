@@ -7,6 +7,7 @@ Implementations: `sentencepiece.SentencePieceTokenizer`, `wordpiece.WordPieceTok
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -60,15 +61,49 @@ def build_pair(cls_id: int, sep_id: int, a: Sequence[int], b: Sequence[int] | No
     return ids, types
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """`text` without surrogate code points, which no native tokenizer (sentencepiece, `tokenizers`) accepts:
+    a high + low pair (a str built from UTF-16 halves) becomes its character, a lone one (a JSON `"\\ud83d"`
+    escape cut from its pair, as truncated tweets hold; text decoded with `surrogateescape`) becomes U+FFFD, as
+    undecodable bytes do when albertlm reads text. The tokenizer then treats it as any U+FFFD: albert-base-v2's
+    normalizer deletes it, as BERT's text cleaning does (whose Python implementation deletes surrogates too, so a
+    WordPiece vocab gives transformers 4's ids). Text without surrogates is returned as it is."""
+    if not _SURROGATES.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def valid_texts(texts: list[str]) -> list[str]:
+    """`texts` with `valid_unicode` applied; the same list object when no text holds a surrogate."""
+    fixed = [text if not isinstance(text, str) or text.isascii() else valid_unicode(text) for text in texts]
+    return texts if all(a is b for a, b in zip(fixed, texts)) else fixed
+
+
 class TokenizerBase:
-    """What every implementation derives from `encode_batch` and its special ids (`_special`: the five ids)."""
+    """What every implementation derives from `_encode_batch` and its special ids (`_special`: the five ids)."""
 
     cls_id: int
     sep_id: int
     _special: set[int]
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         raise NotImplementedError
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`_encode_batch` in native code; a batch the native code refuses for holding surrogate code points
+        (a TypeError, RuntimeError or UnicodeError there, with a message that names no text) is encoded again
+        with them replaced (`valid_unicode`), so the check costs nothing on valid text."""
+        texts = list(texts)
+        try:
+            return self._encode_batch(texts)
+        except (TypeError, RuntimeError, UnicodeError):
+            fixed = valid_texts(texts)
+            if fixed is texts:
+                raise
+        return self._encode_batch(fixed)
 
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0]
@@ -97,13 +132,13 @@ class TokenizersBacked(TokenizerBase):
     def special_tokens_as_text(self) -> None:
         self.backend.encode_special_tokens = True  # tokenizers >= 0.19: added special tokens are not matched
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         # encode_batch_fast (tokenizers >= 0.21) skips offset tracking, which we never use.
         encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
 
     def tokenize(self, text: str) -> list[str]:
-        return self.backend.encode(text, add_special_tokens=False).tokens
+        return self.backend.encode(valid_unicode(text), add_special_tokens=False).tokens
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(self._without_special(ids), skip_special_tokens=True)

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import TokenizerBase, read_config, save_directory
+from albertlm.tokenization.base import TokenizerBase, read_config, save_directory, valid_unicode
 
 LineReader = Callable[[Path], Iterable[str]]   # a training input file -> its lines (sentences)
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
@@ -199,7 +199,7 @@ class SentencePieceTokenizer(TokenizerBase):
     def preprocess(self, text: str) -> str:
         return self._preprocess(text)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Preprocess in Python (C-level str methods per text), segment in sentencepiece's threads."""
         if self._added is not None:
             return self._encode_split_added(texts)
@@ -272,7 +272,16 @@ class SentencePieceTokenizer(TokenizerBase):
 
     # -- decoding and vocabulary ---------------------------------------------------------------------
     def decode(self, ids: Sequence[int]) -> str:
-        return self.sp.decode(self._without_special(ids))
+        """Text of `ids` without the special pieces (<unk> included), as the reference tokenizer of the mode
+        decodes: transformers 4's AlbertTokenizer (sentencepiece's decode, stripped: a dropped <unk> at either
+        end left a space there) by default; transformers 5's Metaspace decoder with `split_added_tokens` (every
+        "▁" a space, except in the first piece, which loses them: a text whose first kept piece is a lone "▁"
+        decodes with a leading space there, as in transformers 5)."""
+        kept = self._without_special(ids)
+        if self.options.split_added_tokens:
+            pieces = [self.sp.id_to_piece(i) for i in kept]
+            return "".join([pieces[0].replace("▁", ""), *pieces[1:]]).replace("▁", " ") if pieces else ""
+        return self.sp.decode(kept).strip()
 
     def id_to_token(self, token_id: int) -> str:
         return self.sp.id_to_piece(int(token_id))
@@ -444,7 +453,7 @@ def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, pr
             if progress is not None and pending > 65536:
                 progress.update(pending)
                 pending = 0
-            line = preprocess(line)
+            line = preprocess(valid_unicode(line))  # sentencepiece's trainer refuses surrogates
             if max_bytes is not None and len(line) * 4 > max_bytes and len(line.encode("utf-8")) > max_bytes:
                 if on_cut is not None:
                     on_cut()

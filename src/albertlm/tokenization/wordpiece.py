@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import TokenizersBacked, read_config, save_directory
+from albertlm.tokenization.base import TokenizersBacked, read_config, save_directory, valid_unicode
 
 VOCAB_FILE = "vocab.txt"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -182,7 +182,8 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     if read_lines is None:
         backend.train(paths, trainer)
     else:
-        backend.train_from_iterator((line for p in paths for line in read_lines(Path(p))), trainer)
+        # valid_unicode: the trainer refuses surrogates (a JSONL "\\ud83d" escape cut from its pair)
+        backend.train_from_iterator((valid_unicode(line) for p in paths for line in read_lines(Path(p))), trainer)
     tokens = canonical_order(backend.get_vocab())
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     save_directory(out_dir, out_dir / VOCAB_FILE, VOCAB_FILE, transformers_config(options))
