@@ -175,7 +175,7 @@ def _data(args, recorded_info: dict, resume: bool = False):
     family = get_family(args.family)
     options = data_options(args.family)
     recorded = family.recorded(recorded_info)
-    given = command_line_values(args, options)
+    given = family.canonical(command_line_values(args, options))
     changed = {k: v for k, v in given.items() if k in recorded and v != recorded[k]}
     if resume and changed:
         key = next(iter(changed))

@@ -3,7 +3,10 @@
 Each task ships its files its own way (GLUE's `download_glue_data.py` layout): CoLA train/dev have no
 header, the others do; MNLI has matched and mismatched dev/test; MRPC can also be read from the original
 `msr_paraphrase_*.txt` (UTF-8 BOM). A header is recognised by its label cell not being a label, so
-re-split files with and without a header both work (e.g. a headerless `val.tsv`).
+re-split files with and without a header both work (e.g. a headerless `val.tsv`). The diagnostic set (AX) is
+predicted from `diagnostic.tsv` (`index, sentence1, sentence2`) and scored from the labelled
+`diagnostic-full.tsv` (`Lexical Semantics, Predicate-Argument Structure, Logic, Knowledge, Domain, Premise,
+Hypothesis, Label`), which GLUE publishes beside it.
 """
 from __future__ import annotations
 
@@ -61,9 +64,10 @@ TASKS: dict[str, GlueTask] = {t.name: t for t in [
     GlueTask("qnli", NLI2, Columns(1, 2, -1), Columns(1, 2, None), "QNLI", "QNLI.tsv"),
     GlueTask("rte", NLI2, Columns(1, 2, -1), Columns(1, 2, None), "RTE", "RTE.tsv"),
     GlueTask("wnli", ("0", "1"), Columns(1, 2, -1), Columns(1, 2, None), "WNLI", "WNLI.tsv"),
-    # the diagnostic set: predicted with an MNLI model, only a test file
-    GlueTask("ax", ("contradiction", "entailment", "neutral"), Columns(1, 2, None), Columns(1, 2, None),
-             "diagnostic", "AX.tsv", (), ("diagnostic.tsv", "AX.tsv")),
+    # the diagnostic set, predicted with an MNLI model: diagnostic.tsv to submit, diagnostic-full.tsv (the labelled
+    # release: four category columns, Domain, Premise, Hypothesis, Label) to score it (Matthews corr., GLUE's R3)
+    GlueTask("ax", ("contradiction", "entailment", "neutral"), Columns(5, 6, 7, None), Columns(1, 2, None),
+             "diagnostic", "AX.tsv", ("diagnostic-full.tsv",), ("diagnostic.tsv", "AX.tsv")),
 ]}
 ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "diagnostic": "ax"}
 SUBMISSION_NAMES = {("mnli", "test_mismatched.tsv"): "MNLI-mm.tsv"}
@@ -83,7 +87,8 @@ class Example:
 
 
 def get_task(name: str) -> GlueTask:
-    key = ALIASES.get(name.lower(), name.lower())
+    """A task by its name or GLUE's own spelling, in any case (`RTE`, `SST-2`, `STS-B`, `MNLI-m`, `AX`)."""
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in TASKS:
         raise DataError(f"unknown GLUE task {name!r}; choose from {', '.join(TASKS)}")
     return TASKS[key]
@@ -141,6 +146,17 @@ def _labelled_layout(task: GlueTask, cells: list[str], header: bool) -> bool:
     return len(cells) > test_fields or not cells[0].strip().isdigit()
 
 
+def _test_layout_hint(task: GlueTask, cells: list[str], header: list[str] | None) -> str:
+    """For an error reading a file as labelled: a hint when the file is in the task's unlabelled test layout
+    (a header that names no label column, or a headerless row as wide as the test layout)."""
+    if header is not None:
+        looks_unlabelled = not any(cell.strip().lstrip("\ufeff").lower() in HEADER_LABELS for cell in header)
+    else:
+        test = task.test
+        looks_unlabelled = len(cells) == max(i for i in (test.text_a, test.text_b, test.guid) if i is not None) + 1
+    return " (an unlabelled test file? give it with --test)" if looks_unlabelled else ""
+
+
 def _parse_label(task: GlueTask, cell: str, where: str) -> str | float:
     cell = cell.strip()
     if task.is_regression:
@@ -168,10 +184,12 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
         cols = MSR_TEST
     examples: list[Example] = []
     skipped = 0
+    header_cells: list[str] | None = None
     for n, (lineno, cells) in enumerate(read_tsv(path)):
         where = f"{path}:{lineno}"
         if n == 0:
             header = _is_header(task, cols, cells)
+            header_cells = cells if header else None
             if not has_labels and cols is task.test and _labelled_layout(task, cells, header):
                 cols = task.train   # a labelled file to predict on: its texts, not its label (which is ignored)
             needed = max(i if i >= 0 else -i - 1 for i in (cols.text_a, cols.text_b, cols.label, cols.guid)
@@ -184,11 +202,17 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
                 if len(cells) >= needed:
                     raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name}'s layout has "
                                     f"{exact} (another task's file?)")
-                raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}")
+                raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}"
+                                + (_test_layout_hint(task, cells, header_cells) if has_labels else ""))
             problems.add("malformed row skipped", where)
             skipped += 1
             continue
-        label = _parse_label(task, cells[cols.label], where) if has_labels and cols.label is not None else None
+        label = None
+        if has_labels and cols.label is not None:
+            try:
+                label = _parse_label(task, cells[cols.label], where)
+            except DataError as exc:
+                raise DataError(f"{exc}{_test_layout_hint(task, cells, header_cells)}") from None
         guid = cells[cols.guid].strip() if cols.guid is not None else str(len(examples))
         text_b = cells[cols.text_b] if cols.text_b is not None else None
         examples.append(Example(guid, cells[cols.text_a], text_b, label, where))
@@ -204,8 +228,12 @@ def _looks_like_msr(path: Path) -> bool:
 
 def find_split(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
     """Files of a split in a task directory. dev falls back to `val.tsv` (re-split copies);
-    MRPC train/test fall back to the original `msr_paraphrase_{train,test}.txt`."""
+    MRPC train/test fall back to the original `msr_paraphrase_{train,test}.txt`. A directory that does not
+    exist (or a file) is an error naming it, not "no data"."""
     data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise DataError(f"{data_dir}: {'not a directory' if data_dir.exists() else 'no such directory'} "
+                        f"(--data-dir is the task's GLUE folder, e.g. glue/{task.dir_name})")
     candidates = {"train": ("train.tsv",), "dev": task.dev_files or (), "test": task.test_files}[split]
     found = [data_dir / name for name in candidates if (data_dir / name).is_file()]
     if split == "dev" and not found and (data_dir / "val.tsv").is_file():
@@ -217,22 +245,38 @@ def find_split(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
 
 
 def label_ids(task: GlueTask, examples: list[Example]) -> list:
+    """Class ids (scores for STS-B); an example without a label (a file read unlabelled) is an error naming it."""
+    unlabelled = next((e for e in examples if e.label is None), None)
+    if unlabelled is not None:
+        raise DataError(f"{unlabelled.where}: no label ({task.name}); an unlabelled file is predicted with --test")
     if task.is_regression:
         return [float(e.label) for e in examples]
     index = {label: i for i, label in enumerate(task.labels)}
     return [index[e.label] for e in examples]
 
 
+STSB_RANGE = (0.0, 5.0)   # the scale of STS-B's gold similarity scores
+
+
 def write_submission(task: GlueTask, examples: list[Example], predictions, path: str | Path,
-                     by_guid: bool = False) -> None:
-    """GLUE submission TSV: `index<TAB>prediction`, label names for classification, scores for STS-B.
-    Test files carry their own index column (`by_guid`); dev predictions are numbered by position."""
+                     by_guid: bool = False, clip: bool | None = None) -> None:
+    """GLUE submission TSV: `index<TAB>prediction`, label names for classification, scores for STS-B (3
+    decimals). Test files carry their own index column (`by_guid`: a submission file); dev predictions are
+    numbered by position. `clip` (default: a submission file) keeps STS-B scores on the gold scale, [0, 5]:
+    a regression head can predict -0.2 or 5.3, which no pair can score; dev predictions stay as the metrics
+    saw them, so that scoring the file gives the run's numbers."""
+    clip = by_guid if clip is None else clip
+    low, high = STSB_RANGE
     lines = ["index\tprediction"]
     for i, (example, pred) in enumerate(zip(examples, predictions)):
         index = example.guid if by_guid else str(i)
-        value = f"{float(pred):.3f}" if task.is_regression else task.labels[int(pred)]
+        if task.is_regression:
+            score = min(max(float(pred), low), high) if clip else float(pred)
+            value = f"{score:.3f}"
+        else:
+            value = task.labels[int(pred)]
         lines.append(f"{index}\t{value}")
-    Path(path).write_text("\n".join(lines) + "\n")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def read_predictions(task: GlueTask, path: str | Path) -> dict[str, str | float]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from albertlm.errors import UserError
-from albertlm.tasks import scoring, specs, squad
+from albertlm.tasks import glue, scoring, specs, squad
 from albertlm.tasks.options import ClassifyOptions, GlueOptions, RaceOptions, SquadOptions
 
 
@@ -45,6 +45,13 @@ def _classify_spec(o: ClassifyOptions, tokenizer, cfg, training: bool, info: dic
 # --model` and `finetune --resume` take them as the defaults of the data options (a flag given overrides).
 def _glue_recorded(info: dict) -> dict:
     return {"task": info["task"]} if info.get("task") else {}
+
+
+def _glue_canonical(given: dict) -> dict:
+    """`--task` in GLUE's own spelling (`RTE`, `SST-2`, `MNLI-m`, `AX`) is the task's name (`rte`, `sst2`,
+    `mnli`, `ax`), as a run records it: compared with the model's task and a resumed run's, and naming the recipe.
+    An unknown name is an error listing the tasks."""
+    return {**given, "task": glue.get_task(given["task"]).name} if given.get("task") else given
 
 
 def _squad_recorded(info: dict) -> dict:
@@ -94,12 +101,15 @@ class TaskFamily:
     recorded: Callable[[dict], dict] = lambda info: {}   # task.json -> data option defaults (see above)
     # (recorded, given) -> why the given options cannot be used with the model, or None
     fixed: Callable[[dict, dict], str | None] = lambda recorded, given: None
+    # the given data options in the spelling a run records (GLUE task names), before they are compared with it
+    canonical: Callable[[dict], dict] = lambda given: given
 
 
 FAMILIES: dict[str, TaskFamily] = {f.name: f for f in (
     TaskFamily("glue", GlueOptions, _glue_spec, scoring.score_glue,
-               paper_recipe=lambda o: "mnli" if o.task == "ax" else o.task,
-               data_flags="--dev FILE, --test FILE or --data-dir DIR", recorded=_glue_recorded),
+               paper_recipe=lambda o: "mnli" if glue.get_task(o.task).name == "ax" else glue.get_task(o.task).name,
+               data_flags="--dev FILE, --test FILE or --data-dir DIR", recorded=_glue_recorded,
+               canonical=_glue_canonical),
     TaskFamily("squad", SquadOptions, _squad_spec, scoring.score_squad,
                paper_recipe=lambda o: "squad2.0" if o.version.startswith("2") else "squad1.1",
                data_flags="--dev FILE (or --data FILE)", recorded=_squad_recorded),
