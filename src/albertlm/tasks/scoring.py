@@ -3,6 +3,8 @@
 (see `tasks.registry`) and, for SQuAD, its scoring options."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from albertlm.errors import UserError
 from albertlm.tasks import classify, glue, metrics, race, squad
 from albertlm.tasks.tables import read_records
@@ -39,6 +41,12 @@ def score_glue(opts, predictions: str, score_opts=None, warn=None) -> dict:
     dev = opts.dev or (glue.find_split(task, opts.data_dir, "dev") if opts.data_dir else [])
     if not dev:
         raise UserError("give the gold dev file with --dev FILE (or --data-dir)")
+    if len(dev) > 1:    # MNLI's matched and mismatched dev: the file these predictions are of, by its name
+        named = [path for path in dev if f"{Path(path).stem}_predictions.tsv" == Path(predictions).name]
+        if len(named) != 1:
+            raise UserError(f"--predictions scores one dev file and {len(dev)} were found "
+                            f"({', '.join(Path(path).name for path in dev)}); give the one with --dev FILE")
+        dev = named
     examples = glue.read_examples(task, dev[0])
     preds = glue.read_predictions(task, predictions)
     keys = [str(i) for i in range(len(examples))]
