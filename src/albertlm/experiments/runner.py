@@ -8,6 +8,9 @@ baseline), each ending in one result JSON; `--jobs N` runs N jobs at a time in w
 
 Resumable: a job whose result.json exists is skipped; a pretraining run killed midway continues from its
 newest checkpoint (the loop's exact resume); a fine-tuning killed midway starts again (they are short).
+An --out where nothing was measured yet (no result, no checkpoint: every job failed) takes a run with other
+options, another scale included; what the failed jobs left that the new plan cannot use moves to
+OUT/replaced/<time>/ (`retire_unmeasured`).
 Every job of a suite sees the same data, the same data order (the seed's) and the same token budget.
 """
 from __future__ import annotations
@@ -202,11 +205,10 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
     settings = prepare_settings(suite)
     if done.is_file():
         saved = read_json(done, "the suite's prepared data record")
-        data_settings = {k: v for k, v in settings.items() if k != "finetune_tasks"}
-        had = {k: v for k, v in (saved.get("settings") or {}).items() if k != "finetune_tasks"}
-        if had != data_settings:
-            raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus: "
-                            f"{_first_difference(had, data_settings)}); use another --out")
+        why = prepared_difference(saved, settings)
+        if why:
+            raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus: {why}); use "
+                            f"another --out")
         if saved["settings"].get("finetune_tasks") != settings["finetune_tasks"]:   # --refinetune: new GLUE samples
             saved.update(settings=settings, glue=prepare_glue(suite))
             _write_json(done, saved)
@@ -221,6 +223,30 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
         if fresh:   # nothing of a half-made preparation is kept (a rerun starts it again)
             shutil.rmtree(suite.prepared, ignore_errors=True)
         raise
+
+
+def corpus_fingerprint(suite: Suite) -> dict:
+    """The corpus files' sizes and SHA-256 digests, kept in prepared.json: a corpus corrected in place (same
+    path) is told from the one prepared (`retire_unmeasured`)."""
+    import hashlib
+
+    out = {}
+    for name, path in (("train", suite.train_text), ("heldout", suite.heldout_text)):
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        out[name] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    return out
+
+
+def prepared_difference(saved: Any, settings: dict) -> str:
+    """How the data settings a prepared.json records differ from `settings` (fine-tuning samples aside, which
+    are made again): the first differing field in words, or ""."""
+    recorded = (saved.get("settings") if isinstance(saved, dict) else None) or {}
+    had = {k: v for k, v in recorded.items() if k != "finetune_tasks"}
+    want = {k: v for k, v in settings.items() if k != "finetune_tasks"}
+    return _first_difference(had, want) if had != want else ""
 
 
 # SentencePiece's default keeps 99.995% of the corpus's characters as pieces of their own; a corpus with more
@@ -287,6 +313,7 @@ def _prepare_fresh(suite: Suite, settings: dict, log, workers: int) -> dict:
             metas[f"{split}_{task}"] = {k: meta.get(k) for k in ("num_instances", "counts", "corpus") if k in meta}
     glue = prepare_glue(suite)
     summary = {"settings": settings, "data": metas, "glue": glue, "tokenizer": tokenizer,
+               "corpus_files": corpus_fingerprint(suite),
                "glue_tokens": glue_token_fit(suite, glue), "latin_share": latin_share(train), "corpus_chars": {
                    "train": train.stat().st_size, "heldout": heldout.stat().st_size}}
     done.write_text(json.dumps(summary, indent=2) + "\n")
@@ -462,6 +489,7 @@ def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, o
     done = out_dir / RESULT
     if done.is_file():
         return read_json(done, "a fine-tuning's result")
+    check_stop(f"fine-tuning {out_dir} not started")
     if out_dir.exists():
         shutil.rmtree(out_dir)                  # a killed fine-tuning starts over
     s = suite.scale
@@ -515,6 +543,7 @@ def run_job(suite: Suite, job: Job) -> dict:
     if job.kind == "pretrain":
         result.update(task=run.task, variant=run.variant, grids=list(run.grids))
         result["pretrain"] = pretrain_run(suite, run, directory)
+        check_stop(f"{job.name} pretrained")   # a signal in its last step ended the loop as planned
         checkpoint = suite.out / result["pretrain"]["checkpoint"]
         result["intrinsic"] = evaluation.intrinsic(checkpoint, suite.heldout(), device=suite.scale.device)
         result["transitions"] = evaluation.transitions_of_checkpoint(checkpoint, suite.data("heldout", "sop"),
@@ -672,19 +701,64 @@ def read_result(path: Path, kind: str | None = None) -> dict:
     return result
 
 
+# In a worker process of `_run_parallel`: the suite's stop event (set by the suite before it sends the workers
+# SIGTERM), and whether a job is running. A training loop's own SIGTERM handler saves and stops the loop, but a
+# signal that comes during a loop's last step ends it "done" as planned; the event stops the job after it.
+_STOP: Any = None
+_IN_JOB = False
+
+
+def _worker_init(stop: Any) -> None:
+    """A worker's start: the suite's stop event, and SIGTERM / SIGINT stopping it outside a training loop."""
+    import signal
+
+    global _STOP
+    _STOP = stop
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _worker_signalled)
+
+
+def _worker_signalled(signum, frame) -> None:
+    """Outside a training loop (whose handler takes over inside one): a job stops at once, between two things
+    it writes whole (results, checkpoints and models are written under another name first, or config last); an
+    idle worker ends quietly."""
+    if _IN_JOB:
+        raise KeyboardInterrupt
+    raise SystemExit(0)
+
+
+def check_stop(what: str) -> None:
+    """Raise `Stopped` when the suite is stopping (a worker's next step must not start; a no-op in-process)."""
+    if _STOP is not None and _STOP.is_set():
+        raise Stopped(f"{what}: the suite is stopping")
+
+
 def _job_in_worker(suite: Suite, job: Job, deadline: float | None = None) -> tuple[str, dict | None, str]:
     """(name, result, error); (name, None, "") for a job not started because the suite's time budget
-    (`deadline`, a time.time()) had passed when its turn came."""
+    (`deadline`, a time.time()) had passed when its turn came. In a stopping suite's worker no job starts
+    (`Stopped`), so a worker goes on to none of the jobs queued for it."""
+    global _IN_JOB
     if deadline is not None and time.time() > deadline:
         return job.name, None, ""
+    check_stop(f"{job.name} not started")
+    _IN_JOB = True
     try:
         return job.name, run_job(suite, job), ""
     except Stopped:
+        if _STOP is not None:
+            _STOP.set()                 # this worker's loop got the signal: it starts nothing more either
         raise
+    except KeyboardInterrupt:           # a worker's SIGTERM outside a training loop (`_worker_signalled`)
+        if _STOP is None:
+            raise
+        _STOP.set()
+        raise Stopped(f"{job.name} stopped by a signal") from None
     except UserError as exc:  # a failed job is reported (a user error in one line) and the suite goes on
         return job.name, None, str(exc).strip().replace("\n", " ") or type(exc).__name__
     except Exception:
         return job.name, None, traceback.format_exc()
+    finally:
+        _IN_JOB = False
 
 
 # ---------------------------------------------------------------------------------------------- the suite
@@ -703,13 +777,17 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
     err = err or (lambda message: print(message, file=sys.stderr, flush=True))
     stale = check_same_scale(suite, refinetune)
     planned = plan_jobs(suite.runs)
-    check_recorded(suite, planned)          # before anything is written: a finished job is another model's
+    afresh = (suite.out / "suite.json").is_file() and not measured(suite)   # every job so far failed
+    if not afresh:
+        check_recorded(suite, planned)      # before anything is written: a finished job is another model's
     check_models_kept(suite, planned, stale)   # ... or must be fine-tuned again and its model is gone
     plan = merged_plan(suite, planned)
     created = not suite.out.exists()
     suite.out.mkdir(parents=True, exist_ok=True)
     if stale:
         retire_finetuning(suite, stale, log)
+    if afresh:
+        retire_unmeasured(suite, planned, log)
     try:
         prepare(suite, log, workers=prepare_workers(suite, jobs))
     except BaseException:
@@ -768,7 +846,8 @@ def preview(suite: Suite, refinetune: bool = False) -> list[tuple[Job, str]]:
     never shows a plan the run would refuse. Writes nothing."""
     stale = check_same_scale(suite, refinetune)
     planned = plan_jobs(suite.runs)
-    check_recorded(suite, planned)
+    if not ((suite.out / "suite.json").is_file() and not measured(suite)):   # else retire_unmeasured's
+        check_recorded(suite, planned)
     check_models_kept(suite, planned, stale)
     merged_plan(suite, planned)
     return [(job, job_state(suite, job, stale)) for job in planned]
@@ -843,13 +922,17 @@ def check_recorded(suite: Suite, planned: list[Job]) -> None:
 def merged_plan(suite: Suite, planned: list[Job]) -> dict:
     """suite.json for this run: the scale, and the union of the plans of every grid run into this --out (a run
     of a later grid that a former one planned under the same name with another model is refused), so the
-    report counts every job planned there, not only the last grid's."""
+    report counts every job planned there, not only the last grid's. A plan at another scale under which
+    nothing was measured (`measured`: its every job failed) is replaced."""
     runs = {r.name: r.__dict__ for r in suite.runs}
     jobs = [{"kind": j.kind, "name": j.name, "dir": j.directory} for j in planned]
     grids = [suite.grid]
     saved = suite.out / "suite.json"
-    if saved.is_file():
-        old = read_json(saved, "the suite's plan")
+    old = read_json(saved, "the suite's plan") if saved.is_file() else None
+    if old is not None and scale_changes(old.get("scale") if isinstance(old, dict) else None, suite) \
+            and not measured(suite):
+        old = None                      # nothing was measured at the old scale: this command's plan replaces it
+    if old is not None:
         old_grids = old.get("grids") or ([old["grid"]] if old.get("grid") else [])
         grids = list(dict.fromkeys([*old_grids, suite.grid]))
         for run in old.get("runs") or []:
@@ -885,11 +968,11 @@ def check_same_scale(suite: Suite, refinetune: bool = False) -> list[str]:
     reported as this scale's). Returns the fine-tuning tasks whose protocol changed (allowed with
     `refinetune`; a task the scale no longer has is among them)."""
     saved = suite.out / "suite.json"
-    if not saved.is_file():
+    if not saved.is_file() or not measured(suite):   # nothing there was measured at the old scale
         return []
     old = read_json(saved, "the suite's plan").get("scale") or {}
     new = json.loads(json.dumps(suite.scale.to_dict()))
-    changed = [k for k in new if k not in RESCALABLE + FINETUNE_FIELDS and k in old and old[k] != new[k]]
+    changed = [k for k in scale_changes(old, suite) if k not in FINETUNE_FIELDS]
     if changed:
         k = changed[0]
         raise UserError(f"--out {suite.out} holds a suite run at another scale ({k}: {old[k]} there, {new[k]} now"
@@ -901,6 +984,66 @@ def check_same_scale(suite: Suite, refinetune: bool = False) -> list[str]:
                         f"fine-tune its kept models again with this one (the old fine-tunings move to "
                         f"{suite.out / 'replaced'}; nothing is pretrained again), or give another --out")
     return stale
+
+
+def scale_changes(old: Any, suite: Suite) -> list[str]:
+    """The fields of a recorded scale (suite.json's) that differ from the suite's, beyond those a suite may
+    continue with (more seeds, the notes)."""
+    if not isinstance(old, dict):
+        return []
+    new = json.loads(json.dumps(suite.scale.to_dict()))
+    return [k for k in new if k not in RESCALABLE and k in old and old[k] != new[k]]
+
+
+def measured(suite: Suite) -> list[Path]:
+    """What the jobs in --out have measured: every result (a job's, a fine-tuning's) and every pretraining
+    checkpoint. An --out without any (every job failed before its first checkpoint, or none started) holds
+    nothing a change of scale or grid would make wrong, so a run with other options starts it afresh."""
+    from albertlm.model.io import list_checkpoints
+
+    found: list[Path] = []
+    for folder in ("runs", "scratch"):
+        root = suite.out / folder
+        if root.is_dir():
+            found += sorted(root.rglob(RESULT))
+            if folder == "runs":
+                found += [c for d in sorted(root.iterdir()) if d.is_dir() for c in list_checkpoints(d)]
+    return found
+
+
+def retire_unmeasured(suite: Suite, planned: list[Job], log=print) -> list[Path]:
+    """In an --out where nothing was measured (`measured`), what the failed or unstarted jobs of an earlier
+    plan left that the planned jobs cannot use: a job's directory holding another run (a pretraining's run
+    config, a baseline's random model: another scale or grid) and the prepared data of other data settings
+    (vocabulary, length, masking, corpus, or the corpus's text corrected in place). They move to
+    OUT/replaced/<time>/ and are made again; a directory a running process holds is refused (`run_dir_lock`).
+    Returns the moved paths."""
+    from albertlm.training.checkpoint import run_dir_lock
+
+    stamp = suite.out / "replaced" / time.strftime("%Y%m%d-%H%M%S")
+    moved: list[Path] = []
+
+    def retire(path: Path, locked: bool = False) -> None:
+        target = stamp / path.relative_to(suite.out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with run_dir_lock(path) if locked else contextlib.nullcontext():
+            shutil.move(str(path), str(target))
+        moved.append(path)
+
+    for job in planned:
+        directory = suite.out / job.directory
+        if directory.is_dir() and recorded_difference(suite, job):
+            retire(directory, locked=job.kind == "pretrain")
+    done = suite.prepared / "prepared.json"
+    if done.is_file():
+        saved = read_json(done, "the suite's prepared data record")
+        files = saved.get("corpus_files") if isinstance(saved, dict) else None   # (not in an older record)
+        if prepared_difference(saved, prepare_settings(suite)) or (files and files != corpus_fingerprint(suite)):
+            retire(suite.prepared)
+    if moved:
+        log(f"nothing in {suite.out} was measured under its former plan: "
+            f"{', '.join(str(p.relative_to(suite.out)) for p in moved)} moved to {stamp} (made again for this one)")
+    return moved
 
 
 def _changed_finetuning(old: dict, new: dict) -> tuple[list[str], str]:
@@ -947,8 +1090,9 @@ def retire_finetuning(suite: Suite, tasks: list[str], log=print) -> int:
 
 
 def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: float | None = None) -> None:
-    """`jobs` worker processes; SIGTERM or Ctrl-C to the suite cancels the queued jobs and passes SIGTERM on
-    to the workers, whose training loops save a checkpoint and stop (a rerun continues from there)."""
+    """`jobs` worker processes; SIGTERM or Ctrl-C to the suite cancels the queued jobs, sets the stop event and
+    passes SIGTERM on to the workers: a training loop (pretraining or fine-tuning) saves a checkpoint and stops,
+    a job between loops stops at once, and no worker starts anything more (a rerun continues)."""
     import multiprocessing as mp
     import signal
 
@@ -956,7 +1100,9 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: floa
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+    context = mp.get_context("spawn")
+    stop = context.Event()
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init, initargs=(stop,))
     try:
         futures = [pool.submit(_job_in_worker, suite, job, deadline) for job in todo]
         for future in as_completed(futures):
@@ -966,14 +1112,15 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: floa
                 raise KeyboardInterrupt from stop
             note(*outcome)
     except KeyboardInterrupt:
+        stop.set()                              # no worker starts another job, nor a job its next step
         workers = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for worker in workers:
-            worker.terminate()                  # the training loop saves a checkpoint and stops
+            worker.terminate()                  # a training loop saves a checkpoint and stops; else it stops now
         deadline = time.time() + 30
         for worker in workers:
             worker.join(timeout=max(0.1, deadline - time.time()))
-            if worker.is_alive():               # a worker that went on to a queued job
+            if worker.is_alive():               # a step (or an evaluation) longer than that
                 worker.kill()
         raise
     finally:
