@@ -251,3 +251,16 @@ def test_claim_5_of_a_suite_cut_short_holds_only_so_far(tmp_path):
     assert "**holds** (" in claim_5()                    # every variant measured
     _result(suite, jobs["b-s2"], 0.4)                    # one seed below its baseline: does not hold
     assert "**does not hold** (" in claim_5()
+
+
+def test_a_suite_json_that_is_not_an_object_is_one_line(tmp_path):
+    """A hand-edited suite.json holding a list was an AttributeError traceback in the checks of a rerun."""
+    from albertlm.errors import UserError
+    from albertlm.experiments import runner
+
+    suite = _suite(tmp_path, [{"name": "a"}])
+    suite.out.mkdir(parents=True, exist_ok=True)
+    (suite.out / "suite.json").write_text("[1, 2]\n")
+    assert runner.check_same_scale(suite) == []          # nothing measured: the plan is not read
+    with pytest.raises(UserError, match=r"suite\.json.*expected a JSON object \(the suite's plan\), got list"):
+        runner.merged_plan(suite, [])

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, read_json_object
 from albertlm.experiments.grids import Run, expand, full_model, resolve_grids
 from albertlm.experiments.scales import FinetuneTask, Scale, get_scale
 
@@ -928,7 +928,7 @@ def merged_plan(suite: Suite, planned: list[Job]) -> dict:
     jobs = [{"kind": j.kind, "name": j.name, "dir": j.directory} for j in planned]
     grids = [suite.grid]
     saved = suite.out / "suite.json"
-    old = read_json(saved, "the suite's plan") if saved.is_file() else None
+    old = read_json_object(saved, "the suite's plan") if saved.is_file() else None
     if old is not None and scale_changes(old.get("scale") if isinstance(old, dict) else None, suite) \
             and not measured(suite):
         old = None                      # nothing was measured at the old scale: this command's plan replaces it
@@ -970,7 +970,7 @@ def check_same_scale(suite: Suite, refinetune: bool = False) -> list[str]:
     saved = suite.out / "suite.json"
     if not saved.is_file() or not measured(suite):   # nothing there was measured at the old scale
         return []
-    old = read_json(saved, "the suite's plan").get("scale") or {}
+    old = read_json_object(saved, "the suite's plan").get("scale") or {}
     new = json.loads(json.dumps(suite.scale.to_dict()))
     changed = [k for k in scale_changes(old, suite) if k not in FINETUNE_FIELDS]
     if changed:
