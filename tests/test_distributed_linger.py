@@ -4,6 +4,7 @@ line because rank 1 exited at once and torchrun stopped rank 0 before it printed
 the linger says its own error, naming its rank. Outside torchrun, or once in a group, nothing waits."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -23,10 +24,21 @@ def rank1(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)   # each test says whether torchrun runs it
     monkeypatch.setattr(errors, "LINGER_S", 0.3)
     monkeypatch.setitem(errors._joined, "group", False)
     slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)
+    this_thread, real_sleep = threading.current_thread(), time.sleep
+
+    def sleep(seconds: float) -> None:
+        """This test's thread records; any other thread of the process (execnet's, a library's poller) still
+        sleeps, so its calls neither land in `slept` nor turn its loop into a busy one."""
+        if threading.current_thread() is this_thread:
+            slept.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
     monkeypatch.slept = slept
     yield monkeypatch
     logger.setLevel(level)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import sys
 import threading
@@ -527,6 +528,21 @@ class StopRequest:
         self.name: str | None = None
 
 
+def _say_in_handler(line: str) -> None:
+    """A line on stderr from a signal handler: straight to the file descriptor, since the handler may run while
+    the main thread is inside a write to sys.stderr (a progress bar's redraw), where printing raises "reentrant
+    call inside <_io.BufferedWriter>"; through sys.stderr when it has no descriptor (a test's capture)."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, ValueError, OSError):
+        print(line, file=sys.stderr, flush=True)
+        return
+    try:
+        os.write(fd, (line + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
 @contextlib.contextmanager
 def stop_on_signals(info: DistInfo | None = None):
     """SIGINT (Ctrl-C) and SIGTERM (a scheduler, `kill`, torchrun's shutdown) ask the loop to stop after the
@@ -544,8 +560,8 @@ def stop_on_signals(info: DistInfo | None = None):
             raise KeyboardInterrupt
         request.name = signal.Signals(signum).name
         if reports_here() and not (info is not None and info.enabled and peer_failures(info, wait_s=0)):
-            print(f"{request.name}: stopping after this step to save a checkpoint (send it again to stop at "
-                  "once, without saving this step)", file=sys.stderr, flush=True)
+            _say_in_handler(f"{request.name}: stopping after this step to save a checkpoint (send it again to "
+                            "stop at once, without saving this step)")
 
     previous = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
