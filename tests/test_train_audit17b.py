@@ -20,9 +20,9 @@ from albertlm.training import metrics as metrics_module
 from albertlm.training.distributed import DistInfo
 from albertlm.training.pretrain import make_loop
 from albertlm.training.trainer import open_logger
-from conftest import alice_documents, save_tiny_pretrained, shared_path
+from conftest import save_tiny_pretrained
 from test_train import datasets
-from train_fixtures import tiny_run
+from train_fixtures import alice_sop_data, tiny_run
 
 TINY = ["--preset", "albert-tiny", "--model.embedding_size=16", "--model.hidden_size=32", "--model.num_layers=1",
         "--model.num_heads=2", "--model.ffn_size=37", "--model.max_position_embeddings=64", "--batch-size", "4",
@@ -37,12 +37,7 @@ def _one_thread(one_thread):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """32-token SOP data from 200 lines of shared text, albert-base-v2's SentencePiece."""
-    root = tmp_path_factory.mktemp("audit17b_data")
-    text = alice_documents(root, 200)
-    spm = shared_path("spm", "albert-base-v2_spiece.model")
-    assert main(["data", "build", "--input", str(text), "--tokenizer", str(spm), "--out", str(root / "train"),
-                 "--max-seq-length", "32", "--dupe-factor", "1", "--no-progress"]) == 0
-    return root / "train"
+    return alice_sop_data(tmp_path_factory.mktemp("audit17b_data"))
 
 
 def _records(run_dir: Path) -> list[dict]:

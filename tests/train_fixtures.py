@@ -159,3 +159,16 @@ def finetune_ddp_worker(rank: int, world_size: int, port: int, model_dir: str, o
         weights = {k: v.detach().clone() for k, v in loop.raw_model.state_dict().items()}
         torch.save({"losses": losses, "weights": weights, "best": loop.state.extra["best"]}, out_file)
     shutdown()
+
+
+def alice_sop_data(root: Path, lines: int = 200) -> Path:
+    """`root/train`: 32-token SOP data built by the CLI from `lines` lines of the shared Alice text, with
+    albert-base-v2's SentencePiece (for tests that run `albertlm pretrain` on real data)."""
+    from albertlm.cli.main import main
+    from conftest import alice_documents, shared_path
+
+    text = alice_documents(root, lines)
+    spm = shared_path("spm", "albert-base-v2_spiece.model")
+    assert main(["data", "build", "--input", str(text), "--tokenizer", str(spm), "--out", str(root / "train"),
+                 "--max-seq-length", "32", "--dupe-factor", "1", "--no-progress"]) == 0
+    return root / "train"
