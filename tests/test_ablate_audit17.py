@@ -264,3 +264,20 @@ def test_a_suite_json_that_is_not_an_object_is_one_line(tmp_path):
     assert runner.check_same_scale(suite) == []          # nothing measured: the plan is not read
     with pytest.raises(UserError, match=r"suite\.json.*expected a JSON object \(the suite's plan\), got list"):
         runner.merged_plan(suite, [])
+
+
+def test_a_result_without_pretraining_seconds_is_left_out_of_the_report_in_one_line(tmp_path, capsys):
+    """The report reads result["pretrain"]["seconds"]; a hand-edited result without it was a KeyError traceback."""
+    from albertlm.cli.main import main
+    from test_ablate_audit16 import _finished, _suite as _suite16
+
+    suite = _suite16(tmp_path)
+    _finished(suite)
+    edited = suite.out / "runs" / "E128-all-sop-s1" / "result.json"
+    result = json.loads(edited.read_text())
+    del result["pretrain"]["seconds"]
+    edited.write_text(json.dumps(result))
+    capsys.readouterr()
+    assert main(["ablate", "--out", str(suite.out), "--report-only"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(edited) in err and "'seconds'" in err

@@ -683,6 +683,8 @@ def result_problem(result: Any, kind: str | None = None, full: bool = True) -> s
             return f"its {key!r} is {'missing' if key not in result else repr(value)[:40]}"
     if full and kind and result["kind"] != kind:
         return f"its kind is {result['kind']!r}, not {kind!r}"
+    if "pretrain" in need and not isinstance(result["pretrain"].get("seconds"), (int, float)):
+        return "its 'pretrain' has no 'seconds'"
     finetune = result.get("finetune") or {}
     if not isinstance(finetune, dict) or not all(
             isinstance(v, dict) and isinstance(v.get("score"), (int, float)) and not isinstance(v.get("score"), bool)
