@@ -52,8 +52,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strip-accents", action="store_true",
                    help="NFKD + drop accents (café -> cafe); ALBERT's English models do. Off by default")
     p.add_argument("--character-coverage", type=float, default=0.99995,
-                   help="share of characters the vocabulary must cover; the rarest others become <unk> "
-                        "(default 0.99995)")
+                   help="share of characters the vocabulary must cover, in [0.98, 1]; the rarest others "
+                        "become <unk> (default 0.99995, as ALBERT; 0.9995 is usual for Chinese or Japanese)")
     p.add_argument("--input-sentence-size", type=int, default=10_000_000,
                    help="sentences sampled from the input for training (0 = all; default 10M as ALBERT)")
     p.add_argument("--no-shuffle", action="store_true", help="take the first sentences instead of a random sample")
@@ -96,8 +96,10 @@ def _check_train_args(args: argparse.Namespace) -> None:
         raise UserError(f"--seed must be in [0, 2**32), got {args.seed}")
     if args.input_sentence_size < 0:
         raise UserError(f"--input-sentence-size must be >= 0 (0 = all), got {args.input_sentence_size}")
-    if not 0 < args.character_coverage <= 1:
-        raise UserError(f"--character-coverage must be in (0, 1], got {args.character_coverage}")
+    if args.kind != "wordpiece":
+        from albertlm.tokenization.sentencepiece import check_character_coverage
+
+        check_character_coverage(args.character_coverage, "--character-coverage")
     if args.threads < 0:
         raise UserError(f"--threads must be >= 0 (0 = all usable cores), got {args.threads}")
     if args.kind == "wordpiece":
@@ -204,7 +206,15 @@ def _train(args: argparse.Namespace) -> int:
     if tokenizer.vocab_size < args.vocab_size:
         print(f"warning: the input gave only {tokenizer.vocab_size} tokens, fewer than --vocab-size "
               f"{args.vocab_size} (a small corpus)", file=sys.stderr)
+    if args.kind == "sentencepiece" and args.model_type == "bpe":
+        print(BPE_WARNING, file=sys.stderr)
     return 0
+
+
+# transformers 5's AlbertTokenizer builds a `tokenizers` Unigram from every spiece.model's pieces and scores
+BPE_WARNING = ("warning: transformers 5's AlbertTokenizer reads every spiece.model as a unigram model, so this BPE "
+               "model gives other ids there (on most lines); albertlm and sentencepiece give its BPE ids "
+               "(--model-type unigram for a model transformers reads alike)")
 
 
 def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None,
@@ -254,9 +264,20 @@ def _parse_options(items: list[str]) -> dict:
 
 
 def _load(args: argparse.Namespace):
+    """The tokenizer of --tokenizer/--option; albertlm's own warnings while loading (a Korean vocab.txt with
+    accent stripping) are one `warning:` line each on stderr, not Python's two-line form quoting our source."""
+    import warnings
+
     from albertlm.tokenization import load_tokenizer
 
-    return load_tokenizer(args.tokenizer, **_parse_options(args.option))
+    with warnings.catch_warnings(record=True) as caught:   # the filters in force decide what is recorded
+        tokenizer = load_tokenizer(args.tokenizer, **_parse_options(args.option))
+    for warning in caught:
+        if issubclass(warning.category, UserWarning) and "albertlm" in Path(warning.filename).parts:
+            print(f"warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    return tokenizer
 
 
 def _stdin_lines():
@@ -350,9 +371,13 @@ def _decode(args: argparse.Namespace) -> int:
             ids = json.loads(line)
         except json.JSONDecodeError as exc:
             raise UserError(f"stdin line {number}: not a JSON list of ids ({exc.msg})") from None
+        except ValueError:  # an integer of over 4300 digits (Python's int conversion limit)
+            raise UserError(f"stdin line {number}: expected a JSON list of ids in [0, {tokenizer.vocab_size})") \
+                from None
         if isinstance(ids, dict):
             ids = ids.get("input_ids")
-        if not isinstance(ids, list) or not all(isinstance(i, int) and 0 <= i < tokenizer.vocab_size for i in ids):
+        # JSON true/false are Python ints (true == 1, the <unk> id of a SentencePiece model): not ids
+        if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < tokenizer.vocab_size for i in ids):
             raise UserError(f"stdin line {number}: expected a JSON list of ids in [0, {tokenizer.vocab_size})")
         sys.stdout.write(tokenizer.decode(ids) + "\n")
     sys.stdout.flush()

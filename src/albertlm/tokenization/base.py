@@ -95,17 +95,26 @@ class TokenizerBase:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """`_encode_batch` in native code; a batch the native code refuses for holding surrogate code points
         (a TypeError, RuntimeError or UnicodeError there, with a message that names no text) is encoded again
-        with them replaced (`valid_unicode`), so the check costs nothing on valid text."""
+        with them replaced (`valid_unicode`), so the check costs nothing on valid text. A lone str (which
+        would be encoded character by character) and texts that are not str are TypeErrors naming them."""
+        if isinstance(texts, (str, bytes)):
+            raise TypeError(f"encode_batch expects a list of texts, got one {type(texts).__name__} "
+                            "(encode(text) encodes one text)")
         texts = list(texts)
         try:
             return self._encode_batch(texts)
         except (TypeError, RuntimeError, UnicodeError):
+            for index, text in enumerate(texts):
+                if not isinstance(text, str):
+                    raise TypeError(f"encode_batch: texts[{index}] is {type(text).__name__}, not str") from None
             fixed = valid_texts(texts)
             if fixed is texts:
                 raise
         return self._encode_batch(fixed)
 
     def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects a str, got {type(text).__name__}")
         return self.encode_batch([text])[0]
 
     def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:

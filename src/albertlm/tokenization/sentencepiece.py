@@ -347,7 +347,7 @@ class SentencePieceTrainOptions:
     """
 
     vocab_size: int = 30000
-    character_coverage: float = 0.99995
+    character_coverage: float = 0.99995  # in [MIN_CHARACTER_COVERAGE, 1]
     input_sentence_size: int = 10_000_000  # sentences sampled (reservoir) from the input; 0 = all
     shuffle_input_sentence: bool = True
     max_sentence_length: int = 4192  # bytes; sentencepiece skips longer lines, so we cut them to fit
@@ -357,6 +357,17 @@ class SentencePieceTrainOptions:
     seed: int = 12345  # seeds our sample of `input_sentence_size` sentences: same input, seed, threads: same model
 
 
+MIN_CHARACTER_COVERAGE = 0.98  # sentencepiece's trainer refuses less (trainer_interface.cc), after reading
+
+
+def check_character_coverage(coverage: float, flag: str = "character_coverage") -> None:
+    """A UserError, before any input is read, unless `coverage` is in sentencepiece's range [0.98, 1]: below
+    0.98 its trainer failed only after reading the whole input, with an `INTERNAL:` message naming its source."""
+    if not MIN_CHARACTER_COVERAGE <= coverage <= 1:
+        raise UserError(f"{flag} must be in [{MIN_CHARACTER_COVERAGE}, 1] (sentencepiece's range; CJK corpora: "
+                        f"0.9995, ALBERT: 0.99995), got {coverage}")
+
+
 def check_user_defined_symbols(symbols: Sequence[str], options: SentencePieceOptions, vocab_size: int,
                                flag: str = "user_defined_symbols") -> None:
     """A UserError, before any input is read, for symbols that would fail training or could never match.
@@ -364,8 +375,10 @@ def check_user_defined_symbols(symbols: Sequence[str], options: SentencePieceOpt
     sentencepiece refuses a repeated symbol or one equal to a special piece only with an internal message, and
     accepts symbols that no encoded text can ever hold, so they stay dead entries of the vocabulary: one with
     whitespace (the text's spaces become "▁" before matching), or one the preprocessing changes (with
-    `do_lower_case` "Mr." never occurs, "mr." does; `keep_accents=False` turns "é" into "e"). `flag` names the
-    option in the message (the CLI passes `--user-defined-symbols`).
+    `do_lower_case` "Mr." never occurs, "mr." does; `keep_accents=False` turns "é" into "e"). What the model's
+    own normalizer composes back is no change: `keep_accents=False` splits Hangul syllables into jamo (NFKD),
+    which sentencepiece recomposes, so a Korean symbol ("사람") still matches. `flag` names the option in the
+    message (the CLI passes `--user-defined-symbols`).
     """
     seen: set[str] = set()
     preprocess = Preprocessor(options)
@@ -381,7 +394,7 @@ def check_user_defined_symbols(symbols: Sequence[str], options: SentencePieceOpt
         if any(c.isspace() for c in symbol):
             raise UserError(f"{flag}: {symbol!r} holds whitespace; text is split at whitespace before symbols "
                             "are matched, so it could never occur")
-        if preprocess(symbol) != symbol:
+        if preprocess(symbol) != symbol and unicodedata.normalize("NFC", preprocess(symbol)) != symbol:
             raise UserError(f"{flag}: {symbol!r} is {preprocess(symbol)!r} in preprocessed text (lowercasing, "
                             "accent stripping), so it could never occur")
     if len(SPECIAL_PIECES) + len(seen) >= vocab_size:
@@ -548,6 +561,7 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
 
     train = train or SentencePieceTrainOptions()
     options = options or SentencePieceOptions(do_lower_case=False, keep_accents=True)
+    check_character_coverage(train.character_coverage)
     check_user_defined_symbols(train.user_defined_symbols, options, train.vocab_size)
     paths = [Path(f) for f in files]
     total_bytes = check_training_input(paths, check_lines or read_lines, explain_empty)
@@ -580,6 +594,9 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
             message = str(exc).strip().splitlines()[-1]
             # "INTERNAL: src/trainer_interface.cc(744) [(a) == (b)] Vocabulary size ..." -> its sentence
             message = re.sub(r"^[A-Z_]+: \S+\.cc\(\d+\) \[.*?\] ?", "", message) or message
+            message = message.replace("vocab_size or decrease character_coverage with --character_coverage option",
+                                      f"--vocab-size or decrease --character-coverage (down to "
+                                      f"{MIN_CHARACTER_COVERAGE})")   # the CLI's flags, not spm_train's
             raise UserError(f"sentencepiece training failed: {message}") from None
     _reproducible_model(out_dir / MODEL_FILE, train.shuffle_input_sentence)
     save_directory(out_dir, out_dir / MODEL_FILE, MODEL_FILE, transformers_config(options))

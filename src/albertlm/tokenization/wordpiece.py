@@ -71,7 +71,8 @@ def warn_if_hangul_is_decomposed(vocab: dict[str, int], options: WordPieceOption
     if hangul >= 100:
         warnings.warn(f"{source} holds {hangul} Hangul tokens but accent stripping (do_lower_case without "
                       "strip_accents=False) decomposes Hangul into jamo and encodes it as [UNK]; load it with "
-                      "do_lower_case=False or strip_accents=False", UserWarning, stacklevel=3)
+                      "do_lower_case=False or strip_accents=False (CLI: -o strip_accents=false)", UserWarning,
+                      stacklevel=3)
 
 
 def build_pipeline(vocab: dict[str, int], options: WordPieceOptions):
