@@ -225,7 +225,9 @@ class Loop:
 
     def run(self) -> str:
         """Train to the plan's last step; returns "done", "interrupted" (Ctrl-C or SIGTERM, after saving) or
-        "budget" (`train.max_minutes` ran out, after saving).
+        "budget" (`train.max_minutes` ran out, after saving). A signal during the last step lets the run finish
+        and save as planned, and still returns "interrupted": the caller was asked to stop, and must not take
+        "done" as leave to go on (the next job of a suite).
 
         SIGINT and SIGTERM (a scheduler's notice, `kill`, torchrun passing either on) ask to stop: the step in
         progress finishes, every rank agrees on that step, the checkpoint is written, and the run returns
@@ -309,6 +311,15 @@ class Loop:
                             self._print(f"stopped by {request.name or 'a signal on another rank'} at step "
                                         f"{self.state.step}: saved {path}; `--resume` continues from there")
                             return "interrupted"
+                    elif self._stop_reason(request, math.inf) == "interrupted":
+                        # A stop asked for during the last step: that step is trained, evaluated and saved as
+                        # planned (`after_step`), so the run is complete; it still reports "interrupted" (exit 130)
+                        # so a caller that would go on to other work (the next job of `albertlm ablate`,
+                        # fine-tuning) stops instead. A `--resume` then finds nothing left to train and says so.
+                        self._print(f"stopped by {request.name or 'a signal on another rank'} during the last step "
+                                    f"({self.state.step} of {self.plan.total_steps}): the run is complete and "
+                                    f"saved ({ckpt.latest_checkpoint(self.run_dir)}); stopping here, as asked")
+                        return "interrupted"
         except KeyboardInterrupt:
             if self._updating or self.info.enabled:
                 # the weights may be half-updated, or the other ranks are inside a collective: not saved

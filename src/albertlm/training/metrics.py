@@ -154,8 +154,9 @@ def summary_lines(summary: dict) -> list[str]:
     """
     step, first = summary["step"], summary["first_step"]
     steps = f"step {step}" if first == step else f"steps {first}-{step}"
+    complete = " (the run is complete)" if summary["status"] != "done" and step >= summary["total_steps"] else ""
     lines = [f"summary: {STOPPED.get(summary['status'], summary['status'])} at step {step} of "
-             f"{summary['total_steps']}",
+             f"{summary['total_steps']}{complete}",
              f"  trained     {steps} in {duration(summary['wall_s'])}: {summary['examples_trained']:,.0f} examples, "
              f"{summary['tokens_trained']:,.0f} tokens",
              f"  throughput  {summary['tokens_per_s']:,.0f} tokens/s while training ({duration(summary['train_s'])}; "

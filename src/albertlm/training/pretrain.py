@@ -133,8 +133,33 @@ def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
         vocab = open_dataset(run.data.path).meta["tokenizer"]["vocab_size"]
         if vocab != run.model.vocab_size:
             run = run.replace(model=run.model.replace(vocab_size=vocab))
-    run.train.check_equal_micro_batches(world_size_from_env())
+    check_layout(run.train, world_size_from_env(), resume)
     return run
+
+
+def check_layout(train, world_size: int, resume: bool) -> None:
+    """The global batch splits over the processes in equal micro-batches (`TrainConfig.check_equal_micro_batches`).
+    A resumed run keeps its --batch-size, so its refusal names the process counts it can run on instead of
+    asking for another --batch-size, which the resume would refuse in turn."""
+    try:
+        train.check_equal_micro_batches(world_size)
+    except UserError as exc:
+        if not resume:
+            raise
+        batch, micro = train.batch_size, train.micro_batch_size
+        fits = [w for w in range(1, batch // max(micro, 1) + 1) if batch % (w * max(micro, 1)) == 0]
+        if not fits:
+            per = f" ({batch // world_size} here)" if batch % world_size == 0 else ""
+            raise UserError(f"--resume: the run's --batch-size {batch} is not a multiple of --micro-batch-size "
+                            f"{micro}, and a resumed run keeps its --batch-size: give a --micro-batch-size that "
+                            f"divides {batch} / the number of processes{per}") from exc
+        shown = fits if len(fits) <= 10 else fits[:9] + ["...", fits[-1]]
+        counts = " or ".join(filter(None, (", ".join(map(str, shown[:-1])), str(shown[-1]))))
+        layout = f" x --micro-batch-size {micro} = {world_size * micro}" if micro else ""
+        raise UserError(f"--resume: the run's --batch-size {batch} does not split evenly over {world_size} "
+                        f"process(es){layout}, and a resumed run keeps its --batch-size: run it on {counts} "
+                        f"process(es) (torchrun's --nproc-per-node x nodes)"
+                        f"{', or give another --micro-batch-size' if micro else ''}") from exc
 
 
 def data_identity(meta: dict) -> dict:
@@ -223,7 +248,7 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
     """Everything `Loop.run()` needs; `model`/`objective` default to ALBERT pretraining (tests pass stand-ins).
     `run` must be resolved (`resolve_run`)."""
     check_datasets(run, datasets)
-    run.train.check_equal_micro_batches(info.world_size)   # fixed-length data: every forward pass alike
+    check_layout(run.train, info.world_size, resume)       # fixed-length data: every forward pass alike
     seed_everything(run.train.seed)                         # the same initial weights on every rank
     model = model if model is not None else build_model(run)
     objective = objective or PretrainingObjective(skip_padding=run.train.compile not in STATIC_SHAPE_COMPILE)

@@ -36,7 +36,7 @@ def build_loop(model: nn.Module, objective: Objective, data: StepData, train: Tr
     with failing_together(info, lambda: " while setting up"):
         run_dir = Path(run_dir)
         check_precision(train.precision, info.device)
-        last = resume_checkpoint(run_dir) if resume else None
+        last = resume_checkpoint(run_dir, remove_leftovers=info.is_main) if resume else None
         state = ckpt.TrainState()
         if last is not None:
             state = ckpt.load_train_state(last)
@@ -123,9 +123,13 @@ class SeededDropout:
 
 
 
-def resume_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint of a run (leftovers of a killed save are removed first)."""
-    ckpt.remove_stale_tmp(run_dir)
+def resume_checkpoint(run_dir: Path, remove_leftovers: bool = True) -> Path | None:
+    """The newest complete checkpoint of a run; with `remove_leftovers` (rank 0 only, which holds the run
+    directory's lock by then) the leftovers of a killed save are removed first. The other ranks never remove
+    them: a second torchrun launched on a run that is still saving would otherwise delete, from its rank 1,
+    the checkpoint being written, before its rank 0 is refused by the lock."""
+    if remove_leftovers:
+        ckpt.remove_stale_tmp(run_dir)
     return ckpt.latest_checkpoint(run_dir)
 
 
