@@ -61,26 +61,30 @@ def _fill_mask(args) -> int:
         return 0
     from albertlm.errors import UserError
 
-    # batched, printed as each batch is done; blank lines are skipped. A bad line (no [MASK], too long) is named
-    # by its line number, after the results of the lines before it are printed
+    # batched, printed as each batch is done; blank lines are skipped. A bad line (no [MASK], too long, not UTF-8)
+    # is named by its line number, after the results of the lines before it are printed
     batch: list[str] = []
     encoded: list[list[int]] = []
-    for number, line in enumerate(sys.stdin, 1):
-        text = line.rstrip("\r\n")
-        if not text.strip():
-            continue
-        try:
+
+    def flush() -> None:
+        texts, ids = list(batch), list(encoded)
+        batch.clear()
+        encoded.clear()
+        if texts:
+            _print_fill(texts, fill.predict_encoded(ids, args.top_k, args.batch_size), args.json)
+
+    try:
+        for number, text in stdin_lines():
+            if not text.strip():
+                continue
             encoded.append(fill.encode(text, f"stdin line {number}"))
-        except UserError:
-            if batch:
-                _print_fill(batch, fill.predict_encoded(encoded, args.top_k, args.batch_size), args.json)
-            raise
-        batch.append(text)
-        if len(batch) == args.batch_size:
-            _print_fill(batch, fill.predict_encoded(encoded, args.top_k, args.batch_size), args.json)
-            batch, encoded = [], []
-    if batch:
-        _print_fill(batch, fill.predict_encoded(encoded, args.top_k, args.batch_size), args.json)
+            batch.append(text)
+            if len(batch) == args.batch_size:
+                flush()
+    except UserError:
+        flush()
+        raise
+    flush()
     return 0
 
 
@@ -108,7 +112,7 @@ def _embed(args) -> int:
     model, model_dir, device = load_encoder(args.model, args.device)
     tokenizer = load_tokenizer_for(model_dir, args.tokenizer, model.config.vocab_size)
     if args.input == "-":
-        texts = [line.rstrip("\n") for line in sys.stdin]
+        texts = [text for _, text in stdin_lines()]
         count, source = len(texts), iter(texts)
     else:
         path = Path(args.input)
@@ -182,7 +186,34 @@ def _count_lines(path) -> int:
     return count
 
 
+def _line_text(line: str) -> str:
+    """A line without its end: "\\n" or "\\r\\n" (a "\\r" elsewhere stays in the text)."""
+    return line.removesuffix("\n").removesuffix("\r")
+
+
 def _lines(path):
-    with open(path, encoding="utf-8") as handle:
+    """The file's texts, one per line as `_count_lines` counts them: split at "\\n" only. Text mode also split
+    at a lone "\\r", so a file holding one gave more texts than rows (a ValueError traceback, no --out)."""
+    with open(path, encoding="utf-8", newline="\n") as handle:
         for line in handle:
-            yield line.rstrip("\n")
+            yield _line_text(line)
+
+
+def stdin_lines():
+    """(line number, text) of stdin's lines, split at "\\n", without their "\\n" or "\\r\\n". A line that is not
+    UTF-8 is a UserError naming it: Python's stdin read such bytes as U+FFFD or lone surrogates under a C.UTF-8
+    locale (embedded or filled without a word) and raised a UnicodeDecodeError traceback under a strict one."""
+    from albertlm.errors import UserError
+
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:   # a text stream put in sys.stdin (an application, a test)
+        for number, line in enumerate(sys.stdin, 1):
+            yield number, _line_text(line)
+        return
+    for number, line in enumerate(raw, 1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"stdin line {number}: not UTF-8 text (byte {line[exc.start]:#04x} at column "
+                            f"{exc.start + 1})") from None
+        yield number, _line_text(text)

@@ -276,12 +276,15 @@ def embed_batch(model, rows: Sequence[Sequence[int]], pad_id: int, pooling: str,
 
 def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean", batch_size: int = 32,
                 max_length: int | None = None, device: torch.device | str | None = None, normalize: bool = False,
-                window: int = 0, out: np.ndarray | None = None, num_texts: int | None = None,
+                window: int = 0, out: np.ndarray | None = None,
                 progress: Callable[[int], None] | None = None, stats: dict | None = None) -> np.ndarray:
     """Embeddings of `texts` in input order, (N, H) float32 (written into `out` if given, e.g. a memmap).
     `model`: an `AlbertModel` or any of our classes holding one (its heads are not used); the batches go to
     `device`, by default the one the model's weights are on. A lone string is one text (it was embedded
     character by character, one row per character, without a word).
+
+    With `out`, the texts must fill its rows exactly: more texts than rows, or fewer, is a UserError (more
+    raised a numpy broadcast error mid-way; fewer left the last rows zero without a word).
 
     Texts are read `window` at a time (default 64 batches), tokenized, sorted into length buckets and run
     batch by batch, so memory is bounded whatever N. Texts longer than `max_length` (default: the model's
@@ -308,6 +311,8 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
             stats["truncated"] = stats.get("truncated", 0) + len(cut)
             stats["longest"] = max([stats.get("longest", 0), *cut])
         rows = [_truncate(r, limit) for r in rows]
+        if out is not None and row + len(rows) > len(out):
+            raise UserError(f"more texts than the {len(out)} rows of the output array (at least {row + len(rows)})")
         vectors = np.zeros((len(rows), model.config.hidden_size), dtype=np.float32)
         for batch in length_buckets([len(r) for r in rows], batch_size):
             vectors[batch] = embed_batch(model, [rows[i] for i in batch], tokenizer.pad_id, pooling, device)
@@ -321,6 +326,9 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
             chunks.append(vectors)
         row += len(rows)
     if out is not None:
+        if row != len(out):
+            raise UserError(f"{row} texts for the {len(out)} rows of the output array: its last "
+                            f"{len(out) - row} rows would be left unwritten")
         return out
     return np.concatenate(chunks) if chunks else np.zeros((0, model.config.hidden_size), dtype=np.float32)
 

@@ -6,6 +6,7 @@ token span maps back to the exact original text (`context[start_char:end_char]`)
 """
 from __future__ import annotations
 
+import json
 import math
 import unicodedata
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature
-from albertlm.tasks.tables import DataError, Problems, read_json, shown
+from albertlm.tasks.tables import DataError, Problems, read_json, read_records, shown
 
 
 @dataclass
@@ -56,12 +57,13 @@ class SquadSettings:
 
 def read_squad(path: str | Path, problems: Problems | None = None) -> list[SquadExample]:
     """Examples of an official SQuAD file (nested data/paragraphs/qas) or of the flat layout
-    (`{"data": [{id, question, context, answers: {text: [...], answer_start: [...]}}]}`).
+    (`{"data": [{id, question, context, answers: {text: [...], answer_start: [...]}}]}`), also as a bare list of
+    those records or as JSON lines, one record a line (what `datasets`' `Dataset.to_json` writes).
 
     Every field is checked for its type where it is read; a file that breaks the format is a DataError
     naming the file, the place (`data[3].paragraphs[0]`, a question id) and what is wrong."""
     path = Path(path)
-    data = read_json(path, dict, "an object with a 'data' list (the SQuAD format)")
+    data = _squad_document(path)
     articles = data.get("data")
     if not isinstance(articles, list):
         raise DataError(f"{path}: expected an object with a 'data' list (the SQuAD format)")
@@ -86,6 +88,38 @@ def read_squad(path: str | Path, problems: Problems | None = None) -> list[Squad
             raise DataError(f"{path}: question id {example.qid!r} appears more than once")
         seen.add(example.qid)
     return examples
+
+
+def _squad_document(path: Path) -> dict:
+    """The file as an object with a 'data' list. A list of flat records, or JSON lines of them (one question a
+    line: `load_dataset("squad_v2")["validation"].to_json(...)`), is that 'data' list; JSON lines were 'not valid
+    JSON (line 2: Extra data)' and a list 'expected an object with a 'data' list'."""
+    try:
+        data = read_json(path, (dict, list), "an object with a 'data' list (the SQuAD format)")
+    except DataError:
+        records = _json_lines(path)
+        if records is None:
+            raise
+        return {"data": records}
+    if isinstance(data, list):
+        if not data or not all(isinstance(record, dict) for record in data):
+            raise DataError(f"{path}: expected an object with a 'data' list (the SQuAD format), or a list of "
+                            "question records")
+        return {"data": data}
+    return data
+
+
+def _json_lines(path: Path) -> list | None:
+    """The records of a JSON lines file whose first line is a flat SQuAD record (None for any other file)."""
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            first = next((line for line in handle if line.strip()), "")
+        record = json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or "data" in record or not ("question" in record or "id" in record):
+        return None
+    return [record for _, record in read_records(path, "jsonl")]
 
 
 def _kind(value) -> str:
