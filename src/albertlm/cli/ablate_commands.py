@@ -5,7 +5,8 @@ fine-tune each one and a no-pretraining baseline of its shape, and write the pap
     albertlm ablate --out ablate_runs/cpu --report-only          # the report from the runs finished so far
     albertlm ablate --grid my_grid.toml --scale cpu --corpus my_corpus --out runs/mine --list-jobs
 
-Rerunning the same command skips the finished runs and continues a killed one (see experiments/runner.py).
+Rerunning the same command skips the finished runs and continues a killed one (see experiments/runner.py); a
+second one on an --out that a running one holds is refused (`--report-only` and `--list-jobs` work meanwhile).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from albertlm.config.overrides import Options, add_options, read_options
 class AblateOptions:
     """`albertlm ablate`: the paper's ablations on a corpus."""
     out: str                             # suite directory: prepared data, one directory per run, report.md
-    grid: str = "paper"                  # table3, table4, table5, dropout, figure1, paper (all), or a JSON / TOML grid file
+    grid: str = "paper"                  # table3, table4, table5, dropout, figure1, paper (all), or a JSON / TOML grid file (a list of variants with name, embedding, sharing, task, dropout, model: docs/paper.md)
     scale: Literal["smoke", "cpu", "gpu", "cpu-v1", "cpu-v2"] = "cpu"   # model size, steps and fine-tuning protocol (experiments/scales.py)
     corpus: str = ""                     # directory with train.txt and heldout.txt (held-out documents); needed unless --report-only
     glue_dir: str = "../shared/data/glue"  # GLUE task folders (SST-2, STS-B, ...) for the downstream evaluation

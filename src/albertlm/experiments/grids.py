@@ -11,7 +11,8 @@ dropout), seed by seed, so a suite cut short has the most comparisons complete.
 A user grid file (JSON or TOML) is either a list of variants or {"variants": [...]} (optionally with
 "name"); a variant is {"name": ..., "embedding": 128, "sharing": "all", "task": "sop", "dropout": false,
 "model": {"num_groups": 2}}, every key optional. `embedding` is the paper's E (64/128/256/768, mapped to
-the scale's) unless `model.embedding_size` gives it outright.
+the scale's) unless `model.embedding_size` gives it outright (not both; nor `model.sharing`, nor
+`model.hidden_dropout` / `attention_dropout` beside `dropout`: a variant's own key sets those).
 """
 from __future__ import annotations
 
@@ -42,10 +43,11 @@ class Variant:
         if self.task not in TASKS:
             raise UserError(f"variant {self.label}: task must be one of {', '.join(TASKS)}, got {self.task!r}")
         if self.sharing not in SHARINGS:
-            raise UserError(f"variant {self.label}: sharing must be one of {', '.join(SHARINGS)}")
+            raise UserError(f"variant {self.label}: sharing must be one of {', '.join(SHARINGS)}, got "
+                            f"{self.sharing!r}")
         if self.embedding not in PAPER_E and "embedding_size" not in dict(self.model):
             raise UserError(f"variant {self.label}: embedding is the paper's E, one of {PAPER_E} "
-                            f"(or set model.embedding_size)")
+                            f"(or set model.embedding_size), got {self.embedding!r}")
 
     @property
     def label(self) -> str:
@@ -172,13 +174,21 @@ def read_grid_file(path: Path) -> Grid:
         model = item.get("model", {})
         if not all(isinstance(v, (int, float, str, bool)) for v in model.values()):
             raise UserError(f"{path}: variant {i}: 'model' values must be numbers, strings or booleans")
+        for key, own in _OWN_KEYS.items():   # one setting given twice: which one the run has would be a guess
+            if key in model and (own in item or key == "sharing"):
+                raise UserError(f"{path}: variant {i}: model.{key} " + (
+                    "is the variant's own key 'sharing': give \"sharing\" instead" if key == "sharing" else
+                    f"and '{own}' both set {_OWN_WHY[own]}; give one of them"))
         label = item.get("name", "")
         if label and not _NAME.fullmatch(label):
             raise UserError(f"{path}: variant {i}: name {label!r} must be letters, digits, '.', '_', '+' or '-' "
                             f"(it names the run's directory), not starting with '.'")
-        variant = Variant(embedding=item.get("embedding", 128), sharing=item.get("sharing", "all"),
-                          task=item.get("task", "sop"), dropout=item.get("dropout", False),
-                          model=tuple(sorted(model.items())), name=label)
+        try:
+            variant = Variant(embedding=item.get("embedding", 128), sharing=item.get("sharing", "all"),
+                              task=item.get("task", "sop"), dropout=item.get("dropout", False),
+                              model=tuple(sorted(model.items())), name=label)
+        except UserError as exc:             # "variant NAME: ..." of which file and which variant
+            raise UserError(f"{path}: variant {i}: {str(exc).split(': ', 1)[-1]}") from None
         paper = paper_variant(label) if label else None
         if paper is not None and replace(variant, name="") != paper:   # the report places rows by configuration
             raise UserError(f"{path}: variant {i}: name {label!r} is the paper's label of another configuration "
@@ -196,6 +206,12 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "name": ((str,), "a string"), "embedding": ((int,), "an integer (the paper's E)"),
     "sharing": ((str,), "a string"), "task": ((str,), "a string"), "dropout": ((bool,), "true or false"),
     "model": ((dict,), "a table of ModelConfig fields")}
+# ModelConfig fields a variant sets with a key of its own (`model_overrides`), and what that key means
+_OWN_KEYS = {"sharing": "sharing", "embedding_size": "embedding", "hidden_dropout": "dropout",
+             "attention_dropout": "dropout"}
+_OWN_WHY = {"embedding": "the embedding size ('embedding' is the paper's E, mapped to the scale's; "
+                         "model.embedding_size is the size itself)",
+            "dropout": "the dropout rate ('dropout' is the scale's rate or none; model's field is a rate itself)"}
 _NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
 
 

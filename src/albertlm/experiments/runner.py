@@ -12,6 +12,7 @@ An --out where nothing was measured yet (no result, no checkpoint: every job fai
 options, another scale included; what the failed jobs left that the new plan cannot use moves to
 OUT/replaced/<time>/ (`retire_unmeasured`).
 Every job of a suite sees the same data, the same data order (the seed's) and the same token budget.
+One run of a suite at a time: a second `run_suite` on the same --out while one runs is refused (`suite_lock`).
 """
 from __future__ import annotations
 
@@ -777,6 +778,17 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
         raise UserError(f"jobs must be >= 1, max_jobs >= 0 and max_minutes a finite number >= 0 (0 = all), got "
                         f"{jobs}, {max_jobs} and {max_minutes}")
     err = err or (lambda message: print(message, file=sys.stderr, flush=True))
+    with contextlib.ExitStack() as held:
+        locked = suite.out.is_dir()
+        if locked:                          # before reading what --out holds: another suite may be writing it
+            held.enter_context(suite_lock(suite.out))
+        return _run_suite(suite, jobs, log, max_jobs, refinetune, err, max_minutes, held, locked)
+
+
+def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, err, max_minutes: float,
+               held: contextlib.ExitStack, locked: bool) -> dict:
+    """`run_suite` under the suite's lock: `held` holds it already when --out existed (`locked`), else takes it as
+    soon as this call has made --out."""
     stale = check_same_scale(suite, refinetune)
     planned = plan_jobs(suite.runs)
     afresh = (suite.out / "suite.json").is_file() and not measured(suite)   # every job so far failed
@@ -786,6 +798,8 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
     plan = merged_plan(suite, planned)
     created = not suite.out.exists()
     suite.out.mkdir(parents=True, exist_ok=True)
+    if not locked:                          # two commands may have made --out at once: one of them runs (the
+        held.enter_context(suite_lock(suite.out))   # other leaves the directory alone: it is the first one's)
     if stale:
         retire_finetuning(suite, stale, log)
     if afresh:
@@ -826,6 +840,54 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
             f"started; rerun the command to continue")
     return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed,
             "postponed": postponed}
+
+
+_SUITE_LOCKS: set[int] = set()     # the descriptors of the suite directories this process holds locked
+
+
+@contextlib.contextmanager
+def suite_lock(out: Path):
+    """Held by the `albertlm ablate` that runs the suite in `out` (from before it reads what --out holds until it
+    ends): a second one started on the same --out (the command run twice, in another terminal or by a scheduler)
+    is refused in one line instead of both preparing the same data, training the same jobs and writing suite.json
+    and the report at once (each pretraining's own lock refused only the second one's copy of a running run, as a
+    failed job). An advisory lock on the directory itself, which the system drops when the process ends, however
+    it ends; a forked child (a data-loading worker) closes its copy at once; on a file system without locks
+    nothing is locked. `--report-only` and `--list-jobs` read the suite without it, so they work while it runs."""
+    try:
+        import fcntl
+    except ImportError:                     # (not on Windows)
+        fcntl = None
+    fd = os.open(out, os.O_RDONLY)
+    _SUITE_LOCKS.add(fd)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UserError(f"--out {out}: another `albertlm ablate` is running this suite now; let it finish "
+                                f"or stop it first (--report-only and --list-jobs work meanwhile), or pass another "
+                                f"--out") from None
+            except OSError:
+                pass                        # no locks here (some network file systems)
+        yield
+    finally:
+        _SUITE_LOCKS.discard(fd)
+        os.close(fd)
+
+
+def _close_suite_locks() -> None:
+    """In a forked child: drop its copies of the parent's suite-lock descriptors (the parent's lock stays held)."""
+    for fd in list(_SUITE_LOCKS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _SUITE_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_suite_locks)
 
 
 def job_state(suite: Suite, job: Job, stale: list[str] = ()) -> str:
@@ -937,6 +999,14 @@ def merged_plan(suite: Suite, planned: list[Job]) -> dict:
     if old is not None:
         old_grids = old.get("grids") or ([old["grid"]] if old.get("grid") else [])
         grids = list(dict.fromkeys([*old_grids, suite.grid]))
+        known = {_run_key(run): run for run in old.get("runs") or [] if isinstance(run, dict)}
+        for name, new in runs.items():   # a variant renamed in the grid file would be trained again
+            twin = known.get(_run_key(new))
+            if twin is not None and twin.get("name") != name:
+                raise UserError(f"--out {suite.out}: variant {new['variant']!r} is the same configuration (model, "
+                                f"sentence task and seed at this scale) as run {twin.get('name')} of its plan "
+                                f"(suite.json, variant {twin.get('variant')!r}), which a suite trains once: name the "
+                                f"variant {twin.get('variant')!r}, or give another --out")
         for run in old.get("runs") or []:
             new = runs.get(run.get("name"))
             if new is None:
@@ -956,6 +1026,12 @@ def merged_plan(suite: Suite, planned: list[Job]) -> dict:
         runs = {name: runs[name] for name in [*order, *(n for n in runs if n not in order)]}
     return {"scale": suite.scale.to_dict(), "grid": suite.grid, "grids": grids, "runs": list(runs.values()),
             "jobs": jobs}
+
+
+def _run_key(run: dict) -> str:
+    """What makes two planned runs (suite.json's records) the same run: the model (at its defaults' fill), the
+    sentence task and the seed."""
+    return json.dumps([full_model(run.get("model")), run.get("task"), run.get("seed")], sort_keys=True)
 
 
 # a suite may be rerun with more fine-tuning seeds (the new runs are added), or with --refinetune under another
