@@ -78,7 +78,7 @@ def read_json_object(path: Path, what: str, hint: str = "") -> dict:
     type, unreadable) is a UserError naming the file, `what` it should hold, and `hint` (what to do)."""
     suffix = f"; {hint}" if hint else ""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))   # a byte-order mark (Notepad's) is fine
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise UserError(f"{path}: not a valid JSON file ({str(exc) or type(exc).__name__}){suffix}") from None
     except OSError as exc:

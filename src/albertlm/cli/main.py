@@ -12,6 +12,7 @@ import difflib
 import importlib
 import logging
 import os
+import re
 import sys
 import warnings
 
@@ -39,7 +40,8 @@ TASK_NAMES = ("glue", "squad", "race", "classify")
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: albertlm <command> [options]   (albertlm <command> --help for its options)", "", "commands:"]
+    lines = ["usage: albertlm <command> [options]   (albertlm <command> --help for its options; albertlm --version)",
+             "", "commands:"]
     lines += [f"  {name.ljust(width)}  {text}" for name, (_, text) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -108,7 +110,8 @@ class Parser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments:"):
             options = _all_options(self)
             for word in message.split(":", 1)[1].split():
-                close = nearest_option(word.split("=")[0], options) if word.startswith("--") else None
+                # `-lr 0.1` (one dash, as some tools spell options) is looked up as `--lr`
+                close = nearest_option(word.split("=")[0], options) if re.match(r"--?[A-Za-z]", word) else None
                 if close:
                     message += f" (did you mean {close}?)"
                     break
@@ -152,10 +155,14 @@ def _main(argv: list[str]) -> int:
     if command not in COMMANDS:
         close = difflib.get_close_matches(command, COMMANDS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        if reports_here():                 # under torchrun, one rank says it (`_say`)
-            print(f"albertlm: error: unknown command {command!r}{hint}\n\n{_usage()}", file=sys.stderr)
+        line = f"albertlm: error: unknown command {command!r}{hint}"
+        if command.startswith("-"):        # `albertlm --lr 1 pretrain`: options come after the command
+            line = f"albertlm: error: {command!r} is not a command: give the command first, then its options"
+        if reports_here():                 # under torchrun, one rank says it (`_say`); one line, as every error
+            print(f"{line}; the commands are {', '.join(COMMANDS)} (albertlm --help says what each does)",
+                  file=sys.stderr)
         else:
-            other_rank_says(f"albertlm: error: unknown command {command!r}{hint}")
+            other_rank_says(line)
         return 2
     from albertlm.errors import UserError
 

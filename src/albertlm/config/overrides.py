@@ -12,10 +12,12 @@ A command hands `add_options(parser, Options(...))` its config class; every leaf
   (`__post_init__`): the CLI holds no ranges or choices of its own.
 
 Precedence, lowest first: the command's base config (dataclass defaults, a preset, a recipe, a resumed
-run's saved config) < `--config FILE` (JSON, nested like the saved run_config.json) < the command line.
+run's saved config) < `--config FILE` (JSON, nested like the saved run_config.json; repeatable, a later file
+winning) < the command line.
 There are no silent wins: two spellings of one key on the command line (`--lr 1e-3 --optim.lr=2e-3`, or
 `--dev a --data b`) with different values are an error, as is an unknown key in the file or an unknown
-option; repeating the same option keeps its last value, as argparse always has; in the file, a key given
+option; repeating the same option keeps its last value, as argparse always has, except that a list option
+takes the items of every occurrence (`--input a --input b` is both files); in the file, a key given
 twice (repeated in one object, or both dotted and nested) is an error. The file's values are read as their
 fields' types when it is read (an error names the file). Setting a field that another one defers to resets
 that one unless it is given too, layer by layer (`--epochs 2` over a recipe's or the file's `max_steps`: see
@@ -133,6 +135,39 @@ def check_choices(obj: Any, prefix: str = "") -> None:
             raise ConfigError(f"{prefix}{name}={value!r}: must be one of {', '.join(map(str, choices))}")
 
 
+_KIND_NAMES = {int: "a whole number (int)", float: "a number", bool: "true or false (bool)", str: "text (str)"}
+
+
+def check_types(obj: Any, prefix: str = "") -> None:
+    """Every field of a config holds its declared type, as the command line and `--config` files already ensure
+    (`coerce`): for a config built in Python (`TrainConfig(max_steps=2e0)` recorded `2.0` in run_config.json,
+    which a resume then refused; `TrainConfig(max_steps="5")` was a TypeError traceback). A bool is not an int,
+    an int is a float, None only where the field is optional; a section must be its class."""
+    import numbers
+
+    from albertlm.config.model import ConfigError
+
+    for name, kind in field_types(type(obj)).items():
+        value = getattr(obj, name)
+        if value is None and _is_optional(kind):
+            continue
+        base = _strip_optional(kind)
+        if is_section(base):
+            ok, want = isinstance(value, base), f"a {base.__name__}"
+        elif _is_list(base):
+            ok, want = isinstance(value, (list, tuple)), "a list"
+        elif base is int:
+            ok, want = isinstance(value, numbers.Integral) and not isinstance(value, bool), _KIND_NAMES[int]
+        elif base is float:
+            ok, want = isinstance(value, numbers.Real) and not isinstance(value, bool), _KIND_NAMES[float]
+        elif base in (bool, str):
+            ok, want = isinstance(value, base), _KIND_NAMES[base]
+        else:                             # Literal (check_choices), Any
+            continue
+        if not ok:
+            raise ConfigError(f"{prefix}{name}={value!r}: must be {want}, not {type(value).__name__}")
+
+
 # ------------------------------------------------------------------------------------------- values
 def coerce(value: Any, kind: Any, key: str) -> Any:
     """A command-line string (or a JSON value) as the field's declared type."""
@@ -231,10 +266,14 @@ def read_config_file(cls: type, path: str | Path) -> dict[str, Any]:
     error names the file): an unknown key, a key given twice (`"optim.lr"` and `"optim": {"lr": ...}`) and a
     value of the wrong type are errors."""
     path = Path(path)
+    if path.is_dir():
+        saved = path / "run_config.json"
+        hint = f" (did you mean {saved}?)" if saved.is_file() else ""
+        raise UserError(f"config file {path} is a directory; give a JSON file{hint}")
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
     try:
-        data = json.loads(path.read_text(), object_pairs_hook=_no_repeats)
+        data = json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=_no_repeats)  # a BOM is fine
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
     except _Repeated as exc:
@@ -349,9 +388,10 @@ def add_options(parser: argparse.ArgumentParser, options: Options) -> None:
     cls = options.config
     defaults = options.defaults() if options.defaults else None
     if options.config_file:
-        parser.add_argument("--config", metavar="FILE", dest=options.dest("__file__"),
+        parser.add_argument("--config", metavar="FILE", dest=options.dest("__file__"), action="append",
                             help="JSON file of config values, nested like the run_config.json a run saves; "
-                                 "the command line overrides it")
+                                 "the command line overrides it (repeatable: a later file overrides an "
+                                 "earlier one)")
     short = {key: flag for flag, key in options.plain.items()}
     alias = {}
     for flag, key in options.aliases.items():
@@ -408,8 +448,9 @@ def _shown_default(cls: type, defaults: Any, key: str) -> tuple[Any, bool]:
 
 def command_line_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
     """The keys given on the command line and their values. A repeated option keeps its last value (as
-    argparse does); two spellings of one key (`--lr` and `--optim.lr`, `--dev` and `--data`, `--flag` and
-    `--no-flag`) with different values are an error."""
+    argparse does), except a list option, which takes the items of every occurrence (`--input a --input b`);
+    two spellings of one key (`--lr` and `--optim.lr`, `--dev` and `--data`, `--flag` and `--no-flag`) with
+    different values are an error."""
     kinds = leaf_keys(options.config)
     out: dict[str, Any] = {}
     start = options.dest("")
@@ -417,7 +458,13 @@ def command_line_values(args: argparse.Namespace, options: Options) -> dict[str,
         if not dest.startswith(start) or dest == options.dest("__file__"):
             continue
         key = dest[len(start):]
-        last = {flag: coerce(value, kinds[key], key) for flag, value in given}   # the last per spelling
+        if _is_list(kinds[key]):          # `--input a --input b` is both (the last alone dropped `a` silently)
+            joined: dict[str, list] = {}
+            for flag, value in given:
+                joined.setdefault(flag, []).extend(value if isinstance(value, (list, tuple)) else [value])
+            last = {flag: coerce(items, kinds[key], key) for flag, items in joined.items()}
+        else:
+            last = {flag: coerce(value, kinds[key], key) for flag, value in given}   # the last per spelling
         values = list(last.values())
         if any(v != values[0] for v in values[1:]):
             shown = ", ".join(f"{flag} {value!r}" for flag, value in last.items())
@@ -427,16 +474,25 @@ def command_line_values(args: argparse.Namespace, options: Options) -> dict[str,
 
 
 def file_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
-    path = getattr(args, options.dest("__file__"), None)
-    return read_config_file(options.config, path) if path else {}
+    """The values of the --config files, a later file's winning (each with what its keys imply)."""
+    out: dict[str, Any] = {}
+    for path in _config_files(args, options):
+        out.update(implied(options.config, read_config_file(options.config, path)))
+    return out
+
+
+def _config_files(args: argparse.Namespace, options: Options) -> list[str]:
+    given = getattr(args, options.dest("__file__"), None) or []
+    return [given] if isinstance(given, str) else list(given)
 
 
 def given_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
-    """The keys --config FILE and the command line set, the command line winning. Each layer brings what its
-    keys imply (`IMPLIES`) on its own, so a field the command line sets also wins over what the file sets for
-    the field that defers to it: `--train.epochs 2` over a file's `train.max_steps` trains 2 epochs."""
+    """The keys the --config files and the command line set, the command line winning (and of two files, the
+    later one). Each layer brings what its keys imply (`IMPLIES`) on its own, so a field the command line sets
+    also wins over what a file sets for the field that defers to it: `--train.epochs 2` over a file's
+    `train.max_steps` trains 2 epochs."""
     cls = options.config
-    return {**implied(cls, file_values(args, options)), **implied(cls, command_line_values(args, options))}
+    return {**file_values(args, options), **implied(cls, command_line_values(args, options))}
 
 
 def read_options(args: argparse.Namespace, options: Options, base: Any = None) -> Any:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from albertlm.config.model import Config, ConfigError, ModelConfig, require
-from albertlm.config.overrides import build, check_choices, check_keys, flatten
+from albertlm.config.overrides import build, check_choices, check_keys, check_types, flatten
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 SEED_LIMIT = 2**32                      # seeds are 32-bit unsigned (numpy, sentencepiece)
@@ -51,6 +51,7 @@ class OptimConfig:
     decay_power: float = 1.0            # polynomial decay to 0 at the last step (1 = linear)
 
     def __post_init__(self) -> None:
+        check_types(self, "optim.")
         check_choices(self, "optim.")
         require_finite(self, "optim.")
         require(self.lr > 0, "optim.lr", self.lr, "must be positive")
@@ -97,6 +98,7 @@ class TrainConfig:
     tensorboard: bool = True            # also write TensorBoard events (RUN_DIR/tensorboard)
 
     def __post_init__(self) -> None:
+        check_types(self, "train.")
         check_choices(self, "train.")
         require_finite(self, "train.")
         for name in ("max_steps", "micro_batch_size", "log_every", "eval_every", "eval_batches", "save_every"):
@@ -157,6 +159,7 @@ class DataConfig:
     num_workers: int = 0                 # DataLoader worker processes per rank
 
     def __post_init__(self) -> None:
+        check_types(self, "data.")
         require(self.num_workers >= 0, "data.num_workers", self.num_workers, "must be >= 0")
 
 
@@ -168,6 +171,7 @@ class DistConfig:
     timeout_minutes: int = 30                           # how long a collective may wait for the other ranks
 
     def __post_init__(self) -> None:
+        check_types(self, "dist.")
         check_choices(self, "dist.")
         require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "dist.device",
                 self.device, "must be auto, cpu, cuda or cuda:N")
@@ -184,6 +188,9 @@ class RunConfig(Config):
     dist: DistConfig = field(default_factory=DistConfig)        # processes and devices
     preset: str = "albert-base"          # model preset the run starts from (see `albertlm params`); --model.* change it
     init_from: str = ""                  # start from this checkpoint directory (ours or transformers', or a run directory: its newest checkpoint) instead of random weights
+
+    def __post_init__(self) -> None:
+        check_types(self)        # the sections are their classes (each checks its own fields), the paths text
 
     def absolute_paths(self) -> "RunConfig":
         """A copy whose relative paths (PATH_KEYS) are absolute, taken from the current directory: what a run

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from albertlm.config.model import Config, require
+from albertlm.config.overrides import check_types
 from albertlm.config.run import DistConfig, OptimConfig, TrainConfig
 
 
@@ -33,6 +34,7 @@ class FinetuneConfig(Config):
     classifier_dropout: float | None = None  # dropout before the task head; none = keep the checkpoint's
 
     def __post_init__(self) -> None:
+        check_types(self)
         require(self.max_seq_length >= 8, "max_seq_length", self.max_seq_length, "must be >= 8")
         require(self.eval_batch_size >= 1, "eval_batch_size", self.eval_batch_size, "must be >= 1")
         for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
