@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import warnings
+from pathlib import Path
 
 from albertlm.errors import other_rank_says, reports_here
 
@@ -95,6 +96,9 @@ def _all_options(parser: argparse.ArgumentParser) -> list[str]:
     return options
 
 
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")   # -1, -1.5, -.5, -1e-3, -2.5E+4
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (`albertlm <cmd>: error: ...`, exit 2), naming the nearest
     option when one is unknown; no abbreviations (`--inner.rat` is not silently `--inner.rate`)."""
@@ -102,6 +106,8 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        # argparse takes `-1`, `-.5` as values but `-1e-3` as an unknown option ("--lr: expected one argument")
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str):
         if not reports_here():              # under torchrun every rank parses the same argv: rank 0 says it
@@ -120,18 +126,38 @@ class Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    shown = warnings.showwarning
+    if argv is None:                # the console command (not a caller's main([...]), whose warnings it records)
+        warnings.showwarning = _one_line_warning(shown)
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:   # `albertlm --help | head -1`: the reader left; so do we, without a traceback
         _quiet_stdout()
         return 0
     finally:                  # what is still buffered (argparse's help swallows its own write error)
+        warnings.showwarning = shown
         try:
             sys.stdout.flush()
         except BrokenPipeError:
             _quiet_stdout()
         except (OSError, ValueError, AttributeError):
             pass
+
+
+def _one_line_warning(shown):
+    """`warnings.showwarning` for the console command: albertlm's own UserWarnings (a Korean vocab.txt read with
+    accent stripping, a config field missing from a file) are one `warning: ...` line on stderr, not Python's two
+    lines quoting our source file; other warnings as `shown` does."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and "albertlm" in Path(str(filename)).parts:
+            text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+            try:
+                print(f"warning: {text}", file=file or sys.stderr)
+            except (OSError, ValueError):   # stderr gone: a warning is never worth a traceback
+                pass
+        else:
+            shown(message, category, filename, lineno, file, line)
+    return show
 
 
 def _quiet_stdout() -> None:

@@ -84,6 +84,7 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
         base = read_saved_run_config(saved)
     else:
         preset = values.get("preset", RunConfig.preset)
+        _check_preset_against_files(args)
         base = paper_recipe(get_preset(_recipe_preset(preset, values))).replace(preset=preset)
     run = build(base, values)
     if resumed:
@@ -166,6 +167,24 @@ def read_saved_run_config(path: Path) -> RunConfig:
         raise UserError(f"{path}: {exc}; {hint}") from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise UserError(f"{path}: not a run configuration ({exc}); {hint}") from None
+
+
+def _check_preset_against_files(args: argparse.Namespace) -> None:
+    """`--preset X --config saved_run_config.json`: the file's model fields (a saved run's are all of them) win
+    over the preset, so the run kept the file's model and only its label said X. Refused when the file names
+    another preset and sets model fields; a file of a few model tweaks without a preset still refines --preset."""
+    from albertlm.config.overrides import command_line_values, file_values
+
+    given = command_line_values(args, PRETRAIN).get("preset")
+    if given is None:
+        return
+    from_files = file_values(args, PRETRAIN)
+    model_keys = [key for key in from_files if key.startswith("model.")]
+    if model_keys and from_files.get("preset", given) != given:
+        raise UserError(f"--preset {given}, but the --config file is a config of preset {from_files['preset']} and "
+                        f"sets {len(model_keys)} model field(s) ({', '.join(model_keys[:3])}"
+                        f"{', ...' if len(model_keys) > 3 else ''}), which would win over {given}'s: drop --preset "
+                        f"to train the file's model, or remove the model fields from the file")
 
 
 def _values(args: argparse.Namespace) -> dict:

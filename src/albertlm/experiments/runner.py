@@ -705,8 +705,9 @@ def read_result(path: Path, kind: str | None = None) -> dict:
 
 
 # In a worker process of `_run_parallel`: the suite's stop event (set by the suite before it sends the workers
-# SIGTERM), and whether a job is running. A training loop's own SIGTERM handler saves and stops the loop, but a
-# signal that comes during a loop's last step ends it "done" as planned; the event stops the job after it.
+# SIGTERM), and whether a job is running. A training loop's own SIGTERM handler saves and stops the loop (a signal
+# during its last step too: the run is saved complete and the loop returns "interrupted", so `pretrain_run` raises
+# Stopped); the event is the second guard, stopping the worker between jobs.
 _STOP: Any = None
 _IN_JOB = False
 

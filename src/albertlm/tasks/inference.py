@@ -223,7 +223,11 @@ class FillMask:
         hidden = self.model.albert(input_ids, attention_mask).last_hidden_state  # (B, T, H)
         where = input_ids == self.tokenizer.mask_id  # (B, T)
         logits = self.model.mlm_head(hidden[where], self.model.albert.embeddings.word.weight)  # (M, V)
-        scores, ids = logits.float().softmax(-1).topk(top_k, dim=-1)  # (M, k)
+        # probabilities over the model's whole vocabulary (as transformers' pipeline), ranked among the ids the
+        # tokenizer has: a model may be wider than its tokenizer (padded rows, `check_tokenizer_fits`), and an id
+        # past the tokenizer's end has no text (an IndexError traceback from SentencePiece, "" from WordPiece)
+        probs = logits.float().softmax(-1)[:, :self.tokenizer.vocab_size]
+        scores, ids = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (M, k)
         scores, ids = scores.cpu().tolist(), ids.cpu().tolist()
         per_text = where.sum(1).cpu().tolist()
         out, m = [], 0

@@ -1,0 +1,84 @@
+"""Follow-ups of the eighteenth session's audits, in files whose owners had finished: fill-mask on a model wider
+than its tokenizer, `--preset` against a --config file of another preset, negative numbers in scientific
+notation as option values, and albertlm's own warnings as one line from the console command."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from albertlm.cli.main import main
+from conftest import assert_one_error, shared_path
+
+
+def test_fill_mask_on_a_model_wider_than_its_tokenizer_ranks_only_the_tokenizers_ids():
+    """A model of 30100 rows with the 30000-piece tokenizer (`check_tokenizer_fits` allows it): when a padded row
+    scored best, `id_to_token` raised an IndexError traceback (SentencePiece). Now only real ids are ranked, with
+    their probabilities over the whole vocabulary, as transformers' pipeline computes them."""
+    from albertlm.config import ModelConfig
+    from albertlm.model.heads import AlbertForMaskedLM
+    from albertlm.tasks.inference import FillMask
+    from albertlm.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(shared_path("spm", "albert-base-v2_spiece.model"))
+    assert tokenizer.vocab_size == 30000
+    torch.manual_seed(0)
+    model = AlbertForMaskedLM(ModelConfig(vocab_size=30100, embedding_size=8, hidden_size=16, num_layers=1,
+                                          num_heads=2, ffn_size=16, max_position_embeddings=32)).eval()
+    with torch.no_grad():
+        model.mlm_head.bias[30000:] = 50.0        # the padded rows win by far
+        model.mlm_head.bias[7] = 20.0            # the best real id
+    predictions = FillMask(model, tokenizer)(["the [MASK] sat"], top_k=3)[0][0]
+    assert [p["token_id"] for p in predictions][0] == 7, predictions
+    assert all(p["token_id"] < 30000 and isinstance(p["token"], str) for p in predictions)
+    # probabilities of the whole vocabulary: the 100 padded rows hold nearly all of it
+    assert predictions[0]["score"] < 1e-6, predictions
+
+
+def _write(path, data) -> str:
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_a_preset_given_with_a_config_file_of_another_presets_model_is_refused(tmp_path, capsys):
+    """`--preset albert-base --config saved_run_config.json`: the file's model fields won over the preset, so the
+    run trained the file's model while run_config.json said albert-base. A file of tweaks without a preset still
+    refines --preset."""
+    other = _write(tmp_path / "other.json", {"preset": "albert-large", "model": {"num_layers": 3, "hidden_size": 64}})
+    code = main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "run"),
+                 "--preset", "albert-base", "--config", other])
+    assert_one_error(capsys, code, "--preset albert-base", "preset albert-large", "model.num_layers")
+    assert not (tmp_path / "run").exists()
+    tweaks = _write(tmp_path / "tweaks.json", {"model": {"num_layers": 3}})
+    code = main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "run"),
+                 "--preset", "albert-base", "--config", tweaks])
+    err = capsys.readouterr().err
+    assert code != 0 and "not a data directory" in err, err   # past the preset check, on to the missing data
+
+
+@pytest.mark.parametrize("value", ["-1e-3", "-2.5E+4", "-.5"])
+def test_a_negative_number_in_scientific_notation_is_an_option_value(tmp_path, capsys, value):
+    """`--lr -1e-3` said "--lr/--optim.lr: expected one argument" (argparse took -1e-3 for an option); now the
+    value reaches the config's own check."""
+    code = main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "run"), "--lr", value])
+    assert_one_error(capsys, code, "optim.lr=", "must be positive")
+
+
+def test_the_console_command_says_albertlms_own_warnings_in_one_line(tmp_path):
+    """A Korean vocab.txt loaded with accent stripping (albertlm's UserWarning) by `albertlm data build`: Python
+    printed two lines quoting our source file (`load.py:58: UserWarning: ...`, then the source line)."""
+    hangul = [chr(0xAC00 + k) for k in range(150)]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *hangul]) + "\n", encoding="utf-8")
+    text = tmp_path / "in.txt"
+    text.write_text(("가나다 라마바. 사아자 차카타.\n" * 3 + "\n") * 20, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "albertlm", "data", "build", "--input", str(text), "--tokenizer",
+                           str(vocab), "--out", str(tmp_path / "d"), "--max-seq-length", "32", "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "Hangul" in line]
+    assert len(said) == 1 and said[0].startswith("warning: "), proc.stderr
+    assert "UserWarning" not in proc.stderr and "load.py" not in proc.stderr, proc.stderr
