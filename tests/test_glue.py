@@ -85,7 +85,7 @@ def test_submission_round_trip(tmp_path):
     assert lines[0] == "index\tprediction" and lines[1] == "2\tentailment" and lines[2] == "7\tnot_entailment"
     stsb = glue.get_task("stsb")
     glue.write_submission(stsb, examples, [1.23456, 4.0, 0.0, 5.0, 2.5], tmp_path / "STS-B.tsv")
-    assert glue.read_predictions(stsb, tmp_path / "STS-B.tsv") == {"0": 1.235, "1": 4.0, "2": 0.0, "3": 5.0, "4": 2.5}
+    assert glue.read_predictions(stsb, tmp_path / "STS-B.tsv") == {"0": 1.23456, "1": 4.0, "2": 0.0, "3": 5.0, "4": 2.5}
 
 
 # --- metrics against formulas written independently of scikit-learn / scipy ---------------------------------

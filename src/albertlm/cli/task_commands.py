@@ -289,7 +289,10 @@ def _finetune(args) -> int:
     if metrics.get("status") == "interrupted":
         return 130
     if is_main_process() and "best" in metrics:
-        print(json.dumps({"best": metrics["best"], "out": str(args.out)}, indent=2, sort_keys=True))
+        # stopped by the time budget: the best so far, and how far the run got (`--resume` goes on)
+        stopped = ({"status": metrics["status"], "step": metrics["step"], "total_steps": metrics["total_steps"]}
+                   if metrics.get("status") != "done" else {})
+        print(json.dumps({"best": metrics["best"], "out": str(args.out), **stopped}, indent=2, sort_keys=True))
     return 0
 
 

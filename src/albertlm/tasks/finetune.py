@@ -69,6 +69,7 @@ class TaskSpec:
     info: dict[str, Any] = field(default_factory=dict)   # written to task.json
     problems: Problems = field(default_factory=Problems)
     outputs: Outputs = Outputs()
+    warnings: list[str] = field(default_factory=list)   # said when fine-tuning starts (e.g. MRPC's own files)
 
 
 def load_model(spec: TaskSpec, model_path: str | Path, cfg: FinetuneConfig):
@@ -273,7 +274,7 @@ def prediction_files(out_dir: Path) -> list[Path]:
 def setup_warnings(spec: TaskSpec, loop: Loop, cfg: FinetuneConfig) -> list[str]:
     """What is legal but most likely a mistake: a warmup longer than the run (the learning rate never
     reaches its peak; it is kept as given, not capped), a classification training set of one class."""
-    lines = []
+    lines = list(spec.warnings)
     if loop.plan.warmup_steps > loop.plan.total_steps:
         lines.append(f"the warmup ({loop.plan.warmup_steps} steps) is longer than the run ({loop.plan.total_steps} "
                      f"steps): the learning rate never reaches {cfg.optim.lr:g}; set --warmup-steps or --warmup-ratio")
@@ -302,8 +303,10 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
                  log=print, resume: bool = False, overwrite: bool = False) -> dict:
     """Fine-tune (on every `torchrun` process), keep the best dev checkpoint, then on rank 0 write
     metrics.json, train_log.json and test predictions from the best model. Returns the metrics (rank 0;
-    other ranks and stopped runs get {"status": ...}). An `out_dir` holding another run needs `resume`
-    or `overwrite` (its files go once the model and the checkpoint to resume from have loaded)."""
+    other ranks and runs stopped by a signal get {"status": ...}). A run the time budget stopped writes them
+    too, from the best model so far, with "status": "budget" and the step reached of "total_steps". An
+    `out_dir` holding another run needs `resume` or `overwrite` (its files go once the model and the
+    checkpoint to resume from have loaded)."""
     out_dir = Path(out_dir)
     old_run = ckpt.check_run_dir(out_dir, resume, overwrite, RUN_FILES)
     check_positions(spec, model_path, cfg)
@@ -324,8 +327,10 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
             print(f"albertlm finetune: warning: {line}", file=sys.stderr)
     open_logger(loop)
     status = loop.run()
-    if status != "done" or not info.is_main:
+    if status not in ("done", "budget") or not info.is_main:
         return {"status": status}
+    # stopped by the time budget (`--train.max_minutes`), the run has evaluated and saved the step it reached:
+    # its files are written from the best model so far, marked "budget" (a `--resume` finishes and replaces them)
     extra = loop.state.extra
     _write_json(out_dir / "train_log.json", {"losses": extra.get("losses", []), "history": extra.get("history", [])})
     best_model = spec.model_class.from_pretrained(out_dir / "best")
@@ -336,7 +341,8 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     info = {**spec.info, **json_object_or_empty(out_dir / "best" / TASK_FILE)}
     metrics = {**info, "family": spec.family, "best": extra.get("best", {}), "config": cfg.to_dict(),
                "train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-5:])),
-               "problems": spec.problems.to_dict(), "test_predictions": tests, "status": status}
+               "problems": spec.problems.to_dict(), "test_predictions": tests, "status": status,
+               "step": loop.state.step, "total_steps": loop.plan.total_steps}
     _write_json(out_dir / "metrics.json", metrics)
     spec.problems.report(sys.stderr)
     return metrics

@@ -174,22 +174,27 @@ def _parse_label(task: GlueTask, cell: str, where: str) -> str | float:
 
 def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = True,
                   problems: Problems | None = None) -> list[Example]:
-    """Examples of one GLUE file. A row with too few fields is an error naming the file and line,
-    unless `problems` is given: then it is skipped and counted there. A file without a single example
-    (empty, or only a header) is an error: found when the file is read, before any training."""
+    """Examples of one GLUE file. A row with too few fields, or with more than the file's header names (a tab
+    inside a text: its texts would be cut at the tab and another column read as the second text), is an error
+    naming the file and line, unless `problems` is given and the file is labelled: then it is skipped and
+    counted there. A test file's row is never skipped (`has_labels` False): the GLUE server takes a submission
+    only with a prediction for every test row. A file without a single example (empty, or only a header) is an
+    error: found when the file is read, before any training."""
     task = get_task(task) if isinstance(task, str) else task
     path = Path(path)
     cols = task.train if has_labels else task.test
-    if task.name == "mrpc" and not has_labels and _looks_like_msr(path):
+    if task.name == "mrpc" and not has_labels and is_msr_file(path):
         cols = MSR_TEST
     examples: list[Example] = []
     skipped = 0
     header_cells: list[str] | None = None
+    widest = None            # a header's field count: no row of its file has more
     for n, (lineno, cells) in enumerate(read_tsv(path)):
         where = f"{path}:{lineno}"
         if n == 0:
             header = _is_header(task, cols, cells)
             header_cells = cells if header else None
+            widest = len(cells) if header else None
             if not has_labels and cols is task.test and _labelled_layout(task, cells, header):
                 cols = task.train   # a labelled file to predict on: its texts, not its label (which is ignored)
             needed = max(i if i >= 0 else -i - 1 for i in (cols.text_a, cols.text_b, cols.label, cols.guid)
@@ -197,13 +202,19 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
             exact = task.train_fields if cols is task.train else None
             if header:
                 continue
-        if len(cells) < needed or (exact is not None and len(cells) != exact):
-            if problems is None:
-                if len(cells) >= needed:
+        # (empty fields past the header's, trailing tabs, cut no text: read as before)
+        wide = widest is not None and any(cell.strip() for cell in cells[widest:])
+        if len(cells) < needed or (exact is not None and len(cells) != exact) or wide:
+            if problems is None or not has_labels:
+                kept = "" if problems is None else NO_TEST_SKIP
+                if len(cells) >= needed and exact is not None and len(cells) != exact:
                     raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name}'s layout has "
-                                    f"{exact} (another task's file?)")
+                                    f"{exact} (another task's file?){kept}")
+                if wide:
+                    raise DataError(f"{where}: {len(cells)} tab-separated fields, the header line has {widest} "
+                                    f"(a tab inside a text?){kept}")
                 raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}"
-                                + (_test_layout_hint(task, cells, header_cells) if has_labels else ""))
+                                + (_test_layout_hint(task, cells, header_cells) if has_labels else "") + kept)
             problems.add("malformed row skipped", where)
             skipped += 1
             continue
@@ -222,8 +233,24 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     return examples
 
 
-def _looks_like_msr(path: Path) -> bool:
-    return path.name.startswith("msr_paraphrase")
+# why --skip-bad-rows stops at a test row (a submission missing a row is rejected by the GLUE server)
+NO_TEST_SKIP = ("; --skip-bad-rows skips training and dev rows only: a submission needs a prediction for every "
+                "test row, so fix this one")
+
+
+def is_msr_file(path: Path) -> bool:
+    """One of MRPC's original files (`msr_paraphrase_train.txt`, `msr_paraphrase_test.txt`)."""
+    return Path(path).name.startswith("msr_paraphrase")
+
+
+def mrpc_id_pairs(path: str | Path) -> dict[str, tuple[str, str]]:
+    """MRPC rows' sentence ids (`#1 ID`, `#2 ID`: the second and third fields) by their "file:line", for rows
+    that have them as numbers (GLUE cuts dev.tsv out of msr_paraphrase_train.txt by these ids)."""
+    path, pairs = Path(path), {}
+    for lineno, cells in read_tsv(path):
+        if len(cells) > 2 and cells[1].strip().isdigit() and cells[2].strip().isdigit():
+            pairs[f"{path}:{lineno}"] = (cells[1].strip(), cells[2].strip())
+    return pairs
 
 
 def find_split(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
@@ -264,7 +291,9 @@ def write_submission(task: GlueTask, examples: list[Example], predictions, path:
     decimals). Test files carry their own index column (`by_guid`: a submission file); dev predictions are
     numbered by position. `clip` (default: a submission file) keeps STS-B scores on the gold scale, [0, 5]:
     a regression head can predict -0.2 or 5.3, which no pair can score; dev predictions stay as the metrics
-    saw them, so that scoring the file gives the run's numbers."""
+    saw them, so that scoring the file gives the run's numbers: there a score that 3 decimals do not hold
+    exactly is written in full (rounded, an early model's scores, 0.0123 and 0.0124, were all 0.012: a
+    correlation of 0 where the run had its own, and ties that moved Spearman's)."""
     clip = by_guid if clip is None else clip
     low, high = STSB_RANGE
     lines = ["index\tprediction"]
@@ -273,6 +302,8 @@ def write_submission(task: GlueTask, examples: list[Example], predictions, path:
         if task.is_regression:
             score = min(max(float(pred), low), high) if clip else float(pred)
             value = f"{score:.3f}"
+            if not by_guid and float(value) != score:
+                value = repr(score)
         else:
             value = task.labels[int(pred)]
         lines.append(f"{index}\t{value}")

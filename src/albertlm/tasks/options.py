@@ -18,7 +18,7 @@ class GlueOptions:
     dev: list[str] = field(default_factory=list)   # dev file(s) (instead of DATA_DIR/dev*.tsv or val.tsv)
     # unlabelled test file(s) for GLUE submission files (an MNLI run may add diagnostic.tsv / AX.tsv)
     test: list[str] = field(default_factory=list)
-    skip_bad_rows: bool = False          # skip rows with too few fields (counted and reported) instead of stopping
+    skip_bad_rows: bool = False          # skip malformed training/dev rows (too few fields, or more than the header; counted and reported) instead of stopping; test rows are never skipped
 
 
 @dataclass

@@ -45,24 +45,69 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
               skip_bad_rows: bool = False, training: bool = True) -> TaskSpec:
     task = glue.get_task(task_name)
     problems = Problems()
-    tolerate = problems if skip_bad_rows else None
+    tolerate = problems if skip_bad_rows else None   # test rows are never skipped (glue.read_examples)
     files = _glue_files(task, data_dir, train_file, dev_files, test_files, training)
 
-    def features(path: Path, labelled: bool):
+    def read(path: Path, labelled: bool):
         reader = glue.get_task("ax") if _is_diagnostic(path) else task  # AX rides along with MNLI
-        examples = glue.read_examples(reader, path, labelled, tolerate)
+        return glue.read_examples(reader, path, labelled, tolerate)
+
+    def features(path: Path, examples, labelled: bool):
         labels = glue.label_ids(task, examples) if labelled else None
-        return examples, _pair_features(tokenizer, examples, labels, cfg.max_seq_length, problems, path.name)
+        return _pair_features(tokenizer, examples, labels, cfg.max_seq_length, problems, path.name)
 
     _check_distinct_outputs(task, files)
-    train = features(files["train"][0], True)[1] if training else []
-    eval_sets = [_glue_dev_set(task, path, *features(path, True)) for path in files["dev"]]
-    eval_sets += [_glue_test_set(task, path, *features(path, False)) for path in files["test"]]
+    train_path = files["train"][0] if training else None
+    train_examples = read(train_path, True) if training else []
+    dev = [(path, read(path, True)) for path in files["dev"]]
+    warnings: list[str] = []
+    train = []
+    if training:
+        train_examples = _msr_train(task, train_path, train_examples, dev, problems, warnings)
+        train = features(train_path, train_examples, True)
+    eval_sets = [_glue_dev_set(task, path, examples, features(path, examples, True)) for path, examples in dev]
+    for path in files["test"]:
+        examples = read(path, False)
+        eval_sets.append(_glue_test_set(task, path, examples, features(path, examples, False)))
     labels = "mnli" if task.name == "ax" else task.name
     main = GLUE_METRICS[labels][0]
     return TaskSpec("glue", AlbertForSequenceClassification, {"num_labels": task.num_labels}, train, eval_sets,
                     main, torch.float32 if task.is_regression else torch.long,
-                    {"task": task.name, "labels": list(task.labels or [])}, problems)
+                    {"task": task.name, "labels": list(task.labels or [])}, problems, warnings=warnings)
+
+
+MSR_DEV_PAIR = "training pair of GLUE's MRPC dev set left out (msr_paraphrase_train.txt holds it)"
+
+
+def _msr_train(task, path: Path, examples, dev, problems: Problems, warnings: list[str]):
+    """MRPC trained on the original `msr_paraphrase_train.txt`, which is GLUE's train and dev sets together
+    (download_glue_data.py cuts dev.tsv out of it by id): without a dev file the run has nothing to score and
+    says so; with one, its pairs are left out of training, as GLUE's train.tsv leaves them out, so that the
+    dev scores are held out (counted in the notes). Other tasks' and files' examples are returned as they are."""
+    if task.name != "mrpc" or not glue.is_msr_file(path):
+        return examples
+    if not dev:
+        warnings.append(f"{path.name} is GLUE's MRPC train and dev sets in one file, and no dev file was given: "
+                        "nothing is scored and the last model is kept as best/; give --dev with GLUE's MRPC "
+                        "dev.tsv (its pairs are then left out of training, as in GLUE's train.tsv)")
+        return examples
+    # a pair is known by its two sentence ids (`#1 ID`, `#2 ID`) or its two texts (a tokenized dev.tsv, as
+    # transformers' fixture, has other texts for the same ids)
+    ids = glue.mrpc_id_pairs(path)
+    dev_ids = {pair for dev_path, _ in dev for pair in glue.mrpc_id_pairs(dev_path).values()}
+    dev_texts = {(e.text_a, e.text_b) for _, dev_examples in dev for e in dev_examples}
+    kept = []
+    for e in examples:
+        if (e.text_a, e.text_b) in dev_texts or ids.get(e.where) in dev_ids:
+            problems.add(MSR_DEV_PAIR, e.where)
+        else:
+            kept.append(e)
+    if len(kept) < len(examples):
+        warnings.append(f"{len(examples) - len(kept)} of the {len(examples)} pairs of {path.name} are dev pairs: "
+                        f"left out of training ({len(kept)} kept), as GLUE's train.tsv leaves them out")
+    if not kept:
+        raise DataError(f"{path}: every training pair is a dev pair; give another --dev or --train")
+    return kept
 
 
 def _glue_files(task, data_dir, train_file, dev_files, test_files, training: bool) -> dict[str, list[Path]]:
