@@ -82,3 +82,14 @@ def test_the_console_command_says_albertlms_own_warnings_in_one_line(tmp_path):
     said = [line for line in proc.stderr.splitlines() if "Hangul" in line]
     assert len(said) == 1 and said[0].startswith("warning: "), proc.stderr
     assert "UserWarning" not in proc.stderr and "load.py" not in proc.stderr, proc.stderr
+
+
+def test_squad_v2_counts_a_question_with_an_empty_gold_text_as_answerable_as_the_official_script():
+    """evaluate-v2.0.py's HasAns is `bool(qa['answers'])`: a question whose only gold text is "" is HasAns (its
+    gold becomes "" for the scores). It was counted NoAns, which moved it between HasAns_* and NoAns_*."""
+    from albertlm.tasks import metrics
+
+    golds = {"q1": ["Paris"], "q2": [""], "q3": []}
+    out = metrics.squad_v2_scores(golds, {"q1": "Paris", "q2": "", "q3": ""})
+    assert out["HasAns_total"] == 2 and out["NoAns_total"] == 1, out
+    assert out["exact"] == 100.0 and out["HasAns_exact"] == 100.0, out

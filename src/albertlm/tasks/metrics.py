@@ -221,7 +221,8 @@ def squad_v2_scores(golds: Mapping[str, list[str]], preds: Mapping[str, str],
     Like the official script, questions without a prediction are left out (`missing` counts them);
     `strict` scores them as wrong instead (0 EM and F1, whatever the threshold). No prediction matching a
     gold question, or null odds missing for a predicted one, is a UserError."""
-    has_answer = {qid: any(a for a in answers) for qid, answers in golds.items()}
+    # as `bool(qa['answers'])` in the official script: a gold text of "" still makes the question HasAns
+    has_answer = {qid: bool(answers) for qid, answers in golds.items()}
     exact_raw, f1_raw = squad_v2_raw_scores(golds, preds)
     if not exact_raw:
         raise UserError(f"none of the {len(preds)} predictions is for one of the {len(golds)} gold questions "
