@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
 import typing
 
 from albertlm.config import ModelConfig
@@ -90,64 +89,74 @@ def run(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def _saved_class_and_size(directory, is_hf: bool) -> tuple[str, int | None]:
-    """The model class a checkpoint holds and the number of parameters stored in its safetensors file (shared
-    weights once, every head included)."""
+def _saved_class_and_size(directory) -> tuple[str, int]:
+    """The model class a checkpoint holds (the one `load_saved_model` loads; a transformers directory's from its
+    config) and the number of values stored in its weights (shared weights once, every head included): the
+    safetensors headers (one file or transformers' shards), or a pickle's tensors."""
+    import math
+
+    from albertlm.model.io import stored_shapes
     from albertlm.model.registry import saved_class_name
 
-    if is_hf:
-        data = json.loads((directory / "config.json").read_text())
-        if data.get("architectures"):
-            name = data["architectures"][0]
-        else:   # a config saved without it: the class whose head weights are there (as convert reads it)
-            from albertlm.interop.hf import architecture_from_weights
+    return saved_class_name(directory), sum(math.prod(shape) for shape in stored_shapes(directory).values())
 
-            name = architecture_from_weights(directory, data)
-    else:
-        name = saved_class_name(directory)
-    path = directory / "model.safetensors"
+
+def _tf_info(path) -> dict[str, typing.Any]:
+    """A google-research TF checkpoint (a directory holding one, its prefix, or one of its files): described from its
+    index and albert_config.json, as `albertlm convert` would import it."""
+    from albertlm.interop.tf import describe_tf_checkpoint
+
+    if (path / "variables" / "variables.index").is_file():   # a TF-Hub module
+        path = path / "variables"
+    tf = describe_tf_checkpoint(path)
+    return dict(directory=str(tf["prefix"]), format="tf", model_class=tf["model_class"], config=tf["config"],
+                stored_parameters=tf["stored_parameters"], files=tf["files"])
+
+
+def _is_tf(path) -> bool:
+    """Whether `path` is a google-research TF checkpoint as `albertlm convert` detects one (a directory without
+    config.json holding a `*.index`, a prefix, one of its files, a TF-Hub module)."""
+    from albertlm.cli.convert_commands import detect_format
+
+    if (path / "config.json").is_file():
+        return False
     try:
-        with open(path, "rb") as f:
-            header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-    except (OSError, ValueError, struct.error):
-        return name, None
-    total = 0
-    for key, entry in header.items():
-        if key != "__metadata__":
-            count = 1
-            for dim in entry["shape"]:
-                count *= dim
-            total += count
-    return name, total
+        return detect_format(path) == "tf"
+    except UserError:   # nothing of a TF checkpoint: the errors below say what it is not
+        return False
 
 
 def run_info(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from albertlm.model.io import read_config
-
-    from albertlm.model.io import resolve_checkpoint
+    from albertlm.model.io import read_config, resolve_checkpoint
 
     directory = Path(args.directory)
-    if not directory.is_dir():
-        raise UserError(f"not a directory: {directory}")
-    if not (directory / "config.json").is_file():   # a run directory: fine-tuning's best/, else the newest
-        directory = directory / "best" if (directory / "best" / "config.json").is_file() else \
-            resolve_checkpoint(directory)
-    cfg, is_hf = read_config(directory)
-    body, heads = count_parameters(cfg)
-    name, stored = _saved_class_and_size(directory, is_hf)
-    files = {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
-    info = dict(directory=str(directory), format="transformers" if is_hf else "albertlm", model_class=name,
-                parameters=body, stored_parameters=stored, files=files, config=cfg.to_dict())
+    if _is_tf(directory):   # google's checkpoints: a directory with albert_config.json, a prefix, one of its files
+        info = _tf_info(directory)
+    else:
+        if not directory.is_dir():
+            raise UserError(f"not a directory: {directory}")
+        if not (directory / "config.json").is_file():   # a run directory: fine-tuning's best/, else the newest
+            directory = directory / "best" if (directory / "best" / "config.json").is_file() else \
+                resolve_checkpoint(directory)
+        cfg, is_hf = read_config(directory)
+        name, stored = _saved_class_and_size(directory)
+        info = dict(directory=str(directory), format="transformers" if is_hf else "albertlm", model_class=name,
+                    config=cfg, stored_parameters=stored,
+                    files={p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()})
+    cfg, name = info["config"], info["model_class"]
+    body, _ = count_parameters(cfg)
+    info = dict(directory=info["directory"], format=info["format"], model_class=name, parameters=body,
+                stored_parameters=info["stored_parameters"], files=info["files"], config=cfg.to_dict())
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    print(f"{directory}  ({info['format']} format, {name})")
+    print(f"{info['directory']}  ({info['format']} format, {name})")
     print(f"parameters: {body:,} (embeddings + encoder + pooler); in the file, with {name}'s heads: "
-          + (f"{stored:,}" if stored is not None else "unknown"))
-    for name, size in files.items():
-        print(f"  {name}  {size:,} bytes")
+          f"{info['stored_parameters']:,}")
+    for file, size in info["files"].items():
+        print(f"  {file}  {size:,} bytes")
     for key, value in cfg.to_dict().items():
         print(f"  {key} = {value}")
     return 0

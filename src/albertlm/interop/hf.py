@@ -17,6 +17,7 @@ from torch import nn
 from albertlm.errors import UserError, json_object_or_empty
 from albertlm.model import hf_format
 from albertlm.model.albert import AlbertModel, sharing_plan
+from albertlm.model.registry import architecture_from_weights  # noqa: F401 (its home was here)
 
 # our class name -> transformers class name (they match; listed so an unknown class fails clearly)
 HF_ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", "AlbertForSequenceClassification",
@@ -79,64 +80,10 @@ def import_hf(directory: str | Path, model_class: type | None = None) -> nn.Modu
     (or `model_class`); a config without `architectures` (`config.save_pretrained` beside a `torch.save`d
     state dict) gets the class its head weights belong to (`architecture_from_weights`)."""
     if model_class is None:
-        from albertlm.errors import read_json_object
-        from albertlm.model.registry import model_class as class_named
+        from albertlm.model.registry import hf_class_name, model_class as class_named
 
-        config = Path(directory) / "config.json"
-        if not config.is_file():
-            raise UserError(f"{directory}: no config.json, not a transformers directory (see --from)")
-        data = read_json_object(config, "a transformers config.json")
-        names = data.get("architectures")
-        name = (names[0] if isinstance(names, list) else names) if names else architecture_from_weights(directory, data)
-        if name not in HF_ARCHITECTURES:
-            raise UserError(f"{directory}: architecture {name!r} is not an ALBERT class we know")
-        model_class = class_named(name)
+        model_class = class_named(hf_class_name(directory))
     return model_class.from_pretrained(directory)
-
-
-def architecture_from_weights(directory: str | Path, config: dict) -> str:
-    """The transformers class whose weights `directory` holds, for a config.json without `architectures`: the
-    pretraining heads (MLM + SOP), the MLM head alone, the QA head, a `classifier` on every token (no pooler: token
-    classification) or on the pooled output, which is a sequence classifier with `num_labels` rows and a multiple-
-    choice scorer with one (a 1-row classifier of a config saying num_labels 1 is a regression only where its
-    `problem_type` says so, else a UserError: the two cannot be told apart); no head: the bare AlbertModel.
-    (Defaulting to AlbertForPreTraining dropped a fine-tuned head and converted a model with random heads.)"""
-    from albertlm.model.io import state_keys
-
-    keys = set(state_keys(directory))
-    if "sop_classifier.classifier.weight" in keys:
-        return "AlbertForPreTraining"
-    if any(k.startswith("predictions.") for k in keys):
-        return "AlbertForMaskedLM"
-    if "qa_outputs.weight" in keys:
-        return "AlbertForQuestionAnswering"
-    if "classifier.weight" not in keys:
-        return "AlbertModel"
-    if "albert.pooler.weight" not in keys:
-        return "AlbertForTokenClassification"
-    rows = _tensor_shape(directory, "classifier.weight")[0]
-    labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else config.get("num_labels", 2)
-    if rows != 1 or config.get("problem_type") == "regression":
-        return "AlbertForSequenceClassification"
-    if labels != 1:   # transformers sizes a sequence classifier by num_labels: one row is the multiple-choice scorer
-        return "AlbertForMultipleChoice"
-    raise UserError(f"{directory}: config.json names no architecture and the weights fit both "
-                    "AlbertForSequenceClassification (a regression) and AlbertForMultipleChoice; add "
-                    '"architectures": ["AlbertForSequenceClassification"] (or the other) to its config.json')
-
-
-def _tensor_shape(directory: str | Path, name: str) -> tuple[int, ...]:
-    """One tensor's shape: from the safetensors header when the weights are one safetensors file (nothing else is
-    read), otherwise from the loaded state."""
-    from albertlm.model.io import WEIGHTS, read_state
-
-    path = Path(directory) / WEIGHTS
-    if path.is_file():
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:   # state_keys already read this header
-            return tuple(f.get_slice(name).get_shape())
-    return tuple(read_state(directory)[name].shape)
 
 
 LABELS_FILE = "labels.json"   # a transformers classifier's label names and problem type, kept by albertlm

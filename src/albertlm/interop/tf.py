@@ -27,6 +27,7 @@ built under another scope than `bert/` (`modeling.AlbertModel(..., scope="albert
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,18 +266,53 @@ def read_google_config(path: Path) -> ModelConfig:
         raise UserError(f"{path}: {exc}") from None
 
 
-def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
-    """(model, head kind) for what the checkpoint holds."""
+HEAD_CLASSES = {"squad": "AlbertForQuestionAnswering", "classifier": "AlbertForSequenceClassification",
+                "pretraining": "AlbertForPreTraining"}
+
+
+def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
+    """(head kind, its number of labels or None) of what the checkpoint holds, from its variable names and shapes
+    only: run_squad_v1.py's start/end weights, run_classifier.py's top-level `output_weights` (no `cls/` heads),
+    otherwise run_pretraining.py's heads."""
     stored = _strip_module_prefix(ckpt.names())
     names = set(stored)
     squad = stored.get("cls/squad/output_weights")
     if squad is not None and ckpt.entries[squad].shape[0] == 2:  # v1 start/end (other SQuAD heads: unused)
+        return "squad", None
+    if "output_weights" in names and not any(n.startswith("cls/") for n in names):
+        return "classifier", ckpt.entries[stored["output_weights"]].shape[0]
+    return "pretraining", None
+
+
+def describe_tf_checkpoint(path: str | Path, config: str | Path | None = None) -> dict:
+    """What `albertlm info` shows of a google-research TF checkpoint, from its index and albert_config.json alone
+    (no tensor is read): {"prefix", "config" (a ModelConfig), "model_class" (the albertlm class it imports as),
+    "stored_parameters" (values in its model variables, training state left out), "variables", "training_state",
+    "files" (the checkpoint's files and its config, name -> bytes)}."""
+    prefix = resolve_prefix(path)
+    config_path = Path(config) if config is not None else find_config(prefix)
+    cfg = read_google_config(config_path)
+    ckpt = TFCheckpoint(prefix)
+    head, num_labels = checkpoint_head(ckpt)
+    if num_labels is not None:
+        cfg = cfg.replace(num_labels=num_labels)
+    model_vars = [e for n, e in ckpt.entries.items() if not TRAINING_STATE.search(n)]
+    files = [Path(f"{prefix}.index"), *(ckpt.shard_path(i) for i in range(ckpt.num_shards)), config_path]
+    return dict(prefix=prefix, config=cfg, model_class=HEAD_CLASSES[head],
+                stored_parameters=sum(math.prod(e.shape) for e in model_vars), variables=len(model_vars),
+                training_state=len(ckpt.entries) - len(model_vars),
+                files={f.name: f.stat().st_size for f in files if f.is_file()})
+
+
+def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
+    """(model, head kind) for what the checkpoint holds."""
+    head, num_labels = checkpoint_head(ckpt)
+    if head == "squad":
         from albertlm.model.heads import AlbertForQuestionAnswering
 
         return AlbertForQuestionAnswering(cfg), "squad"
-    if "output_weights" in names and not any(n.startswith("cls/") for n in names):
+    if head == "classifier":
         from albertlm.model.heads import AlbertForSequenceClassification
 
-        num_labels = ckpt.entries[stored["output_weights"]].shape[0]
         return AlbertForSequenceClassification(cfg.replace(num_labels=num_labels)), "classifier"
     return AlbertForPreTraining(cfg), "pretraining"

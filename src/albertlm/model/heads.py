@@ -27,6 +27,16 @@ def per_example(name: str, t: Tensor, batch: int, integer: bool = True) -> Tenso
     return t.long() if integer else t
 
 
+def mean_cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
+    """Cross entropy averaged over the targets that are not `ignore_index`, as `F.cross_entropy`; but a batch in which
+    every target is ignored gives 0 (with a zero gradient) where the plain mean over no elements is NaN (transformers'
+    heads return that NaN). One NaN loss makes NaN gradients, AdamW's moments keep them and every later step writes NaN
+    weights; under data parallelism the all-reduce spreads them to every rank. `AlbertForPreTraining` already counts
+    its MLM and SOP losses this way (`weighted_cross_entropy`). No host sync: the count stays on the device."""
+    total = F.cross_entropy(logits.float(), targets, ignore_index=ignore_index, reduction="sum")
+    return total / (targets != ignore_index).sum().clamp(min=1)
+
+
 class _TaskModel(PretrainedMixin, nn.Module):
     base_prefix = "albert."
     pooled = True  # whether the head reads the pooled [CLS] output (else every token)
@@ -55,7 +65,7 @@ class AlbertForSequenceClassification(_TaskModel):
             regression = self.config.num_labels == 1
             labels = per_example("labels", labels, len(logits), integer=not regression)  # (B,)
             out["loss"] = (F.mse_loss(logits.squeeze(-1).float(), labels.float()) if regression
-                           else F.cross_entropy(logits.float(), labels))
+                           else mean_cross_entropy(logits, labels))
         return out
 
 
@@ -70,7 +80,7 @@ class AlbertForTokenClassification(_TaskModel):
         out = ModelOutput(logits=logits)
         if labels is not None:
             check_target("labels", labels, tuple(input_ids.shape))
-            out["loss"] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long())
+            out["loss"] = mean_cross_entropy(logits.flatten(0, 1), labels.flatten().long())
         return out
 
 
@@ -99,7 +109,7 @@ class AlbertForQuestionAnswering(_TaskModel):
             start_positions = per_example("start_positions", start_positions, len(start))
             end_positions = per_example("end_positions", end_positions, len(start))
             T = start.shape[1]
-            losses = [F.cross_entropy(logits.float(), pos.clamp(0, T), ignore_index=T)
+            losses = [mean_cross_entropy(logits, pos.clamp(0, T), ignore_index=T)
                       for logits, pos in ((start, start_positions), (end, end_positions))]
             out["loss"] = (losses[0] + losses[1]) / 2
         return out
@@ -123,7 +133,7 @@ class AlbertForMultipleChoice(_TaskModel):
         logits = self.classifier(self.features(*flat)).view(B, C)  # (B, C)
         out = ModelOutput(logits=logits)
         if labels is not None:
-            out["loss"] = F.cross_entropy(logits.float(), per_example("labels", labels, B))
+            out["loss"] = mean_cross_entropy(logits, per_example("labels", labels, B))
         return out
 
 
@@ -147,7 +157,7 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         out = ModelOutput(logits=logits)
         if labels is not None:
             check_target("labels", labels, tuple(input_ids.shape))
-            out["loss"] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long())
+            out["loss"] = mean_cross_entropy(logits.flatten(0, 1), labels.flatten().long())
         return out
 
 

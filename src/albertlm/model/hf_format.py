@@ -269,9 +269,10 @@ def state_to_hf(state: dict[str, Any], cfg: ModelConfig, plan: list[tuple[int, i
                 out["albert." + name] = part.contiguous()
         else:
             out["albert." + theirs] = value
-    if not cfg.has_embedding_projection:  # transformers always projects: write the identity
-        out["albert.encoder.embedding_hidden_mapping_in.weight"] = torch.eye(cfg.hidden_size)
-        out["albert.encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(cfg.hidden_size)
+    if not cfg.has_embedding_projection:  # transformers always projects: write the identity, in the weights' dtype
+        dtype = out["albert.embeddings.word_embeddings.weight"].dtype  # (float32 in a bf16 model's file made it mixed)
+        out["albert.encoder.embedding_hidden_mapping_in.weight"] = torch.eye(cfg.hidden_size, dtype=dtype)
+        out["albert.encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(cfg.hidden_size, dtype=dtype)
     for ours, theirs in HEAD_KEYS.items():
         if ours in state:
             out[theirs] = state[ours]

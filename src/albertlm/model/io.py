@@ -122,22 +122,55 @@ def read_sharded(index: Path, read) -> dict[str, torch.Tensor]:
     """The tensors of transformers' sharded weights: `index` (JSON) maps each tensor name to the file in its
     directory that holds it (`weight_map`); every shard is read with `read`. A shard that is missing, outside the
     directory or lacks a tensor the index lists is a UserError naming it."""
-    weight_map = read_json_object(index, "a sharded-weights index").get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(v, str) for v in weight_map.values()):
-        raise UserError(f"{index}: no weight_map (tensor name -> shard file) in this index of sharded weights")
+    weight_map, shards = _shards(index)
     state: dict[str, torch.Tensor] = {}
-    for name in sorted(set(weight_map.values())):
-        shard = index.parent / name
-        if Path(name).name != name or name in ("", ".", ".."):
-            raise UserError(f"{index}: the shard {name!r} is not a file name in its directory")
-        if not shard.is_file():
-            raise UserError(f"{index}: names the shard {name}, which is not in {index.parent}")
+    for shard in shards:
         state.update(_checked(read(shard), shard))
     missing = [key for key, name in weight_map.items() if key not in state]
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise UserError(f"{index}: tensors it lists are in no shard: {', '.join(missing[:3])}{more}")
     return state
+
+
+def _shards(index: Path) -> tuple[dict[str, str], list[Path]]:
+    """(weight_map, the shard files) of transformers' index of sharded weights; a UserError for an index without a
+    weight_map, or one naming a shard that is not a file in its directory."""
+    weight_map = read_json_object(index, "a sharded-weights index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(v, str) for v in weight_map.values()):
+        raise UserError(f"{index}: no weight_map (tensor name -> shard file) in this index of sharded weights")
+    shards = []
+    for name in sorted(set(weight_map.values())):
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise UserError(f"{index}: the shard {name!r} is not a file name in its directory")
+        if not (index.parent / name).is_file():
+            raise UserError(f"{index}: names the shard {name}, which is not in {index.parent}")
+        shards.append(index.parent / name)
+    return weight_map, shards
+
+
+def stored_shapes(directory: str | Path) -> dict[str, tuple[int, ...]]:
+    """Each stored tensor's shape in a checkpoint directory, from the safetensors headers alone where the weights are
+    safetensors (one file or transformers' shards); a pickle (`pytorch_model.bin`, sharded or not) is read whole. A
+    damaged file is a UserError naming it."""
+    from safetensors import safe_open
+
+    directory = Path(directory)
+    if (directory / WEIGHTS).is_file():
+        files = [directory / WEIGHTS]
+    elif not (directory / PICKLE_WEIGHTS).is_file() and (directory / (WEIGHTS + INDEX)).is_file():
+        files = _shards(directory / (WEIGHTS + INDEX))[1]
+    else:
+        return {k: tuple(v.shape) for k, v in read_state(directory).items()}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                shapes.update({k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})
+        except Exception as exc:  # SafetensorError: a damaged header
+            raise UserError(f"{path}: not a readable safetensors file, truncated or damaged "
+                            f"({_first_line(exc)})") from None
+    return shapes
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
