@@ -93,3 +93,41 @@ def test_squad_v2_counts_a_question_with_an_empty_gold_text_as_answerable_as_the
     out = metrics.squad_v2_scores(golds, {"q1": "Paris", "q2": "", "q3": ""})
     assert out["HasAns_total"] == 2 and out["NoAns_total"] == 1, out
     assert out["exact"] == 100.0 and out["HasAns_exact"] == 100.0, out
+
+
+def _tiny_pretrained(out, vocab_size: int):
+    from albertlm.config import ModelConfig
+    from albertlm.model.albert import AlbertForPreTraining
+
+    torch.manual_seed(0)
+    AlbertForPreTraining(ModelConfig(vocab_size=vocab_size, embedding_size=8, hidden_size=16, num_layers=1,
+                                     num_heads=2, ffn_size=16, max_position_embeddings=32)).save_pretrained(out)
+    return out
+
+
+def test_a_wordpiece_export_names_its_own_cls_and_sep_in_config_json(tmp_path, capsys):
+    """An albert_zh-style model (WordPiece: [CLS] 101, [SEP] 102) exported to transformers said bos 2 / eos 3, the
+    ids of ALBERT's SentencePiece vocabulary."""
+    from albertlm.tokenization import load_tokenizer
+
+    vocab = shared_path("vocab", "albert_zh_vocab.txt")
+    tokenizer = load_tokenizer(vocab)
+    src = _tiny_pretrained(tmp_path / "zh", tokenizer.vocab_size)
+    assert main(["convert", str(src), str(tmp_path / "hf"), "--to", "hf", "--tokenizer", str(vocab)]) == 0
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (tokenizer.cls_id, tokenizer.sep_id) == (101, 102)
+
+
+def test_a_bpe_sentencepiece_export_warns_that_transformers_reads_it_otherwise(tmp_path, capsys):
+    """A BPE spiece.model exported to transformers: the summary said "transformers reads spiece.model", as if the
+    ids were the same; transformers 5 reads it as a unigram model and gives other ids on most lines."""
+    text = shared_path("text", "sample_text.txt")
+    assert main(["tokenizer", "train", "--input", str(text), "--out", str(tmp_path / "bpe"), "--vocab-size", "300",
+                 "--model-type", "bpe"]) == 0
+    src = _tiny_pretrained(tmp_path / "m", 300)
+    capsys.readouterr()
+    assert main(["convert", str(src), str(tmp_path / "hf"), "--to", "hf", "--tokenizer",
+                 str(tmp_path / "bpe" / "spiece.model")]) == 0
+    out = capsys.readouterr()
+    said = [line for line in (out.out + out.err).splitlines() if "BPE" in line]
+    assert said and "warning" in said[0] and "unigram" in said[0], out

@@ -184,6 +184,12 @@ def tokenizer_pipeline(tokenizer):
     return pipeline, None
 
 
+# a BPE SentencePiece model has no tokenizer.json form here, and transformers 5's AlbertTokenizer builds a Unigram from
+# every spiece.model's pieces and scores, so it gives other ids than the model (on most lines of real text)
+BPE_NOTE = ("a BPE SentencePiece model: transformers 5's AlbertTokenizer reads spiece.model as a unigram model and "
+            "gives other ids on most lines; tokenize with sentencepiece or albertlm for this model")
+
+
 def _sentencepiece_pipeline(tokenizer):
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import Unigram
@@ -194,7 +200,7 @@ def _sentencepiece_pipeline(tokenizer):
     proto = parse_message(tokenizer.sp.serialized_model_proto())
     trainer = parse_message(proto[2][-1]) if 2 in proto else {}
     if trainer.get(3, [1])[-1] != 1:
-        return None, "only unigram SentencePiece models have a tokenizer.json form here; transformers reads spiece.model"
+        return None, BPE_NOTE
     normalizer = parse_message(proto[3][-1]) if 3 in proto else {}
     sp = tokenizer.sp
     vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(tokenizer.vocab_size)]
@@ -258,13 +264,29 @@ def complete_export(model: nn.Module, directory: str | Path, source: str | Path 
             tokenizer = load_tokenizer(tokenizer_path)
             written, why_not = export_tokenizer(tokenizer, directory)
             notes.append(f"tokenizer files from {tokenizer_path}: {', '.join(written)}"
-                         + (f" (no tokenizer.json: {why_not})" if why_not else ""))
+                         + (f" (no tokenizer.json: {why_not})" if why_not and why_not is not BPE_NOTE else ""))
+            if why_not is BPE_NOTE:
+                notes.append(f"warning: no tokenizer.json: {why_not}")
+            _special_ids_into_config(tokenizer, Path(directory))
             if "tokenizer.json" in written:
                 notes += _rebuild_warning(tokenizer, directory)
         except UserError as exc:
             notes.append(f"tokenizer files not written ({exc})")
     card = write_model_card(model, directory, source, written)
     return notes + [f"model card: {card}"]
+
+
+def _special_ids_into_config(tokenizer, directory: Path) -> None:
+    """config.json's bos/eos token ids as the exported tokenizer's [CLS]/[SEP]: `config_to_hf` writes ALBERT's
+    SentencePiece ids (2, 3), which a WordPiece vocabulary (albert_zh: [CLS] 101, [SEP] 102) does not
+    share, and generation and pipeline code read them from the config."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text())
+    wanted = {"bos_token_id": tokenizer.cls_id, "eos_token_id": tokenizer.sep_id}   # pad: the model's own field
+    if any(config.get(key) != value for key, value in wanted.items()):
+        path.write_text(json.dumps({**config, **wanted}, indent=2) + "\n")
 
 
 def _rebuild_warning(tokenizer, directory: Path) -> list[str]:
