@@ -134,7 +134,8 @@ def find_config(prefix: Path) -> Path:
     for directory in (prefix.parent, prefix.parent.parent) if hub else (prefix.parent,):
         if (directory / "albert_config.json").is_file():
             return directory / "albert_config.json"
-    raise UserError(f"no albert_config.json next to {prefix}; pass the config file explicitly")
+    raise UserError(f"no albert_config.json next to {prefix}; put the model's albert_config.json there "
+                    "(`albertlm convert` also takes --config FILE)")
 
 
 @dataclass
