@@ -61,7 +61,7 @@ class BuildConfig:
     dupe_factor: int = 10                # copies of the corpus, each with its own pairs and masks
     short_seq_prob: float = 0.1          # probability of a shorter target length
     masked_lm_prob: float = 0.15         # share of tokens to predict
-    max_predictions_per_seq: int | None = None  # cap on masked tokens; none = max(20, round(T * masked_lm_prob))
+    max_predictions_per_seq: int | None = None  # cap on masked tokens; none = min(T, max(20, round(T * p)))
     max_ngram: int = 3                   # longest masked n-gram (words)
     masking: Literal["ngram", "token"] = "ngram"  # whole-word n-grams (ALBERT) or single tokens (BERT)
     workers: int = 1                     # worker processes (the output is identical for any number)
@@ -92,6 +92,13 @@ class BuildConfig:
             raise UserError(f"--shard-index must be in [0, {self.num_shards}), got {self.shard_index}")
         if self.format not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}")
+        try:
+            self.instance_config()
+            MaskingConfig(self.masked_lm_prob, 1, self.max_ngram, self.masking)  # p first: P's default needs it
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if self.max_ngram > self.max_seq_length:  # n-gram tables are max_ngram wide: 10**8 was a MemoryError
+            raise UserError(f"--max-ngram must be <= --max-seq-length {self.max_seq_length}, got {self.max_ngram}")
         if self.max_predictions_per_seq is None:  # at most T: a record cannot mask more tokens than it holds
             self.max_predictions_per_seq = min(self.max_seq_length,
                                                max(20, int(round(self.max_seq_length * self.masked_lm_prob))))
@@ -99,7 +106,7 @@ class BuildConfig:
             raise UserError(f"--max-predictions-per-seq must be <= --max-seq-length {self.max_seq_length}, "
                             f"got {self.max_predictions_per_seq}")
         try:
-            self.instance_config(), self.masking_config()
+            self.masking_config()
         except ValueError as exc:
             raise UserError(str(exc)) from None
 
@@ -336,11 +343,30 @@ def mask_block(columns: RecordColumns, rows: slice, ctx: ChunkContext, rng: np.r
 _WORKER_CONTEXT: ChunkContext | None = None
 
 
-def _init_worker(ctx: ChunkContext) -> None:
+def _init_worker(ctx: ChunkContext, parent: int | None = None) -> None:
     global _WORKER_CONTEXT
     _ignore_interrupts()
+    if parent is not None:
+        _exit_with_parent(parent)
     limit_heap_growth()
     _WORKER_CONTEXT = ctx.load(num_threads=1)
+
+
+PARENT_CHECK_SECONDS = 1.0  # how often a worker looks whether the build's main process is still there
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when the build's main process is gone (killed outright: SIGKILL, the out-of-memory
+    killer). A pool worker waits for work forever, so without this the workers of a killed build stayed
+    behind, each holding its memory, until someone found and killed them. A daemon thread looks at the
+    parent process id every PARENT_CHECK_SECONDS (an orphan is adopted by another process)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(1)
+    threading.Thread(target=watch, name="albertlm-parent-watch", daemon=True).start()
 
 
 def limit_heap_growth() -> None:
@@ -362,17 +388,38 @@ def limit_heap_growth() -> None:
 def _ignore_interrupts() -> None:
     """A worker leaves Ctrl-C to the main process, which stops the pool: a terminal sends SIGINT to every
     process of the job, and each worker would otherwise print a KeyboardInterrupt traceback of its own.
-    The workers start with SIGINT blocked (`_interrupts_blocked`), so one sent while they start is dropped."""
+    SIGTERM keeps its default action (the main process ends the workers with it, `_stop_pool`). The workers
+    start with both blocked (`_interrupts_blocked`): a SIGINT sent while they start is dropped, a SIGTERM
+    ends them here."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _stop_signals())
+
+
+def _stop_signals() -> set:
+    import signal
+
+    return {signal.SIGINT, signal.SIGTERM}
+
+
+# While worker processes are spawned: the stop signals (Ctrl-C, SIGTERM) received, acted on once they are all started.
+_DEFERRED_STOPS: list[int] | None = None
+
+
+def _defer_interrupt(signum, frame) -> None:
+    if _DEFERRED_STOPS is not None:
+        _DEFERRED_STOPS.append(signum)
 
 
 def _interrupts_blocked():
-    """Hold SIGINT back while worker processes are spawned (they inherit the mask until `_ignore_interrupts`
-    sets SIG_IGN); the main process gets a Ctrl-C pressed meanwhile as soon as the block ends."""
+    """Hold Ctrl-C and SIGTERM back while worker processes are spawned, and stop (KeyboardInterrupt) once they
+    are all started if one came: stopping mid-spawn cut off a new process's start-up data, and it printed an
+    EOFError traceback. The main thread blocks both signals, which the new processes inherit until
+    `_ignore_interrupts`; as another thread of the process (a library's) may still take a signal, whose Python
+    handler then runs in the main thread all the same, the handlers only note it meanwhile (`_DEFERRED_STOPS`)."""
     import contextlib
     import signal
     import threading
@@ -382,11 +429,21 @@ def _interrupts_blocked():
 
     @contextlib.contextmanager
     def blocked():
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        global _DEFERRED_STOPS
+        _DEFERRED_STOPS = []
+        interrupt = signal.getsignal(signal.SIGINT)
+        if interrupt is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _defer_interrupt)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _stop_signals())
         try:
             yield
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            if interrupt is signal.default_int_handler:
+                signal.signal(signal.SIGINT, interrupt)
+            received, _DEFERRED_STOPS = _DEFERRED_STOPS, None
+        if received:
+            raise KeyboardInterrupt
     return blocked()
 
 
@@ -413,7 +470,8 @@ def _results(chunks: Iterator[Chunk], ctx: ChunkContext, workers: int):
 
     spawn = multiprocessing.get_context("spawn")  # safe even if the parent holds threads (torch, tqdm)
     shipped = ChunkContext(ctx.tokenizer_path, ctx.instance, ctx.masking, ctx.dupe_factor, ctx.seed)
-    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(shipped,))
+    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker,
+                               initargs=(shipped, os.getpid()))
     try:
         with _interrupts_blocked():     # the pool spawns a process per submit until it has `workers`
             for _ in range(workers):
@@ -464,7 +522,49 @@ def build(cfg: BuildConfig) -> BuildSummary:
 
     Everything is checked before --out is touched (the inputs, the tokenizer, what --out holds), and the new
     build is written into a staging directory inside --out (`.building-...`) that replaces the files of an
-    earlier build only once it is complete: a failed or refused build leaves --out as it was."""
+    earlier build only once it is complete: a failed or refused build leaves --out as it was. SIGTERM (`kill`,
+    `timeout`, a scheduler cancelling the job) stops it as Ctrl-C does (`_terminate_interrupts`)."""
+    with _terminate_interrupts():
+        return _build(cfg)
+
+
+def _terminate_interrupts():
+    """While a build runs, SIGTERM raises KeyboardInterrupt, as Ctrl-C does: the workers are ended, the staging
+    directory is removed and an earlier build in --out is kept, with one line (`interrupted`, exit 130). By
+    default SIGTERM ended the main process at once, leaving `.building-*` with its partial shards and the worker
+    processes waiting for work forever. Only where SIGTERM has its default action, in the main thread (a
+    caller's own handler, a training loop's or a suite worker's, is left alone); a second SIGTERM during the
+    cleanup is ignored. The earlier handler comes back when the build ends."""
+    import contextlib
+    import signal
+    import threading
+
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def handled():
+        signal.signal(signal.SIGTERM, _stop_build)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return handled()
+
+
+def _stop_build(signum, frame) -> None:
+    """The build's SIGTERM handler: stop as Ctrl-C does (later while workers are spawned, `_interrupts_blocked`)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the cleanup runs once
+    if _DEFERRED_STOPS is not None:
+        _DEFERRED_STOPS.append(signum)
+        return
+    raise KeyboardInterrupt
+
+
+def _build(cfg: BuildConfig) -> BuildSummary:
     started = time.perf_counter()
     limit_heap_growth()
     files = find_input_files(cfg.inputs)

@@ -879,24 +879,35 @@ def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "te
 
 
 def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
+    """A JSONL file one of whose first JSONL_CHECK_RECORDS records has `text_field`; one whose first
+    JSONL_CHECK_RECORDS non-blank lines hold no JSON object at all is no JSONL file (a `.json` file holding one
+    JSON document: an array of records, pretty-printed JSON), which the build read to its end, twice, to say
+    only that no instances were built."""
     stream, raw = open_text_stream(path, compression, lambda exc: None)
-    first = None
+    first = first_bad = None
     try:
         source = _TextSource(path, stream, CorpusCounts())
-        records = 0
+        records = lines = 0
         for line in source.lines(whole=True):
             if not line:
                 continue
+            lines += 1
             text, problem = _json_text(line, text_field)
             if problem is None:
                 return
             if problem.startswith("no field"):
                 first = first or f"{source.where()}: {problem}"
+            elif problem.startswith(("not JSON", "a JSON")):
+                first_bad = first_bad or f"{source.where()}: {problem}"
             records += not problem.startswith(("not JSON", "a JSON"))
-            if records >= JSONL_CHECK_RECORDS:
+            if records >= JSONL_CHECK_RECORDS or (not records and lines >= JSONL_CHECK_RECORDS):
                 break
     finally:
         stream.close()
         raw.close()
     if first is not None:
         raise UserError(f"{first}; none of the first {records} record(s) has field {text_field!r}")
+    if first_bad is not None:
+        raise UserError(f"{path} is not JSON lines: none of its first {lines} line(s) is a JSON object ({first_bad}); "
+                        "if it holds one JSON document (an array of records, pretty-printed JSON), write one object "
+                        "per line (datasets: to_json(path, lines=True))")

@@ -67,8 +67,9 @@ def _ngram_cdf(max_ngram: int) -> tuple[float, ...]:
 
 
 def ngram_sizes(uniform: np.ndarray, max_ngram: int) -> np.ndarray:
-    """n in 1..max_ngram for uniform draws, p(n) proportional to 1/n: 1 + the cdf bounds the draw passed."""
-    return 1 + sum((uniform >= bound).astype(np.int64) for bound in _ngram_cdf(max_ngram))
+    """n in 1..max_ngram for uniform draws, p(n) proportional to 1/n: 1 + the cdf bounds the draw passed (one
+    binary search each, not a pass over the draws per bound)."""
+    return 1 + np.searchsorted(np.asarray(_ngram_cdf(max_ngram)), uniform, side="right").astype(np.int64)
 
 
 def replacement_ids(original: np.ndarray, mask_id: int, random_ids: np.ndarray, cfg: MaskingConfig,
