@@ -132,15 +132,29 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--model", action="store_true", help="also compare the packed and padded albert-base step")
     args = parser.parse_args()
-    device = torch.device(args.device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        parser.error("attention_speed.py times CUDA kernels: it needs --device cuda and a GPU")
-    B, T, A, hs = map(int, args.shape.split("x"))
-    if not all(0 < r <= 1 for r in map(float, args.real.split(","))):
+    try:    # the options first (one line each, on any machine), then whether there is a GPU to time
+        B, T, A, hs = (int(n) for n in args.shape.split("x"))
+    except ValueError:
+        parser.error(f"--shape {args.shape!r}: four sizes B x T x heads x head size, such as 32x512x12x64")
+    if min(B, T, A, hs) < 1:
+        parser.error(f"--shape {args.shape!r}: every size must be >= 1")
+    try:
+        fractions = [float(r) for r in args.real.split(",")]
+    except ValueError:
+        parser.error(f"--real {args.real!r}: comma-separated fractions such as 1,0.75")
+    if not all(0 < r <= 1 for r in fractions):
         parser.error(f"--real: each fraction must be in (0, 1], not {args.real}")
+    if args.reps < 1:
+        parser.error(f"--reps must be >= 1, got {args.reps}")
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        parser.error("attention_speed.py times CUDA kernels: it needs --device cuda and a GPU")
     print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}: attention forward + backward, "
           f"bf16, B={B} T={T} heads={A} head size={hs}")
-    for real in map(float, args.real.split(",")):
+    for real in fractions:
         print(f"rows {real:.0%} real tokens on average:")
         kernels(B, T, A, hs, real, device, torch.bfloat16, args.reps)
     if args.model:

@@ -135,6 +135,8 @@ def main() -> None:
     parser.add_argument("--skip-10x", action="store_true")
     parser.add_argument("--formats-only", action="store_true", help="only the reading speed of each input format")
     args = parser.parse_args()
+    if args.dupe_factor < 1:    # refused by the first build, after the minutes of the format speeds
+        parser.error(f"--dupe-factor must be >= 1, got {args.dupe_factor}")
     print(f"reading speed per input format; load average before: {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         format_speeds(Path(tmp))

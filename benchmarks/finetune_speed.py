@@ -101,9 +101,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
+    for option, value, least in (("--steps", args.steps, 1), ("--batch-size", args.batch_size, 1),
+                                 ("--threads", args.threads, 0)):
+        if value < least:       # before the minute of reading SST-2: a modulo or range() by zero came after it
+            parser.error(f"{option} must be >= {least}, got {value}")
     if args.threads:
         torch.set_num_threads(args.threads)
     features, pad_id = load_features(128)
+    if args.batch_size * args.steps > len(features):   # every row trains on distinct examples
+        parser.error(f"--batch-size x --steps ({args.batch_size * args.steps}) is more than the "
+                     f"{len(features)} SST-2 training examples")
     lengths = np.asarray([f.length for f in features])
     print(f"SST-2 train: {len(features)} examples, tokens per example mean {lengths.mean():.1f}, "
           f"max {lengths.max()}; albert-base, batch {args.batch_size}, {args.steps} timed steps, "

@@ -44,6 +44,7 @@ import time
 import torch
 
 from albertlm.config.presets import get_preset
+from albertlm.errors import UserError
 from albertlm.model.albert import AlbertForPreTraining
 
 MASK_RATE = 0.15
@@ -51,6 +52,38 @@ OUR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_lab
             "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "token_index")
 HF_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label", "labels")
 VARIANTS = ("ours", "hf", "ours-padded", "ours-compiled", "ours-cudagraphs", "hf-compiled", "hf-unmasked-compiled")
+
+
+def parse_device(parser: argparse.ArgumentParser, text: str) -> torch.device:
+    """--device as a torch device: cpu, or cuda / cuda:N where torch sees a GPU; anything else is one line
+    (exit 2) instead of torch's traceback ("Torch not compiled with CUDA enabled", "Expected one of ...")."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        parser.error(f"--device {text!r}: use cpu or cuda (cuda:N)")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            parser.error(f"--device {text}: torch {torch.__version__} sees no CUDA GPU here; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            parser.error(f"--device {text}: there are {torch.cuda.device_count()} CUDA device(s) here")
+    return device
+
+
+def parse_rows(parser: argparse.ArgumentParser, text: str, max_length: int) -> list[tuple[int, int]]:
+    """--rows "8x128,2x512" as (B, T) pairs, B >= 1 and 8 <= T <= `max_length` (the model's positions); a
+    malformed or impossible shape is one line (exit 2) before anything is built or timed."""
+    rows = []
+    for shape in text.split(","):
+        try:
+            B, T = (int(n) for n in shape.strip().split("x"))
+        except ValueError:
+            parser.error(f"--rows: {shape!r} is not a B x T shape such as 8x128")
+        if B < 1 or not 8 <= T <= max_length:
+            parser.error(f"--rows: {shape!r} needs a batch of at least 1 and a length from 8 to {max_length}")
+        rows.append((B, T))
+    return rows
 
 
 def sync(device: torch.device) -> None:
@@ -261,9 +294,11 @@ def main() -> None:
     args = parser.parse_args()
     global clock
     clock = CLOCK[args.clock]
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0 (0: torch's choice), got {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = parse_device(parser, args.device)
     if args.clock == "cpu" and device.type == "cuda":
         parser.error("--clock cpu is for CPU runs")
     cuda = device.type == "cuda"
@@ -284,7 +319,14 @@ def main() -> None:
     for precision in dtypes.split(","):     # any other word would have run fp32 under that label
         if precision not in ("fp32", "bf16", "fp16"):
             parser.error(f"--dtypes: {precision!r} is not one of fp32, bf16, fp16")
-    cfg = get_preset(args.preset)
+    for mode, option, reps in (("train", "--reps", args.reps), ("infer", "--infer-reps", args.infer_reps)):
+        if mode in args.modes.split(",") and reps < 1:    # no step timed: a median of nothing, or a hang
+            parser.error(f"{option} must be >= 1, got {reps}")
+    try:
+        cfg = get_preset(args.preset)
+    except UserError as exc:                # an unknown preset (ConfigError): its one line, not a traceback
+        parser.error(f"--preset: {exc}")
+    shapes = parse_rows(parser, rows, cfg.max_position_embeddings)
     ours, theirs = build_models(cfg)
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability
 
@@ -302,8 +344,8 @@ def main() -> None:
             + f" {'matmul TFLOP/s':>14} {'MFU ' + '/'.join(variants):>30}" + ("  peak GiB" if cuda else ""))
     print(head)
     for mode in args.modes.split(","):
-        for shape in rows.split(","):
-            B, T = map(int, shape.split("x"))
+        for B, T in shapes:
+            shape = f"{B}x{T}"
             for precision in dtypes.split(","):
                 dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
                 train = mode == "train"

@@ -143,6 +143,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600, help="SST-2 fine-tuning steps")
     parser.add_argument("--skip-speed", action="store_true", help="only the SST-2 accuracy comparison")
     args = parser.parse_args()
+    for option, value in (("--reps", args.reps), ("--batch", args.batch), ("--length", args.length),
+                          ("--steps", args.steps)):
+        if value < 1:           # a median of no timings, an empty batch: a traceback after the export
+            parser.error(f"{option} must be >= 1, got {value}")
+    if args.length > 512:       # albert-base's position embeddings
+        parser.error(f"--length must be <= 512 (albert-base's positions), got {args.length}")
     print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()[0]:.1f}; torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_speed:

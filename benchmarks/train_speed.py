@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_speed import build_models, matmul_rate, model_flops, sync  # noqa: E402  (same FLOPs and weights)
+from model_speed import (build_models, matmul_rate, model_flops, parse_device, parse_rows,  # noqa: E402
+                         sync)  # (same FLOPs and weights; the same checks of --device and --rows)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -78,6 +79,7 @@ def run_ours_chunk(loop, run_dir: Path, steps: int) -> tuple[list[float], list[f
     stamps = []
     loop.plan = dataclasses.replace(loop.plan, total_steps=loop.state.step + steps)   # (and the lr schedule)
     loop.logger = MetricsLogger(run_dir, loop.plan.total_steps, loop.state.step, progress=False)
+    loop.logger.note = lambda message: None  # the loop's step lines and summary would split the table's rows
     loop.on_step = lambda step, metrics: (sync(loop.info.device), stamps.append(time.perf_counter()))
     loop.save = lambda: None                 # no checkpoint at the end of a chunk
     loop.run()
@@ -185,7 +187,7 @@ def main() -> None:
     from albertlm.config.presets import get_preset
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability
 
-    device = torch.device(args.device)
+    device = parse_device(parser, args.device)
     cuda = device.type == "cuda"
     rows, dtypes = args.rows or ("32x512" if cuda else "8x128,2x512"), args.dtypes or ("bf16" if cuda else "fp32,bf16")
     compiled = args.compiled or cuda
@@ -193,6 +195,7 @@ def main() -> None:
         if precision not in DTYPES or (precision == "fp16" and not cuda):
             parser.error(f"--dtypes: {precision!r} is not one of fp32, bf16, fp16 (fp16 on cuda only)")
     cfg = get_preset("albert-base")
+    shapes = parse_rows(parser, rows, cfg.max_position_embeddings)   # T >= 8: the data builder's shortest
     where = (torch.cuda.get_device_name(device) if cuda else
              f"CPU {cpu_capability()}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
     print(f"albert-base on {where}; torch {torch.__version__}; fast paths fp32 {choose_fast_path(device, 'fp32')}, "
@@ -205,8 +208,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         data = {}
-        for shape in rows.split(","):
-            B, T = map(int, shape.split("x"))
+        for B, T in shapes:
             data.setdefault(T, build_data(tmp, T))
             for precision in dtypes.split(","):
                 rate = matmul_rate(DTYPES[precision], device=device)

@@ -43,6 +43,10 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     vocab = dataset.meta["tokenizer"]["vocab_size"]
     if vocab > model.config.vocab_size:
         raise UserError(f"{data} uses a {vocab}-token vocabulary, the model has {model.config.vocab_size}")
+    length, positions = int(dataset.meta.get("max_seq_length") or 0), model.config.max_position_embeddings
+    if length > positions:   # else the model's own words at the first long batch: "truncate them, or split them"
+        raise UserError(f"--data {data}: its sequences have {length} tokens, more than the model's "
+                        f"max_position_embeddings={positions}; build it with --max-seq-length {positions} or less")
     torch.manual_seed(0)
     batches = eval_micro_batches(dataset, collate, batch_size, info, max_batches)
     if progress:

@@ -3,6 +3,7 @@ for pretraining and fine-tuning runs alike (both write metrics.jsonl through `me
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from albertlm.errors import UserError
@@ -18,6 +19,11 @@ PANELS = [  # (title, [(split, key, label)])
     ("throughput (tokens/s)", [("train", "tokens_per_s", "tokens/s")]),
 ]
 
+# fine-tuning's dev numbers that are not scores, by the name after the eval set's ("dev/num_middle"): counts
+# (SQuAD's total, HasAns_total and missing, RACE's num_middle) and SQuAD's null-odds thresholds. On the accuracy
+# panel a count of 1,436 questions flattened every accuracy to a line along 0.
+NOT_A_SCORE = re.compile(r"(^|_)(total|missing|count|strict)$|^num_|thresh")
+
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     import matplotlib
@@ -32,7 +38,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     image_format = check_image_path(out)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     named = {key for _, series in PANELS for split, key, _ in series if split == "eval"}
-    task_metrics = sorted({k for r in records if r["split"] == "eval" for k in r if "/" in k and k not in named})
+    task_metrics = sorted({k for r in records if r["split"] == "eval" for k in r
+                           if "/" in k and k not in named and is_score(k, r[k])})
     panels = [(title, series + [("eval", k, f"eval {k}") for k in task_metrics] if title == "accuracy" else series)
               for title, series in PANELS]   # fine-tuning's dev metrics ("dev/accuracy") join the accuracy panel
     for ax, (title, series) in zip(axes.flat, panels):
@@ -59,6 +66,13 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     finally:
         plt.close(fig)
     return out
+
+
+def is_score(key: str, value) -> bool:
+    """Whether a fine-tuning evaluation's `key` ("dev/accuracy", "dev/f1") is a score to draw on the accuracy
+    panel: a number that is not a count or a threshold (`NOT_A_SCORE`)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and not NOT_A_SCORE.search(key.rsplit("/", 1)[-1]))
 
 
 def check_image_path(out: Path) -> str:
