@@ -131,3 +131,13 @@ def test_a_bpe_sentencepiece_export_warns_that_transformers_reads_it_otherwise(t
     out = capsys.readouterr()
     said = [line for line in (out.out + out.err).splitlines() if "BPE" in line]
     assert said and "warning" in said[0] and "unigram" in said[0], out
+
+
+def test_plot_takes_the_metrics_file_for_its_run(tmp_path, capsys):
+    """`albertlm plot run/metrics.jsonl` said "expected run/metrics.jsonl/metrics.jsonl"; the file names its run."""
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"step": k, "split": "train", "loss": 5.0 - k, "lr": 1e-3, "tokens_per_s": 100.0} for k in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["plot", str(run / "metrics.jsonl")]) == 0, capsys.readouterr().err
+    assert (run / "curves.png").stat().st_size > 0

@@ -31,6 +31,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if Path(run_dir).is_file() and Path(run_dir).name == "metrics.jsonl":   # the file named instead of its run
+        run_dir = Path(run_dir).parent
     records = read_metrics(run_dir)
     if not records:
         raise UserError(f"no metrics in {run_dir} (expected {Path(run_dir) / 'metrics.jsonl'})")
