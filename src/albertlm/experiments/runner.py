@@ -843,52 +843,19 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
             "postponed": postponed}
 
 
-_SUITE_LOCKS: set[int] = set()     # the descriptors of the suite directories this process holds locked
-
-
 @contextlib.contextmanager
 def suite_lock(out: Path):
     """Held by the `albertlm ablate` that runs the suite in `out` (from before it reads what --out holds until it
     ends): a second one started on the same --out (the command run twice, in another terminal or by a scheduler)
     is refused in one line instead of both preparing the same data, training the same jobs and writing suite.json
     and the report at once (each pretraining's own lock refused only the second one's copy of a running run, as a
-    failed job). An advisory lock on the directory itself, which the system drops when the process ends, however
-    it ends; a forked child (a data-loading worker) closes its copy at once; on a file system without locks
-    nothing is locked. `--report-only` and `--list-jobs` read the suite without it, so they work while it runs."""
-    try:
-        import fcntl
-    except ImportError:                     # (not on Windows)
-        fcntl = None
-    fd = os.open(out, os.O_RDONLY)
-    _SUITE_LOCKS.add(fd)
-    try:
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise UserError(f"--out {out}: another `albertlm ablate` is running this suite now; let it finish "
-                                f"or stop it first (--report-only and --list-jobs work meanwhile), or pass another "
-                                f"--out") from None
-            except OSError:
-                pass                        # no locks here (some network file systems)
+    failed job). The lock is `training.checkpoint.directory_lock`'s. `--report-only` and `--list-jobs` read the
+    suite without it, so they work while it runs."""
+    from albertlm.training.checkpoint import directory_lock
+
+    with directory_lock(out, f"--out {out}: another `albertlm ablate` is running this suite now; let it finish or "
+                             f"stop it first (--report-only and --list-jobs work meanwhile), or pass another --out"):
         yield
-    finally:
-        _SUITE_LOCKS.discard(fd)
-        os.close(fd)
-
-
-def _close_suite_locks() -> None:
-    """In a forked child: drop its copies of the parent's suite-lock descriptors (the parent's lock stays held)."""
-    for fd in list(_SUITE_LOCKS):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    _SUITE_LOCKS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_suite_locks)
 
 
 def job_state(suite: Suite, job: Job, stale: list[str] = ()) -> str:

@@ -226,19 +226,26 @@ def run_dir_lock(run_dir: str | Path):
     """Held by the process that writes a run directory (rank 0), from before it replaces anything there until
     the run ends: a second `albertlm pretrain` with the same --out while the first still runs (the command started
     twice, a --resume in another terminal) is refused instead of both writing one run_config.json, metrics.jsonl
-    and checkpoints/. An advisory lock on the directory itself, which the system drops when the process ends,
-    however it ends; on a file system without locks nothing is locked. A forked child (a DataLoader worker)
-    closes its copy at once, so a worker outliving its killed run does not hold the run's lock."""
-    fd = os.open(run_dir, os.O_RDONLY)
+    and checkpoints/ (`directory_lock`)."""
+    with directory_lock(run_dir, f"--out {run_dir}: another run is writing there now (an `albertlm pretrain` with "
+                                 "this --out is still running); let it finish or stop it first, or pass another --out"):
+        yield
+
+
+@contextlib.contextmanager
+def directory_lock(directory: str | Path, busy: str):
+    """An advisory lock on `directory` itself, held by this process for the block; another process holding it
+    is a UserError saying `busy`. The system drops it when the process ends, however it ends; on a file system
+    without locks nothing is locked. A forked child (a DataLoader worker) closes its copy at once, so a worker
+    outliving its killed parent does not hold the lock (`_close_held_locks`)."""
+    fd = os.open(directory, os.O_RDONLY)
     _HELD_LOCKS.add(fd)
     try:
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise UserError(f"--out {run_dir}: another run is writing there now (an `albertlm pretrain` with "
-                                "this --out is still running); let it finish or stop it first, or pass another "
-                                "--out") from None
+                raise UserError(busy) from None
             except OSError:
                 pass                      # no locks here (some network file systems)
         yield
@@ -247,7 +254,7 @@ def run_dir_lock(run_dir: str | Path):
         os.close(fd)
 
 
-_HELD_LOCKS: set[int] = set()      # the descriptors of the run directories this process holds locked
+_HELD_LOCKS: set[int] = set()      # the descriptors of the directories this process holds locked
 
 
 def _close_held_locks() -> None:
