@@ -98,17 +98,33 @@ def load_results(out: Path) -> dict[str, Any]:
     return {"suite": suite, **results}
 
 
-def downstream_scores(result: dict) -> dict[str, float]:
+def downstream_scores(result: dict, tasks: Iterable[str] | None = None) -> dict[str, float]:
+    """A run's score of each task it was fine-tuned on, and their mean `avg` when it has every one of `tasks`
+    (the suite's): a run whose fine-tuning of a task is missing (a --refinetune cut short drops the redone task
+    from each result until it is fine-tuned again) has no Avg, rather than an Avg of fewer tasks beside the
+    other seeds' Avg of all of them."""
     scores = {t: r["score"] for t, r in (result.get("finetune") or {}).items()}
-    if scores:
-        scores["avg"] = statistics.fmean(scores.values())
+    want = set(scores) if tasks is None else set(tasks)
+    if scores and want and want <= set(scores):
+        scores["avg"] = statistics.fmean(scores[t] for t in sorted(want))
     return scores
+
+
+def suite_tasks(data: dict) -> list[str]:
+    """The tasks a run's Avg is over: the suite's fine-tuning tasks (suite.json's scale) and every task a
+    finished run was fine-tuned on (the report's task columns), so every Avg is the mean of the same tasks."""
+    scale = (data.get("suite") or {}).get("scale") or {}
+    named = {t.get("name") for t in scale.get("finetune_tasks") or [] if isinstance(t, dict)}
+    found = {t for kind in ("pretrain", "scratch") for r in data.get(kind, {}).values()
+             for t in (r.get("finetune") or {})}
+    return sorted(t for t in named | found if isinstance(t, str))
 
 
 def aggregate(data: dict, scale: Scale | None = None) -> dict[str, Any]:
     """Per variant (pretrained) and per shape (scratch): every metric over seeds; `paper`: which variant is
     each of the paper's configurations (by its model and sentence task at `scale`, not by its name)."""
     out: dict[str, Any] = {"variants": {}, "shapes": {}}
+    tasks = suite_tasks(data)
     groups: dict[str, list[dict]] = {}
     for r in data["pretrain"].values():
         groups.setdefault(r["variant"], []).append(r)
@@ -117,7 +133,7 @@ def aggregate(data: dict, scale: Scale | None = None) -> dict[str, Any]:
                                "model": runs[0]["model"], "seeds": sorted(r["seed"] for r in runs)}
         for key in ("mlm_acc", "sop_acc", "nsp_acc", "mlm_loss"):
             row[key] = summary(r["intrinsic"].get(key) for r in runs)
-        scores = [downstream_scores(r) for r in runs]
+        scores = [downstream_scores(r, tasks) for r in runs]
         for key in sorted({k for s in scores for k in s}):
             row[f"ft_{key}"] = summary(s.get(key) for s in scores)
         row["transitions"] = _mean_transitions(runs)
@@ -127,7 +143,7 @@ def aggregate(data: dict, scale: Scale | None = None) -> dict[str, Any]:
     for r in data["scratch"].values():
         shapes.setdefault(r["shape"], []).append(r)
     for shape, runs in shapes.items():
-        scores = [downstream_scores(r) for r in runs]
+        scores = [downstream_scores(r, tasks) for r in runs]
         row = {"params": runs[0]["params"], "seeds": sorted(r["seed"] for r in runs)}
         for key in sorted({k for s in scores for k in s}):
             row[f"ft_{key}"] = summary(s.get(key) for s in scores)
@@ -264,18 +280,34 @@ def _figure1_models(agg) -> list[tuple[str, dict]]:
     return out
 
 
-def models_table(agg) -> list[str]:
-    """Every pretrained variant: its size and held-out accuracy (a user grid's variants appear nowhere else)."""
+def unfinished_variants(agg: dict, suite: dict) -> dict[str, dict]:
+    """The variants suite.json plans that have no finished run (not run yet, or every seed failed): their
+    task and model, so the tables of every variant list them as not finished instead of leaving them out."""
+    out: dict[str, dict] = {}
+    for r in suite.get("runs") or []:
+        if isinstance(r, dict) and isinstance(r.get("variant"), str) and r["variant"] not in agg["variants"]:
+            out.setdefault(r["variant"], {"task": r.get("task") or "–", "model": r.get("model") or {}})
+    return out
+
+
+def models_table(agg, unfinished: dict[str, dict] | None = None) -> list[str]:
+    """Every pretrained variant: its size and held-out accuracy (a user grid's variants appear nowhere else);
+    a planned variant without a finished run (`unfinished_variants`) is a row of –."""
     head = ["pretrained model", "task", "E", "sharing", "seeds", "Params", "MLM", "NSP", "SOP", "MLM loss"]
     rows = [[label, row["task"], str(row["model"].get("embedding_size", "–")), row["model"].get("sharing", "–"),
              ",".join(map(str, row["seeds"])), _params(row), cell(row.get("mlm_acc")), cell(row.get("nsp_acc")),
              cell(row.get("sop_acc")), cell(row.get("mlm_loss"), scale=1.0, digits=3)]
             for label, row in agg["variants"].items()]
+    for label, v in (unfinished or {}).items():
+        model = v["model"]
+        rows.append([label, str(v["task"]), str(model.get("embedding_size", "–")), str(model.get("sharing", "–")),
+                     "none finished", *["–"] * 5])
     return _md(head, rows)
 
 
-def scratch_table(agg, tasks) -> list[str]:
-    """Claim 5: every pretrained variant against the no-pretraining baseline of its shape."""
+def scratch_table(agg, tasks, unfinished: dict[str, dict] | None = None) -> list[str]:
+    """Claim 5: every pretrained variant against the no-pretraining baseline of its shape (a planned variant
+    without a finished run is a row of –)."""
     head = ["pretrained model", "seeds", *[_task_title(t) for t in tasks], "scratch (same shape)", "Δ Avg"]
     rows = []
     for label, row in agg["variants"].items():
@@ -285,6 +317,7 @@ def scratch_table(agg, tasks) -> list[str]:
             delta = f"{(row['ft_avg']['mean'] - base['ft_avg']['mean']) * 100:+.1f}"
         rows.append([label, ",".join(map(str, row["seeds"])), *_downstream_cells(row, tasks),
                      cell((base or {}).get("ft_avg")), delta])
+    rows += [[label, "none finished", *["–"] * (len(tasks) + 2)] for label in unfinished or {}]
     return _md(head, rows)
 
 
@@ -382,6 +415,7 @@ def claims(agg, planned: dict | None = None) -> dict[str, dict]:
                 "per_variant": checks, "measured": len(measured), "variants": len(checks)}
     if planned is not None:
         _why_unmeasured(out, planned)
+        _short_of_seeds(out, agg, planned)
     return out
 
 
@@ -422,6 +456,39 @@ def _why_unmeasured(out: dict, planned: dict) -> None:
 
 _ONE_SEED = "not measured by this grid: it compares seeds and the suite has {n} pretraining seed (--seeds)"
 
+# the metric each claim that compares seeds judges a configuration by (claim 1: the NSP model on SOP, the SOP
+# model on NSP)
+_CLAIM_METRIC = {"1": {"E128-all-nsp": "sop_acc", "E128-all-sop": "nsp_acc"}, "2": {}, "3": {}}
+
+
+def _short_of_seeds(out: dict, agg: dict, planned: dict) -> None:
+    """A claim that holds on fewer seeds than the suite plans (a seed's run not finished, or failed) holds so
+    far: its rules ask every seed to be beyond the others', and a seed still to come can break that."""
+    want = lambda label: (planned.get("variant_seeds") or {}).get(label, planned["seeds"])  # noqa: E731
+    for key in ("1", "2", "3"):
+        if out[key]["holds"] is not True:
+            continue
+        short = []
+        for variant in _CLAIM_NEEDS[key][0]:
+            label = (agg.get("paper") or {}).get(variant.label, variant.label)
+            s = (agg["variants"].get(label) or {}).get(_CLAIM_METRIC[key].get(variant.label, "ft_avg")) or {}
+            if s.get("n", 0) < want(label):
+                short.append(f"{label} {s.get('n', 0)} of {want(label)}")
+        if short:
+            out[key].update(holds=None, why=f"holds so far: measured with fewer seeds than planned "
+                                            f"({', '.join(short)})")
+    if out["5"]["holds"] is not True:
+        return
+    short = []
+    for label, row in agg["variants"].items():
+        base = (agg["shapes"].get(row["shape"]) or {}).get("ft_avg") or {}
+        mine = (row.get("ft_avg") or {}).get("n", 0)
+        if mine < want(label) or base.get("n", 0) < planned["seeds"]:
+            short.append(f"{label} {mine} of {want(label)}, its baseline {base.get('n', 0)} of {planned['seeds']}")
+    if short:
+        out["5"].update(holds=None, why=f"holds so far: measured with fewer seeds than planned "
+                                        f"({'; '.join(short)}), each variant above its baseline")
+
 
 def planned_paper_configs(suite: dict, scale: Scale | None) -> dict | None:
     """The paper's configurations that the suite's plan (suite.json's runs) holds, its seed count and all its
@@ -430,8 +497,11 @@ def planned_paper_configs(suite: dict, scale: Scale | None) -> dict | None:
     if not runs or scale is None:
         return None
     variants = {r["name"]: {"model": r.get("model"), "task": r.get("task")} for r in runs}
+    variant_seeds: dict[str, set] = {}
+    for r in runs:
+        variant_seeds.setdefault(r.get("variant"), set()).add(r.get("seed"))
     return {"labels": set(paper_rows(variants, scale)), "seeds": len({r.get("seed") for r in runs}),
-            "variants": {r.get("variant") for r in runs}}
+            "variants": set(variant_seeds), "variant_seeds": {k: len(v) for k, v in variant_seeds.items()}}
 
 
 def _verdict(c: dict) -> str:
@@ -465,20 +535,27 @@ def plots(agg: dict, data: dict, out: Path) -> list[Path]:
     if agg["variants"]:
         labels = list(agg["variants"])
         fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(labels) + 2), 4))
+        named: set[str] = set()      # each series in the legend once, from its first point (not the first model's)
+
+        def legend(name: str) -> str | None:
+            first = name not in named
+            named.add(name)
+            return name if first else None
+
         for i, label in enumerate(labels):
             row = agg["variants"][label]
             s = row.get("ft_avg")
             if s and s.get("n"):
-                ax.errorbar(i, s["mean"] * 100, yerr=s["sd"] * 100, fmt="o", color="C0",
-                            label="pretrained" if i == 0 else None)
+                ax.errorbar(i, s["mean"] * 100, yerr=s["sd"] * 100, fmt="o", color="C0", label=legend("pretrained"))
                 ax.scatter([i] * len(s["values"]), [x * 100 for x in s["values"]], s=8, color="C0", alpha=0.4)
             base = agg["shapes"].get(row["shape"], {}).get("ft_avg")
             if base and base.get("n"):
                 ax.errorbar(i + 0.2, base["mean"] * 100, yerr=base["sd"] * 100, fmt="x", color="C3",
-                            label="no pretraining" if i == 0 else None)
+                            label=legend("no pretraining"))
         ax.set_xticks(range(len(labels)), labels, rotation=70, ha="right", fontsize=7)
         ax.set(ylabel="downstream Avg (dev)", title="pretrained vs the same shape from scratch")
-        ax.legend()
+        if named:
+            ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
         written.append(_save(fig, out / "downstream.png", plt))
@@ -583,9 +660,10 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
         used = [any(row_of(agg, v) for v in GRIDS[name].variants)
                 for name in ("table5", "table4", "table3", "dropout", "figure1")]
         sections = [section for section, keep in zip(sections, used) if keep]
-    sections += [("Every pretrained model: parameters and held-out accuracy", models_table(agg)),
+    unfinished = unfinished_variants(agg, data["suite"])
+    sections += [("Every pretrained model: parameters and held-out accuracy", models_table(agg, unfinished)),
                  ("No pretraining: every pretrained model vs the same shape trained from scratch",
-                  scratch_table(agg, tasks))]
+                  scratch_table(agg, tasks, unfinished))]
     for title, table in sections:
         lines += [f"## {title}", "", *table, ""]
     pngs = plots(agg, data, out)
