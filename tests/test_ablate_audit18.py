@@ -17,10 +17,10 @@ import pytest
 
 from albertlm.cli.main import main
 from albertlm.errors import UserError
+from conftest import assert_one_error, shared_path
 from test_ablate_audit13 import _corpus, _suite
 from test_ablate_audit16 import _finished
 from test_ablate_budget import _fake_runs
-from tests.conftest import assert_one_error, shared_path
 
 
 @contextlib.contextmanager

@@ -38,21 +38,43 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is `parent`, from /proc/*/stat: whichever thread started them (a thread's own
+    /proc/PID/task/TID/children lists only the children that thread started, and needs CONFIG_PROC_CHILDREN)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue                                  # ended meanwhile
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _is_pool_worker(pid: int) -> bool:
+    """A process started by multiprocessing's spawn (a pool worker, not its resource tracker)."""
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _running_build(tmp_path: Path):
-    """A CLI build with --workers 2 on the Gutenberg books, once its workers run and it writes into --out
+    """A CLI build with --workers 2 on the Gutenberg books, once its two workers run and it writes into --out
     (the process, its child processes: the two workers and multiprocessing's resource tracker)."""
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    paths = [str(ROOT / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))    # this checkout's code, whatever is installed
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from albertlm.cli.main import main; sys.exit(main(sys.argv[1:]))",
          "data", "build", "--input", str(shared_path("text", "gutenberg")), "--tokenizer", str(shared_path(*SPM)),
          "--out", str(out), "--max-seq-length", "64", "--dupe-factor", "10", "--workers", "2", "--no-progress"],
-        cwd=ROOT, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
-    listing = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        cwd=ROOT, env=env, start_new_session=True, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240     # a loaded machine is slow to start; the loop ends as soon as they run
     while time.monotonic() < deadline and proc.poll() is None:
-        children = [int(pid) for pid in listing.read_text().split()] if listing.exists() else []
-        if len(children) >= 3 and (out / ".building-all").is_dir():
+        children = _children(proc.pid)
+        if sum(map(_is_pool_worker, children)) >= 2 and (out / ".building-all").is_dir():
             return proc, out, children
         time.sleep(0.05)
     proc.kill()
@@ -67,12 +89,19 @@ def _wait_gone(pids: list[int], seconds: float = 60) -> list[int]:
     return [pid for pid in pids if _alive(pid)]
 
 
-def _end(pids: list[int]) -> None:
-    for pid in pids:            # what a failing check left running: the processes this test started
+def _end(proc: subprocess.Popen, pids: list[int]) -> None:
+    """What a failing check left running: the build (its Popen, which knows whether it was reaped) and its
+    children, each only while it still runs multiprocessing (a process id of one that ended may have been
+    given to another process since)."""
+    if proc.poll() is None:
+        proc.kill()
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            if _alive(pid) and b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    proc.wait()
 
 
 def test_sigterm_stops_a_build_as_ctrl_c_does_workers_ended_nothing_left(tmp_path):
@@ -86,7 +115,7 @@ def test_sigterm_stops_a_build_as_ctrl_c_does_workers_ended_nothing_left(tmp_pat
         assert not out.exists()                   # no .building-all with partial shards
         assert _wait_gone(children) == []         # no worker left waiting for work
     finally:
-        _end(children)
+        _end(proc, children)
 
 
 def test_the_workers_of_a_build_killed_outright_end_too(tmp_path):
@@ -97,7 +126,7 @@ def test_the_workers_of_a_build_killed_outright_end_too(tmp_path):
         assert _wait_gone(children) == []         # the workers see their parent gone and leave
         assert (out / ".building-all").is_dir()   # (documented: the next build of this part removes it)
     finally:
-        _end(children)
+        _end(proc, children)
 
 
 # -- settings refused in one line --------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ notation as option values, and albertlm's own warnings as one line from the cons
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from albertlm.cli.main import main
-from conftest import assert_one_error, shared_path
+from conftest import ROOT, assert_one_error, shared_path
 
 
 def test_fill_mask_on_a_model_wider_than_its_tokenizer_ranks_only_the_tokenizers_ids():
@@ -75,9 +76,13 @@ def test_the_console_command_says_albertlms_own_warnings_in_one_line(tmp_path):
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *hangul]) + "\n", encoding="utf-8")
     text = tmp_path / "in.txt"
     text.write_text(("가나다 라마바. 사아자 차카타.\n" * 3 + "\n") * 20, encoding="utf-8")
+    paths = [str(ROOT / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}     # this checkout's code, whatever is installed
+    env.pop("PYTHONWARNINGS", None)                                  # Python's default filters: the warning shows
     proc = subprocess.run([sys.executable, "-m", "albertlm", "data", "build", "--input", str(text), "--tokenizer",
                            str(vocab), "--out", str(tmp_path / "d"), "--max-seq-length", "32", "--no-progress"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, encoding="utf-8", errors="replace", env=env, cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, timeout=300)
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "Hangul" in line]
     assert len(said) == 1 and said[0].startswith("warning: "), proc.stderr

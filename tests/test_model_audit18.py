@@ -173,6 +173,7 @@ def test_a_bf16_model_with_e_equal_h_exports_in_one_dtype(tmp_path):
 
     from albertlm.interop.hf import export_hf
 
+    torch.manual_seed(0)                           # the same weights and ids whatever ran before in this process
     model = heads.AlbertForSequenceClassification(tiny(embedding_size=16)).to(torch.bfloat16)
     export_hf(model, tmp_path / "hf")
     with safe_open(str(tmp_path / "hf" / "model.safetensors"), framework="pt") as f:
