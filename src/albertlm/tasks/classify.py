@@ -3,17 +3,25 @@ multi-class classification or regression.
 
 The label set is the sorted labels of the training file (or given explicitly); a dev/test label outside it
 is an error naming the file and line. Label names are compared in Unicode NFC: a Korean label written
-decomposed (NFD, as macOS tools often save it) is the same class as its precomposed spelling.
+decomposed (NFD, as macOS tools often save it) is the same class as its precomposed spelling. A label
+holds no comma, tab or line break (label sets are recorded and given comma-separated; predictions are
+written tab-separated).
+
+Column names are matched exactly, else by their stripped NFC spelling (`text, label`; an NFD Korean header);
+a column that is not there is an error suggesting the nearest name, or the separator a one-column header
+seems to use (an Excel export separated by ';'). An id column's ids are unique and not empty in a file whose
+predictions are written or scored by id.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from albertlm.tasks.tables import DataError, Problems, read_records
+from albertlm.tasks.tables import DataError, Problems, guess_format, read_records, shown
 
 
 @dataclass
@@ -34,9 +42,46 @@ class Columns:
 
 
 def _cell(record: dict, column: str, where: str, path: Path) -> object:
-    if column not in record:
-        raise DataError(f"{where}: no column {column!r} (columns: {', '.join(map(repr, record))})")
-    return record[column]
+    """The value of `column` in a row. A header name that differs only in surrounding spaces or in Unicode
+    normalization (a Korean header saved decomposed, NFD, by macOS tools; `text, label` written with a space)
+    is the same column when exactly one name matches so; a name that matches none is an error that lists the
+    columns, suggests the nearest one and says when the header looks separated by another character."""
+    if column in record:
+        return record[column]
+    wanted = label_name(column)
+    same = [name for name in record if isinstance(name, str) and label_name(name) == wanted]
+    if len(same) == 1:
+        return record[same[0]]
+    raise DataError(f"{where}: no column {column!r} (columns: {', '.join(map(repr, record))})"
+                    + _column_hint(column, list(record), path))
+
+
+SEPARATORS = {";": "';'", "\t": "tabs", ",": "commas", "|": "'|'"}
+
+
+def _column_hint(column: str, names: list, path: Path) -> str:
+    """What to try after "no column X": the separator a one-column header seems to use (an Excel export in a
+    ';' locale, read as CSV, is one column named 'text;label'), else the nearest column name."""
+    names = [str(name) for name in names]
+    fmt = _format(path)
+    if len(names) == 1 and fmt in ("csv", "tsv"):
+        own = "," if fmt == "csv" else "\t"
+        used = [sep for sep in SEPARATORS if sep in names[0] and sep != own]
+        if used:
+            return (f"; the header looks separated by {SEPARATORS[used[0]]}, but a .{path.suffix.lstrip('.')} file "
+                    f"is read as {fmt.upper()} ({SEPARATORS[own]}): save it comma-separated as .csv or "
+                    "tab-separated as .tsv")
+    folded = {name.casefold().strip(): name for name in names}
+    near = ([folded[column.casefold().strip()]] if column.casefold().strip() in folded
+            else difflib.get_close_matches(column, names, n=1, cutoff=0.6))
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def _format(path: Path) -> str | None:
+    try:
+        return guess_format(path)
+    except DataError:
+        return None
 
 
 def _text(value, column: str, where: str) -> str:
@@ -55,7 +100,14 @@ def _label(value, column: str, where: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise DataError(f"{where}: no label in column {column!r}")
     if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return label_name(value)
+        name = label_name(value)
+        # the label set is recorded and given as comma-separated names (task.json's labels become `--labels a,b`
+        # for predict / evaluate): 'good, very' came back as two labels and predictions named the wrong class;
+        # a tab or line break would shift or split its line of the tab-separated predictions file
+        if any(c in name for c in ",\t\r\n"):
+            raise DataError(f"{where}: label {name!r} in column {column!r} holds a comma, tab or line break; "
+                            "label names are given and recorded comma-separated (--labels a,b,c): rename the class")
+        return name
     raise DataError(f"{where}: label {value!r} in column {column!r} is not a class name (a string or an integer)")
 
 
@@ -66,10 +118,15 @@ def label_name(value) -> str:
 
 
 def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
-                  regression: bool = False, problems: Problems | None = None) -> list[TextExample]:
+                  regression: bool = False, problems: Problems | None = None,
+                  unique_ids: bool = True) -> list[TextExample]:
+    """The rows of a CSV / TSV / JSONL file. With `columns.id`, each row's id must be there, and (with
+    `unique_ids`, for a file whose predictions are written or scored by id) no two rows may share one: the
+    second row's prediction would replace the first's when a predictions file is scored."""
     path = Path(path)
     problems = problems if problems is not None else Problems()
     examples = []
+    first_at: dict[str, int] = {}   # id -> the line it was first seen on
     for lineno, record in read_records(path):
         where = f"{path}:{lineno}"
         text = _text(_cell(record, columns.text, where, path), columns.text, where)
@@ -82,11 +139,29 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
             label = _cell(record, columns.label, where, path)
             label = _regression_value(label, where) if regression else _label(label, columns.label, where)
         # a named id column must exist (a misspelt one would number the predictions by row without a word)
-        guid = str(_cell(record, columns.id, where, path)).strip() if columns.id else str(len(examples))
+        guid = _cell(record, columns.id, where, path) if columns.id else len(examples)
+        guid = _id(guid, columns.id, where) if columns.id and unique_ids else str(guid).strip()
+        if columns.id and unique_ids and guid in first_at:
+            raise DataError(f"{where}: id {shown(guid)} (column {columns.id!r}) is also the id of line "
+                            f"{first_at[guid]}; the predictions are written and scored by id, so give each row "
+                            "its own id (or leave out --id-column to number the rows)")
+        first_at.setdefault(guid, lineno)
         examples.append(TextExample(guid, text, pair, label, where))
     if not examples:
         raise DataError(f"{path}: no rows")
     return examples
+
+
+def _id(value, column: str, where: str) -> str:
+    """A row's id, as written in `<split>_predictions.tsv`: not empty, and without a tab or line break (the
+    predictions file is tab-separated, one row a line; such an id would shift or split its line)."""
+    guid = "" if value is None else str(value).strip()
+    if not guid:
+        raise DataError(f"{where}: no id in column {column!r}")
+    if any(c in guid for c in "\t\r\n"):
+        raise DataError(f"{where}: the id {guid!r} in column {column!r} holds a tab or line break, which the "
+                        "tab-separated predictions file cannot hold")
+    return guid
 
 
 def _regression_value(value, where: str) -> float:

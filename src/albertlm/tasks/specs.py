@@ -306,7 +306,9 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
                   test_file=None, regression: bool = False, labels: Sequence[str] | None = None,
                   training: bool = True) -> TaskSpec:
     problems = Problems()
-    train_examples = classify.read_examples(train_file, columns, True, regression, problems) if training else []
+    # the ids of training rows are never written out, so rows sharing one (augmented copies) are fine there
+    train_examples = (classify.read_examples(train_file, columns, True, regression, problems, unique_ids=False)
+                      if training else [])
     if not regression and not labels:
         if not training:
             raise DataError("the label set is unknown (no task.json beside the model records it): give --labels")
