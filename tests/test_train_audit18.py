@@ -19,11 +19,9 @@ from albertlm.training import checkpoint as ckpt
 from albertlm.training import loop as loop_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # spawned children import this module's worker
-from train_fixtures import SyntheticPretraining, alice_sop_data, tiny_run  # noqa: E402
+from train_fixtures import TINY_PRETRAIN_ARGS, SyntheticPretraining, alice_sop_data, tiny_run  # noqa: E402
 
-TINY = ["--preset", "albert-tiny", "--model.embedding_size=16", "--model.hidden_size=32", "--model.num_layers=1",
-        "--model.num_heads=2", "--model.ffn_size=37", "--model.max_position_embeddings=64", "--batch-size", "4",
-        "--warmup-steps", "1", "--lr", "0.01", "--train.tensorboard=false", "--no-progress"]
+TINY = [*TINY_PRETRAIN_ARGS, "--warmup-steps", "1", "--lr", "0.01", "--train.tensorboard=false", "--no-progress"]
 
 
 @pytest.fixture(autouse=True)

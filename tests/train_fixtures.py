@@ -57,6 +57,12 @@ def tiny_model_config(dropout: float = 0.0) -> ModelConfig:
                        classifier_dropout=dropout)
 
 
+# `albertlm pretrain` options of a tiny ALBERT (H 32, one layer) at batch 4, for CLI-level training tests
+TINY_PRETRAIN_ARGS = ["--preset", "albert-tiny", "--model.embedding_size=16", "--model.hidden_size=32",
+                      "--model.num_layers=1", "--model.num_heads=2", "--model.ffn_size=37",
+                      "--model.max_position_embeddings=64", "--batch-size", "4"]
+
+
 def tiny_run(max_steps: int = 6, batch_size: int = 8, micro: int = 0, dropout: float = 0.0, **train) -> RunConfig:
     settings = dict(max_steps=max_steps, batch_size=batch_size, micro_batch_size=micro, seed=7, log_every=1,
                     eval_every=0, save_every=0, progress=False, tensorboard=False)
