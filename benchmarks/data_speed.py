@@ -25,8 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 TOKENIZER = DATA / "spm" / "albert-base-v2_spiece.model"
@@ -36,7 +34,9 @@ GOOGLE = {128: 390.0, 512: 80.0}  # instances/s, one process (from the issue)
 TARGET = {128: 4000.0, 512: 1000.0}
 
 
-def tree_rss(process: psutil.Process) -> int:
+def tree_rss(process: "psutil.Process") -> int:
+    import psutil
+
     total = 0
     for p in [process, *process.children(recursive=True)]:
         try:
@@ -50,6 +50,8 @@ def run_build(inputs: list[Path], out: Path, max_seq_length: int, workers: int, 
     cmd = [sys.executable, "-m", "albertlm", "data", "build", "--input", *map(str, inputs), "--tokenizer",
            str(TOKENIZER), "--out", str(out), "--max-seq-length", str(max_seq_length), "--workers", str(workers),
            "--dupe-factor", str(dupe_factor), "--overwrite", "--no-progress"]
+    import psutil   # here, not at the top: `--help` and argument errors need no psutil (the bench extra has it)
+
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
