@@ -146,3 +146,33 @@ def test_plot_takes_the_metrics_file_for_its_run(tmp_path, capsys):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert main(["plot", str(run / "metrics.jsonl")]) == 0, capsys.readouterr().err
     assert (run / "curves.png").stat().st_size > 0
+
+
+def test_a_prediction_id_given_twice_is_refused(tmp_path, capsys):
+    """`evaluate classify --predictions`: a second line for one id replaced the first without a word."""
+    gold = tmp_path / "dev.csv"
+    gold.write_text("id,text,label\na,good,pos\nb,bad,neg\n")
+    preds = tmp_path / "preds.tsv"
+    preds.write_text("id\tprediction\na\tpos\nb\tneg\na\tneg\n")
+    code = main(["evaluate", "classify", "--predictions", str(preds), "--data", str(gold), "--id-column", "id"])
+    assert_one_error(capsys, code, "preds.tsv:4", "second prediction for id a")
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    """`text,text,label`: each record kept the last `text` column, silently. Empty names (trailing commas of a
+    spreadsheet export) may repeat."""
+    from albertlm.tasks.tables import DataError, read_records
+
+    twice = tmp_path / "twice.csv"
+    twice.write_text("text,text,label\nfirst,second,pos\n")
+    with pytest.raises(DataError, match="names the column 'text' twice"):
+        list(read_records(twice))
+    trailing = tmp_path / "trailing.csv"
+    trailing.write_text("text,label,,\ngood,pos,,\n")
+    assert [record["text"] for _, record in read_records(trailing)] == ["good"]
+
+
+def test_params_shows_a_preset_named_twice_once(capsys):
+    assert main(["params", "--preset", "albert-base", "--preset", "albert-base", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 1, rows

@@ -50,7 +50,7 @@ def _params_rows(args: argparse.Namespace) -> list[dict[str, typing.Any]]:
     from albertlm.config.presets import PRESETS, get_preset, paper_params
 
     overrides = command_line_values(args, PARAMS)
-    names = args.preset or list(PRESETS)
+    names = list(dict.fromkeys(args.preset)) if args.preset else list(PRESETS)   # a preset named twice: one row
     rows = []
     for name in names:
         cfg = get_preset(name, **overrides)

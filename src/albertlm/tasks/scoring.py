@@ -72,7 +72,10 @@ def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
     for lineno, record in read_records(predictions, "tsv"):
         if "id" not in record or "prediction" not in record:
             raise UserError(f"{predictions}:{lineno}: expected the columns id, prediction")
-        preds[str(record["id"])] = record["prediction"]
+        key = str(record["id"])
+        if key in preds:   # the later line replaced the earlier one without a word
+            raise UserError(f"{predictions}:{lineno}: a second prediction for id {key}")
+        preds[key] = record["prediction"]
     missing = [e.guid for e in examples if e.guid not in preds]
     if missing:
         raise UserError(f"{predictions}: no prediction for id {missing[0]}")

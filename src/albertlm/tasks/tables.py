@@ -136,6 +136,9 @@ def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
         header = next(reader, None)
         if header is None:
             raise DataError(f"{path}: empty file (a header line is needed)")
+        twice = next((name for k, name in enumerate(header) if name.strip() and name in header[:k]), None)
+        if twice is not None:   # `text,text,label`: a record keeps one of the two columns, silently
+            raise DataError(f"{path}:{reader.line_num}: the header names the column {twice!r} twice")
         for row in reader:
             lineno = reader.line_num
             if not any(cell.strip() for cell in row):
