@@ -15,13 +15,12 @@ import torch
 
 from albertlm.cli.main import main
 from albertlm.training import checkpoint as ckpt
-from albertlm.training import loop as loop_module
 from albertlm.training.distributed import DistInfo
 from albertlm.training.pretrain import make_loop
 from albertlm.training.trainer import open_logger
 from conftest import assert_one_error
 from test_train import datasets
-from train_fixtures import alice_sop_data, tiny_run
+from train_fixtures import alice_sop_data, slow_evaluations_and_saves, tiny_run
 
 TINY = ["--preset", "albert-tiny", "--model.embedding_size=16", "--model.hidden_size=32", "--model.num_layers=1",
         "--model.num_heads=2", "--model.ffn_size=37", "--model.max_position_embeddings=64", "--batch-size", "4",
@@ -142,21 +141,10 @@ def test_tokens_per_second_leaves_out_evaluations_and_checkpoints(tmp_path, monk
     """The training record after an evaluation or a checkpoint counted their time as training time: with
     --eval-every 1 --log-every 2 the tokens/s of every record fell by the evaluations' time (a dip in the
     throughput curve at each --eval-every). Here each evaluation and each save takes 1000 s of a fake clock."""
-    clock = [0.0]
-    real = time.perf_counter
-    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: real() + clock[0])
     loop = make_loop(tiny_run(max_steps=4, log_every=2, eval_every=1, save_every=1), tmp_path, datasets(),
                      DistInfo(), False)
     open_logger(loop)
-    evaluate, save = loop.evaluate_fn, loop.save
-
-    def slow(work):
-        def run():
-            clock[0] += 1000.0
-            return work()
-        return run
-
-    loop.evaluate_fn, loop.save = slow(evaluate), slow(save)
+    slow_evaluations_and_saves(loop, monkeypatch)
     assert loop.run() == "done"
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["split"] == "train"]

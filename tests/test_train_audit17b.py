@@ -8,25 +8,21 @@ import json
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from albertlm.cli.main import main
 from albertlm.training import checkpoint as ckpt
-from albertlm.training import loop as loop_module
 from albertlm.training import metrics as metrics_module
 from albertlm.training.distributed import DistInfo
 from albertlm.training.pretrain import make_loop
 from albertlm.training.trainer import open_logger
 from conftest import save_tiny_pretrained
 from test_train import datasets
-from train_fixtures import alice_sop_data, tiny_run
+from train_fixtures import TINY_PRETRAIN_ARGS, alice_sop_data, slow_evaluations_and_saves, tiny_run
 
-TINY = ["--preset", "albert-tiny", "--model.embedding_size=16", "--model.hidden_size=32", "--model.num_layers=1",
-        "--model.num_heads=2", "--model.ffn_size=37", "--model.max_position_embeddings=64", "--batch-size", "4",
-        "--save-every", "0", "--warmup-steps", "1", "--lr", "0.01", "--train.tensorboard=false"]
+TINY = [*TINY_PRETRAIN_ARGS, "--save-every", "0", "--warmup-steps", "1", "--lr", "0.01", "--train.tensorboard=false"]
 
 
 @pytest.fixture(autouse=True)
@@ -164,25 +160,9 @@ def test_a_run_stopped_by_a_signal_or_its_time_budget_ends_with_its_summary(tmp_
 def test_the_summary_tokens_per_second_leaves_out_evaluations_and_checkpoints(tmp_path, monkeypatch):
     """Each evaluation and save takes 1000 s of a fake clock (as in test_train_audit17): the summary's training
     time stays that of the steps, also when the time budget's own evaluation and save end the run."""
-    clock = [0.0]
-    real = time.perf_counter
-    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: real() + clock[0])
-
-    def slowed(loop):
-        evaluate, save = loop.evaluate_fn, loop.save
-
-        def slow(work):
-            def run():
-                clock[0] += 1000.0
-                return work()
-            return run
-
-        loop.evaluate_fn, loop.save = slow(evaluate), slow(save)
-        return loop
-
     for name, settings in (("done", dict(max_steps=3, eval_every=1, save_every=1, log_every=2)),
                            ("budget", dict(max_steps=3, log_every=0, max_minutes=1e-9))):
-        loop = slowed(_logged_loop(tmp_path / name, **settings))
+        loop = slow_evaluations_and_saves(_logged_loop(tmp_path / name, **settings), monkeypatch)
         assert loop.run() == name
         summary = _records(tmp_path / name)[-1]
         assert summary["split"] == "summary" and summary["train_s"] < 500, summary

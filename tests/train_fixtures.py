@@ -178,3 +178,24 @@ def alice_sop_data(root: Path, lines: int = 200) -> Path:
     assert main(["data", "build", "--input", str(text), "--tokenizer", str(spm), "--out", str(root / "train"),
                  "--max-seq-length", "32", "--dupe-factor", "1", "--no-progress"]) == 0
     return root / "train"
+
+
+def slow_evaluations_and_saves(loop, monkeypatch):
+    """`loop` whose every evaluation and save takes 1000 s of a fake clock (the loop's `time.perf_counter`, real
+    time plus what they spent): for checks that timings leave evaluation and checkpoint time out."""
+    import time
+
+    from albertlm.training import loop as loop_module
+
+    clock = [0.0]
+    real = time.perf_counter
+    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: real() + clock[0])
+
+    def slow(work):
+        def run():
+            clock[0] += 1000.0
+            return work()
+        return run
+
+    loop.evaluate_fn, loop.save = slow(loop.evaluate_fn), slow(loop.save)
+    return loop
