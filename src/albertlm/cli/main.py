@@ -124,6 +124,34 @@ class Parser(argparse.ArgumentParser):
         print(f"{self.prog}: error: {message}", file=sys.stderr)   # one line, no usage block
         raise SystemExit(2)
 
+    def parse_known_args(self, args=None, namespace=None):
+        if args is not None:
+            args = self._lone_bool_flags(list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _lone_bool_flags(self, args: list[str]) -> list[str]:
+        """A bool option takes an optional value (`--progress`, `--progress false`), and argparse gives it the
+        next word whatever it is: `evaluate --progress run1` took run1 as the bool and then asked for the
+        checkpoint. Where the command has a positional argument, a bool option followed by a word that is no
+        bool is written `--flag=true`, so the word stays the positional. (Without positionals, `--progress maybe`
+        is still refused as a bad bool.)"""
+        if not any(not action.option_strings for action in self._actions):
+            return args
+        from albertlm.config.overrides import FALSE_WORDS, TRUE_WORDS
+
+        flags = {flag for action in self._actions if action.nargs == "?" and action.const == "true"
+                 for flag in action.option_strings}
+        out = []
+        for i, word in enumerate(args):
+            if word == "--":
+                return out + args[i:]
+            after = args[i + 1] if i + 1 < len(args) else None
+            if (word in flags and after is not None and not after.startswith("-")
+                    and after.lower() not in TRUE_WORDS + FALSE_WORDS):
+                word = f"{word}=true"
+            out.append(word)
+        return out
+
 
 def main(argv: list[str] | None = None) -> int:
     shown = warnings.showwarning

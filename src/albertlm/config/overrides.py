@@ -135,6 +135,8 @@ def check_choices(obj: Any, prefix: str = "") -> None:
             raise ConfigError(f"{prefix}{name}={value!r}: must be one of {', '.join(map(str, choices))}")
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")       # how a bool is spelt on the command line or in a file
+FALSE_WORDS = ("0", "false", "no", "off")
 _KIND_NAMES = {int: "a whole number (int)", float: "a number", bool: "true or false (bool)", str: "text (str)"}
 
 
@@ -191,9 +193,9 @@ def coerce(value: Any, kind: Any, key: str) -> Any:
     try:
         if kind is bool:
             low = value.lower()
-            if low in ("1", "true", "yes", "on"):
+            if low in TRUE_WORDS:
                 return True
-            if low in ("0", "false", "no", "off"):
+            if low in FALSE_WORDS:
                 return False
             raise ValueError(value)
         if kind is int:

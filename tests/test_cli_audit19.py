@@ -1,0 +1,23 @@
+"""Session-19 CLI follow-ups (the lead's own file)."""
+from __future__ import annotations
+
+from albertlm.cli.main import main
+
+
+def test_a_bool_option_before_the_positional_does_not_swallow_it(tmp_path, capsys):
+    """`evaluate --progress RUN` took RUN as --progress's value and then asked for the checkpoint; now RUN is the
+    checkpoint (and a bool word after the option is still its value)."""
+    missing = tmp_path / "run1"
+    for argv in (["evaluate", "--progress", str(missing), "--data", str(tmp_path)],
+                 ["evaluate", "--progress", "false", str(missing), "--data", str(tmp_path)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "run1" in err and "not a model directory" in err, err
+        assert "required" not in err
+
+
+def test_a_bad_bool_value_is_still_refused_where_no_positional_follows(capsys):
+    """Commands without positionals keep refusing a word that is no bool as the option's value."""
+    assert main(["ablate", "--list-jobs", "maybe"]) == 2
+    err = capsys.readouterr().err
+    assert "maybe" in err and "Traceback" not in err
