@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -35,6 +36,31 @@ def mean_cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100
     its MLM and SOP losses this way (`weighted_cross_entropy`). No host sync: the count stays on the device."""
     total = F.cross_entropy(logits.float(), targets, ignore_index=ignore_index, reduction="sum")
     return total / (targets != ignore_index).sum().clamp(min=1)
+
+
+def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor,
+              attention_mask: Tensor | None = None) -> Tensor:
+    """SQuAD's loss: the mean of the start and the end cross entropy over the T positions (B, T); a position
+    outside 0..T-1 is ignored (transformers clamps it to T and ignores T).
+
+    Without `attention_mask` this is transformers' (and google's `run_squad.py`) loss, whose softmax also runs over
+    the padded positions, so an example's loss depends on how far its batch is padded. With it (B, T, 1 = token)
+    the padded positions are left out of the softmax, and a position on the padding is ignored as one past the end
+    is: the loss of a padded batch is that of its unpadded examples, whatever the padding. Fine-tuning pads each
+    micro-batch to its own longest sequence, so it trains on this one (`tasks.finetune.TaskObjective`): with the
+    padded softmax, --micro-batch-size changed the gradient (by half of its norm on mixed lengths)."""
+    T = start_logits.shape[1]
+    losses = []
+    for logits, positions in ((start_logits, start_positions), (end_logits, end_positions)):
+        positions = positions.clamp(0, T)
+        logits = logits.float()
+        if attention_mask is not None:
+            padding = attention_mask == 0                                               # (B, T)
+            logits = logits.masked_fill(padding, torch.finfo(logits.dtype).min)
+            on_padding = F.pad(padding, (0, 1)).gather(1, positions[:, None])[:, 0]    # (B,); T is not padding
+            positions = positions.masked_fill(on_padding, T)
+        losses.append(mean_cross_entropy(logits, positions, ignore_index=T))
+    return (losses[0] + losses[1]) / 2
 
 
 class _TaskModel(PretrainedMixin, nn.Module):
@@ -86,7 +112,8 @@ class AlbertForTokenClassification(_TaskModel):
 
 class AlbertForQuestionAnswering(_TaskModel):
     """Span start / end logits per token (no dropout, as transformers); positions outside the sequence
-    are ignored in the loss."""
+    are ignored in the loss, which is transformers' (its softmax includes the padded positions; `span_loss` with
+    the attention mask leaves them out, as fine-tuning does)."""
 
     pooled = False
 
@@ -108,10 +135,7 @@ class AlbertForQuestionAnswering(_TaskModel):
         if start_positions is not None and end_positions is not None:
             start_positions = per_example("start_positions", start_positions, len(start))
             end_positions = per_example("end_positions", end_positions, len(start))
-            T = start.shape[1]
-            losses = [mean_cross_entropy(logits, pos.clamp(0, T), ignore_index=T)
-                      for logits, pos in ((start, start_positions), (end, end_positions))]
-            out["loss"] = (losses[0] + losses[1]) / 2
+            out["loss"] = span_loss(start, end, start_positions, end_positions)   # transformers': padding included
         return out
 
 

@@ -32,7 +32,7 @@ from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
 from albertlm.training.distributed import DistInfo, init_distributed, pick_device
 from albertlm.training.loop import Batch, Loop, StepData
-from albertlm.training.precision import autocast
+from albertlm.training.precision import autocast, warn_emulated_bf16
 from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
 TASK_FILE = "task.json"  # beside the best checkpoint: what `predict` / `evaluate` need to know
@@ -52,9 +52,13 @@ class Outputs:
     keys: tuple[str, ...] = ("logits",)
     per_token: bool = False                     # one row per token: kept per feature, cut to its length
     label_inputs: tuple[str, ...] = ("labels",)  # the head arguments the collated labels (B,) or (B, k) become
+    # the labels are start / end positions, trained on with `heads.span_loss` over the real tokens (the head's own
+    # loss, transformers', runs its softmax over the padding too: a micro-batch's padding changed the gradient)
+    spans: bool = False
 
 
-SPANS = Outputs(("start_logits", "end_logits"), per_token=True, label_inputs=("start_positions", "end_positions"))
+SPANS = Outputs(("start_logits", "end_logits"), per_token=True, label_inputs=("start_positions", "end_positions"),
+                spans=True)
 
 
 @dataclass
@@ -92,8 +96,9 @@ def model_inputs(batch: dict, outputs: Outputs) -> dict:
 
 
 class TaskObjective:
-    """Each head's own mean loss, turned into a sum over the global batch: a micro-batch of n examples
-    contributes loss * n / (examples in the global batch), whatever the micro-batch and process layout."""
+    """Each head's own mean loss (spans: `heads.span_loss` over the real tokens), turned into a sum over the global
+    batch: a micro-batch of n examples contributes loss * n / (examples in the global batch), whatever the
+    micro-batch and process layout and however far each micro-batch is padded."""
 
     def __init__(self, outputs: Outputs):
         self.outputs = outputs
@@ -103,7 +108,15 @@ class TaskObjective:
         return ids.new_tensor([float(sum(b["input_ids"].shape[0] for b in batches))], dtype=torch.float32)
 
     def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor):
-        loss = model(**model_inputs(batch, self.outputs))["loss"].float()
+        inputs = model_inputs(batch, self.outputs)
+        if self.outputs.spans and "labels" in batch and "attention_mask" in batch:  # padding-free span loss
+            from albertlm.model.heads import span_loss
+
+            positions = [inputs.pop(name) for name in self.outputs.label_inputs]
+            out = model(**inputs)
+            loss = span_loss(*(out[key] for key in self.outputs.keys), *positions, batch["attention_mask"])
+        else:
+            loss = model(**inputs)["loss"].float()
         n = denominators.new_tensor(float(batch["input_ids"].shape[0]))
         return loss * n / denominators[0], torch.stack([loss.detach() * n, n])
 
@@ -382,6 +395,7 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
     check_task_head(spec.model_class, spec.family, model_dir)
     check_positions(spec, model_dir, cfg)
     device = pick_device(cfg.dist.device)
+    warn_emulated_bf16(cfg.train.precision, device)
     model = spec.model_class.from_pretrained(model_dir).to(device)
     metrics: dict[str, Any] = {}
     for eval_set in spec.eval_sets:

@@ -58,14 +58,20 @@ def prepare_model(model: nn.Module, *, precision: str, device: torch.device, act
         raise UserError(f"fast_paths must be auto or off, not {fast_paths!r}")
     if activation_checkpointing:
         enable_activation_checkpointing(model)
-    if precision == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16() and reports_here():
-        print("albertlm: warning: this CPU has no bf16 instructions (AVX-512 BF16 or AMX); --precision bf16 "
-              "runs emulated and is slower than fp32 here", file=sys.stderr, flush=True)
+    warn_emulated_bf16(precision, device)
     if fast_paths == "auto":
         apply_fast_paths(model, device, precision)
     if packed_attention_supported(device):  # flash attention over the real tokens when the padding is skipped
         enable_packed_attention(model)
     return model
+
+
+def warn_emulated_bf16(precision: str, device: torch.device | str) -> None:
+    """bf16 on a CPU without bf16 hardware: one line on stderr (the first rank's) saying it runs emulated, slower
+    than fp32. Training says it through `prepare_model`; inference (`predict`, `evaluate`) calls it itself."""
+    if precision == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16() and reports_here():
+        print("albertlm: warning: this CPU has no bf16 instructions (AVX-512 BF16 or AMX); --precision bf16 "
+              "runs emulated and is slower than fp32 here", file=sys.stderr, flush=True)
 
 
 def cpu_has_bf16() -> bool:
