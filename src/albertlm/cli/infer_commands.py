@@ -181,22 +181,32 @@ def _count_lines(path) -> int:
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise UserError(f"{path}:{count}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
-                                f"{exc.start + 1})") from None
+                raise UserError(f"{path}:{count}: not UTF-8 text ({_not_utf8(raw, count, exc)})") from None
     return count
 
 
-def _line_text(line: str) -> str:
-    """A line without its end: "\\n" or "\\r\\n" (a "\\r" elsewhere stays in the text)."""
-    return line.removesuffix("\n").removesuffix("\r")
+def _not_utf8(raw: bytes, number: int, exc: UnicodeDecodeError) -> str:
+    """Where a line is not UTF-8; a first line starting with a UTF-16 byte order mark (what Windows PowerShell's
+    `>` and Notepad's "Unicode" write) is said to be UTF-16, with what to do, not "byte 0xff at column 1"."""
+    if number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "UTF-16, by its byte order mark: save it as UTF-8"
+    return f"byte {raw[exc.start]:#04x} at column {exc.start + 1}"
+
+
+def _line_text(line: str, number: int = 0) -> str:
+    """A line without its end: "\\n" or "\\r\\n" (a "\\r" elsewhere stays in the text); the first line
+    (`number` 1) without a UTF-8 byte order mark, which Windows editors write and fill-mask's JSON echoed as part
+    of the text."""
+    text = line.removesuffix("\n").removesuffix("\r")
+    return text.removeprefix("\ufeff") if number == 1 else text
 
 
 def _lines(path):
     """The file's texts, one per line as `_count_lines` counts them: split at "\\n" only. Text mode also split
     at a lone "\\r", so a file holding one gave more texts than rows (a ValueError traceback, no --out)."""
     with open(path, encoding="utf-8", newline="\n") as handle:
-        for line in handle:
-            yield _line_text(line)
+        for number, line in enumerate(handle, 1):
+            yield _line_text(line, number)
 
 
 def stdin_lines():
@@ -208,12 +218,11 @@ def stdin_lines():
     raw = getattr(sys.stdin, "buffer", None)
     if raw is None:   # a text stream put in sys.stdin (an application, a test)
         for number, line in enumerate(sys.stdin, 1):
-            yield number, _line_text(line)
+            yield number, _line_text(line, number)
         return
     for number, line in enumerate(raw, 1):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise UserError(f"stdin line {number}: not UTF-8 text (byte {line[exc.start]:#04x} at column "
-                            f"{exc.start + 1})") from None
-        yield number, _line_text(text)
+            raise UserError(f"stdin line {number}: not UTF-8 text ({_not_utf8(line, number, exc)})") from None
+        yield number, _line_text(text, number)

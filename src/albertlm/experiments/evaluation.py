@@ -37,8 +37,8 @@ def intrinsic(checkpoint: str | Path, heldout: dict[str, Path], batch_size: int 
     out: dict[str, float] = {}
     for task, data in heldout.items():
         metrics = evaluate_checkpoint(checkpoint, data, batch_size=batch_size, precision=precision, device=device)
-        out[f"{task}_acc"] = metrics.get("sop_acc", float("nan"))
-        out[f"{task}_loss"] = metrics.get("sop_loss", float("nan"))
+        out[f"{task}_acc"] = metrics.get(f"{task}_acc", float("nan"))    # evaluate names them by the data's task
+        out[f"{task}_loss"] = metrics.get(f"{task}_loss", float("nan"))
         if task == "sop":
             out["mlm_acc"], out["mlm_loss"] = metrics["mlm_acc"], metrics["mlm_loss"]
     return out

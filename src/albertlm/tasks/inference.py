@@ -13,7 +13,9 @@ weights are (a model moved to a GPU works as it is).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -358,7 +360,33 @@ def load_encoder(path: str | Path, device: str = "auto"):
 
     model_dir = resolve_checkpoint(path)
     target = pick_device(device)
-    return with_fast_paths(AlbertModel.from_pretrained(model_dir), target).eval().to(target), model_dir, target
+    with unused_pooler_quiet():
+        model = AlbertModel.from_pretrained(model_dir)
+    return with_fast_paths(model, target).eval().to(target), model_dir, target
+
+
+class _UnusedPoolerFilter(logging.Filter):
+    """Drops the loader's "freshly initialised weights (not in the checkpoint): pooler.weight, pooler.bias": a
+    masked-LM or QA checkpoint has no pooler, and embeddings never use it (the last hidden states are pooled),
+    so the warning told `embed` users their vectors came from random weights when none were."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        head = "freshly initialised weights (not in the checkpoint): "
+        if not message.startswith(head):
+            return True
+        return not all(name.strip().startswith("pooler.") for name in message[len(head):].split(","))
+
+
+@contextlib.contextmanager
+def unused_pooler_quiet():
+    """While loading a backbone for embeddings: no warning about a pooler the checkpoint lacks."""
+    logger, quiet = logging.getLogger("albertlm.model"), _UnusedPoolerFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def with_fast_paths(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:

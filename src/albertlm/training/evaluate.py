@@ -4,28 +4,37 @@ there is one."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import torch
 
 from albertlm.errors import UserError
 
+# the objective names the sentence head's numbers sop_* whatever the data's task; on NSP data they are NSP's
+NSP_NAMES = {"sop_loss": "nsp_loss", "sop_acc": "nsp_acc"}
+
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: int = 32, max_batches: int = 0,
                         precision: str = "fp32", device: str = "auto", progress: bool = False) -> dict:
     """A model directory (ours or transformers') or a run directory (its newest checkpoint) on `data`;
-    `device` auto picks CUDA when available; `progress` shows a bar over the batches.
+    `device` auto picks CUDA when available; `progress` shows a bar over the batches on a terminal, and a line
+    at every tenth of them elsewhere (a log: a bar's carriage returns are noise there).
 
-    A checkpoint without a masked-LM head (a fine-tuned classifier, QA, ... model) is refused: its MLM numbers
-    would be those of a freshly initialised head. One with a masked-LM head but no sentence-order/NSP head (a
-    transformers `AlbertForMaskedLM`) reports the MLM numbers only, as on data without a sentence task."""
+    The numbers are named by the data's sentence task: `sop_*` on SOP data, `nsp_*` on NSP
+    data, no sentence numbers on MLM-only data. A checkpoint without a masked-LM head (a fine-tuned classifier,
+    QA, ... model) is refused: its MLM numbers would be those of a freshly initialised head. One with a masked-LM
+    head but no sentence-order/NSP head (a transformers `AlbertForMaskedLM`) reports the MLM numbers only, as on
+    data without a sentence task. Data without any instance, or whose evaluated instances hold no masked token
+    (built with --masked-lm-prob 0) have no MLM numbers: the first is refused, the second reports none (the loss
+    of nothing was 0.0, as if perfect)."""
     from albertlm.data.loader import collate
     from albertlm.model.albert import AlbertForPreTraining
     from albertlm.model.io import resolve_checkpoint
     from albertlm.training.distributed import DistInfo, pick_device
     from albertlm.training.loop import eval_micro_batches, evaluate
     from albertlm.training.precision import check_precision, prepare_model
-    from albertlm.training.pretrain import PretrainingObjective, open_dataset
+    from albertlm.training.pretrain import open_dataset
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
@@ -37,7 +46,10 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
         raise UserError(f"{source} has no masked-LM head (a fine-tuned model?): evaluating it on pretraining data "
                         "would score a freshly initialised head; give a pretrained or masked-LM checkpoint")
     dataset = open_dataset(data)
+    if len(dataset) == 0:
+        raise UserError(f"--data {data} holds no instances: nothing to evaluate")
     check_trained_tokenizer(source, dataset.meta, f"--data {data}")
+    check_tokenizer_beside(source, dataset.meta, f"--data {data}")
     model = AlbertForPreTraining.from_pretrained(source)
     model = prepare_model(model, precision=precision, device=info.device).to(info.device)
     vocab = dataset.meta["tokenizer"]["vocab_size"]
@@ -50,17 +62,70 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     torch.manual_seed(0)
     batches = eval_micro_batches(dataset, collate, batch_size, info, max_batches)
     if progress:
-        from tqdm.auto import tqdm
-
         total = math.ceil(len(dataset) / batch_size)
-        batches = tqdm(batches, total=min(total, max_batches) if max_batches else total, unit="batch",
-                       desc="evaluate", dynamic_ncols=True)
-    metrics = evaluate(model, batches, PretrainingObjective(), precision, info)
+        batches = show_progress(batches, min(total, max_batches) if max_batches else total)
+    objective = CountingObjective()
+    metrics = evaluate(model, batches, objective, precision, info)
     if not has_sentence_head and "sop_loss" in metrics:   # a random head's numbers: not the model's
         del metrics["sop_loss"], metrics["sop_acc"]
         metrics["loss"] = metrics["mlm_loss"]
-    metrics["sentence_task"] = dataset.meta.get("sentence_task")
-    return metrics
+    if not objective.counts["mlm_count"]:     # no masked token: "loss 0.0" was the loss of nothing
+        del metrics["mlm_loss"], metrics["mlm_acc"]
+        if "sop_loss" not in metrics:
+            raise UserError(f"--data {data}: the instances evaluated hold no masked token (built with "
+                            "--masked-lm-prob 0?) and no sentence label the model has a head for: nothing to score")
+    task = dataset.meta.get("sentence_task")
+    return {**{sentence_name(key, task): value for key, value in metrics.items()}, "sentence_task": task}
+
+
+def sentence_name(key: str, task: str | None) -> str:
+    """The name of a number of the objective's (`sop_loss`, whatever the data) for data of `task`: `nsp_loss`
+    on NSP data; every other name as it is."""
+    if task == "nsp" and key in NSP_NAMES:
+        return NSP_NAMES[key]
+    return key
+
+
+class CountingObjective:
+    """The pretraining objective, keeping the counts of its last summary (`counts`: the masked tokens and the
+    sentence labels evaluated), to tell "no masked token" from a loss of 0."""
+
+    def __init__(self):
+        from albertlm.training.pretrain import PretrainingObjective
+
+        self.objective, self.counts = PretrainingObjective(), {}
+
+    def denominators(self, batches):
+        return self.objective.denominators(batches)
+
+    def forward(self, model, batch, denominators):
+        return self.objective.forward(model, batch, denominators)
+
+    def empty_stats(self, device):
+        return self.objective.empty_stats(device)
+
+    def summarize(self, stats: torch.Tensor) -> dict[str, float]:
+        from albertlm.training.pretrain import STAT_NAMES
+
+        self.counts = dict(zip(STAT_NAMES, stats.tolist()))
+        return self.objective.summarize(stats)
+
+
+def show_progress(batches, total: int):
+    """`batches`, shown: a tqdm bar on a terminal (stderr); elsewhere (a log, a pipe, nohup) a line
+    `evaluate: 12/120 batches` on stderr at every tenth, without carriage returns."""
+    from albertlm.training.metrics import _terminal
+
+    if _terminal():
+        from tqdm.auto import tqdm
+
+        yield from tqdm(batches, total=total, unit="batch", desc="evaluate", dynamic_ncols=True)
+        return
+    marks = {math.ceil(total * k / 10) for k in range(1, 11)}
+    for done, batch in enumerate(batches, 1):
+        yield batch
+        if done in marks:       # the batch yielded has been evaluated when the next one is asked for
+            print(f"evaluate: {done}/{total} batches", file=sys.stderr, flush=True)
 
 
 def pretraining_heads(checkpoint: Path) -> tuple[bool, bool]:
@@ -98,3 +163,27 @@ def check_trained_tokenizer(checkpoint: str | Path, meta: dict, which: str) -> N
     if difference:
         raise UserError(f"{which} was built with another tokenizer than the data {checkpoint} was trained on "
                         f"({trained_on}: {difference}); build it with that tokenizer")
+
+
+def check_tokenizer_beside(checkpoint: str | Path, meta: dict, which: str) -> None:
+    """Data to evaluate a model directory on that holds its tokenizer (a transformers or exported directory:
+    spiece.model, vocab.txt, tokenizer.json) must have been built with that vocabulary, when the data records
+    its hash (`vocab_sha256`): albert-base-v2 on data of a 1,000-piece tokenizer read every id as another
+    piece and printed numbers that meant nothing, without a word (the data's vocabulary fit in the model's).
+    A tokenizer that cannot be read is not this check's to report: evaluation does not use it."""
+    from albertlm.data.build import vocab_fingerprint
+    from albertlm.tokenization import load_tokenizer
+    from albertlm.tokenization.load import find_tokenizer
+
+    built = meta.get("tokenizer") or {}
+    if not built.get("vocab_sha256") or find_tokenizer(checkpoint) != Path(checkpoint):
+        return        # no hash to compare with, or no tokenizer in the directory itself (checked by run instead)
+    try:
+        beside = load_tokenizer(checkpoint)
+        fingerprint = vocab_fingerprint(beside)
+    except (UserError, OSError, ValueError, RuntimeError):
+        return
+    if fingerprint != built["vocab_sha256"]:
+        raise UserError(f"{which} was built with another tokenizer ({built.get('path', '?')}, "
+                        f"{built.get('vocab_size', '?')} pieces) than the one in {checkpoint} "
+                        f"({beside.vocab_size} pieces, another vocabulary); build it with the model's tokenizer")

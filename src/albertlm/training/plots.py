@@ -9,12 +9,15 @@ from pathlib import Path
 from albertlm.errors import UserError
 from albertlm.training.metrics import read_metrics
 
-PANELS = [  # (title, [(split, key, label)])
+PANELS = [  # (title, [(split, key, label)]). Pretraining logs the sentence head's numbers as sop_* whatever its
+    # data's task ("SOP/NSP"); nsp_* (the name `albertlm evaluate` gives NSP numbers) is drawn as NSP
     ("loss", [("train", "loss", "train total"), ("train", "mlm_loss", "train MLM"),
-              ("train", "sop_loss", "train SOP/NSP"), ("eval", "mlm_loss", "eval MLM"),
-              ("eval", "sop_loss", "eval SOP/NSP")]),
+              ("train", "sop_loss", "train SOP/NSP"), ("train", "nsp_loss", "train NSP"),
+              ("eval", "mlm_loss", "eval MLM"), ("eval", "sop_loss", "eval SOP/NSP"),
+              ("eval", "nsp_loss", "eval NSP")]),
     ("accuracy", [("train", "mlm_acc", "train MLM"), ("train", "sop_acc", "train SOP/NSP"),
-                  ("eval", "mlm_acc", "eval MLM"), ("eval", "sop_acc", "eval SOP/NSP")]),
+                  ("train", "nsp_acc", "train NSP"), ("eval", "mlm_acc", "eval MLM"),
+                  ("eval", "sop_acc", "eval SOP/NSP"), ("eval", "nsp_acc", "eval NSP")]),
     ("learning rate", [("train", "lr", "lr")]),
     ("throughput (tokens/s)", [("train", "tokens_per_s", "tokens/s")]),
 ]
