@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from albertlm.data.corpus import FORMATS  # standard library only
+from albertlm.data.corpus import FORMATS, NOT_UTF8_HINT  # standard library only
 from albertlm.errors import UserError
 
 BATCH_LINES = 4096  # lines per native encode_batch call
@@ -151,7 +151,7 @@ def _train(args: argparse.Namespace) -> int:
 
     _check_train_args(args)
     files = find_input_files(args.input)
-    check_inputs(files, args.format, args.text_field)
+    check_inputs(files, args.format, args.text_field)   # and that the text files are UTF-8
     out = Path(args.out)
     existing = _existing_tokenizer(out)
     if existing and not args.overwrite:
@@ -281,16 +281,24 @@ def _load(args: argparse.Namespace):
 
 
 def _stdin_lines():
-    """Lines of stdin without their line ends ("\\n" or "\\r\\n"); invalid UTF-8 becomes U+FFFD rather than a
-    traceback. Only "\\n" ends a line: a lone "\\r" inside a line (a spreadsheet cell, old Mac text) is text,
-    where universal newlines made it a line end, so one input line gave two lists and every later list was
-    one line off."""
+    """Lines of stdin without their line ends ("\\n" or "\\r\\n"). Only "\\n" ends a line: a lone "\\r" inside a
+    line (a spreadsheet cell, old Mac text) is text, where universal newlines made it a line end, so one input
+    line gave two lists and every later list was one line off.
+
+    A line that is not UTF-8 is a UserError naming it (as `embed` and `fill-mask` read stdin): its bytes used
+    to become U+FFFD without a word, which BERT's text cleaning deletes, so a Korean file in CP949 (or Chinese
+    in GBK) encoded with a WordPiece vocab lost most of its text, exit 0."""
     if not hasattr(sys.stdin, "buffer"):
         for line in sys.stdin:
             yield line.removesuffix("\n").removesuffix("\r")
         return
-    for raw in sys.stdin.buffer:   # binary lines end at b"\n" only; no UTF-8 sequence holds that byte
-        yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
+    for number, raw in enumerate(sys.stdin.buffer, start=1):   # binary lines end at b"\n" only
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"stdin line {number}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
+                            f"{exc.start + 1}); {NOT_UTF8_HINT}") from None
+        yield text.removesuffix("\n").removesuffix("\r")
 
 
 def _batches(lines, size: int = BATCH_LINES):
@@ -308,11 +316,13 @@ def _encode(args: argparse.Namespace) -> int:
     tokenizer = _load(args)
     out = sys.stdout
     unknown = UnknownCount(tokenizer.unk_id)
+    done = 0   # lines written
     for batch in _batches(_stdin_lines()):
-        for ids, types in _encode_batch(tokenizer, batch, args.pair, args.special):
+        for ids, types in _encode_batch(tokenizer, batch, args.pair, args.special, done + 1):
             unknown.add(ids)
             record = {"input_ids": ids, "token_type_ids": types} if args.token_types else ids
             out.write(json.dumps(record, separators=(",", ":")) + "\n")
+        done += len(batch)
     out.flush()
     if unknown.tokens:
         print(unknown.note(tokenizer.id_to_token(tokenizer.unk_id)), file=sys.stderr)
@@ -339,10 +349,16 @@ class UnknownCount:
                 f"{self.first}): characters the vocabulary does not hold; decode drops them")
 
 
-def _encode_batch(tokenizer, lines: list[str], pair: bool, special: bool):
-    """(ids, token types) per line; pairs and specials built around one native batch encode."""
+def _encode_batch(tokenizer, lines: list[str], pair: bool, special: bool, first_line: int = 1):
+    """(ids, token types) per line; pairs and specials built around one native batch encode. With `pair`, a
+    line of more than two tab-separated fields (`first_line` numbers the first line in the message) is a
+    UserError: the third column of a TSV (KorNLI's gold_label) was encoded into segment B without a word."""
     if pair:
-        halves = [line.split("\t", 1) for line in lines]
+        halves = [line.split("\t") for line in lines]
+        for number, half in enumerate(halves, start=first_line):
+            if len(half) > 2:
+                raise UserError(f"stdin line {number}: {len(half)} tab-separated fields; --pair reads 'A<TAB>B' "
+                                "(keep the two text columns, e.g. cut -f1,2)")
         flat = tokenizer.encode_batch([part for half in halves for part in half])
         k = 0
         for half in halves:

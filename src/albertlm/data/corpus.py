@@ -856,11 +856,46 @@ def _table_documents(path: Path, batches, column: int, fraction: Callable[[int],
 
 
 # -- checks before the work starts -------------------------------------------------------------------------
+# what to do with text in a legacy encoding (named in the errors about non-UTF-8 input)
+NOT_UTF8_HINT = ("convert the text to UTF-8 first (Korean CP949/EUC-KR, Chinese GBK/GB18030 or Big5, Japanese "
+                 "Shift-JIS: e.g. iconv -f cp949 -t utf-8)")
+ENCODING_SNIFF_BYTES = 1 << 16   # the head of each input text file checked for text in a legacy encoding
+MIN_BAD_SEQUENCES = 8            # undecodable byte sequences before a head counts as not UTF-8
+
+
+def looks_legacy_encoded(head: bytes) -> bool:
+    """Whether `head` (a file's first bytes) is text in another encoding than UTF-8: at least
+    MIN_BAD_SEQUENCES byte sequences that are not UTF-8, and more of them than well-formed non-ASCII
+    characters. CP949 Korean or GBK Chinese gives thousands of the first and a few accidental pairs of the
+    second; UTF-8 text with a stray bad byte or two, or a genuine U+FFFD, does not count."""
+    if len(head) >= ENCODING_SNIFF_BYTES and b"\n" in head:
+        head = head[:head.rindex(b"\n")]   # not the cut last line: its last character may be split
+    text = head.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - head.count("\ufffd".encode())
+    return bad >= MIN_BAD_SEQUENCES and bad > sum(1 for c in text if c > "\x7f" and c != "\ufffd")
+
+
+def _check_encoding(path: Path, compression: str | None) -> None:
+    """A UserError when a text file's (decompressed) first 64 KiB are not UTF-8 (`looks_legacy_encoded`); a
+    head with NUL bytes is left to the reader, which skips it as binary (or UTF-16) and says so. The reader
+    turns undecodable bytes into U+FFFD and counts the lines, so a corpus saved in CP949 trained a tokenizer of
+    U+FFFD and stray Greek and Cyrillic (and built data of [UNK]), exit 0, with only a count of bad lines."""
+    stream, raw = open_text_stream(path, compression, lambda exc: None)
+    try:
+        head = stream.read(ENCODING_SNIFF_BYTES)
+    finally:
+        stream.close()
+        raw.close()
+    if b"\x00" not in head and looks_legacy_encoded(head):
+        raise UserError(f"{path} is not UTF-8 text (most of its non-ASCII bytes are not UTF-8): {NOT_UTF8_HINT}")
+
+
 def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "text") -> None:
     """Fail fast on what would otherwise be found mid-build: a Parquet/Arrow file without a string
     `text_field` column or that cannot be opened, `--format parquet/arrow` on other files, and a JSONL
-    file none of whose first 100 records has `text_field` (almost surely the wrong --text-field).
-    Reads only each file's first bytes (and a Parquet footer or an Arrow schema)."""
+    file none of whose first 100 records has `text_field` (almost surely the wrong --text-field), and a text
+    file in a legacy encoding (`looks_legacy_encoded`). Reads only each file's first bytes (64 KiB of a text
+    file, a Parquet footer or an Arrow schema)."""
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     for path in map(Path, files):
@@ -874,8 +909,10 @@ def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "te
         elif table == "arrow":
             with _pyarrow().OSFile(str(path)) as source:
                 _text_column_index(_open_arrow(path, source)[0], text_field, path)
-        elif fmt == "jsonl" or (fmt == "auto" and inner_name(path).suffix.lower() in (".jsonl", ".json")):
-            _check_jsonl(path, compression_of(magic), text_field)
+        else:
+            _check_encoding(path, compression_of(magic))
+            if fmt == "jsonl" or (fmt == "auto" and inner_name(path).suffix.lower() in (".jsonl", ".json")):
+                _check_jsonl(path, compression_of(magic), text_field)
 
 
 def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:

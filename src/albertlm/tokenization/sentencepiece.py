@@ -15,6 +15,7 @@ import random
 import re
 import sys
 import unicodedata
+import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -28,6 +29,7 @@ LineReader = Callable[[Path], Iterable[str]]   # a training input file -> its li
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
 SPECIAL_PIECES = ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in every ALBERT model
 
+_HANGUL = re.compile("[\uac00-\ud7a3]")  # composed syllables
 # Scripts written without spaces between words: each of their pieces is a word of its own for masking.
 _UNSPACED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HALFWIDTH KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR",
                      "TIBETAN", "IDEOGRAPHIC")
@@ -179,6 +181,7 @@ class SentencePieceTokenizer(TokenizerBase):
         self._added = self._added_tokens_pattern() if self.options.split_added_tokens else None
         self._preprocess = Preprocessor(self.options, self._deleted_spaces() if self.options.split_added_tokens
                                         else "")
+        self._warn_if_hangul_is_lost()
 
     def _special_ids(self) -> tuple[int, int, int, int, int]:
         ids = [self.sp.piece_to_id(p) for p in SPECIAL_PIECES]
@@ -188,6 +191,24 @@ class SentencePieceTokenizer(TokenizerBase):
             raise UserError(f"{self.model_file} lacks the ALBERT special pieces {missing} "
                             "(train with `albertlm tokenizer train`)")
         return tuple(ids)  # type: ignore[return-value]
+
+    def _warn_if_hangul_is_lost(self) -> None:
+        """Accent stripping (`keep_accents=False`, what a bare .model file gets, as in transformers) splits
+        Hangul syllables into jamo (NFKD). The `nmt_nfkc` normalizer of ALBERT's and our trained models composes
+        them back; a model trained with sentencepiece's `identity` rule (usual for Korean models trained
+        elsewhere) does not, so every syllable became <unk>, without a word. transformers gives the same ids;
+        we keep them but warn, as `wordpiece.warn_if_hangul_is_decomposed` does for BERT vocabs."""
+        if self.options.keep_accents:
+            return
+        sample = "한국어"
+        if self.sp.normalize(unicodedata.normalize("NFKD", sample)) == self.sp.normalize(sample):
+            return
+        hangul = sum(1 for i in range(self.vocab_size) if _HANGUL.search(self.sp.id_to_piece(i)))
+        if hangul >= 100:
+            warnings.warn(f"{self.model_file} holds {hangul} Hangul pieces, but accent stripping (keep_accents="
+                          "false) splits Hangul into jamo, which this model's normalizer does not compose back: "
+                          "Korean text encodes as <unk>; load it with keep_accents=True (CLI: -o keep_accents=true)"
+                          ", or save a tokenizer_config.json saying so", UserWarning, stacklevel=3)
 
     def _deleted_spaces(self) -> str:
         """The characters Python's `str.split` takes for whitespace that the model's normalizer deletes
