@@ -1,5 +1,6 @@
 """RACE: reading `RACE/{train,dev,test}/{middle,high}/*.txt` (one JSON passage per file, several
-questions each) and building 4-way multiple-choice features.
+questions each; or google-research's `all.txt`, the level's passages one per line) and building 4-way
+multiple-choice features.
 
 Each choice is `[CLS] article [SEP] question-with-option [SEP]`: a question containing `_` has it
 replaced by the option, otherwise the option is appended (google-research `race_utils.py`).
@@ -14,7 +15,7 @@ import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature, build_pair
-from albertlm.tasks.tables import DataError, Problems, read_json
+from albertlm.tasks.tables import DataError, Problems, read_json, read_records, shown
 
 LEVELS = ("middle", "high")
 LETTERS = "ABCD"
@@ -31,21 +32,72 @@ class RaceExample:
     label: int | None    # index of the right option
 
 
+SPLITS = ("train", "dev", "test")
+ALL_FILE = "all.txt"    # google-research run_race.py reads RACE/<split>/<level>/all.txt: one passage per line
+
+
 def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS) -> list[RaceExample]:
     """All questions of one split; `root` is the RACE directory (holding train/dev/test) or a split dir. A level
-    named twice (`--levels middle,middle`) is read once (its questions would count twice in the accuracy)."""
+    named twice (`--levels middle,middle`) is read once (its questions would count twice in the accuracy).
+    A held-out split directory (`RACE/dev`, `RACE/test`) is never read as the training split."""
     root = Path(root)
     levels = tuple(dict.fromkeys(levels))
+    if not levels:
+        raise DataError(f"{root}: no RACE level to read; levels are {', '.join(LEVELS)}")
     is_split_dir = any((root / level).is_dir() for level in LEVELS)  # given RACE/dev itself
     split_dir = root if is_split_dir and not (root / split).is_dir() else root / split
+    held_out = root.resolve().name      # `--data-dir .` inside RACE/dev too
+    if split_dir == root and split == "train" and held_out in SPLITS and held_out != split:
+        raise DataError(f"{root} is RACE's {held_out} split, not training data: give the RACE directory "
+                        f"(--data-dir {root.parent if root.name else root.resolve().parent}), which holds train/ "
+                        f"and {held_out}/")
     if not split_dir.is_dir():
-        raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt)")
+        hint = ""
+        if (root / "RACE").is_dir():    # google-research's --data_dir is the folder holding RACE/
+            hint = f"; give the RACE directory itself: {root / 'RACE'}"
+        raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt){hint}")
     examples = []
     for level in levels:
-        for path in sorted((split_dir / level).glob("*.txt"), key=_file_order):
-            examples += read_passage(path, level)
+        examples += _read_level(split_dir / level, level)
     if not examples:
         raise DataError(f"{split_dir}: no passages found under {'/, '.join(levels)}/")
+    return examples
+
+
+def passage_files(level_dir: Path) -> list[Path]:
+    """The passage files of one level directory, in number order: `*.txt` files, not hidden ones (macOS
+    `._13.txt` copies, `.DS_Store`) nor google-research's `all.txt` (it repeats the level's passages)."""
+    if not level_dir.is_dir():
+        return []
+    paths = [path for path in level_dir.glob("*.txt")
+             if not path.name.startswith(".") and path.name != ALL_FILE and path.is_file()]
+    return sorted(paths, key=_file_order)
+
+
+def _read_level(level_dir: Path, level: str) -> list[RaceExample]:
+    paths = passage_files(level_dir)
+    if paths:
+        return [example for path in paths for example in read_passage(path, level)]
+    all_file = level_dir / ALL_FILE
+    return read_all_file(all_file, level) if all_file.is_file() else []
+
+
+def read_all_file(path: Path, level: str) -> list[RaceExample]:
+    """google-research's `all.txt`: the level's passages as JSON lines. A question is named as in the
+    one-file-per-passage layout (`middle/13.txt#0`, from the passage's `id` "middle13.txt"), so predictions
+    and scores match between the two layouts; a passage without an id is named by its line."""
+    examples, seen = [], {}
+    for lineno, data in read_records(path, "jsonl"):
+        name = data.get("id")
+        if isinstance(name, str) and name.strip():
+            name = name.strip()
+            name = name[len(level):] if name.startswith(level) and len(name) > len(level) else name
+        else:
+            name = f"{ALL_FILE}:{lineno}"
+        if name in seen:
+            raise DataError(f"{path}:{lineno}: passage id {shown(data.get('id'))} repeats line {seen[name]}")
+        seen[name] = lineno
+        examples += _passage_examples(data, f"{path}:{lineno}", level, name)
     return examples
 
 
@@ -57,22 +109,29 @@ def read_passage(path: Path, level: str) -> list[RaceExample]:
     """The questions of one passage file; its fields are checked for type and count (a DataError naming the
     file and the question otherwise)."""
     data = read_json(path, dict, "a JSON object (a RACE passage)")
+    return _passage_examples(data, str(path), level, path.name)
+
+
+def _passage_examples(data: dict, where_file: str, level: str, name: str) -> list[RaceExample]:
+    """The questions of one passage (`where_file` names it in errors, `name` in the question ids)."""
     for key in ("article", "questions", "options", "answers"):
         if key not in data:
-            raise DataError(f"{path}: missing field {key!r} (a RACE passage needs article, questions, "
+            raise DataError(f"{where_file}: missing field {key!r} (a RACE passage needs article, questions, "
                             "options, answers)")
     if not isinstance(data["article"], str):
-        raise DataError(f"{path}: 'article' is {type(data['article']).__name__}, expected the passage text")
+        raise DataError(f"{where_file}: 'article' is {type(data['article']).__name__}, expected the passage text")
+    if not data["article"].strip():
+        raise DataError(f"{where_file}: the article is empty; a RACE question is answered from its passage")
     for key in ("questions", "options", "answers"):
         if not isinstance(data[key], list):
-            raise DataError(f"{path}: {key!r} is {type(data[key]).__name__}, expected a list")
+            raise DataError(f"{where_file}: {key!r} is {type(data[key]).__name__}, expected a list")
     questions, options, answers = data["questions"], data["options"], data["answers"]
     if not len(questions) == len(options) == len(answers):
-        raise DataError(f"{path}: {len(questions)} questions, {len(options)} option lists and "
+        raise DataError(f"{where_file}: {len(questions)} questions, {len(options)} option lists and "
                         f"{len(answers)} answers; they must match")
     examples = []
     for i, (question, opts, answer) in enumerate(zip(questions, options, answers)):
-        where = f"{path}: question {i}"
+        where = f"{where_file}: question {i}"
         if not isinstance(question, str):
             raise DataError(f"{where}: the question is {type(question).__name__}, expected text")
         if not isinstance(opts, list) or len(opts) != NUM_CHOICES:
@@ -82,7 +141,7 @@ def read_passage(path: Path, level: str) -> list[RaceExample]:
             raise DataError(f"{where}: options must be texts, got {opts!r}")
         if not (isinstance(answer, str) and len(answer) == 1 and answer in LETTERS):
             raise DataError(f"{where}: answer {answer!r} is not one of {', '.join(LETTERS)}")
-        examples.append(RaceExample(f"{level}/{path.name}#{i}", level, data["article"], question,
+        examples.append(RaceExample(f"{level}/{name}#{i}", level, data["article"], question,
                                     list(opts), LETTERS.index(answer)))
     return examples
 
@@ -143,6 +202,18 @@ def race_metrics(examples: Sequence[RaceExample], preds: Sequence[int]) -> dict[
             out[f"accuracy_{level}"] = float((labels[mask] == preds[mask]).mean())
             out[f"num_{level}"] = int(mask.sum())
     return out
+
+
+def split_of_predictions(path: str | Path) -> str | None:
+    """The split a predictions file written by `albertlm finetune|predict race` is of, by its name
+    (`test_predictions.json` -> "test"), else None. Question ids carry no split and train/, dev/ and test/ hold
+    files of the same names, so scoring one split's predictions against another's answers would give a number:
+    `evaluate race --predictions` takes the split from here when `--split` is not given."""
+    name = Path(path).name
+    for split in SPLITS:
+        if name == f"{split}_predictions.json":
+            return split
+    return None
 
 
 def read_predictions(path: str | Path) -> dict[str, int]:

@@ -28,7 +28,13 @@ def score_squad(opts, predictions: str, score_opts=None, warn=None) -> dict:
 def score_race(opts, predictions: str, score_opts=None, warn=None) -> dict:
     if not opts.data_dir:
         raise UserError("give the RACE directory with --data-dir")
-    examples = race.read_race(opts.data_dir, opts.split or "dev", opts.level_list())
+    # question ids carry no split (dev/ and test/ hold files of the same names): a `test_predictions.json`
+    # scored against dev's answers without --split gave a number; the file's name says its split
+    named = race.split_of_predictions(predictions)
+    if opts.split and named and opts.split != named:
+        raise UserError(f"--split {opts.split}, but {Path(predictions).name} holds {named} predictions (by its "
+                        f"name); give --split {named}, or rename the file if it really is {opts.split}'s")
+    examples = race.read_race(opts.data_dir, opts.split or named or "dev", opts.level_list())
     preds = race.read_predictions(predictions)
     missing = [e.qid for e in examples if e.qid not in preds]
     if missing:
