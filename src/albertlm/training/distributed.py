@@ -10,6 +10,9 @@ import datetime
 import gc
 import os
 import signal
+import socket
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -126,9 +129,11 @@ def _join_failure(exc: Exception, rank: int, world_size: int, timeout_minutes: f
     text = " ".join(str(exc).split())
     addr = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
     if "EADDRINUSE" in text or "address already in use" in text.lower():
+        # rank 0 hosts the group's store on that port: a second process given RANK=0 by hand finds it taken too
+        twice = " or another process of this run was also given RANK=0" if rank == 0 else ""
         return (f"cannot start the process group at MASTER_ADDR:MASTER_PORT {addr}: the port is already in use (another "
-                "run or program holds it); pick a free one (torchrun --master-port P, or MASTER_PORT=P for every "
-                "process), or let torchrun --standalone choose")
+                f"run or program holds it{twice}); pick a free one (torchrun --master-port P, or MASTER_PORT=P for "
+                "every process), or let torchrun --standalone choose")
     if "environment variable" in text and "expected" in text:
         missing = "MASTER_ADDR" if "MASTER_ADDR" in text else "MASTER_PORT" if "MASTER_PORT" in text else "a variable"
         return (f"WORLD_SIZE={world_size} asks for {world_size} processes but {missing} is not set: launch with "
@@ -218,7 +223,8 @@ def tell_peers(info: DistInfo, exc: BaseException, where: str = "") -> None:
     if not isinstance(exc, (UserError, OSError)):
         text = f"{type(exc).__name__}: {text} (a bug or damaged input: its traceback is in rank {info.rank}'s output)"
     try:
-        store.set(f"{FAILURE_KEY}{info.rank}", f"rank {info.rank} stopped{where}: {text}")
+        with _quiet_if_failing():
+            store.set(f"{FAILURE_KEY}{info.rank}", f"rank {info.rank} stopped{where}: {text}")
     except Exception:  # noqa: BLE001 (the store went with rank 0: the others say that no message was left)
         pass
 
@@ -232,15 +238,53 @@ def peer_failures(info: DistInfo, wait_s: float = 1.0) -> list[str]:
     while True:
         found = []
         try:
-            for rank in range(info.world_size):
-                key = f"{FAILURE_KEY}{rank}"
-                if rank != info.rank and store.check([key]):
-                    found.append(store.get(key).decode("utf-8", "replace"))
-        except Exception:  # noqa: BLE001 (the store is gone: rank 0, which held it, stopped)
+            with _quiet_if_failing():
+                for rank in range(info.world_size):
+                    key = f"{FAILURE_KEY}{rank}"
+                    if rank != info.rank and store.check([key]):
+                        found.append(store.get(key).decode("utf-8", "replace"))
+        except Exception:  # noqa: BLE001 (the store is gone: rank 0, or the node's torchrun, which held it, stopped)
             return found
         if found or time.monotonic() >= deadline:
             return found
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _quiet_if_failing() -> Iterator[None]:
+    """Around a call to the process group's store once a peer is gone: torch's C++ side writes a warning with a
+    30-frame native stack to stderr ("recvValue failed ... Did the remote server shutdown or crash?") before it
+    raises, when the store's host (rank 0's machine: its torchrun, or rank 0 set up by hand) has stopped, and
+    that stack buried the one line the run then says. Here descriptor 2 (where the C++ side writes, whatever
+    `sys.stderr` is) goes to a temporary file for the block: what was written there is passed on if the block
+    succeeds and dropped if it raises (the caller handles the failure and says it). Without a descriptor 2 to
+    redirect, nothing is changed."""
+    fd = 2
+    try:
+        sys.stderr.flush()
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        saved = os.dup(fd)
+    except OSError:
+        yield
+        return
+    failed = True
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), fd)
+            try:
+                yield
+                failed = False
+            finally:
+                os.dup2(saved, fd)
+                if not failed:
+                    held.seek(0)
+                    written = held.read()
+                    if written:
+                        os.write(fd, written)
+    finally:
+        os.close(saved)
 
 
 class _Terminated(BaseException):
@@ -295,6 +339,38 @@ def failing_together(info: DistInfo, where: Callable[[], str] = lambda: "") -> I
 def _peer_gone(main: bool) -> None:
     if main:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+HOST_KEY = "host"
+
+
+def differing_across_ranks(info: DistInfo, values: dict) -> dict[str, list[tuple[object, list[int]]]]:
+    """The settings (`values`: name -> a plain value) that are not the same on every process of the run, as
+    {name: [(value, [ranks holding it]), ...]} in rank order of first appearance; {} when all agree or alone.
+    Every rank gets the same answer (one all-gather of the small dict). Each rank's host name travels with it
+    (`HOST_KEY` in the answer, when the ranks are on more than one machine), for the message."""
+    if not info.enabled:
+        return {}
+    gathered: list = [None] * info.world_size
+    dist.all_gather_object(gathered, {"values": values, HOST_KEY: socket.gethostname()})
+    out: dict[str, list[tuple[object, list[int]]]] = {}
+    keys = list(dict.fromkeys(key for item in gathered for key in item["values"]))
+    for key in keys:
+        groups: list[tuple[object, list[int]]] = []
+        for rank, item in enumerate(gathered):
+            value = item["values"].get(key)
+            for held, ranks in groups:
+                if held == value:
+                    ranks.append(rank)
+                    break
+            else:
+                groups.append((value, [rank]))
+        if len(groups) > 1:
+            out[key] = groups
+    hosts = [item[HOST_KEY] for item in gathered]
+    if out and len(set(hosts)) > 1:
+        out[HOST_KEY] = [(host, [rank for rank, h in enumerate(hosts) if h == host]) for host in dict.fromkeys(hosts)]
+    return out
 
 
 def barrier() -> None:

@@ -533,10 +533,25 @@ def count_tokens(batch: Batch) -> torch.Tensor:
 
 
 class StopRequest:
-    """Set by SIGINT / SIGTERM: the name of the first signal, read by the loop after each step."""
+    """Set by SIGINT / SIGTERM: the name of the first signal (and when it came), read by the loop after each step."""
 
     def __init__(self) -> None:
         self.name: str | None = None
+        self.signum: int | None = None
+        self.at = 0.0                      # time.monotonic() of the first signal
+
+
+# torchrun passes the signal it gets on to every worker, so a Ctrl-C in its terminal (the whole foreground process
+# group gets SIGINT) or a scheduler's SIGTERM to every process of the job reaches each rank twice, milliseconds
+# apart: the second is the same request, not "stop at once" (which lost the step's checkpoint whenever the rank
+# ran Python code between the two). A deliberate second signal comes after the notice has been read.
+RELAYED_S = 1.0
+
+
+def relayed_twice(request: StopRequest, signum: int) -> bool:
+    """Whether `signum` is torchrun's copy of the signal `request` already holds (under torchrun only)."""
+    return ("TORCHELASTIC_RUN_ID" in os.environ and signum == request.signum
+            and time.monotonic() - request.at < RELAYED_S)
 
 
 def _say_in_handler(line: str) -> None:
@@ -568,8 +583,10 @@ def stop_on_signals(info: DistInfo | None = None):
 
     def ask(signum, frame):
         if request.name is not None:
+            if relayed_twice(request, signum):
+                return
             raise KeyboardInterrupt
-        request.name = signal.Signals(signum).name
+        request.name, request.signum, request.at = signal.Signals(signum).name, signum, time.monotonic()
         if reports_here() and not (info is not None and info.enabled and peer_failures(info, wait_s=0)):
             _say_in_handler(f"{request.name}: stopping after this step to save a checkpoint (send it again to "
                             "stop at once, without saving this step)")

@@ -25,7 +25,8 @@ from torch import nn
 from albertlm.config.run import RunConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import DistInfo, failing_together, init_distributed, world_size_from_env
+from albertlm.training.distributed import (HOST_KEY, DistInfo, differing_across_ranks, failing_together,
+                                           init_distributed, world_size_from_env)
 from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate, shuffled_batches
 from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
@@ -278,6 +279,60 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
     return loop
 
 
+# the run settings that are each process's own: how it shows progress and logs (rank 0 alone logs and saves),
+# where its machine holds the data and the starting checkpoint (the data itself is compared, `run_identity`),
+# its device and backend (`auto` on one node, `gloo` on another: the group they formed has one) and how long it
+# waits for the others
+PER_PROCESS = ("train.progress", "train.tensorboard", "train.log_every", "train.keep_last", "data.num_workers",
+               "data.path", "data.eval_path", "init_from", "dist.device", "dist.backend", "dist.timeout_minutes")
+
+
+def run_identity(run: RunConfig, datasets: Datasets, run_dir: Path, resume: bool) -> dict:
+    """What every process of one run must agree on: its settings (but `PER_PROCESS`), its training data as
+    this process reads it (examples, sequence length, sentence task, tokenizer, the build's seed and shards),
+    whether it evaluates and on how many examples, and on `resume` the checkpoint it continues from."""
+    from albertlm.config.overrides import flatten
+
+    values = {key: value for key, value in flatten(run.to_dict()).items() if key not in PER_PROCESS}
+    meta = datasets.meta
+    values["the training data's examples"] = len(datasets.train)
+    values.update({f"the training data's {key[len('data_'):]}": value for key, value in data_identity(meta).items()})
+    values["the training data's build seed"] = meta.get("seed")
+    values["the training data's shards"] = [(s.get("file"), s.get("num_instances")) for s in meta.get("shards", [])
+                                             if isinstance(s, dict)]
+    values["the evaluation data's examples"] = len(datasets.eval) if datasets.eval is not None else None
+    if resume:
+        last = ckpt.latest_checkpoint(run_dir) if run_dir.is_dir() else None
+        values["the checkpoint it resumes from"] = last.name if last is not None else None
+    return values
+
+
+def check_same_run(run: RunConfig, datasets: Datasets, run_dir: Path, resume: bool, info: DistInfo) -> None:
+    """Every process of a launch was given the same run (torchrun on each node with its own command line): a
+    node started with another --lr trained on silently, each rank updating its copy of the model with its own
+    rate while only rank 0's was saved; another --max-steps left the ranks waiting in different collectives until
+    --dist.timeout_minutes; another --model.* was a DDP traceback. Refused on every rank, in one line naming what
+    differs and on which ranks (and hosts), before anything is read or written."""
+    differ = differing_across_ranks(info, run_identity(run, datasets, run_dir, resume))
+    if not differ:
+        return
+    hosts = dict(differ.pop(HOST_KEY, []))
+
+    def where(ranks: list[int]) -> str:
+        shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+        host = next((h for h, on in hosts.items() if set(ranks) <= set(on)), None)
+        return f"rank{'s' if len(ranks) > 1 else ''} {shown}{f' (host {host})' if host else ''}"
+
+    said = []
+    for key, groups in list(differ.items())[:3]:
+        said.append(f"{key} is " + ", ".join(f"{value!r} on {where(ranks)}" for value, ranks in groups[:4]))
+    more = f"; and {len(differ) - 3} more ({', '.join(list(differ)[3:6])}{', ...' if len(differ) > 6 else ''})" \
+        if len(differ) > 3 else ""
+    raise UserError(f"the {info.world_size} processes of this run were started with different settings: "
+                    f"{'; '.join(said)}{more}; start every node's torchrun with the same `albertlm pretrain` options "
+                    "and --config files, on the same data (a shared path or a copy)")
+
+
 def long_warmup_warning(plan) -> str | None:
     """A warmup as long as the run (the paper recipe's 3125 steps kept for a --max-steps 1000 run) means the
     learning rate never decays and may never reach --lr: said once as the run starts, with the run's notes on
@@ -312,7 +367,9 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
             locked = info.is_main and run_dir.is_dir()
             if locked:
                 held.enter_context(ckpt.run_dir_lock(run_dir))
-            loop = make_loop(run, run_dir, open_datasets(run), info, resume)
+            datasets = open_datasets(run)
+            check_same_run(run, datasets, run_dir, resume, info)
+            loop = make_loop(run, run_dir, datasets, info, resume)
             if info.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
                 if not locked:
