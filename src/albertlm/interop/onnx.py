@@ -252,12 +252,14 @@ def merge_duplicate_initializers(proto) -> int:
     return len(rename)
 
 
-def _save(proto, path: Path) -> None:
+def _save(proto, path: Path) -> bool:
+    """Write `proto` to `path`, its weights in `path`.data when they pass EXTERNAL_DATA_BYTES; returns whether."""
     import onnx
 
     big = sum(len(i.raw_data) for i in proto.graph.initializer) > EXTERNAL_DATA_BYTES
     onnx.save_model(proto, str(path), save_as_external_data=big, all_tensors_to_one_file=True,
                     location=path.name + ".data" if big else None)
+    return big
 
 
 def _size(path: Path) -> int:
@@ -306,19 +308,23 @@ def quantize_int8(path: str | Path, out: str | Path) -> dict:
     untied = out.with_name(out.name + ".untied.tmp")
     proto = onnx.load(str(path))
     untie_shared_initializers(proto)
-    onnx.save_model(proto, str(untied))
+    # the untied copy of a big all-shared model (albert-xlarge: ~5 GB, one copy of the layer per use) and
+    # quantize_dynamic's unmerged int8 result can pass protobuf's 2 GB: both then keep their weights in a .data file
+    big = _save(proto, untied)
     try:
         disabled = logging.root.manager.disable
         logging.disable(logging.WARNING)   # its "consider pre-processing" advice, through the root logger
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                quantize_dynamic(str(untied), str(out), weight_type=QuantType.QInt8)
+                quantize_dynamic(str(untied), str(out), weight_type=QuantType.QInt8, use_external_data_format=big)
         finally:
             logging.disable(disabled)
     finally:
-        untied.unlink(missing_ok=True)
-    proto = onnx.load(str(out))
+        for leftover in (untied, untied.with_name(untied.name + ".data")):
+            leftover.unlink(missing_ok=True)
+    proto = onnx.load(str(out))       # its .data file read in: the merged model is written anew below
+    out.with_name(out.name + ".data").unlink(missing_ok=True)
     merged = merge_duplicate_initializers(proto)
     _drop_unused_initializers(proto)
     _save(proto, out)
