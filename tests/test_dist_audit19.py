@@ -112,6 +112,32 @@ def test_a_node_with_other_data_or_an_older_checkpoint_is_named(tmp_path, monkey
     check_same_run(run, datasets(), run_dir, True, info)          # alike: nothing said
 
 
+def test_a_finetuning_node_with_another_lr_or_data_is_named(monkeypatch):
+    """Fine-tuning under torchrun: a node started with another --lr trained silently (each rank its own rate, rank
+    0's model saved), another data size hung in mismatched collectives. Refused as pretraining's are."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from albertlm.config.task import FinetuneConfig
+    from albertlm.errors import UserError
+    from albertlm.tasks.finetune import check_same_finetune, finetune_identity
+
+    cfg = FinetuneConfig()
+    spec = SimpleNamespace(family="glue", train=[0] * 10, info={"task": "rte", "labels": ["a", "b"]})
+    mine = finetune_identity(spec, cfg)
+    other_lr = finetune_identity(spec, dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=1e-4)))
+    other_data = finetune_identity(SimpleNamespace(**{**vars(spec), "train": [0] * 12}), cfg)
+    _as_if_other_ranks_hold(monkeypatch, [other_lr, other_data])
+    with pytest.raises(UserError) as caught:
+        check_same_finetune(spec, cfg, DistInfo(rank=0, world_size=3))
+    said = str(caught.value)
+    assert f"optim.lr is {cfg.optim.lr!r} on ranks 0, 2, 0.0001 on rank 1" in said, said
+    assert "the training features is 10 on ranks 0, 1, 12 on rank 2" in said and "albertlm finetune glue" in said
+    local = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, progress=False, log_every=3))
+    _as_if_other_ranks_hold(monkeypatch, [finetune_identity(spec, local), mine])
+    check_same_finetune(spec, cfg, DistInfo(rank=0, world_size=3))     # per-process settings may differ
+
+
 def test_per_process_settings_may_differ(tmp_path):
     """How a node logs and where it holds the data are its own: not part of what must agree."""
     from albertlm.training.pretrain import run_identity

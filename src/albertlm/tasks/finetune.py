@@ -326,6 +326,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     if old_run:   # --overwrite: the old run's prediction files go with it
         old_run += prediction_files(out_dir)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
+    check_same_finetune(spec, cfg, info)
     loop = make_finetune_loop(spec, model_path, tokenizer, cfg, out_dir, info, resume)
     if info.is_main:
         ckpt.clear_run_dir(old_run)
@@ -359,6 +360,35 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     _write_json(out_dir / "metrics.json", metrics)
     spec.problems.report(sys.stderr)
     return metrics
+
+
+# the settings that are each process's own (how it shows progress and logs; its device, backend and patience)
+PER_PROCESS = ("train.progress", "train.tensorboard", "train.log_every", "train.keep_last", "dist.device",
+               "dist.backend", "dist.timeout_minutes")
+
+
+def finetune_identity(spec: TaskSpec, cfg: FinetuneConfig) -> dict:
+    """What every process of one fine-tuning must agree on: its settings (but `PER_PROCESS`), the task, the number
+    of training features and the task's labels (`spec.info`)."""
+    from albertlm.config.overrides import flatten
+
+    values = {key: value for key, value in flatten(cfg.to_dict()).items() if key not in PER_PROCESS}
+    values.update({"the task": spec.family, "the training features": len(spec.train),
+                   "the task's labels": json.dumps(spec.info, sort_keys=True, default=str)})
+    return values
+
+
+def check_same_finetune(spec: TaskSpec, cfg: FinetuneConfig, info: DistInfo) -> None:
+    """Every torchrun process was given the same fine-tuning (`finetune_identity`): a node with another --lr
+    trained its copy of the model at its own rate while only rank 0's was saved, and another --epochs or data
+    left the ranks waiting in different collectives. Refused on every rank in one line
+    (`distributed.refuse_differences`), as pretraining does."""
+    from albertlm.training.distributed import refuse_differences
+
+    if info.enabled:
+        refuse_differences(info, finetune_identity(spec, cfg),
+                           f"start every node's torchrun with the same `albertlm finetune {spec.family}` options "
+                           "and --config files, on the same data")
 
 
 def check_task_head(model_class: type, family: str, model_dir: str | Path) -> None:

@@ -373,6 +373,29 @@ def differing_across_ranks(info: DistInfo, values: dict) -> dict[str, list[tuple
     return out
 
 
+def refuse_differences(info: DistInfo, values: dict, advice: str) -> None:
+    """A UserError on every rank, in one line naming what differs and on which ranks (and hosts), when `values`
+    (what every process of one run must agree on) are not the same everywhere (`differing_across_ranks`);
+    `advice` says how to start the processes alike."""
+    differ = differing_across_ranks(info, values)
+    if not differ:
+        return
+    hosts = dict(differ.pop(HOST_KEY, []))
+
+    def where(ranks: list[int]) -> str:
+        shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+        host = next((h for h, on in hosts.items() if set(ranks) <= set(on)), None)
+        return f"rank{'s' if len(ranks) > 1 else ''} {shown}{f' (host {host})' if host else ''}"
+
+    said = []
+    for key, groups in list(differ.items())[:3]:
+        said.append(f"{key} is " + ", ".join(f"{value!r} on {where(ranks)}" for value, ranks in groups[:4]))
+    more = f"; and {len(differ) - 3} more ({', '.join(list(differ)[3:6])}{', ...' if len(differ) > 6 else ''})" \
+        if len(differ) > 3 else ""
+    raise UserError(f"the {info.world_size} processes of this run were started with different settings: "
+                    f"{'; '.join(said)}{more}; {advice}")
+
+
 def barrier() -> None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()

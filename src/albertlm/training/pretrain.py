@@ -25,8 +25,8 @@ from torch import nn
 from albertlm.config.run import RunConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import (HOST_KEY, DistInfo, differing_across_ranks, failing_together,
-                                           init_distributed, world_size_from_env)
+from albertlm.training.distributed import (DistInfo, failing_together, init_distributed, refuse_differences,
+                                           world_size_from_env)
 from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate, shuffled_batches
 from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
@@ -313,24 +313,9 @@ def check_same_run(run: RunConfig, datasets: Datasets, run_dir: Path, resume: bo
     rate while only rank 0's was saved; another --max-steps left the ranks waiting in different collectives until
     --dist.timeout_minutes; another --model.* was a DDP traceback. Refused on every rank, in one line naming what
     differs and on which ranks (and hosts), before anything is read or written."""
-    differ = differing_across_ranks(info, run_identity(run, datasets, run_dir, resume))
-    if not differ:
-        return
-    hosts = dict(differ.pop(HOST_KEY, []))
-
-    def where(ranks: list[int]) -> str:
-        shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
-        host = next((h for h, on in hosts.items() if set(ranks) <= set(on)), None)
-        return f"rank{'s' if len(ranks) > 1 else ''} {shown}{f' (host {host})' if host else ''}"
-
-    said = []
-    for key, groups in list(differ.items())[:3]:
-        said.append(f"{key} is " + ", ".join(f"{value!r} on {where(ranks)}" for value, ranks in groups[:4]))
-    more = f"; and {len(differ) - 3} more ({', '.join(list(differ)[3:6])}{', ...' if len(differ) > 6 else ''})" \
-        if len(differ) > 3 else ""
-    raise UserError(f"the {info.world_size} processes of this run were started with different settings: "
-                    f"{'; '.join(said)}{more}; start every node's torchrun with the same `albertlm pretrain` options "
-                    "and --config files, on the same data (a shared path or a copy)")
+    refuse_differences(info, run_identity(run, datasets, run_dir, resume),
+                       "start every node's torchrun with the same `albertlm pretrain` options and --config files, "
+                       "on the same data (a shared path or a copy)")
 
 
 def long_warmup_warning(plan) -> str | None:
