@@ -17,11 +17,12 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, read_json_object
 
 FORMATS = ("tf", "hf", "albertlm")
 # tokenizer file name in DST <- names it may have beside the source (google's tarballs: 30k-clean.model)
@@ -33,6 +34,21 @@ TOKENIZER_FILES = {"spiece.model": ("spiece.model", "30k-clean.model", "assets/3
                    "tokenizer.json": ("tokenizer.json",)}
 OUTPUT_FILES = ("config.json", "model.safetensors", "labels.json", "README.md", "spiece.model", "vocab.txt",
                 "tokenizer.json", "tokenizer_config.json")   # everything convert may write: replaced only with --overwrite
+# an earlier model's weights in forms convert never writes (transformers' pickles and shards): left beside the new
+# model.safetensors, DST would hold two models (a loader globbing *.safetensors, or one preferring the pickle, reads the
+# old one), so they count as a model DST holds and --overwrite removes them too
+EARLIER_WEIGHTS = ("pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+SHARD = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
+
+
+ALL_MAPPED = "all weights mapped: no missing or unexpected keys"
+
+
+def _earlier_weights(dst: Path) -> list[str]:
+    """The names of an earlier model's weight files in DST that convert does not write (see EARLIER_WEIGHTS)."""
+    if not dst.is_dir():
+        return []
+    return sorted(p.name for p in dst.iterdir() if (p.name in EARLIER_WEIGHTS or SHARD.match(p.name)) and p.is_file())
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -50,8 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--verify", action="store_true",
                         help="TF source: check every tensor's CRC32C (pure Python, slow for large models)")
     parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
-                        help="replace the files convert writes in a DST that already holds a model "
-                             "(--force: the same, its older name)")
+                        help="replace the model a DST already holds: the files convert writes, and an earlier "
+                             "model's pytorch_model.bin and weight shards (--force: the same, its older name)")
 
 
 def run(args: argparse.Namespace, command: str) -> int:
@@ -140,7 +156,7 @@ def _move_into_place(stage: Path, dst: Path, overwrite: bool) -> None:
     try:
         dst.mkdir(parents=True, exist_ok=True)
         if overwrite:
-            for name in OUTPUT_FILES:
+            for name in (*OUTPUT_FILES, *_earlier_weights(dst)):
                 (dst / name).unlink(missing_ok=True)
         for path in sorted(stage.iterdir()):
             os.replace(path, dst / path.name)
@@ -186,7 +202,8 @@ def detect_format(src: Path) -> str:
     if src.is_dir() and config.is_file():
         from albertlm.model import hf_format
 
-        data = _read_json(config)
+        # read as every loader reads it: a byte-order mark is fine, bytes that are not UTF-8 are one line
+        data = read_json_object(config, "a model config")
         return "hf" if hf_format.is_hf_config(data) else "albertlm"
     if src.name.endswith(".index") or Path(f"{src}.index").is_file() or (src.is_dir() and (
             any(src.glob("*.index")) or (src / "variables" / "variables.index").is_file())):
@@ -194,19 +211,12 @@ def detect_format(src: Path) -> str:
     raise UserError(f"{src}: not a model (no config.json, no TF *.index checkpoint); see --from")
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
-
-
 def _check_destination(src: Path, dst: Path, overwrite: bool) -> None:
     if dst.exists() and not dst.is_dir():
         raise UserError(f"{dst} exists and is not a directory")
     if dst.resolve() == (src if src.is_dir() else src.parent).resolve():
         raise UserError("DST must differ from the source directory")
-    taken = [name for name in OUTPUT_FILES if (dst / name).exists()]
+    taken = [name for name in OUTPUT_FILES if (dst / name).exists()] + _earlier_weights(dst)
     if taken and not overwrite:
         raise UserError(f"{dst} already holds {', '.join(taken)}; pass --overwrite (or --force) to replace them, "
                         "or another DST")
@@ -241,6 +251,14 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+    from albertlm.model.io import stored_float_dtype
+
+    # the model loads as float32; a bf16 / fp16 source is written back in its own dtype (was float32: twice the size)
+    dtype = stored_float_dtype(src)
+    if dtype is not None and dtype != next(model.parameters()).dtype:
+        model = model.to(dtype)
+        return model, (handler.messages or [ALL_MAPPED]) + [
+            f"weights kept in the source's dtype ({str(dtype).removeprefix('torch.')})"]
     return model, handler.messages
 
 
@@ -300,7 +318,7 @@ def print_summary(model, src: Path, src_format: str, dst: Path, dst_format: str,
           f"L={cfg.num_layers} A={cfg.num_heads} I={cfg.ffn_size} sharing={cfg.sharing} "
           f"groups={cfg.num_groups} inner_group_num={cfg.inner_group_num} activation={cfg.activation}")
     print(f"parameters: {params:,}")
-    for line in notes or ["all weights mapped: no missing or unexpected keys"]:
+    for line in notes or [ALL_MAPPED]:
         print(line)
     print("tokenizer: " + ("; ".join(copied) if copied else "none found beside the source (see --tokenizer)"))
     if card:

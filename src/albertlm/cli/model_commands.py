@@ -89,16 +89,21 @@ def run(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def _saved_class_and_size(directory) -> tuple[str, int]:
+def _saved_class_and_size(directory, is_hf: bool) -> tuple[str, int]:
     """The model class a checkpoint holds (the one `load_saved_model` loads; a transformers directory's from its
     config) and the number of values stored in its weights (shared weights once, every head included): the
-    safetensors headers (one file or transformers' shards), or a pickle's tensors."""
+    safetensors headers (one file or transformers' shards), or a pickle's tensors (a tied one once). The position and
+    token-type id buffers old transformers files keep are no weights and are not counted."""
     import math
 
     from albertlm.model.io import stored_shapes
-    from albertlm.model.registry import saved_class_name
+    from albertlm.model.registry import hf_class_name, saved_class_name
 
-    return saved_class_name(directory), sum(math.prod(shape) for shape in stored_shapes(directory).values())
+    # a transformers config is not read twice: its warnings (a multi-label classifier) were printed twice
+    name = hf_class_name(directory) if is_hf else saved_class_name(directory)
+    buffers = ("embeddings.position_ids", "embeddings.token_type_ids")
+    return name, sum(math.prod(shape) for key, shape in stored_shapes(directory).items()
+                                            if not key.endswith(buffers))
 
 
 def _tf_info(path) -> dict[str, typing.Any]:
@@ -141,7 +146,7 @@ def run_info(args: argparse.Namespace) -> int:
             directory = directory / "best" if (directory / "best" / "config.json").is_file() else \
                 resolve_checkpoint(directory)
         cfg, is_hf = read_config(directory)
-        name, stored = _saved_class_and_size(directory)
+        name, stored = _saved_class_and_size(directory, is_hf)
         info = dict(directory=str(directory), format="transformers" if is_hf else "albertlm", model_class=name,
                     config=cfg, stored_parameters=stored,
                     files={p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()})

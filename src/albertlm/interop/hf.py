@@ -78,11 +78,13 @@ def hf_export_config(cfg):
 def import_hf(directory: str | Path, model_class: type | None = None) -> nn.Module:
     """Load a transformers ALBERT directory as the albertlm class named by its `architectures`
     (or `model_class`); a config without `architectures` (`config.save_pretrained` beside a `torch.save`d
-    state dict) gets the class its head weights belong to (`architecture_from_weights`)."""
+    state dict) gets the class its head weights belong to (`architecture_from_weights`). The class the directory
+    holds must fit its weights (`strict_heads`: an id2label of another length than the classifier's rows is refused,
+    not loaded with a random classifier); a `model_class` of the caller's choice loads as `from_pretrained` does."""
     if model_class is None:
         from albertlm.model.registry import hf_class_name, model_class as class_named
 
-        model_class = class_named(hf_class_name(directory))
+        return class_named(hf_class_name(directory)).from_pretrained(directory, strict_heads=True)
     return model_class.from_pretrained(directory)
 
 

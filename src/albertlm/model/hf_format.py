@@ -138,6 +138,11 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
         raise UserError(f"position_embedding_type={data['position_embedding_type']!r} is not supported: such a "
                         "checkpoint adds no absolute position embeddings (transformers 4's relative position "
                         "embeddings); albertlm's ALBERT has absolute positions only (position_embedding_type 'absolute')")
+    # transformers 4's prune_heads: the named layers keep fewer heads (smaller query/key/value), which ours cannot hold
+    if data.get("pruned_heads"):
+        raise UserError(f"pruned_heads={data['pruned_heads']!r} is not supported: attention heads were pruned from "
+                        "this checkpoint (transformers 4's prune_heads), and albertlm's layers all have "
+                        "num_attention_heads heads")
     fields = {ours: data[hf] if data.get(hf) is not None else HF_DEFAULTS[hf] for ours, hf in CONFIG_FIELDS.items()}
     if "classifier_dropout_prob" in data and data["classifier_dropout_prob"] is None:
         fields["classifier_dropout"] = fields["hidden_dropout"]  # transformers' fallback for an unset (null) value

@@ -151,7 +151,8 @@ def _shards(index: Path) -> tuple[dict[str, str], list[Path]]:
 
 def stored_shapes(directory: str | Path) -> dict[str, tuple[int, ...]]:
     """Each stored tensor's shape in a checkpoint directory, from the safetensors headers alone where the weights are
-    safetensors (one file or transformers' shards); a pickle (`pytorch_model.bin`, sharded or not) is read whole. A
+    safetensors (one file or transformers' shards); a pickle (`pytorch_model.bin`, sharded or not) is read whole, and
+    a tensor it holds under two names (transformers 4's tied MLM decoder is the word embeddings) is listed once. A
     damaged file is a UserError naming it."""
     from safetensors import safe_open
 
@@ -161,8 +162,14 @@ def stored_shapes(directory: str | Path) -> dict[str, tuple[int, ...]]:
     elif not (directory / PICKLE_WEIGHTS).is_file() and (directory / (WEIGHTS + INDEX)).is_file():
         files = _shards(directory / (WEIGHTS + INDEX))[1]
     else:
-        return {k: tuple(v.shape) for k, v in read_state(directory).items()}
-    shapes: dict[str, tuple[int, ...]] = {}
+        shapes, seen = {}, set()
+        for key, value in read_state(directory).items():
+            where = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride())
+            if value.numel() == 0 or where not in seen:   # a tied tensor shares its storage with the one it is tied to
+                seen.add(where)
+                shapes[key] = tuple(value.shape)
+        return shapes
+    shapes = {}
     for path in files:
         try:
             with safe_open(str(path), framework="pt") as f:
@@ -171,6 +178,33 @@ def stored_shapes(directory: str | Path) -> dict[str, tuple[int, ...]]:
             raise UserError(f"{path}: not a readable safetensors file, truncated or damaged "
                             f"({_first_line(exc)})") from None
     return shapes
+
+
+SAFETENSORS_FLOATS = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
+
+
+def stored_float_dtype(directory: str | Path) -> torch.dtype | None:
+    """The one floating dtype of a checkpoint directory's weights (safetensors headers, or a pickle's tensors), or
+    None where they mix several (or hold none)."""
+    from safetensors import safe_open
+
+    directory = Path(directory)
+    files = [directory / WEIGHTS] if (directory / WEIGHTS).is_file() else (
+        _shards(directory / (WEIGHTS + INDEX))[1] if not (directory / PICKLE_WEIGHTS).is_file()
+        and (directory / (WEIGHTS + INDEX)).is_file() else None)
+    if files is None:
+        found = {v.dtype for v in read_state(directory).values() if v.is_floating_point()}
+    else:
+        found = set()
+        for path in files:
+            try:
+                with safe_open(str(path), framework="pt") as f:
+                    found |= {f.get_slice(k).get_dtype() for k in f.keys()}
+            except Exception as exc:  # SafetensorError: a damaged header
+                raise UserError(f"{path}: not a readable safetensors file, truncated or damaged "
+                                f"({_first_line(exc)})") from None
+        found = {SAFETENSORS_FLOATS[name] for name in found if name in SAFETENSORS_FLOATS}
+    return found.pop() if len(found) == 1 else None
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -257,9 +291,11 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
     return directory
 
 
-def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: str) -> None:
+def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: str, strict_heads: bool = False) -> None:
     """Load a full-model state (backbone under `albert.`) into `model` whose backbone is under `prefix`.
-    Backbone weights must match exactly; heads (and the pooler, which some heads lack) may differ."""
+    Backbone weights must match exactly; heads (and the pooler, which some heads lack) may differ: a head weight
+    of another shape is freshly initialised, or with `strict_heads` a UserError (the checkpoint's own class, whose
+    config does not fit its weights: that head would come back random)."""
     state = {(prefix + k.removeprefix("albert.") if k.startswith("albert.") else k): v for k, v in state.items()
              if k.startswith("albert.") or prefix}  # a bare AlbertModel drops every head
 
@@ -272,6 +308,13 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
         if is_backbone(key):
             raise UserError(f"checkpoint tensor {key} has shape {tuple(state[key].shape)}, "
                             f"the model expects {tuple(own[key].shape)}")
+        if strict_heads:
+            shapes = f"checkpoint head weight {key} has shape {tuple(state[key].shape)}, {type(model).__name__} "
+            if key.startswith(("sop_head.", "qa_outputs.")):   # transformers sizes these by num_labels, ours are 2 wide
+                raise UserError(shapes + f"has {tuple(own[key].shape)}: albertlm's {key.split('.')[0]} is always 2 "
+                                "wide (transformers sizes it by num_labels), so this head cannot be loaded")
+            raise UserError(shapes + f"of its config.json has {tuple(own[key].shape)}: the config (num_labels / "
+                            "id2label) does not fit the weights, and that head would come back random")
         log.warning("checkpoint head weight %s has another shape; it is freshly initialised", key)
         del state[key]
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -304,7 +347,9 @@ class PretrainedMixin:
         return save_checkpoint(self, self.config, directory)
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, **overrides: Any):
+    def from_pretrained(cls, directory: str | Path, *, strict_heads: bool = False, **overrides: Any):
+        """`strict_heads`: a head weight the checkpoint holds in another shape than this class of its config is
+        a UserError, not freshly initialised (loading the class a checkpoint holds: `load_saved_model`)."""
         config, is_hf = read_config(directory)
         state = read_state(directory)
         model = cls(config.replace(**overrides) if overrides else config)
@@ -314,7 +359,7 @@ class PretrainedMixin:
                 state = hf_format.state_from_hf(state, model.config, plan)  # overrides included (the E->H projection)
             else:
                 state = to_full_state(state)
-            load_state_into(model, state, cls.base_prefix)
+            load_state_into(model, state, cls.base_prefix, strict_heads)
         except UserError as exc:
             raise UserError(f"{directory}: {exc}") from None
         return model

@@ -37,8 +37,10 @@ def saved_class_name(directory: str | Path) -> str:
 
 
 def load_saved_model(directory: str | Path, **overrides):
-    """A checkpoint (albertlm's or a transformers directory) as the class it holds (`saved_class_name`)."""
-    return model_class(saved_class_name(directory)).from_pretrained(directory, **overrides)
+    """A checkpoint (albertlm's or a transformers directory) as the class it holds (`saved_class_name`). Without
+    overrides a head weight of that class stored in another shape (a config.json whose num_labels / id2label do not
+    fit the weights) is a UserError: the model would come back with that head freshly initialised."""
+    return model_class(saved_class_name(directory)).from_pretrained(directory, strict_heads=not overrides, **overrides)
 
 
 def hf_class_name(directory: str | Path) -> str:
