@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import sys
 from pathlib import Path
@@ -121,38 +120,13 @@ def _staging(parent):
 
 def _load(model_dir, encoder: bool):
     from albertlm.interop.hf import import_hf
-    from albertlm.model.io import read_config
+    from albertlm.model.io import load_backbone, read_config
     from albertlm.model.registry import load_saved_model, saved_class_name
 
+    # --encoder: the backbone with its trained pooler, or without one (last_hidden_state only) where the
+    # checkpoint has none: a pooler made up at load time exported random pooler_output values
     if encoder or saved_class_name(model_dir) == "AlbertModel":
-        return _encoder(model_dir)
+        return load_backbone(model_dir)
     if read_config(model_dir)[1]:  # a transformers directory: the class its `architectures` names
         return import_hf(model_dir)
     return load_saved_model(model_dir)
-
-
-class _PoolerNotes(logging.Filter):
-    """Drops the loader's notes on the pooler weights a checkpoint lacks (the pooler is then left out)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(("freshly initialised weights", "checkpoint head weight"))
-
-
-def _encoder(model_dir):
-    """--encoder: the backbone with its trained pooler, or without a pooler (last_hidden_state only) when the
-    checkpoint has none (token classification, QA, a masked-LM head): a pooler made up at load time would
-    export random pooler_output values."""
-    from albertlm.model.albert import AlbertModel
-    from albertlm.model.io import state_keys
-
-    if any(key.removeprefix("albert.") == "pooler.weight" for key in state_keys(model_dir)):
-        return AlbertModel.from_pretrained(model_dir)
-    logger = logging.getLogger("albertlm.model")
-    notes = _PoolerNotes()
-    logger.addFilter(notes)   # a bare AlbertModel's only head weights are the pooler's: nothing else is hidden
-    try:
-        model = AlbertModel.from_pretrained(model_dir)
-    finally:
-        logger.removeFilter(notes)
-    model.pooler = None
-    return model

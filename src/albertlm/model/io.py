@@ -207,6 +207,36 @@ def stored_float_dtype(directory: str | Path) -> torch.dtype | None:
     return found.pop() if len(found) == 1 else None
 
 
+class _MissingPoolerNote(logging.Filter):
+    """Drops the loader's notes about pooler weights a checkpoint lacks (`load_backbone` leaves the pooler out)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        head = "freshly initialised weights (not in the checkpoint): "
+        if message.startswith(head):
+            return not all(name.strip().startswith("pooler.") for name in message[len(head):].split(","))
+        return not (message.startswith("checkpoint head weight pooler."))
+
+
+def load_backbone(directory: str | Path) -> nn.Module:
+    """The backbone (`AlbertModel`) of any checkpoint, heads dropped: with its trained pooler, or without a pooler
+    (`pooler_output` None) where the checkpoint has none (token classification, QA, masked-LM). A pooler made up at
+    load time exported random `pooler_output` values to ONNX, and its "freshly initialised" note told `embed` users
+    (who never read the pooler) that their vectors came from random weights."""
+    from albertlm.model.albert import AlbertModel
+
+    if any(key.removeprefix("albert.") == "pooler.weight" for key in state_keys(directory)):
+        return AlbertModel.from_pretrained(directory)
+    note = _MissingPoolerNote()
+    log.addFilter(note)
+    try:
+        model = AlbertModel.from_pretrained(directory)
+    finally:
+        log.removeFilter(note)
+    model.pooler = None
+    return model
+
+
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of a safetensors file; a truncated or damaged file is a UserError naming it."""
     from safetensors.torch import load_file

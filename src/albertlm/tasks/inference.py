@@ -13,9 +13,7 @@ weights are (a model moved to a GPU works as it is).
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -355,38 +353,14 @@ def _windows(texts: Iterable[str], size: int) -> Iterator[list[str]]:
 
 
 def load_encoder(path: str | Path, device: str = "auto"):
-    """(AlbertModel, model_dir, device) for embeddings: the backbone of any checkpoint (heads dropped)."""
-    from albertlm.model.albert import AlbertModel
+    """(AlbertModel, model_dir, device) for embeddings: the backbone of any checkpoint (heads dropped; no pooler
+    where the checkpoint has none: embeddings never read it)."""
+    from albertlm.model.io import load_backbone
 
     model_dir = resolve_checkpoint(path)
     target = pick_device(device)
-    with unused_pooler_quiet():
-        model = AlbertModel.from_pretrained(model_dir)
+    model = load_backbone(model_dir)
     return with_fast_paths(model, target).eval().to(target), model_dir, target
-
-
-class _UnusedPoolerFilter(logging.Filter):
-    """Drops the loader's "freshly initialised weights (not in the checkpoint): pooler.weight, pooler.bias": a
-    masked-LM or QA checkpoint has no pooler, and embeddings never use it (the last hidden states are pooled),
-    so the warning told `embed` users their vectors came from random weights when none were."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        head = "freshly initialised weights (not in the checkpoint): "
-        if not message.startswith(head):
-            return True
-        return not all(name.strip().startswith("pooler.") for name in message[len(head):].split(","))
-
-
-@contextlib.contextmanager
-def unused_pooler_quiet():
-    """While loading a backbone for embeddings: no warning about a pooler the checkpoint lacks."""
-    logger, quiet = logging.getLogger("albertlm.model"), _UnusedPoolerFilter()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
 
 
 def with_fast_paths(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
