@@ -21,3 +21,15 @@ def test_a_bad_bool_value_is_still_refused_where_no_positional_follows(capsys):
     assert main(["ablate", "--list-jobs", "maybe"]) == 2
     err = capsys.readouterr().err
     assert "maybe" in err and "Traceback" not in err
+
+
+def test_a_tf_checkpoint_state_file_with_a_stray_byte_still_picks_its_checkpoint(tmp_path):
+    """A TF directory holding two checkpoints and a `checkpoint` state file with a non-UTF-8 byte (a Latin-1 path
+    written on another machine) was a UnicodeDecodeError traceback; the state file's pick is still read."""
+    from albertlm.interop.tf_checkpoint import resolve_prefix
+
+    for name in ("model.ckpt-100", "model.ckpt-200"):
+        (tmp_path / f"{name}.index").write_bytes(b"")
+    (tmp_path / "checkpoint").write_bytes(b'model_checkpoint_path: "/home/j\xe9r\xf4me/model.ckpt-100"\n'
+                                          b'all_model_checkpoint_paths: "model.ckpt-200"\n')
+    assert resolve_prefix(tmp_path) == tmp_path / "model.ckpt-100"

@@ -123,9 +123,9 @@ def export_tokenizer(tokenizer, directory: str | Path) -> tuple[list[str], str |
     tokenizer.save(directory)
     config = directory / "tokenizer_config.json"   # transformers 5 leaves token_type_ids out unless asked
     if config.is_file():
-        data = json.loads(config.read_text())
+        data = json.loads(config.read_text(encoding="utf-8"))
         data["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
-        config.write_text(json.dumps(data, indent=2) + "\n")
+        config.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     written = sorted(p.name for p in directory.iterdir() if p.name in ("spiece.model", "vocab.txt",
                                                                        "tokenizer_config.json"))
     pipeline, why_not = tokenizer_pipeline(tokenizer)
@@ -285,10 +285,10 @@ def _special_ids_into_config(tokenizer, directory: Path) -> None:
     path = directory / "config.json"
     if not path.is_file():
         return
-    config = json.loads(path.read_text())
+    config = json.loads(path.read_text(encoding="utf-8"))
     wanted = {"bos_token_id": tokenizer.cls_id, "eos_token_id": tokenizer.sep_id}   # pad: the model's own field
     if any(config.get(key) != value for key, value in wanted.items()):
-        path.write_text(json.dumps({**config, **wanted}, indent=2) + "\n")
+        path.write_text(json.dumps({**config, **wanted}, indent=2) + "\n", encoding="utf-8")
 
 
 def _rebuild_warning(tokenizer, directory: Path) -> list[str]:
@@ -405,7 +405,7 @@ def _metrics_records(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             records.append(json.loads(line))
         except ValueError:

@@ -283,7 +283,7 @@ def resolve_prefix(path: str | Path) -> Path:
     indexes = sorted(path.glob("*.index"))
     state = path / "checkpoint"
     if len(indexes) > 1 and state.is_file():
-        for line in state.read_text().splitlines():
+        for line in state.read_text(encoding="utf-8", errors="replace").splitlines():   # a stray byte is no error
             if line.startswith("model_checkpoint_path:"):
                 name = Path(line.split(":", 1)[1].strip().strip('"')).name  # the state file may hold stale absolute paths
                 if (path / f"{name}.index").is_file():
