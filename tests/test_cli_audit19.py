@@ -1,6 +1,9 @@
 """Session-19 CLI follow-ups (the lead's own file)."""
 from __future__ import annotations
 
+import pytest
+import torch
+
 from albertlm.cli.main import main
 
 
@@ -33,3 +36,15 @@ def test_a_tf_checkpoint_state_file_with_a_stray_byte_still_picks_its_checkpoint
     (tmp_path / "checkpoint").write_bytes(b'model_checkpoint_path: "/home/j\xe9r\xf4me/model.ckpt-100"\n'
                                           b'all_model_checkpoint_paths: "model.ckpt-200"\n')
     assert resolve_prefix(tmp_path) == tmp_path / "model.ckpt-100"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_transformers_export_records_its_dtype_as_save_pretrained_does(tmp_path, dtype, tiny_config):
+    """config.json of an export said nothing of the weights' dtype (transformers' save_pretrained writes `dtype`)."""
+    import json
+
+    from albertlm.interop.hf import export_hf
+    from albertlm.model.heads import AlbertForMaskedLM
+
+    export_hf(AlbertForMaskedLM(tiny_config).to(dtype), tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))["dtype"] == str(dtype)[6:]

@@ -55,7 +55,10 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
         # ours with one label is a regression (MSE); transformers' text-classification pipeline runs a sigmoid over a
         # one-label model unless problem_type says regression (a GLUE STS-B score of 4.2 came out as 0.985)
         config["problem_type"] = "regression"
-    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    floats = {v.dtype for v in hf_state.values() if v.is_floating_point()}
+    if len(floats) == 1:   # what transformers' save_pretrained records (its from_pretrained's dtype="auto" reads it)
+        config["dtype"] = str(floats.pop()).removeprefix("torch.")
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     save_file({k: v.contiguous() for k, v in hf_state.items()}, directory / "model.safetensors",
               metadata={"format": "pt"})
     return directory
