@@ -48,3 +48,20 @@ def test_a_transformers_export_records_its_dtype_as_save_pretrained_does(tmp_pat
 
     export_hf(AlbertForMaskedLM(tiny_config).to(dtype), tmp_path)
     assert json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))["dtype"] == str(dtype)[6:]
+
+
+def test_a_finetune_from_python_records_its_max_seq_length_beside_best(tmp_path):
+    """finetuning.md's Python `run_finetune` left max_seq_length out of best/task.json (only the CLI wrote it),
+    so a later `predict` / `evaluate --model RUN/best` used the family's default length, not the run's."""
+    import dataclasses
+    import json
+
+    from albertlm.tasks.finetune import run_finetune
+    from conftest import save_tiny_pretrained
+    from train_fixtures import StubTokenizer, finetune_config, synthetic_task
+
+    (tmp_path / "model").mkdir()
+    model = save_tiny_pretrained(tmp_path / "model")
+    cfg = dataclasses.replace(finetune_config(max_steps=1), max_seq_length=48)
+    run_finetune(synthetic_task(n=8), model, StubTokenizer(), cfg, tmp_path / "run", log=lambda *a, **k: None)
+    assert json.loads((tmp_path / "run" / "best" / "task.json").read_text(encoding="utf-8"))["max_seq_length"] == 48

@@ -321,6 +321,9 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     `out_dir` holding another run needs `resume` or `overwrite` (its files go once the model and the
     checkpoint to resume from have loaded)."""
     out_dir = Path(out_dir)
+    # best/task.json records the length the model was fine-tuned at, which `predict` / `evaluate --model` then use
+    # (the CLI set it; a run from Python left it out, and a later predict used the family's default)
+    spec.info.setdefault("max_seq_length", cfg.max_seq_length)
     old_run = ckpt.check_run_dir(out_dir, resume, overwrite, RUN_FILES)
     check_positions(spec, model_path, cfg)
     if old_run:   # --overwrite: the old run's prediction files go with it
