@@ -50,18 +50,42 @@ def test_a_transformers_export_records_its_dtype_as_save_pretrained_does(tmp_pat
     assert json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))["dtype"] == str(dtype)[6:]
 
 
+def _finetuned(tmp_path, cfg, spec) -> None:
+    """One step of fine-tuning a tiny pretrained model on `spec` from Python, into tmp_path/run."""
+    from albertlm.tasks.finetune import run_finetune
+    from conftest import save_tiny_pretrained
+    from train_fixtures import StubTokenizer
+
+    (tmp_path / "model").mkdir()
+    run_finetune(spec, save_tiny_pretrained(tmp_path / "model"), StubTokenizer(), cfg, tmp_path / "run",
+                 log=lambda *a, **k: None)
+
+
 def test_a_finetune_from_python_records_its_max_seq_length_beside_best(tmp_path):
     """finetuning.md's Python `run_finetune` left max_seq_length out of best/task.json (only the CLI wrote it),
     so a later `predict` / `evaluate --model RUN/best` used the family's default length, not the run's."""
     import dataclasses
     import json
 
-    from albertlm.tasks.finetune import run_finetune
-    from conftest import save_tiny_pretrained
+    from train_fixtures import finetune_config, synthetic_task
+
+    _finetuned(tmp_path, dataclasses.replace(finetune_config(max_steps=1), max_seq_length=48), synthetic_task(n=8))
+    assert json.loads((tmp_path / "run" / "best" / "task.json").read_text(encoding="utf-8"))["max_seq_length"] == 48
+
+
+
+def test_predict_in_fp16_on_a_cpu_is_refused_as_finetune_and_evaluate_refuse_it(tmp_path):
+    """`predict` / `evaluate --model` ran fp16 autocast on the CPU, while finetune and `evaluate` on pretraining
+    data refuse fp16 without CUDA."""
+    import dataclasses
+
+    from albertlm.errors import UserError
+    from albertlm.tasks.finetune import run_evaluation
     from train_fixtures import StubTokenizer, finetune_config, synthetic_task
 
-    (tmp_path / "model").mkdir()
-    model = save_tiny_pretrained(tmp_path / "model")
-    cfg = dataclasses.replace(finetune_config(max_steps=1), max_seq_length=48)
-    run_finetune(synthetic_task(n=8), model, StubTokenizer(), cfg, tmp_path / "run", log=lambda *a, **k: None)
-    assert json.loads((tmp_path / "run" / "best" / "task.json").read_text(encoding="utf-8"))["max_seq_length"] == 48
+    cfg, spec = finetune_config(max_steps=1), synthetic_task(n=8)
+    _finetuned(tmp_path, cfg, spec)
+    fp16 = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision="fp16"),
+                               dist=dataclasses.replace(cfg.dist, device="cpu"))
+    with pytest.raises(UserError, match="fp16 needs a CUDA device"):
+        run_evaluation(spec, tmp_path / "run" / "best", StubTokenizer(), fp16, None)

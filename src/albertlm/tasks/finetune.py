@@ -32,7 +32,7 @@ from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
 from albertlm.training.distributed import DistInfo, init_distributed, pick_device
 from albertlm.training.loop import Batch, Loop, StepData
-from albertlm.training.precision import autocast, warn_emulated_bf16
+from albertlm.training.precision import autocast, check_precision, warn_emulated_bf16
 from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
 TASK_FILE = "task.json"  # beside the best checkpoint: what `predict` / `evaluate` need to know
@@ -428,6 +428,7 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
     check_task_head(spec.model_class, spec.family, model_dir)
     check_positions(spec, model_dir, cfg)
     device = pick_device(cfg.dist.device)
+    check_precision(cfg.train.precision, device)    # fp16 is CUDA's, as for finetune and evaluate on pretraining data
     warn_emulated_bf16(cfg.train.precision, device)
     model = spec.model_class.from_pretrained(model_dir).to(device)
     metrics: dict[str, Any] = {}
