@@ -342,6 +342,8 @@ def _run_checkpoint(args) -> dict:
     using = _using(given, Path(args.model))
     if using:                               # stderr: stdout is the metrics JSON
         print(using, file=sys.stderr)
+    for line in spec.warnings:              # once the run has worked: a refused one's error is its only line
+        print(f"albertlm {args.command}: warning: {line}", file=sys.stderr)
     return metrics
 
 

@@ -3,6 +3,7 @@ collate that pads each batch only to its own longest sequence (not to 512).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -63,6 +64,44 @@ def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str | None
                 cut.append(k)
         pairs.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, a, b))
     return pairs, num_truncated
+
+
+class _CountingTokenizer:
+    """A tokenizer whose batch calls advance a progress bar by the texts they encode (in chunks, so that the bar
+    moves during one large call); everything else is the tokenizer's own."""
+
+    CHUNK = 4096
+
+    def __init__(self, tokenizer, bar) -> None:
+        self._tokenizer, self._bar = tokenizer, bar
+
+    def __getattr__(self, name: str):
+        return getattr(self._tokenizer, name)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        texts = list(texts)
+        out: list[list[int]] = []
+        for start in range(0, len(texts), self.CHUNK):
+            out += self._tokenizer.encode_batch(texts[start:start + self.CHUNK])
+            self._bar.update(len(texts[start:start + self.CHUNK]))
+        return out
+
+
+@contextlib.contextmanager
+def tokenizing(tokenizer, what: str, show: bool = True):
+    """The tokenizer to build a task's features with, showing how many texts are tokenized (`tokenize RACE train:
+    351,468 texts`): reading and tokenizing a full RACE or SQuAD set takes a minute or two. Drawn on stderr when it
+    is a terminal and `show` (`--no-progress` hides it), as the evaluation's bar, and cleared when done, so that
+    an error stays the only line; elsewhere (a log, a pipe) the tokenizer as it is."""
+    from albertlm.training.metrics import _terminal
+
+    if not (show and _terminal()):
+        yield tokenizer
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(unit="text", desc=f"tokenize {what}", dynamic_ncols=True, leave=False, unit_scale=True) as bar:
+        yield _CountingTokenizer(tokenizer, bar)
 
 
 def bucket_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator | None,

@@ -36,10 +36,13 @@ SPLITS = ("train", "dev", "test")
 ALL_FILE = "all.txt"    # google-research run_race.py reads RACE/<split>/<level>/all.txt: one passage per line
 
 
-def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS) -> list[RaceExample]:
+def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
+              answers: bool = True) -> list[RaceExample]:
     """All questions of one split; `root` is the RACE directory (holding train/dev/test) or a split dir. A level
     named twice (`--levels middle,middle`) is read once (its questions would count twice in the accuracy).
-    A held-out split directory (`RACE/dev`, `RACE/test`) is never read as the training split."""
+    A held-out split directory (`RACE/dev`, `RACE/test`) is never read as the training split.
+    `answers=False` (data to predict): a passage without answers (no `answers` field, or an empty list) is read
+    with the label None, so that new questions can be answered by a model."""
     root = Path(root)
     levels = tuple(dict.fromkeys(levels))
     if not levels:
@@ -58,7 +61,7 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS) -> l
         raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt){hint}")
     examples = []
     for level in levels:
-        examples += _read_level(split_dir / level, level)
+        examples += _read_level(split_dir / level, level, answers)
     if not examples:
         raise DataError(f"{split_dir}: no passages found under {'/, '.join(levels)}/")
     return examples
@@ -74,15 +77,15 @@ def passage_files(level_dir: Path) -> list[Path]:
     return sorted(paths, key=_file_order)
 
 
-def _read_level(level_dir: Path, level: str) -> list[RaceExample]:
+def _read_level(level_dir: Path, level: str, answers: bool = True) -> list[RaceExample]:
     paths = passage_files(level_dir)
     if paths:
-        return [example for path in paths for example in read_passage(path, level)]
+        return [example for path in paths for example in read_passage(path, level, answers)]
     all_file = level_dir / ALL_FILE
-    return read_all_file(all_file, level) if all_file.is_file() else []
+    return read_all_file(all_file, level, answers) if all_file.is_file() else []
 
 
-def read_all_file(path: Path, level: str) -> list[RaceExample]:
+def read_all_file(path: Path, level: str, answers: bool = True) -> list[RaceExample]:
     """google-research's `all.txt`: the level's passages as JSON lines. A question is named as in the
     one-file-per-passage layout (`middle/13.txt#0`, from the passage's `id` "middle13.txt"), so predictions
     and scores match between the two layouts; a passage without an id is named by its line."""
@@ -97,7 +100,7 @@ def read_all_file(path: Path, level: str) -> list[RaceExample]:
         if name in seen:
             raise DataError(f"{path}:{lineno}: passage id {shown(data.get('id'))} repeats line {seen[name]}")
         seen[name] = lineno
-        examples += _passage_examples(data, f"{path}:{lineno}", level, name)
+        examples += _passage_examples(data, f"{path}:{lineno}", level, name, answers)
     return examples
 
 
@@ -105,15 +108,21 @@ def _file_order(path: Path):
     return (0, int(path.stem), "") if path.stem.isdigit() else (1, 0, path.stem)
 
 
-def read_passage(path: Path, level: str) -> list[RaceExample]:
+def read_passage(path: Path, level: str, answers: bool = True) -> list[RaceExample]:
     """The questions of one passage file; its fields are checked for type and count (a DataError naming the
-    file and the question otherwise)."""
+    file and the question otherwise). `answers=False`: a passage without answers is read unlabelled."""
     data = read_json(path, dict, "a JSON object (a RACE passage)")
-    return _passage_examples(data, str(path), level, path.name)
+    return _passage_examples(data, str(path), level, path.name, answers)
 
 
-def _passage_examples(data: dict, where_file: str, level: str, name: str) -> list[RaceExample]:
-    """The questions of one passage (`where_file` names it in errors, `name` in the question ids)."""
+def _passage_examples(data: dict, where_file: str, level: str, name: str,
+                      answers: bool = True) -> list[RaceExample]:
+    """The questions of one passage (`where_file` names it in errors, `name` in the question ids); without
+    `answers` required, a passage with no `answers` field or an empty list has questions labelled None."""
+    unanswered = not answers and (data.get("answers", []) == [])
+    if unanswered:
+        data = {**data, "answers": [None] * len(data["questions"]) if isinstance(data.get("questions"), list)
+                else []}
     for key in ("article", "questions", "options", "answers"):
         if key not in data:
             raise DataError(f"{where_file}: missing field {key!r} (a RACE passage needs article, questions, "
@@ -139,10 +148,13 @@ def _passage_examples(data: dict, where_file: str, level: str, name: str) -> lis
                             f"RACE has a list of {NUM_CHOICES}")
         if not all(isinstance(o, str) for o in opts):
             raise DataError(f"{where}: options must be texts, got {opts!r}")
-        if not (isinstance(answer, str) and len(answer) == 1 and answer in LETTERS):
+        if unanswered:
+            label = None
+        elif isinstance(answer, str) and len(answer) == 1 and answer in LETTERS:
+            label = LETTERS.index(answer)
+        else:
             raise DataError(f"{where}: answer {answer!r} is not one of {', '.join(LETTERS)}")
-        examples.append(RaceExample(f"{level}/{name}#{i}", level, data["article"], question,
-                                    list(opts), LETTERS.index(answer)))
+        examples.append(RaceExample(f"{level}/{name}#{i}", level, data["article"], question, list(opts), label))
     return examples
 
 

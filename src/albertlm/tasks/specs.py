@@ -16,17 +16,20 @@ from albertlm.config.task import FinetuneConfig
 from albertlm.model.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
                                   AlbertForSequenceClassification)
 from albertlm.tasks import classify, glue, race, squad
-from albertlm.tasks.features import Feature, encode_pairs
+from albertlm.tasks.features import Feature, encode_pairs, tokenizing
 from albertlm.tasks.finetune import SPANS, EvalSet, TaskSpec
 from albertlm.tasks.metrics import (GLUE_METRICS, classification_metrics, glue_metrics, regression_metrics,
                                     squad_v1_scores)
 from albertlm.tasks.tables import DataError, Problems
 
 
-def _pair_features(tokenizer, examples, labels, max_length: int, problems: Problems, where: str) -> list[Feature]:
-    """Features of GLUE / classify examples; each one truncated is a problem naming its file and line."""
+def _pair_features(tokenizer, examples, labels, max_length: int, problems: Problems, where: str,
+                   show: bool = False) -> list[Feature]:
+    """Features of GLUE / classify examples; each one truncated is a problem naming its file and line. `show`:
+    the tokenizing is shown on a terminal (features.tokenizing)."""
     cut: list[int] = []
-    pairs, _ = encode_pairs(tokenizer, [e.text_a for e in examples], [e.text_b for e in examples], max_length, cut)
+    with tokenizing(tokenizer, where, show) as counted:
+        pairs, _ = encode_pairs(counted, [e.text_a for e in examples], [e.text_b for e in examples], max_length, cut)
     for i in cut:
         problems.add(f"truncated to {max_length} tokens ({where})", examples[i].where)
     labels = labels if labels is not None else [None] * len(pairs)
@@ -54,7 +57,8 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
 
     def features(path: Path, examples, labelled: bool):
         labels = glue.label_ids(task, examples) if labelled else None
-        return _pair_features(tokenizer, examples, labels, cfg.max_seq_length, problems, path.name)
+        return _pair_features(tokenizer, examples, labels, cfg.max_seq_length, problems, path.name,
+                              cfg.train.progress)
 
     _check_distinct_outputs(task, files)
     train_path = files["train"][0] if training else None
@@ -211,11 +215,14 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     if training:
         if train_file is None:
             raise DataError("SQuAD fine-tuning needs --train FILE (the official train JSON)")
-        train = squad.build_features(tokenizer, read(train_file, True), settings, True, problems)
+        examples = read(train_file, True)
+        with tokenizing(tokenizer, "SQuAD train", cfg.train.progress) as counted:
+            train = squad.build_features(counted, examples, settings, True, problems)
     eval_sets = []
     if dev_file is not None:
         examples = read(dev_file, True)
-        features = squad.build_features(tokenizer, examples, settings, False, problems)
+        with tokenizing(tokenizer, "SQuAD dev", cfg.train.progress) as counted:
+            features = squad.build_features(counted, examples, settings, False, problems)
         eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features, info,
                                          0.0 if null_threshold is None else float(null_threshold)))
     return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
@@ -261,12 +268,22 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
 
 def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_qa_length: int = 128,
               training: bool = True, eval_splits: Sequence[str] = ("dev", "test")) -> TaskSpec:
+    """Training on RACE/train (when `training`) and an eval set per split of `eval_splits` that is there. A
+    split to predict may have no answers (new questions: predictions are written, nothing is scored); a split
+    that lacks a level asked for is scored on the others and a warning says so; `--split train` while fine-tuning
+    reuses the training features (its truncations are counted once)."""
     problems = Problems()
     root = Path(data_dir)
-    train = []
+    levels = tuple(dict.fromkeys(levels))
+    show = cfg.train.progress
+    warnings: list[str] = []
+    train, train_examples = [], []
     if training:
-        train = race.build_features(tokenizer, race.read_race(root, "train", levels), cfg.max_seq_length,
-                                    max_qa_length, problems, "train")
+        train_examples = race.read_race(root, "train", levels)
+        _note_missing_levels("train", train_examples, levels, warnings)
+        with tokenizing(tokenizer, "RACE train", show) as counted:
+            train = race.build_features(counted, train_examples, cfg.max_seq_length, max_qa_length, problems,
+                                        "train")
     eval_sets = []
     # predict / evaluate on a split directory itself (`--data-dir RACE/dev`, as `evaluate race --predictions` and
     # read_race take it): that directory is the split, named by --split or by itself
@@ -277,14 +294,48 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
     for split in eval_splits:
         if not split_dir and not (root / split).is_dir():
             continue
-        examples = race.read_race(root, split, levels)
-        features = race.build_features(tokenizer, examples, cfg.max_seq_length, max_qa_length, problems, split)
+        if training and split == "train":       # the training questions themselves: read and counted once
+            examples, features = train_examples, train
+        else:
+            examples = race.read_race(root, split, levels, answers=False)
+            _check_answered(split, examples)
+            with tokenizing(tokenizer, f"RACE {split}", show) as counted:
+                features = race.build_features(counted, examples, cfg.max_seq_length, max_qa_length, problems,
+                                               split)
+        if (split != "train" or not training) and all(e.label is not None for e in examples):
+            _note_missing_levels(split, examples, levels, warnings)      # a split only predicted has no accuracy
         eval_sets.append(_race_eval_set(split, examples, features, selects=split == eval_splits[0]))
+    if not training and not eval_sets and (len(eval_splits) == 1 or (root / "RACE").is_dir()):
+        race.read_race(root, eval_splits[0], levels)  # says what is missing (and the RACE/ inside, if any)
     return TaskSpec("race", AlbertForMultipleChoice, {}, train, eval_sets, "accuracy", torch.long,
-                    {"levels": list(levels), "max_qa_length": max_qa_length}, problems)
+                    {"levels": list(levels), "max_qa_length": max_qa_length}, problems, warnings=warnings)
+
+
+def _check_answered(split: str, examples) -> None:
+    """A split is scored on all its questions or, without answers, only predicted: passages with and without
+    answers in one split are refused (the accuracy would leave some questions out)."""
+    unanswered = [e for e in examples if e.label is None]
+    if unanswered and len(unanswered) < len(examples):
+        raise DataError(f"{split}: {len(unanswered)} of the {len(examples)} questions have no answer (first "
+                        f"{unanswered[0].qid}, its passage has no 'answers'): give the answers of every passage "
+                        "to score the split, or of none to only predict it")
+
+
+def _note_missing_levels(split: str, examples, levels: Sequence[str], warnings: list[str]) -> None:
+    """A level asked for (`--levels middle,high`, the default) with no passages in the split: its `accuracy`
+    is the other level's alone, which is said (the paper's RACE number is over both)."""
+    found = {e.level for e in examples}
+    missing = [level for level in levels if level not in found]
+    if missing and found:
+        kept = ", ".join(level for level in levels if level in found)
+        what = "trained on" if split == "train" else "its accuracy is over"
+        warnings.append(f"RACE {split} has no {', '.join(missing)} passages: {what} {kept} alone "
+                        f"(--levels {','.join(levels)})")
 
 
 def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
+    labelled = all(e.label is not None for e in examples)
+
     def score(out):
         return race.race_metrics(examples, out["logits"].argmax(-1))
 
@@ -292,11 +343,11 @@ def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
         preds = out["logits"].argmax(-1)
         letters = {e.qid: race.LETTERS[int(p)] for e, p in zip(examples, preds)}
         (out_dir / f"{split}_predictions.json").write_text(json.dumps(letters, indent=2) + "\n", encoding="utf-8")
-        if not selects:  # test: its accuracy is reported once, from the best model
+        if not selects and labelled:  # test: its accuracy is reported once, from the best model
             (out_dir / f"{split}_metrics.json").write_text(json.dumps(score(out), indent=2) + "\n",
                                                           encoding="utf-8")
 
-    return EvalSet(split, features, score if selects else None, write)
+    return EvalSet(split, features, score if selects and labelled else None, write)
 
 
 # ---------------------------------------------------------------------------------------- classify
@@ -319,7 +370,7 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
 
     def features(examples, labelled: bool, name: str):
         ids = classify.label_ids(examples, label_list) if labelled else None
-        return _pair_features(tokenizer, examples, ids, cfg.max_seq_length, problems, name)
+        return _pair_features(tokenizer, examples, ids, cfg.max_seq_length, problems, name, cfg.train.progress)
 
     train = features(train_examples, True, "train") if training else []
     eval_sets = []
