@@ -89,3 +89,19 @@ def test_predict_in_fp16_on_a_cpu_is_refused_as_finetune_and_evaluate_refuse_it(
                                dist=dataclasses.replace(cfg.dist, device="cpu"))
     with pytest.raises(UserError, match="fp16 needs a CUDA device"):
         run_evaluation(spec, tmp_path / "run" / "best", StubTokenizer(), fp16, None)
+
+
+def test_predict_progress_in_a_log_is_plain_lines(capsys, tiny_config):
+    """`predict` drew a tqdm bar whenever progress was on, so a log (nohup, a pipe) got carriage-return redraws;
+    without a terminal it now says `predict: N/M batches` lines, as evaluate does."""
+    from albertlm.model.heads import AlbertForSequenceClassification
+    from albertlm.tasks.finetune import predict
+    from train_fixtures import synthetic_task
+
+    spec = synthetic_task(n=8)
+    model = AlbertForSequenceClassification(tiny_config.replace(num_labels=2))
+    features = spec.eval_sets[0].features
+    out = predict(model, features, spec.outputs, 0, 2, torch.device("cpu"), progress=True)
+    assert len(out["logits"]) == len(features)
+    err = capsys.readouterr().err
+    assert "\r" not in err and f"predict: {len(features) // 2}/{len(features) // 2} batches" in err, err

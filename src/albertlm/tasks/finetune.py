@@ -142,10 +142,10 @@ def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, b
     model.eval()
     out: dict[str, list] = {k: [None] * len(features) for k in outputs.keys}
     batches = bucket_batches([f.length for f in features], batch_size, rng=None)
-    if progress:
-        from tqdm.auto import tqdm
+    if progress:   # a bar on a terminal; in a log, a line at every tenth (a bar's carriage returns are noise there)
+        from albertlm.training.evaluate import show_progress
 
-        batches = tqdm(batches, unit="batch", desc="predict", dynamic_ncols=True, leave=False)
+        batches = show_progress(batches, len(batches), "predict", leave=False)
     for index in batches:
         batch = collate([features[i] for i in index], pad_id)
         batch.pop("labels", None)

@@ -111,21 +111,21 @@ class CountingObjective:
         return self.objective.summarize(stats)
 
 
-def show_progress(batches, total: int):
+def show_progress(batches, total: int, what: str = "evaluate", leave: bool = True):
     """`batches`, shown: a tqdm bar on a terminal (stderr); elsewhere (a log, a pipe, nohup) a line
-    `evaluate: 12/120 batches` on stderr at every tenth, without carriage returns."""
+    `evaluate: 12/120 batches` (`what`) on stderr at every tenth, without carriage returns."""
     from albertlm.training.metrics import _terminal
 
     if _terminal():
         from tqdm.auto import tqdm
 
-        yield from tqdm(batches, total=total, unit="batch", desc="evaluate", dynamic_ncols=True)
+        yield from tqdm(batches, total=total, unit="batch", desc=what, dynamic_ncols=True, leave=leave)
         return
     marks = {math.ceil(total * k / 10) for k in range(1, 11)}
     for done, batch in enumerate(batches, 1):
         yield batch
         if done in marks:       # the batch yielded has been evaluated when the next one is asked for
-            print(f"evaluate: {done}/{total} batches", file=sys.stderr, flush=True)
+            print(f"{what}: {done}/{total} batches", file=sys.stderr, flush=True)
 
 
 def pretraining_heads(checkpoint: Path) -> tuple[bool, bool]:
