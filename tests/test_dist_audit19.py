@@ -167,8 +167,13 @@ def test_torchrun_relaying_the_terminal_ctrl_c_still_saves_the_step(tmp_path, mo
     def train_step(self, micro_batches, before_sync=None):
         result = real(self, micro_batches, before_sync)
         if self.state.step + 1 == 2:
-            signal.raise_signal(signal.SIGINT)
-            signal.raise_signal(signal.SIGINT)           # torchrun's copy
+            # "milliseconds apart" however long a busy machine pauses this process between the two: the clock is
+            # held for them (raise_signal runs the handler before it returns, so both read the held clock)
+            held = time.monotonic()
+            with monkeypatch.context() as clock:
+                clock.setattr(loop_module.time, "monotonic", lambda: held)
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)       # torchrun's copy
         return result
 
     monkeypatch.setattr(loop_module.Loop, "train_step", train_step)

@@ -68,7 +68,7 @@ def test_hidden_copies_and_directories_named_txt_are_not_passages(tmp_path):
     assert len(race.read_race(root, "dev")) == 11
 
 
-@pytest.mark.parametrize("article", ["", " \n\t "])
+@pytest.mark.parametrize("article", ["", " \n\t "], ids=["empty", "blank"])   # ids a shell can pass back
 def test_an_empty_article_is_refused_naming_the_file(tmp_path, capsys, article):
     level = tmp_path / "RACE" / "dev" / "middle"
     level.mkdir(parents=True)
