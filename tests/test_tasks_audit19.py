@@ -93,6 +93,9 @@ def test_tokenizing_a_set_is_shown_on_a_terminal_unless_no_progress(monkeypatch,
         assert len(spec.train) == 22 and len(spec.eval_sets[0].features) == 11
         err = capsys.readouterr().err
         assert ("tokenize RACE train" in err and "tokenize RACE dev" in err) is shown and (err == "") is not shown
+    monkeypatch.setenv("LOCAL_RANK", "1")              # torchrun's other ranks: the first one's bar only
+    race_spec(shared_path("race", "RACE"), Letters(), CFG, training=True)
+    assert capsys.readouterr().err == ""
 
 
 @pytest.fixture(scope="module")

@@ -93,9 +93,10 @@ def tokenizing(tokenizer, what: str, show: bool = True):
     351,468 texts`): reading and tokenizing a full RACE or SQuAD set takes a minute or two. Drawn on stderr when it
     is a terminal and `show` (`--no-progress` hides it), as the evaluation's bar, and cleared when done, so that
     an error stays the only line; elsewhere (a log, a pipe) the tokenizer as it is."""
+    from albertlm.errors import reports_here
     from albertlm.training.metrics import _terminal
 
-    if not (show and _terminal()):
+    if not (show and _terminal() and reports_here()):   # under torchrun, one bar per machine (its first rank)
         yield tokenizer
         return
     from tqdm.auto import tqdm
