@@ -209,10 +209,11 @@ def _lines(path):
             yield _line_text(line, number)
 
 
-def stdin_lines():
-    """(line number, text) of stdin's lines, split at "\\n", without their "\\n" or "\\r\\n". A line that is not
-    UTF-8 is a UserError naming it: Python's stdin read such bytes as U+FFFD or lone surrogates under a C.UTF-8
-    locale (embedded or filled without a word) and raised a UnicodeDecodeError traceback under a strict one."""
+def stdin_lines(hint: str = ""):
+    """(line number, text) of stdin's lines, split at "\\n", without their "\\n" or "\\r\\n" (and the first line
+    without a byte order mark). A line that is not UTF-8 is a UserError naming it, followed by `hint` (what to do)
+    when given: Python's stdin read such bytes as U+FFFD or lone surrogates under a C.UTF-8 locale (embedded or
+    filled without a word) and raised a UnicodeDecodeError traceback under a strict one."""
     from albertlm.errors import UserError
 
     raw = getattr(sys.stdin, "buffer", None)
@@ -224,5 +225,6 @@ def stdin_lines():
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise UserError(f"stdin line {number}: not UTF-8 text ({_not_utf8(line, number, exc)})") from None
+            raise UserError(f"stdin line {number}: not UTF-8 text ({_not_utf8(line, number, exc)})"
+                            + (f"; {hint}" if hint else "")) from None
         yield number, _line_text(text, number)

@@ -281,24 +281,14 @@ def _load(args: argparse.Namespace):
 
 
 def _stdin_lines():
-    """Lines of stdin without their line ends ("\\n" or "\\r\\n"). Only "\\n" ends a line: a lone "\\r" inside a
-    line (a spreadsheet cell, old Mac text) is text, where universal newlines made it a line end, so one input
-    line gave two lists and every later list was one line off.
+    """Lines of stdin as `albertlm embed` and `fill-mask` read them (`infer_commands.stdin_lines`): split at "\\n"
+    only (a lone "\\r" inside a line is text: universal newlines made one input line two lists), a first-line
+    byte order mark dropped, and a line that is not UTF-8 a UserError naming it, with what to do. Its bytes used to
+    become U+FFFD without a word, which BERT's text cleaning deletes, so a Korean file in CP949 (or Chinese in GBK)
+    encoded with a WordPiece vocab lost most of its text, exit 0."""
+    from albertlm.cli.infer_commands import stdin_lines
 
-    A line that is not UTF-8 is a UserError naming it (as `embed` and `fill-mask` read stdin): its bytes used
-    to become U+FFFD without a word, which BERT's text cleaning deletes, so a Korean file in CP949 (or Chinese
-    in GBK) encoded with a WordPiece vocab lost most of its text, exit 0."""
-    if not hasattr(sys.stdin, "buffer"):
-        for line in sys.stdin:
-            yield line.removesuffix("\n").removesuffix("\r")
-        return
-    for number, raw in enumerate(sys.stdin.buffer, start=1):   # binary lines end at b"\n" only
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise UserError(f"stdin line {number}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
-                            f"{exc.start + 1}); {NOT_UTF8_HINT}") from None
-        yield text.removesuffix("\n").removesuffix("\r")
+    return (text for _, text in stdin_lines(NOT_UTF8_HINT))
 
 
 def _batches(lines, size: int = BATCH_LINES):
