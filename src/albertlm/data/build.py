@@ -24,6 +24,7 @@ import itertools
 import os
 import re
 import shutil
+import sys
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
@@ -667,12 +668,20 @@ class BuildProgress:
     and stays 1% short of its total until the shards are closed and meta.json is written (`finish`).
 
     `read_bytes` (what the reader reported), `done` (the bar's position) and `instances` (written so far,
-    shown beside the bar) are the state; `done` never goes back and reaches `total` only in `finish`."""
+    shown beside the bar) are the state; `done` never goes back and reaches `total` only in `finish`.
+
+    Where stderr is no terminal (a log: nohup, a batch scheduler, a pipe), where tqdm draws nothing, a build
+    that has run PLAIN_PROGRESS_AFTER seconds prints a plain line at each tenth of the input it gets past
+    (`data build: 30% of 2.1 GB of input, 1,234,567 instances, 12.5 min`, as predict prints `predict: 12/120
+    batches`): an hours-long build in a log said nothing until its summary. Short builds stay silent."""
 
     def __init__(self, total: int, enabled: bool = True):
         from tqdm import tqdm
 
         self.total, self.read_bytes, self.done, self.instances = total, 0, 0, 0
+        self._started = time.monotonic()
+        self._plain = enabled and not _stderr_is_terminal()
+        self._tenths = 0   # tenths of the input the plain lines have reported
         self._bar = tqdm(total=total, unit="B", unit_scale=True, desc="albertlm data build",
                          disable=not enabled or None, leave=False)
 
@@ -699,6 +708,37 @@ class BuildProgress:
         if position > self.done:
             self._bar.update(position - self.done)
             self.done = position
+            self._plain_line()
+
+    def _plain_line(self) -> None:
+        """A progress line in a log at the tenth of the input just passed (see the class docstring)."""
+        tenths = 10 * self.done // max(self.total, 1)
+        if not self._plain or tenths <= self._tenths or self.done >= self.total:
+            return
+        self._tenths = tenths
+        elapsed = time.monotonic() - self._started
+        if elapsed < PLAIN_PROGRESS_AFTER:
+            return
+        print(f"data build: {10 * tenths}% of {_size(self.total)} of input, {self.instances:,} instances, "
+              f"{elapsed / 60:.1f} min", file=sys.stderr, flush=True)
+
+
+PLAIN_PROGRESS_AFTER = 30.0   # seconds a build runs before it prints progress lines in a log (BuildProgress)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):      # replaced by an object without isatty, or closed
+        return False
+
+
+def _size(num_bytes: int) -> str:
+    """1.2 GB, 340.5 MB, 12.0 kB, 512 B (decimal units, as the bar's)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} B"
 
 
 @dataclass

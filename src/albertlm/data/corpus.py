@@ -12,8 +12,10 @@ Formats (``--format``):
   ``--text-field`` column is one document, split like ``raw``. Read one record batch at a time.
 - ``arrow``: an Arrow IPC stream or file, as ``datasets.Dataset.save_to_disk`` writes them
   (``data-00000-of-00001.arrow``); rows as for ``parquet``, one record batch at a time.
-- ``auto`` (default): Parquet and Arrow by their magic bytes; ``.jsonl``/``.json`` -> jsonl; a file starting
-  with ``<doc`` -> wikiextractor; otherwise ``raw`` if most lines hold several sentences, else ``lines``.
+- ``auto`` (default): Parquet and Arrow by their magic bytes; ``.jsonl``/``.json``/``.ndjson`` -> jsonl; a file
+  starting with ``<doc`` -> wikiextractor; a file most of whose first lines are JSON objects -> jsonl (whatever its
+  name: WikiExtractor ``--json`` writes ``wiki_00``); otherwise ``raw`` if most lines hold several sentences, else
+  ``lines``.
 
 The text formats may be compressed: gzip, bzip2, xz or zstd, recognised by their magic bytes (the name's
 ``.gz``/``.bz2``/``.xz``/``.zst`` is dropped before the name-based guess, so ``a.jsonl.zst`` is JSONL). A
@@ -54,7 +56,8 @@ TABLE_FORMATS = ("parquet", "arrow")
 COMPRESSIONS = {"gz": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00", "zst": b"\x28\xb5\x2f\xfd"}
 COMPRESSED_SUFFIXES = {".gz": "gz", ".gzip": "gz", ".bz2": "bz2", ".xz": "xz", ".zst": "zst", ".zstd": "zst"}
 TABLE_SUFFIXES = (".parquet", ".arrow")
-TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd")
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")   # read as JSON lines by --format auto, whatever they hold
+TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".ndjson", ".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd")
 _ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Arrow IPC stream
 
 # A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start (see
@@ -318,14 +321,54 @@ def _read_json_file(path: Path) -> dict:
 def detect_format(path: Path, head: bytes) -> str:
     """Guess a text file's format from its name and first 64 KiB (see the module docstring); `path` is
     the name without a compression suffix."""
-    if path.suffix.lower() in (".jsonl", ".json"):
+    if path.suffix.lower() in JSONL_SUFFIXES:
         return "jsonl"
     text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
     if text.lstrip().startswith("<doc"):
         return "wikiextractor"
+    if _json_lines(text, complete=len(head) < _SNIFF_BYTES):
+        return "jsonl"
     lines = [line for line in text.splitlines()[:-1] if line.strip()] or [text]
     multi = sum(len(split_sentences(line)) >= 2 for line in lines)
     return "raw" if multi > len(lines) / 2 else "lines"
+
+
+def _json_lines(text: str, complete: bool) -> bool:
+    """Whether a file's head is JSON lines whatever its name (WikiExtractor --json writes them to `wiki_00`,
+    other tools to `.ndjson` or `.txt`): most of its non-blank lines are JSON objects. The last line of a head
+    cut at 64 KiB may be cut itself; when it is the only line (a first record longer than that), a line opening
+    an object with a key (`{"`) is taken for one. Such files used to be read as raw text: the builder made
+    instances of the JSON syntax, keys, URLs and escapes."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not complete and lines:
+        last = lines.pop()
+        if not lines:
+            return re.match(r'\{\s*"', last) is not None
+    return bool(lines) and sum(map(_is_json_object, lines)) > len(lines) / 2
+
+
+def _is_json_object(line: str) -> bool:
+    if not line.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+# archives hold files, not text: what to do with them (a tar's magic is at byte 257 of its first header)
+_ARCHIVES = ((0, b"PK\x03\x04", "a zip archive: unzip it and pass the folder"),
+             (257, b"ustar", "a tar archive: extract it (tar xf) and pass the folder"),
+             (0, b"7z\xbc\xaf\x27\x1c", "a 7z archive: extract it and pass the folder"))
+
+
+def binary_reason(head: bytes) -> str:
+    """Why a (decompressed) head with NUL bytes is not text, for the `binary files` skip: an archive of text
+    files (`corpus.tar.gz`, `wiki.zip`) is named as one with what to do, instead of the UTF-16 advice."""
+    for offset, magic, what in _ARCHIVES:
+        if head[offset:offset + len(magic)] == magic:
+            return what
+    return "NUL bytes in its first 64 KiB (UTF-16 text must be converted to UTF-8 first)"
 
 
 def table_format(path: Path, magic: bytes) -> str | None:
@@ -504,8 +547,7 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
     elif not head.strip():
         counts.skip("empty_files", f"{path}")
     elif b"\x00" in head:
-        counts.skip("binary_files", f"{path}: NUL bytes in its first 64 KiB (UTF-16 text must be converted to "
-                                    "UTF-8 first)")
+        counts.skip("binary_files", f"{path}: {binary_reason(head)}")
     else:
         file_format = detect_format(inner_name(path), head) if fmt == "auto" else fmt
         counts.formats[file_format] = counts.formats.get(file_format, 0) + 1
@@ -910,9 +952,18 @@ def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "te
             with _pyarrow().OSFile(str(path)) as source:
                 _text_column_index(_open_arrow(path, source)[0], text_field, path)
         else:
-            _check_encoding(path, compression_of(magic))
-            if fmt == "jsonl" or (fmt == "auto" and inner_name(path).suffix.lower() in (".jsonl", ".json")):
-                _check_jsonl(path, compression_of(magic), text_field)
+            compression = compression_of(magic)
+            _check_encoding(path, compression)
+            if fmt == "jsonl" or (fmt == "auto" and _guessed_format(path, compression) == "jsonl"):
+                _check_jsonl(path, compression, text_field)
+
+
+def _guessed_format(path: Path, compression: str | None) -> str:
+    """What `--format auto` reads a text file as (by its name, else its head)."""
+    if inner_name(path).suffix.lower() in JSONL_SUFFIXES:
+        return "jsonl"
+    head, _ = _read_head(path, compression)
+    return detect_format(inner_name(path), head) if head.strip() and b"\x00" not in head else "lines"
 
 
 def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
