@@ -20,7 +20,8 @@ PARAMS = Options(ModelConfig, show_defaults=False, title="ModelConfig overrides 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     if command == "info":
-        parser.add_argument("directory", help="an albertlm or transformers model directory")
+        parser.add_argument("directory", help="an albertlm or transformers model directory (or a file in one), "
+                            "a run directory or a TF checkpoint")
         parser.add_argument("--json", action="store_true", help="print JSON")
         return
     parser.add_argument("--preset", action="append", help="preset(s) to show (repeatable; default: all)")
@@ -52,9 +53,9 @@ def _params_rows(args: argparse.Namespace) -> list[dict[str, typing.Any]]:
     overrides = command_line_values(args, PARAMS)
     names = list(dict.fromkeys(args.preset)) if args.preset else list(PRESETS)   # a preset named twice: one row
     rows = []
-    for name in names:
+    for name in names:   # the preset's own name (a JSON reader looks it up), and the overrides applied to it
         cfg = get_preset(name, **overrides)
-        rows.append(_row(name + (" *" if overrides else ""), cfg, paper_params(name, overrides)))
+        rows.append({**_row(name, cfg, paper_params(name, overrides)), "overrides": dict(overrides)})
     return rows
 
 
@@ -67,6 +68,8 @@ def _cell(column: str, value: typing.Any) -> str:
 
 
 def print_table(rows: list[dict[str, typing.Any]]) -> None:
+    """One line per row; a preset shown with overrides is marked `*`."""
+    rows = [{**r, "preset": r["preset"] + (" *" if r.get("overrides") else "")} for r in rows]
     cells = [[_cell(c, r[c]) for c in COLUMNS] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
     print("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)).rstrip())
@@ -140,6 +143,8 @@ def run_info(args: argparse.Namespace) -> int:
     if _is_tf(directory):   # google's checkpoints: a directory with albert_config.json, a prefix, one of its files
         info = _tf_info(directory)
     else:
+        if directory.is_file() and (directory.parent / "config.json").is_file():   # its config.json or weights file
+            directory = directory.parent
         if not directory.is_dir():
             raise UserError(f"not a directory: {directory}")
         if not (directory / "config.json").is_file():   # a run directory: fine-tuning's best/, else the newest

@@ -25,19 +25,40 @@ class ConfigError(UserError):
 class Config:
     """What every config dataclass offers besides its fields."""
 
+    # another library's name for a field -> ours, named in the error for an unknown field (`ModelConfig`: transformers')
+    OTHER_NAMES: dict[str, str] = {}
+
+    def __new__(cls, *args: Any, **fields: Any):
+        """An unknown keyword is a ConfigError naming it and the field meant (the closest, or ours for transformers'
+        name: `AlbertConfig(num_hidden_layers=6)`), as `replace` and `from_dict` say it, not dataclasses' TypeError."""
+        refuse_unknown_fields(cls, fields)
+        return super().__new__(cls)
+
     def replace(self, **changes: Any):
         """A copy with some fields changed (validated again). An unknown field name is a ConfigError naming it
         (and the closest field), not dataclasses' TypeError."""
-        names = [f.name for f in dataclasses.fields(self)]
-        unknown = [name for name in changes if name not in names]
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], names, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"unknown {type(self).__name__} field(s): {', '.join(unknown)}{hint}")
+        refuse_unknown_fields(type(self), changes)
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def unknown_field_hint(cls: type, name: str) -> str:
+    """What to say after an unknown field `name` of config class `cls`: ours for another library's name, else the
+    closest field's name, else nothing."""
+    if name in cls.OTHER_NAMES:
+        return f" ({name} is transformers' name; {cls.__name__}'s is {cls.OTHER_NAMES[name]})"
+    close = difflib.get_close_matches(name, [f.name for f in dataclasses.fields(cls)], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def refuse_unknown_fields(cls: type, values: dict[str, Any]) -> None:
+    """A ConfigError for the keys of `values` that are no field of `cls`."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = [name for name in values if name not in names]
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}{unknown_field_hint(cls, unknown[0])}")
 
 
 def require(ok: bool, key: str, value: Any, why: str) -> None:
@@ -70,6 +91,11 @@ class ModelConfig(Config):
     # google-research skips the E->H projection when E == H; transformers always has one. True keeps it
     # (set when importing a transformers checkpoint with E == H, so its trained projection is not lost).
     always_project_embeddings: bool = False
+
+    OTHER_NAMES = {"num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
+                   "num_hidden_groups": "num_groups", "intermediate_size": "ffn_size", "hidden_act": "activation",
+                   "hidden_dropout_prob": "hidden_dropout", "attention_probs_dropout_prob": "attention_dropout",
+                   "classifier_dropout_prob": "classifier_dropout"}   # transformers' names (see OTHER_NAMES above)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -115,8 +141,7 @@ class ModelConfig(Config):
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
-            close = difflib.get_close_matches(unknown[0], names, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            hint = unknown_field_hint(cls, unknown[0])
             raise ConfigError(f"unknown model config field(s): {', '.join(unknown)}{hint}; refused rather than "
                               "ignored, as a field this albertlm does not know (a newer version's?) may change the model")
         return cls(**data)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from albertlm.config import ModelConfig
+from albertlm.config import ConfigError, ModelConfig
 from albertlm.model.inputs import (ModelInputError, check_inputs, check_target, describe_bad_indices,
                                    describe_bad_positions)
 from albertlm.model.io import PretrainedMixin, init_weights
@@ -279,6 +279,22 @@ def attention_bias(attention_mask: Tensor | None) -> Tensor | None:
     return None if attention_mask is None else attention_mask[:, None, None, :].bool()
 
 
+def checked_config(cfg: ModelConfig) -> ModelConfig:
+    """`cfg`, checked again as it is built into a model: a field assigned after the config was made
+    (`cfg.sharing = "atention"`, `cfg.num_groups = 5`) is not checked when assigned, and the model used to take it
+    as it was (a mistyped sharing mode built an unshared model, 5 groups of 12 layers uneven groups). Anything but
+    a ModelConfig (a preset's name, a dict, transformers' AlbertConfig) is a ConfigError saying what to pass."""
+    if not isinstance(cfg, ModelConfig):
+        kind = type(cfg).__name__
+        how = ("get_preset(name), or Cls.from_pretrained(directory) for a checkpoint" if isinstance(cfg, str) else
+               "ModelConfig.from_dict(d)" if isinstance(cfg, dict) else
+               "albertlm.model.hf_format.config_from_hf(config.to_dict()) converts transformers' AlbertConfig"
+               if type(cfg).__module__.startswith("transformers") else "get_preset(name) or ModelConfig(...)")
+        raise ConfigError(f"an albertlm model is built from an albertlm.ModelConfig, got {kind}: {how}")
+    cfg.validate()
+    return cfg
+
+
 class AlbertModel(PretrainedMixin, nn.Module):
     """Embeddings -> shared encoder -> (optional) tanh pooler on the first token ([CLS])."""
 
@@ -286,7 +302,7 @@ class AlbertModel(PretrainedMixin, nn.Module):
 
     def __init__(self, cfg: ModelConfig, add_pooling_layer: bool = True):
         super().__init__()
-        self.config = cfg
+        self.config = checked_config(cfg)
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if add_pooling_layer else None
