@@ -338,13 +338,41 @@ def _run_checkpoint(args) -> dict:
     spec = family.build_spec(options, tokenizer, cfg, False, info)
     if not spec.eval_sets:
         raise UserError(f"no data to {args.command}: give {family.data_flags}")
+    reordered = _glue_class_order(spec, Path(args.model), options) if args.family == "glue" else None
     metrics = run_evaluation(spec, args.model, tokenizer, cfg, args.out)
     using = _using(given, Path(args.model))
     if using:                               # stderr: stdout is the metrics JSON
         print(using, file=sys.stderr)
+    if reordered:
+        print(reordered, file=sys.stderr)
     for line in spec.warnings:              # once the run has worked: a refused one's error is its only line
         print(f"albertlm {args.command}: warning: {line}", file=sys.stderr)
     return metrics
+
+
+def _glue_class_order(spec, model_dir: Path, options) -> str | None:
+    """A classifier that names its classes in another order than GLUE's (a transformers MNLI model fine-tuned
+    on `datasets`' GLUE: entailment, neutral, contradiction): its outputs are read by name, each eval set's
+    logits put in GLUE's order before they are scored and written. Returns the line that says so, or None."""
+    import dataclasses
+
+    from albertlm.interop.hf import read_labels
+    from albertlm.tasks import glue
+
+    task = glue.get_task(options.task)
+    id2label = read_labels(model_dir).get("id2label")
+    order = glue.model_class_order(task, id2label)
+    if order is None:
+        return None
+
+    def reordered(call):
+        return None if call is None else lambda out, *rest: call({**out, "logits": out["logits"][:, order]}, *rest)
+
+    spec.eval_sets = [dataclasses.replace(s, score=reordered(s.score), write=reordered(s.write))
+                      for s in spec.eval_sets]
+    names = ", ".join(str(id2label[key]) for key in sorted(id2label, key=int))
+    return (f"{model_dir} names its classes {names} (its id2label), not in {task.name}'s order "
+            f"{', '.join(task.labels)}: its outputs are read by those names")
 
 
 def _predict(args) -> int:

@@ -1,5 +1,6 @@
-"""A user's own sentence(-pair) data in CSV, TSV (with a header line) or JSONL: single-label
-multi-class classification or regression.
+"""A user's own sentence(-pair) data in CSV, TSV (with a header line), JSONL, or Parquet / Arrow (the Hugging Face
+Hub's and `Dataset.save_to_disk`'s files; lines are then row numbers): single-label multi-class classification or
+regression.
 
 The label set is the sorted labels of the training file (or given explicitly); a dev/test label outside it
 is an error naming the file and line. Label names are compared in Unicode NFC: a Korean label written

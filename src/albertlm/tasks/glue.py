@@ -214,7 +214,8 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
                     raise DataError(f"{where}: {len(cells)} tab-separated fields, the header line has {widest} "
                                     f"(a tab inside a text?){kept}")
                 raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}"
-                                + (_test_layout_hint(task, cells, header_cells) if has_labels else "") + kept)
+                                + (_export_hint(path) or
+                                   (_test_layout_hint(task, cells, header_cells) if has_labels else "")) + kept)
             problems.add("malformed row skipped", where)
             skipped += 1
             continue
@@ -231,6 +232,16 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
         why = f"all {skipped} rows are malformed" if skipped else "the file is empty or holds only a header line"
         raise DataError(f"{path}: no examples ({why})")
     return examples
+
+
+def _export_hint(path: Path) -> str:
+    """For a file that is not GLUE's TSV by its suffix (a JSON lines or CSV export, as Hugging Face `datasets`'
+    to_json / to_csv write): the family that reads it."""
+    if path.suffix.lower() not in (".jsonl", ".json", ".ndjson", ".csv"):
+        return ""
+    return (f" (a {path.suffix} file: `glue` reads GLUE's own tab-separated files, as download_glue_data.py "
+            "writes them; a CSV or JSON lines export, e.g. Hugging Face datasets', is read by `classify` with "
+            "--text-column / --text-pair-column / --label-column)")
 
 
 # why --skip-bad-rows stops at a test row (a submission missing a row is rejected by the GLUE server)
@@ -280,6 +291,38 @@ def label_ids(task: GlueTask, examples: list[Example]) -> list:
         return [float(e.label) for e in examples]
     index = {label: i for i, label in enumerate(task.labels)}
     return [index[e.label] for e in examples]
+
+
+# the class names Hugging Face `datasets` gives GLUE's 0/1 labels (a transformers classifier fine-tuned with
+# run_glue.py names its classes so in config.json's id2label)
+HF_NAMES: dict[str, tuple[str, ...]] = {
+    "cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
+    "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate"),
+    "wnli": ("not_entailment", "entailment"),
+}
+
+
+def model_class_order(task: GlueTask, id2label: dict | None) -> list[int] | None:
+    """Where a model whose classes are named (`id2label` of its config.json, {"0": name, ...}) keeps each of
+    the task's labels: `order[j]` is the model's output for `task.labels[j]`. None when the names say nothing
+    (LABEL_0, ..., another count, names that are not the task's) or the order is GLUE's already. A
+    transformers MNLI classifier fine-tuned on `datasets`' GLUE has entailment, neutral, contradiction: read
+    in GLUE's order (contradiction, entailment, neutral) every prediction named another class."""
+    if task.is_regression or not isinstance(id2label, dict) or len(id2label) != task.num_labels:
+        return None
+    try:
+        names = [str(id2label[key]).strip().lower() for key in sorted(id2label, key=int)]
+    except (TypeError, ValueError):
+        return None
+    if sorted(int(key) for key in id2label) != list(range(task.num_labels)):
+        return None
+    hf = HF_NAMES.get("mnli" if task.name == "ax" else task.name, ())
+    ours = {**{name: label for name, label in zip(hf, task.labels)}, **{label: label for label in task.labels}}
+    glue_names = [ours.get(name) for name in names]
+    if None in glue_names or sorted(glue_names) != sorted(task.labels):
+        return None
+    order = [glue_names.index(label) for label in task.labels]
+    return None if order == list(range(task.num_labels)) else order
 
 
 STSB_RANGE = (0.0, 5.0)   # the scale of STS-B's gold similarity scores

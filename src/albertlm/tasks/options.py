@@ -49,7 +49,7 @@ class RaceOptions:
 
 @dataclass
 class ClassifyOptions:
-    train: str = ""                      # training CSV / TSV / JSONL
+    train: str = ""                      # training CSV / TSV / JSONL / Parquet / Arrow (by the suffix)
     dev: str = ""                        # labelled dev file
     test: str = ""                       # unlabelled file to predict
     text_column: str = "text"            # the column (or JSON field) holding the text

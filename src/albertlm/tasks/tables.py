@@ -65,7 +65,33 @@ def open_text(path: Path):
         raise DataError(f"{path}: file not found")
     if not path.is_file():
         raise DataError(f"{path}: not a file")
+    check_not_columnar(path)
     return path.open(encoding="utf-8-sig", newline="")
+
+
+COLUMNAR = {".parquet": "parquet", ".arrow": "arrow"}   # read by read_records (classify), as the data builder does
+
+
+def columnar_format(path: Path) -> str | None:
+    """"parquet" / "arrow" for a Parquet or Arrow IPC file (the Hugging Face Hub's and `save_to_disk`'s
+    formats): by the name, else by the first bytes (a Parquet file named .tsv)."""
+    if path.suffix.lower() in COLUMNAR:
+        return COLUMNAR[path.suffix.lower()]
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(6)
+    except OSError:
+        return None
+    return "parquet" if magic.startswith(b"PAR1") else "arrow" if magic == b"ARROW1" else None
+
+
+def check_not_columnar(path: Path) -> None:
+    """A Parquet / Arrow file read as text is refused by name, with the way on: it was "not UTF-8 text"."""
+    kind = columnar_format(path)
+    if kind is not None:
+        raise DataError(f"{path}: a {kind.capitalize()} file, not text; `classify` reads Parquet and Arrow files "
+                        f"named .parquet / .arrow, the other readers text (save it as JSON lines with pandas: "
+                        "pandas.read_parquet(FILE).to_json('x.jsonl', orient='records', lines=True))")
 
 
 def _not_utf8(path: Path, after_line: int | None = None) -> DataError:
@@ -105,9 +131,15 @@ def read_tsv(path: str | Path) -> Iterator[tuple[int, list[str]]]:
 
 
 def read_records(path: str | Path, fmt: str | None = None) -> Iterator[tuple[int, dict]]:
-    """(line number, record) of a CSV/TSV with a header line, or of a JSONL file (one object per line)."""
+    """(line number, record) of a CSV/TSV with a header line, or of a JSONL file (one object per line); of a Parquet
+    or Arrow file (a Hugging Face Hub export, `Dataset.save_to_disk`), (row number, record)."""
     path = Path(path)
     fmt = fmt or guess_format(path)
+    if fmt in ("parquet", "arrow"):
+        if not path.is_file():
+            raise DataError(f"{path}: {'not a file' if path.exists() else 'file not found'}")
+        yield from _columnar_records(path, fmt)
+        return
     with open_text(path) as handle:
         try:
             yield from (_jsonl_records(path, handle) if fmt == "jsonl" else _table_records(path, handle, fmt))
@@ -130,7 +162,40 @@ def _jsonl_records(path: Path, handle) -> Iterator[tuple[int, dict]]:
         yield lineno, record
 
 
+def _columnar_records(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
+    """(row number from 1, record) of a Parquet file or an Arrow IPC file / stream, one batch at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet  # noqa: F401  (registers the submodule)
+
+    row = 0
+    try:
+        with pa.OSFile(str(path)) as source:
+            if fmt == "parquet":
+                batches = pa.parquet.ParquetFile(source).iter_batches(batch_size=1024, use_threads=False)
+            elif source.read(6) == b"ARROW1":
+                source.seek(0)
+                reader = pa.ipc.open_file(source)
+                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            else:
+                source.seek(0)
+                batches = iter(pa.ipc.open_stream(source))
+            for batch in batches:
+                for record in batch.to_pylist():
+                    row += 1
+                    yield row, record
+    except (pa.ArrowException, OSError) as exc:
+        after = f"after row {row}: " if row else ""
+        raise DataError(f"{path}: cannot read it as {fmt.capitalize()} ({after}{exc})") from None
+
+
+# csv's default limit on one field (131072 characters) refused a long document (a 150 kB article, which is cut to
+# max_seq_length tokens anyway) that the same rows as JSON lines read; the C long bound holds on every platform
+FIELD_SIZE_LIMIT = 2**31 - 1
+
+
 def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
+    if csv.field_size_limit() < FIELD_SIZE_LIMIT:
+        csv.field_size_limit(FIELD_SIZE_LIMIT)
     reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(handle)
     try:
         header = next(reader, None)
@@ -158,4 +223,7 @@ def guess_format(path: Path) -> str:
         return "tsv"
     if suffix == ".csv":
         return "csv"
-    raise DataError(f"{path}: cannot tell the format from the suffix; use .csv, .tsv or .jsonl")
+    columnar = columnar_format(path)
+    if columnar is not None:
+        return columnar
+    raise DataError(f"{path}: cannot tell the format from the suffix; use .csv, .tsv, .jsonl, .parquet or .arrow")
