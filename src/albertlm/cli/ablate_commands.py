@@ -7,6 +7,7 @@ fine-tune each one and a no-pretraining baseline of its shape, and write the pap
 
 Rerunning the same command skips the finished runs and continues a killed one (see experiments/runner.py); a
 second one on an --out that a running one holds is refused (`--report-only` and `--list-jobs` work meanwhile).
+Ctrl-C and SIGTERM stop it alike: `interrupted`, exit 130, and a rerun continues.
 """
 from __future__ import annotations
 
@@ -54,7 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def run(args: argparse.Namespace, command: str) -> int:
-    o = read_options(args, ABLATE)
+    from albertlm.experiments.runner import sigterm_stops
+
+    with sigterm_stops():   # SIGTERM stops the command as Ctrl-C does, the report's writing included (exit 130)
+        return _run(read_options(args, ABLATE))
+
+
+def _run(o: AblateOptions) -> int:
     from albertlm.errors import UserError
     from albertlm.experiments.report import write_report
     from albertlm.experiments.runner import make_suite, preview, run_suite

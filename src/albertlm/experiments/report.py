@@ -1,7 +1,8 @@
 """The suite's report: `report.md` with tables laid out like the paper's (Tables 3, 4, 5, the dropout
 table and Figure 1), the paper's numbers beside ours, parameter counts, mean ± sample standard deviation
 over seeds (n shown); PNG plots; `results.json` with every number. Written from the result.json files
-that exist, so a suite cut short still gets a report of what finished.
+that exist, so a suite cut short still gets a report of what finished; each file is replaced whole
+(`_write_atomic`), so a rewrite that fails leaves the previous one.
 
 The paper's downstream numbers are SQuAD / MNLI / SST-2 / RACE dev scores of base-size models; ours are
 GLUE dev scores of the tasks the scale fine-tunes on. Only SST-2 is common; the paper's Avg is shown for
@@ -383,12 +384,19 @@ def claims(agg, planned: dict | None = None) -> dict[str, dict]:
     out["3"] = {"holds": None, "rule": "all-shared at most 3 points (Avg) below not-shared at both E (the paper: "
                 "2.5 and 1.5), and shared-FFN below shared-attention beyond the seeds' spread at both E",
                 "E768": rows, "E128": rows128}
-    if all(r and r.get("n", 0) >= 2 for r in (*rows.values(), *rows128.values())):
-        small_cost = all((rr["none"]["mean"] - rr["all"]["mean"]) <= 0.03 for rr in (rows, rows128))
-        ffn_worse = all(_separated(rr["attention"], rr["ffn"]) for rr in (rows, rows128))
-        out["3"]["holds"] = small_cost and ffn_worse
+    # its two halves, each judged as soon as its four configurations have 2+ seeds (Table 3's grid measures the
+    # first): the claim does not hold when either half does not, holds when both do
+    both = (rows, rows128)
+    measured = lambda *sharings: all(rr[k] and rr[k].get("n", 0) >= 2 for rr in both for k in sharings)  # noqa: E731
+    small_cost = ffn_worse = None
+    if measured("none", "all"):
+        small_cost = all((rr["none"]["mean"] - rr["all"]["mean"]) <= 0.03 for rr in both)
         out["3"]["all_shared_cost"] = {str(e): (rr["none"]["mean"] - rr["all"]["mean"]) * 100
                                        for e, rr in ((768, rows), (128, rows128))}
+    if measured("attention", "ffn"):
+        ffn_worse = all(_separated(rr["attention"], rr["ffn"]) for rr in both)
+    out["3"]["parts"] = {"all_shared_cost": small_cost, "ffn_below_attention": ffn_worse}
+    out["3"]["holds"] = False if False in (small_cost, ffn_worse) else (True if small_cost and ffn_worse else None)
     models = dict(_figure1_models(agg))
     rule4 = ("mean |change between consecutive layers| (layers 2..L) of L2 and of cosine smaller for ALBERT than "
              "for BERT (seed means)")
@@ -504,6 +512,21 @@ def planned_paper_configs(suite: dict, scale: Scale | None) -> dict | None:
             "variants": set(variant_seeds), "variant_seeds": {k: len(v) for k, v in variant_seeds.items()}}
 
 
+def _claim3_parts(c: dict) -> str:
+    """Claim 3's halves in words, "all-shared's cost: holds (2.5 and 0.5 Avg points at E=H and E=128); shared-FFN
+    below shared-attention: does not hold; ", so a verdict on the whole says which half it rests on ("" while
+    neither half is measured)."""
+    parts = c.get("parts") or {}
+    if all(v is None for v in parts.values()):
+        return ""
+    words = {True: "holds", False: "does not hold", None: "not measured"}
+    cost = c.get("all_shared_cost") or {}
+    numbers = (f" ({cost['768']:.1f} and {cost['128']:.1f} Avg points at the paper's E=768 and E=128)"
+               if "768" in cost and "128" in cost else "")
+    return (f"all-shared's cost: {words[parts.get('all_shared_cost')]}{numbers}; shared-FFN below shared-attention: "
+            f"{words[parts.get('ffn_below_attention')]}; ")
+
+
 def _verdict(c: dict) -> str:
     if c.get("holds") is None and c.get("why"):
         return c["why"].split(" (")[0].split(":")[0]
@@ -586,9 +609,10 @@ def first_seed_curves(data: dict) -> dict[str, list[dict]]:
 
 
 def _save(fig, path: Path, plt) -> Path:
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        return _write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -618,6 +642,10 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
                   + f", lr {scale_dict['finetune_lr']}, batch {scale_dict['finetune_batch_size']}, "
                   + _finetune_seeds_text(scale_dict.get("finetune_seeds", 1))
                   + "; dev scores of the best epoch (SST-2 accuracy, STS-B mean of Pearson and Spearman), x100.", ""]
+    grids = _suite_grids(data["suite"])
+    if grids:
+        lines += [f"Grid{'s' * (len(grids) != 1)} run into this directory: {', '.join(f'`{g}`' for g in grids)}"
+                  + (" (its plan is the union of theirs)" if len(grids) > 1 else "") + ".", ""]
     lines += corpus_facts(out)
     planned = len(data["suite"].get("jobs", []))
     runs, baselines = len(data['pretrain']), len(data['scratch'])
@@ -647,7 +675,8 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
         why = c.get("why", "") if c.get("holds") is None else ""
         detail = why[len(_verdict(c)):] if why else ""   # " (it plans no ... run)" or ": it compares seeds ..."
         detail = detail[2:-1] if detail.startswith(" (") and detail.endswith(")") else detail.lstrip(" :")
-        lines.append(f"{key}. {title}: **{_verdict(c)}** ({detail + '; ' if detail else ''}{c['rule']})")
+        parts = _claim3_parts(c) if key == "3" else ""
+        lines.append(f"{key}. {title}: **{_verdict(c)}** ({detail + '; ' if detail else ''}{parts}{c['rule']})")
     lines += [""]
     sections = [("Table 5: sentence-prediction task (intrinsic accuracy on held-out SOP and NSP data, downstream)",
                  table5(agg, tasks, scale)),
@@ -655,8 +684,7 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
                 ("Table 3: embedding size E", table3(agg, tasks, scale)),
                 ("Dropout (the paper's Table 8, ALBERT-xxlarge)", dropout_table(agg, tasks, scale)),
                 ("Figure 1: input vs output embedding of each layer (held-out data, seed mean)", figure1_table(agg))]
-    grids = data["suite"].get("grids") or [data["suite"].get("grid")]
-    if any(g not in NAMED for g in grids):   # a user grid: only the paper's tables it has a configuration of
+    if any(g not in NAMED for g in grids or [None]):   # a user grid: only the paper's tables it has a configuration of
         used = [any(row_of(agg, v) for v in GRIDS[name].variants)
                 for name in ("table5", "table4", "table3", "dropout", "figure1")]
         sections = [section for section, keep in zip(sections, used) if keep]
@@ -669,13 +697,38 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
     pngs = plots(agg, data, out)
     lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
     report = out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    _write_atomic(report, lambda tmp: tmp.write_text("\n".join(lines) + "\n", encoding="utf-8"))
     results = out / "results.json"
-    results.write_text(json.dumps({"scale": scale_dict, "grid": data["suite"].get("grid"), "claims": checked,
-                                   "mlm_unigram_baseline": baseline, "unreadable": data["unreadable"],
-                                   "aggregate": agg, "runs": data["pretrain"], "scratch": data["scratch"]},
-                                  indent=1, sort_keys=True, default=str) + "\n")
+    planned_grids = {r.get("name"): r.get("grids") for r in data["suite"].get("runs") or [] if isinstance(r, dict)}
+    runs = {name: {**r, "grids": planned_grids.get(name) or r.get("grids")} for name, r in data["pretrain"].items()}
+    text = json.dumps({"scale": scale_dict, "grid": data["suite"].get("grid"), "grids": grids, "claims": checked,
+                       "mlm_unigram_baseline": baseline, "unreadable": data["unreadable"],
+                       "aggregate": agg, "runs": runs, "scratch": data["scratch"]},
+                      indent=1, sort_keys=True, default=str) + "\n"
+    _write_atomic(results, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return [report, results, *pngs]
+
+
+def _suite_grids(suite: dict) -> list[str]:
+    """Every grid run into the suite's --out, in order (suite.json's `grids`; an older one names only `grid`)."""
+    grids = suite.get("grids") or ([suite["grid"]] if suite.get("grid") else [])
+    return [str(g) for g in grids] if isinstance(grids, list) else []
+
+
+def _write_atomic(path: Path, write) -> Path:
+    """`write(tmp)` fills a temporary file beside `path`, which then replaces `path`: a report rewritten from a
+    rerun is the old one or the new one, never half of one (a full disk, a kill while it writes); the
+    temporary file goes when the write fails."""
+    import os
+
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def mlm_baseline(out: Path) -> dict | None:
@@ -690,9 +743,7 @@ def mlm_baseline(out: Path) -> dict | None:
     from albertlm.experiments.evaluation import unigram_baseline
 
     baseline = unigram_baseline(train, heldout)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(baseline, indent=2) + "\n")
-    tmp.replace(cache)
+    _write_atomic(cache, lambda tmp: tmp.write_text(json.dumps(baseline, indent=2) + "\n", encoding="utf-8"))
     return baseline
 
 

@@ -317,7 +317,7 @@ def _prepare_fresh(suite: Suite, settings: dict, log, workers: int) -> dict:
                "corpus_files": corpus_fingerprint(suite),
                "glue_tokens": glue_token_fit(suite, glue), "latin_share": latin_share(train), "corpus_chars": {
                    "train": train.stat().st_size, "heldout": heldout.stat().st_size}}
-    done.write_text(json.dumps(summary, indent=2) + "\n")
+    _write_json(done, summary)      # last, whole: its presence says the preparation is complete
     return summary
 
 
@@ -655,9 +655,14 @@ def _job_output(suite: Suite, path: Path):
 
 
 def _write_json(path: Path, data: Any) -> None:
+    """`path` written whole or not at all (a temporary file renamed; removed when the write fails)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path, what: str) -> Any:
@@ -779,7 +784,7 @@ def run_suite(suite: Suite, jobs: int = 1, log=print, max_jobs: int = 0, refinet
         raise UserError(f"jobs must be >= 1, max_jobs >= 0 and max_minutes a finite number >= 0 (0 = all), got "
                         f"{jobs}, {max_jobs} and {max_minutes}")
     err = err or (lambda message: print(message, file=sys.stderr, flush=True))
-    with contextlib.ExitStack() as held:
+    with sigterm_stops(), contextlib.ExitStack() as held:
         locked = suite.out.is_dir()
         if locked:                          # before reading what --out holds: another suite may be writing it
             held.enter_context(suite_lock(suite.out))
@@ -823,12 +828,16 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
     deadline = start + 60 * max_minutes if max_minutes else None
     note = lambda *r: _note(log, err, *r, start, failed, finished, postponed)  # noqa: E731
     if jobs <= 1:
-        for job in todo:
-            try:
+        try:
+            for job in todo:
                 note(*_job_in_worker(suite, job, deadline))
-            except Stopped as stop:             # Ctrl-C / SIGTERM reached this process's training loop
-                log(f"[{(time.time() - start) / 60:6.1f} min] stopped: {stop}; rerun the command to continue")
-                raise KeyboardInterrupt from stop
+        except Stopped as stop:                 # Ctrl-C / SIGTERM reached this process's training loop
+            log(f"[{(time.time() - start) / 60:6.1f} min] stopped: {stop}; rerun the command to continue")
+            raise KeyboardInterrupt from stop
+        except KeyboardInterrupt:               # ... or came between two loops (an evaluation, a model's set-up)
+            log(f"[{(time.time() - start) / 60:6.1f} min] stopped after {len(finished)} jobs of {len(todo)}; rerun "
+                f"the command to continue")
+            raise
     else:
         try:
             _run_parallel(suite, todo, jobs, note, deadline)
@@ -841,6 +850,43 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
             f"started; rerun the command to continue")
     return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed,
             "postponed": postponed}
+
+
+@contextlib.contextmanager
+def sigterm_stops():
+    """SIGTERM (`kill`, `timeout`, a scheduler cancelling the job) stops a suite as Ctrl-C does, wherever it comes:
+    KeyboardInterrupt, so a half-made preparation is removed, the job in progress stops (a training loop's own
+    handler saves a checkpoint first; with --jobs N `_run_parallel` passes it on to the workers), the report in
+    --out is left as it was, the suite lock is released, and the CLI says `interrupted` and exits 130. Outside a
+    training loop SIGTERM had its default action: the process ended at once with 143 and no word (during the
+    tokenizer's training, an evaluation, the report), leaving a half-made preparation behind. Only where SIGTERM
+    has its default action, in the main thread (a caller's own handler is left alone); a second one during the
+    clean-up is ignored. The default comes back when the block ends."""
+    import signal
+    import threading
+
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _sigterm_interrupts)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _sigterm_interrupts(signum, frame) -> None:
+    """`sigterm_stops`'s handler: KeyboardInterrupt, once. While the data build spawns its workers it holds stops
+    back (`data.build._DEFERRED_STOPS`, acted on once they have started): the signal is left to it then."""
+    import signal
+
+    deferred = getattr(sys.modules.get("albertlm.data.build"), "_DEFERRED_STOPS", None)
+    if isinstance(deferred, list):
+        deferred.append(signum)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the clean-up runs once
+    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
