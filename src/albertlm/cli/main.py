@@ -41,7 +41,7 @@ TASK_NAMES = ("glue", "squad", "race", "classify")
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: albertlm <command> [options]   (albertlm <command> --help for its options; albertlm --version)",
+    lines = ["usage: albertlm <command> [options]   (albertlm <command> --help or albertlm help <command> for its options; albertlm --version)",
              "", "commands:"]
     lines += [f"  {name.ljust(width)}  {text}" for name, (_, text) in COMMANDS.items()]
     return "\n".join(lines)
@@ -205,6 +205,8 @@ def _main(argv: list[str]) -> int:
 
         print(f"albertlm {__version__}")
         return 0
+    if argv[0] == "help":                  # `albertlm help [command [subcommand]]`, as git and pip take it
+        return _main(argv[1:] + ["--help"]) if len(argv) > 1 else _main(["--help"])
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         close = difflib.get_close_matches(command, COMMANDS, n=1)
