@@ -427,6 +427,10 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
     on the GPU when there is one (`dist.device`), with a progress bar (`train.progress`)."""
     check_task_head(spec.model_class, spec.family, model_dir)
     check_positions(spec, model_dir, cfg)
+    if out_dir is None and not any(s.score is not None for s in spec.eval_sets):
+        # `evaluate --model` on data without answers or labels (a test file) ran the model and printed {}
+        raise UserError("nothing to score: the data given has no answers or labels (a test file?); write its "
+                        f"predictions with `albertlm predict {spec.family} ... --out DIR`")
     device = pick_device(cfg.dist.device)
     check_precision(cfg.train.precision, device)    # fp16 is CUDA's, as for finetune and evaluate on pretraining data
     warn_emulated_bf16(cfg.train.precision, device)

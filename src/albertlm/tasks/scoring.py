@@ -17,6 +17,10 @@ def score_squad(opts, predictions: str, score_opts=None, warn=None) -> dict:
     strict = bool(getattr(score_opts, "strict", False))
     if not opts.dev:
         raise UserError("give the gold file with --data DEV.json")
+    version = squad.check_version_name(opts.version)
+    if na_probs and version == "1.1":   # read, then ignored: v1.1 scores every question as answerable
+        raise UserError(f"--na-probs {na_probs}: null odds are SQuAD v2.0's (v1.1 has no unanswerable questions); "
+                        "leave --na-probs out, or score with --version 2.0")
     result = squad.evaluate_files(opts.dev, predictions, opts.version, na_probs or None, na_prob_thresh,
                                   strict=strict)
     warning = result.warning()

@@ -199,6 +199,7 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
                null_threshold: float | None = None) -> TaskSpec:
     """`null_threshold`: v2.0's no-answer threshold for a file without answers to tune it on (the one the
     fine-tuning run tuned on its dev set, recorded in task.json); a labelled dev file tunes its own."""
+    version = squad.check_version_name(version)
     settings = settings or squad.SquadSettings(max_seq_length=cfg.max_seq_length)
     problems = Problems()
     info = {"version": version, "settings": vars(settings)}
@@ -256,7 +257,7 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
         if not version.startswith("1"):
             (out_dir / "null_odds.json").write_text(json.dumps(squad.null_odds(preds), indent=2) + "\n",
                                                     encoding="utf-8")
-        nbest = {qid: [{"text": s.text, "score": s.score} for s in p.nbest] for qid, p in preds.items()}
+        nbest = squad.nbest_json(preds)
         (out_dir / "nbest_predictions.json").write_text(json.dumps(nbest, ensure_ascii=False) + "\n",
                                                         encoding="utf-8")
 

@@ -248,6 +248,20 @@ def gold_answers(examples: Sequence[SquadExample]) -> dict[str, list[str]]:
     return {e.qid: [text for text, _ in e.answers] for e in examples}
 
 
+VERSIONS = ("1.1", "2.0")
+
+
+def check_version_name(version) -> str:
+    """The SQuAD version asked for: "1.1" or "2.0", as the option's help lists them. Any other spelling is refused
+    (`v1.1`, as the files' own "version" field spells it, was scored as v2.0: every version not starting with "1"
+    was; `2` applied no tuned null threshold to a run that recorded "2.0")."""
+    if str(version) not in VERSIONS:
+        near = {"1": "1.1", "1.1": "1.1", "2": "2.0", "2.0": "2.0"}.get(str(version).strip().lstrip("vV"))
+        raise UserError(f"--version {str(version)!r}: SQuAD's version is 1.1 or 2.0"
+                        + (f" (give --version {near})" if near else ""))
+    return str(version)
+
+
 def check_version(examples: Sequence[SquadExample], version: str, path: str | Path, labelled: bool = True) -> None:
     """SQuAD v1.1 has an answer for every question: unanswerable ones mean a v2.0 file (an error naming it).
     `labelled=False` (a file to predict on) allows a file in which no question has an answer."""
@@ -456,9 +470,11 @@ def _example_features(tokenizer, index, example, q_ids, ctx: ContextTokens, sett
 @dataclass
 class SpanPrediction:
     text: str
-    score: float
+    score: float                          # start_logit + end_logit
     start_char: int = -1
     end_char: int = -1
+    start_logit: float = 0.0
+    end_logit: float = 0.0
 
 
 @dataclass
@@ -489,9 +505,27 @@ def _window_spans(feature: Feature, start_logits, end_logits, ctx: ContextTokens
             if not x["max_context"][s - lo]:
                 continue
             first, last = x["doc_start"] + s - lo, x["doc_start"] + e - lo
-            a, b = ctx.spans[first][0], ctx.spans[last][1]
-            spans.append(SpanPrediction(context[a:b], float(start_logits[s] + end_logits[e]), a, b))
+            a, b = _visible(context, ctx.spans[first][0], ctx.spans[last][1])
+            spans.append(SpanPrediction(context[a:b], float(start_logits[s] + end_logits[e]), a, b,
+                                        float(start_logits[s]), float(end_logits[e])))
     return spans
+
+
+def _invisible(ch: str) -> bool:
+    """Whitespace, or a format character (zero-width joiner, BOM, word joiner, soft hyphen: category Cf) that the
+    tokenizer drops or reads as a space."""
+    return ch.isspace() or unicodedata.category(ch) == "Cf"
+
+
+def _visible(context: str, a: int, b: int) -> tuple[int, int]:
+    """[a, b) without invisible characters at its ends: a span ending on a bare "▁" piece (which sits at the next
+    word's start) took the whitespace before that word, and a piece after a dropped U+200D or U+FEFF began with
+    it, so the answer text was `in ` or U+FEFF `BOM` (not exact, even after the official normalisation)."""
+    while a < b and _invisible(context[a]):
+        a += 1
+    while b > a and _invisible(context[b - 1]):
+        b -= 1
+    return a, b
 
 
 def postprocess(examples: Sequence[SquadExample], features: Sequence[Feature], start_logits: Sequence,
@@ -526,6 +560,20 @@ def _distinct_texts(spans: list[SpanPrediction]) -> list[SpanPrediction]:
         if span.text and span.text not in seen:
             seen.add(span.text)
             out.append(span)
+    return out
+
+
+def nbest_json(predictions: dict[str, ExamplePrediction]) -> dict[str, list[dict]]:
+    """nbest_predictions.json in BERT `run_squad`'s layout: per question its n-best answers, best first, each with
+    `text`, `probability` (softmax of the scores over that list), `start_logit`, `end_logit`, and `score` (their
+    sum). Tools that read BERT's file (ensembling, calibration) take `probability` and the logits."""
+    out = {}
+    for qid, p in predictions.items():
+        scores = np.asarray([s.score for s in p.nbest] or [0.0], dtype=np.float64)
+        probs = np.exp(scores - scores.max())
+        probs /= probs.sum()
+        out[qid] = [{"text": s.text, "probability": float(q), "start_logit": s.start_logit, "end_logit": s.end_logit,
+                     "score": s.score} for s, q in zip(p.nbest, probs)]
     return out
 
 
@@ -616,6 +664,7 @@ def evaluate_files(data: str | Path, predictions: str | Path, version: str = "2.
     unless `strict`. The caller prints `warning()` on stderr."""
     from albertlm.tasks.metrics import squad_v1_scores, squad_v2_scores
 
+    version = check_version_name(version)
     examples = read_squad(data)
     check_version(examples, version, data)
     golds = gold_answers(examples)
