@@ -27,3 +27,29 @@ def test_help_of_an_unknown_command_is_still_one_line(capsys):
     assert _exit_code(["help", "pretrian"]) == 2
     err = capsys.readouterr().err
     assert "did you mean pretrain?" in err and err.count("\n") == 1
+
+
+def _mnli_dev(path, labels):
+    """An MNLI dev file (16 columns, gold_label last) with one row per label."""
+    header = "\t".join(["index", "promptID", "pairID", "genre", "s1b", "s2b", "s1p", "s2p", "sentence1", "sentence2"]
+                       + [f"label{i}" for i in range(1, 6)] + ["gold_label"]) + "\n"
+    rows = "".join("\t".join([str(i), "p", "p", "g", "b", "b", "p", "p", f"premise {i}", f"hypothesis {i}"]
+                             + ["x"] * 5 + [label]) + "\n" for i, label in enumerate(labels))
+    path.write_text(header + rows, encoding="utf-8")
+    return path
+
+
+def test_mnli_predictions_of_the_other_dev_file_are_not_scored(tmp_path, capsys):
+    """`evaluate glue --task mnli --dev dev_matched.tsv --predictions dev_mismatched_predictions.tsv` scored the
+    mismatched predictions against the matched answers when the two files had as many rows."""
+    labels = ["entailment", "neutral", "contradiction"]
+    dev = _mnli_dev(tmp_path / "dev_matched.tsv", labels)
+    own, other = tmp_path / "dev_matched_predictions.tsv", tmp_path / "dev_mismatched_predictions.tsv"
+    for path in (own, other):
+        path.write_text("index\tprediction\n" + "".join(f"{i}\t{label}\n" for i, label in enumerate(labels)))
+    base = ["evaluate", "glue", "--task", "mnli", "--dev", str(dev), "--predictions"]
+    assert main(base + [str(own)]) == 0
+    assert '"accuracy": 1.0' in capsys.readouterr().out
+    assert main(base + [str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "predictions of dev_mismatched.tsv" in err and err.count("\n") == 1

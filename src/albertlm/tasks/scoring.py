@@ -57,6 +57,7 @@ def score_glue(opts, predictions: str, score_opts=None, warn=None) -> dict:
             raise UserError(f"--predictions scores one dev file and {len(dev)} were found "
                             f"({', '.join(Path(path).name for path in dev)}); give the one with --dev FILE")
         dev = named
+    _check_mnli_split(dev[0], predictions)
     examples = glue.read_examples(task, dev[0])
     preds = glue.read_predictions(task, predictions)
     keys = [str(i) for i in range(len(examples))]
@@ -72,6 +73,19 @@ def score_glue(opts, predictions: str, score_opts=None, warn=None) -> dict:
     gold = glue.label_ids(task, examples)
     pred_examples = [glue.Example(k, "", None, preds[k], predictions) for k in keys]
     return metrics.glue_metrics(task.name, gold, glue.label_ids(task, pred_examples))
+
+
+MNLI_DEV = ("dev_matched", "dev_mismatched")
+
+
+def _check_mnli_split(dev: str | Path, predictions: str) -> None:
+    """MNLI's matched predictions scored against the mismatched dev file (or the reverse): `predict` names them
+    `<dev file>_predictions.tsv`, and files of equal length were scored without a word."""
+    stem, name = Path(dev).stem, Path(predictions).name
+    other = next((s for s in MNLI_DEV if name == f"{s}_predictions.tsv"), None)
+    if stem in MNLI_DEV and other is not None and other != stem:
+        raise UserError(f"{predictions}: by its name these are the predictions of {other}.tsv, and --dev is "
+                        f"{Path(dev).name}; give --dev {other}.tsv (or rename the file if it is right)")
 
 
 def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
