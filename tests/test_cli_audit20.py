@@ -53,3 +53,26 @@ def test_mnli_predictions_of_the_other_dev_file_are_not_scored(tmp_path, capsys)
     assert main(base + [str(other)]) == 2
     err = capsys.readouterr().err
     assert "predictions of dev_mismatched.tsv" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_dev_evaluation_during_fine_tuning_shows_a_bar_on_a_terminal_only(tmp_path, monkeypatch, terminal):
+    """A fine-tuning run's dev evaluations (minutes on SQuAD's dev set) showed nothing; now a bar on a terminal,
+    and still nothing in a log (the evaluation's metrics line follows there)."""
+    import dataclasses
+
+    from albertlm.tasks import finetune
+    from albertlm.training.distributed import DistInfo
+    from conftest import save_tiny_pretrained
+    from train_fixtures import StubTokenizer, finetune_config, synthetic_task
+
+    asked = []
+    real = finetune.predict
+    monkeypatch.setattr(finetune, "predict", lambda *args: asked.append(args[-1]) or real(*args))
+    monkeypatch.setattr(finetune, "_terminal", lambda: terminal)
+    cfg = finetune_config(max_steps=3)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, progress=True))
+    loop = finetune.make_finetune_loop(synthetic_task(), save_tiny_pretrained(tmp_path), StubTokenizer(),
+                                       cfg, tmp_path / "run", DistInfo())
+    loop.run()
+    assert asked and all(flag is terminal for flag in asked)

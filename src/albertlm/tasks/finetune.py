@@ -32,6 +32,7 @@ from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
 from albertlm.training.distributed import DistInfo, init_distributed, pick_device
 from albertlm.training.loop import Batch, Loop, StepData
+from albertlm.training.metrics import _terminal
 from albertlm.training.precision import autocast, check_precision, warn_emulated_bf16
 from albertlm.training.trainer import build_loop, open_logger, seed_everything
 
@@ -206,9 +207,12 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
                 return {}
             record: dict[str, Any] = {"step": step}
             outputs = {}
+            # a bar below the training bar on a terminal (SQuAD's dev set takes minutes); none in a log, where
+            # the evaluation's metrics line follows anyway
+            bar = cfg.train.progress and _terminal()
             for eval_set in scored:
                 outputs[eval_set.name] = predict(raw, eval_set.features, spec.outputs, tokenizer.pad_id,
-                                                 cfg.eval_batch_size, info.device, cfg.train.precision)
+                                                 cfg.eval_batch_size, info.device, cfg.train.precision, bar)
                 record[eval_set.name] = eval_set.score(outputs[eval_set.name])
             state.extra.setdefault("history", []).append(record)
             best = state.extra.get("best")
