@@ -55,14 +55,15 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="share of characters the vocabulary must cover, in [0.98, 1]; the rarest others "
                         "become <unk> (default 0.99995, as ALBERT; 0.9995 is usual for Chinese or Japanese)")
     p.add_argument("--input-sentence-size", type=int, default=10_000_000,
-                   help="sentences sampled from the input for training (0 = all; default 10M as ALBERT)")
+                   help="sentences sampled from the input for training (0 = all, else at least 101; default 10M "
+                        "as ALBERT)")
     p.add_argument("--no-shuffle", action="store_true", help="take the first sentences instead of a random sample")
     p.add_argument("--model-type", choices=("unigram", "bpe"), default="unigram",
                    help="SentencePiece algorithm: unigram (ALBERT) or BPE (default: unigram)")
     p.add_argument("--user-defined-symbols", default="", metavar="A,B,...",
                    help="pieces always kept whole (ALBERT used '(,),\",-,.,–,£,€'; see docs/tokenization.md)")
     p.add_argument("--threads", type=int, default=0,
-                   help="SentencePiece training threads (default: all usable cores, at most 8)")
+                   help="SentencePiece training threads, at most 1024 (default 0: all usable cores, at most 8)")
     p.add_argument("--seed", type=int, default=12345,
                    help="seed of the --input-sentence-size sample: same input, seed and --threads, same model "
                         "(default 12345)")
@@ -89,19 +90,20 @@ SENTENCEPIECE_ONLY = {"model_type": ("--model-type", "unigram"),
 
 def _check_train_args(args: argparse.Namespace) -> None:
     from albertlm.config.run import SEED_LIMIT
+    from albertlm.tokenization.sentencepiece import check_vocab_size
 
-    if args.vocab_size < 6:
-        raise UserError(f"--vocab-size must be at least 6 (5 special pieces + 1), got {args.vocab_size}")
+    check_vocab_size(args.vocab_size, "--vocab-size")
     if not 0 <= args.seed < SEED_LIMIT:
         raise UserError(f"--seed must be in [0, 2**32), got {args.seed}")
     if args.input_sentence_size < 0:
         raise UserError(f"--input-sentence-size must be >= 0 (0 = all), got {args.input_sentence_size}")
-    if args.kind != "wordpiece":
-        from albertlm.tokenization.sentencepiece import check_character_coverage
-
-        check_character_coverage(args.character_coverage, "--character-coverage")
     if args.threads < 0:
         raise UserError(f"--threads must be >= 0 (0 = all usable cores), got {args.threads}")
+    if args.kind != "wordpiece":
+        from albertlm.tokenization.sentencepiece import check_character_coverage, check_sample_and_threads
+
+        check_character_coverage(args.character_coverage, "--character-coverage")
+        check_sample_and_threads(args.input_sentence_size, args.threads, ("--input-sentence-size", "--threads"))
     if args.kind == "wordpiece":
         given = [flag for name, (flag, default) in SENTENCEPIECE_ONLY.items() if getattr(args, name) != default]
         if given:
@@ -229,7 +231,8 @@ def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path,
     def on_cut():
         if long_sentences is not None:
             long_sentences[0] += 1
-    return train_sentencepiece(files, out, train, options, show_progress=sys.stderr.isatty(),
+    terminal = sys.stderr.isatty()
+    return train_sentencepiece(files, out, train, options, show_progress=terminal, log_progress=not terminal,
                                verbose=args.verbose, read_lines=read_lines, check_lines=check_lines,
                                on_cut=on_cut, explain_empty=explain_empty)
 

@@ -14,6 +14,7 @@ import os
 import random
 import re
 import sys
+import time
 import unicodedata
 import warnings
 from dataclasses import asdict, dataclass, fields
@@ -153,7 +154,32 @@ def _load_processor(model_file: Path):
     try:
         return spm.SentencePieceProcessor(model_file=str(model_file))
     except (RuntimeError, OSError) as exc:
-        raise UserError(f"cannot read {model_file} as a SentencePiece model ({exc})") from None
+        hint = _text_vocabulary_hint(model_file)
+        raise UserError(f"cannot read {model_file} as a SentencePiece model ({hint or exc})") from None
+
+
+_SCORED_PIECE = re.compile(r"[^\t\n]+\t-?\d+(\.\d+)?([eE][-+]?\d+)?")   # a .vocab line: piece<TAB>score
+
+
+def _text_vocabulary_hint(path: Path) -> str:
+    """What a text file given as a SentencePiece model is, when it is a vocabulary ("" otherwise): sentencepiece's
+    `.vocab` dump (piece<TAB>score, written beside every `.model`: albert's 30k-clean.vocab, our spiece.vocab),
+    which cannot segment text, or a BERT vocab under another name than *.txt. The bare parse error
+    (`INTERNAL: could not parse ModelProto`) named neither."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = [line.rstrip("\r\n") for line in handle.readlines(65536)][:200]
+    except (OSError, UnicodeDecodeError):
+        return ""
+    if len(lines) >= 5 and all(_SCORED_PIECE.fullmatch(line) for line in lines[:5]):
+        return ("it is sentencepiece's text vocabulary (piece<TAB>score), which cannot segment text: pass the "
+                f"binary .model trained with it (e.g. {path.with_suffix('.model').name} beside it)")
+    from albertlm.tokenization.wordpiece import SPECIAL_TOKENS, VOCAB_FILE
+
+    if set(SPECIAL_TOKENS) <= set(lines):
+        return (f"it is a BERT WordPiece vocabulary: load files like it under a name ending in .txt "
+                f"(e.g. {VOCAB_FILE}, or a directory holding one)")
+    return ""
 
 
 def _default_threads() -> int:
@@ -389,6 +415,35 @@ def check_character_coverage(coverage: float, flag: str = "character_coverage") 
                         f"0.9995, ALBERT: 0.99995), got {coverage}")
 
 
+MAX_VOCAB_SIZE = 1 << 24   # 16,777,216 tokens; 70x the largest vocabularies in use
+
+
+def check_vocab_size(vocab_size: int, flag: str = "vocab_size") -> None:
+    """A UserError, before any input is read, for a vocabulary size no trainer can take: sentencepiece failed on
+    one over 2**31 with a ValueError traceback (`cannot parse "5000000000" as int`), and the WordPiece trainer
+    reserves memory for the whole vocabulary up front, so a mistyped size (a few zeros too many) aborted the
+    process with Rust's `memory allocation of 283467841552 bytes failed` and a native stack."""
+    if not 6 <= vocab_size <= MAX_VOCAB_SIZE:
+        raise UserError(f"{flag} must be in [6, {MAX_VOCAB_SIZE:,}] (5 special pieces + 1; ALBERT: 30000), "
+                        f"got {vocab_size:,}")
+
+
+MIN_SAMPLE = 101      # sentencepiece refuses an input_sentence_size of 1..100 (trainer_interface.cc)
+MAX_THREADS = 1024    # and more than 1024 threads
+
+
+def check_sample_and_threads(input_sentence_size: int, num_threads: int,
+                             flags: tuple[str, str] = ("input_sentence_size", "num_threads")) -> None:
+    """A UserError, before any input is read, for what sentencepiece's trainer refuses only once the whole input
+    has been read (and sampled), with an `INTERNAL: trainer_interface.cc(102) [...]` line quoting its check:
+    an `input_sentence_size` of 1..100 (0 = all) and more than 1024 threads (0 = the usable cores)."""
+    if input_sentence_size < 0 or 0 < input_sentence_size < MIN_SAMPLE:
+        raise UserError(f"{flags[0]} must be 0 (all sentences) or at least {MIN_SAMPLE} (sentencepiece's minimum), "
+                        f"got {input_sentence_size}")
+    if not 0 <= num_threads <= MAX_THREADS:
+        raise UserError(f"{flags[1]} must be in [0, {MAX_THREADS}] (0 = the usable cores), got {num_threads}")
+
+
 def check_user_defined_symbols(symbols: Sequence[str], options: SentencePieceOptions, vocab_size: int,
                                flag: str = "user_defined_symbols") -> None:
     """A UserError, before any input is read, for symbols that would fail training or could never match.
@@ -505,15 +560,50 @@ def _counted(lines: Iterable[str], count: list[int]) -> Iterator[str]:
         yield line
 
 
+PLAIN_PROGRESS_AFTER = 30.0   # seconds of reading before a log (stderr no terminal) gets progress lines
+
+
+class LogProgress:
+    """The reading bar where stderr is no terminal (a log, nohup, a batch job), for `train_sentencepiece(...,
+    log_progress=True)`: once reading has taken PLAIN_PROGRESS_AFTER seconds, a line `tokenizer train: read 30%
+    of 1,200.0 MB, 2.5 min` on stderr at each tenth of the input; `late()` then also asks for the line announcing
+    sentencepiece's training. A short training prints nothing (a failure stays one line). Without this, a
+    training in a log showed nothing at all until it ended, hours later on a big corpus."""
+
+    def __init__(self, total: int):
+        self.n, self.total, self._tenths, self._started = 0, total, 0, time.monotonic()
+
+    def late(self) -> bool:
+        return time.monotonic() - self._started >= PLAIN_PROGRESS_AFTER
+
+    def update(self, count: int) -> None:
+        self.n += count
+        tenths = 10 * self.n // max(self.total, 1)
+        if tenths > self._tenths and self.n < self.total:
+            self._tenths = tenths
+            if self.late():
+                print(f"tokenizer train: read {10 * tenths}% of {self.total / 1e6:,.1f} MB, "
+                      f"{(time.monotonic() - self._started) / 60:.1f} min", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "LogProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def _announce_training(lines: Iterable[str], read: list[int], bar, train: SentencePieceTrainOptions,
                        show_progress: bool) -> Iterator[str]:
-    """`lines` (the sample), then (when `show_progress`) one stderr line once they are all read (`read[0]`
-    sentences): reading takes seconds, sentencepiece's training after it minutes to hours on a big sample, and
-    showed nothing until it ended."""
+    """`lines` (the sample), then (when `show_progress`, or reading in a log took long: `LogProgress.late`) one
+    stderr line once they are all read (`read[0]` sentences): reading takes seconds, sentencepiece's training
+    after it minutes to hours on a big sample, and showed nothing until it ended."""
     count = 0
     for count, line in enumerate(lines, start=1):
         yield line
-    if show_progress:
+    if show_progress or (isinstance(bar, LogProgress) and bar.late()):
         bar.close()
         sample = f" (a sample of {count:,})" if count < read[0] else ""
         print(f"read {read[0]:,} sentences{sample}; training the {train.model_type} model (V={train.vocab_size}, "
@@ -566,7 +656,8 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                         read_lines: LineReader = read_text_lines,
                         check_lines: LineReader | None = None,
                         on_cut: Callable[[], None] | None = None,
-                        explain_empty: Callable[[], str] | None = None) -> SentencePieceTokenizer:
+                        explain_empty: Callable[[], str] | None = None,
+                        log_progress: bool = False) -> SentencePieceTokenizer:
     """Train a unigram model the ALBERT way into `out_dir` (spiece.model, spiece.vocab, tokenizer_config.json).
 
     Special ids: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no BOS/EOS. Lines (`read_lines(file)`, plain
@@ -575,14 +666,18 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     the input is not empty, so a reader that counts what it meets does not count the checked lines twice;
     `explain_empty()` says what that reader skipped when the input turns out empty (see `check_training_input`).
     Lines longer than `train.max_sentence_length` bytes are cut to fit (`on_cut()` per line, see
-    `iter_training_lines`) rather than skipped by sentencepiece.
+    `iter_training_lines`) rather than skipped by sentencepiece. `show_progress`: a byte bar on a terminal and a
+    line when sentencepiece's training starts; else `log_progress`: plain lines for a log once reading has taken
+    long (`LogProgress`).
     """
     import sentencepiece as spm
     from tqdm import tqdm
 
     train = train or SentencePieceTrainOptions()
     options = options or SentencePieceOptions(do_lower_case=False, keep_accents=True)
+    check_vocab_size(train.vocab_size)
     check_character_coverage(train.character_coverage)
+    check_sample_and_threads(train.input_sentence_size, train.num_threads)
     check_user_defined_symbols(train.user_defined_symbols, options, train.vocab_size)
     paths = [Path(f) for f in files]
     total_bytes = check_training_input(paths, check_lines or read_lines, explain_empty)
@@ -592,8 +687,10 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     extra = {"user_defined_symbols": list(train.user_defined_symbols)} if train.user_defined_symbols else {}
     # A random sample is drawn here, seeded; sentencepiece then takes all of it (its own sampler is unseeded).
     sampled = train.shuffle_input_sentence and train.input_sentence_size > 0
-    with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="reading", disable=not show_progress or None,
-              leave=False) as bar:
+    bar = LogProgress(total_bytes) if log_progress and not show_progress else \
+        tqdm(total=total_bytes, unit="B", unit_scale=True, desc="reading", disable=not show_progress or None,
+             leave=False)
+    with bar:
         read = [0]
         lines = _counted(iter_training_lines(paths, options, bar, read_lines, train.max_sentence_length, on_cut),
                          read)

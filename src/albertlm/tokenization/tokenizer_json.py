@@ -17,6 +17,21 @@ CANDIDATES = {"pad": ("<pad>", "[PAD]"), "unk": ("<unk>", "[UNK]"), "cls": ("[CL
               "sep": ("[SEP]", "</s>"), "mask": ("[MASK]", "<mask>")}
 
 
+def _not_a_tokenizer(path: Path) -> str:
+    """Why a JSON object without a tokenizer "model" is none ("" for other files): the files transformers saves
+    beside a tokenizer (tokenizer_config.json, special_tokens_map.json, config.json) hold options only, and
+    `tokenizers` refused them with a parse position (`expected , or } at line 2 column 21`) naming nothing."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(data, dict) or "model" in data:
+        return ""
+    return (f"it holds no tokenizer \"model\"; transformers' {CONFIG_FILE}, special_tokens_map.json and "
+            f"config.json hold options only: pass the directory holding the tokenizer, or its {TOKENIZER_FILE}, "
+            "spiece.model or vocab.txt")
+
+
 class TokenizerJsonTokenizer(TokenizersBacked):
     """`tokenizer.json` behind `albertlm.tokenization.base.Tokenizer`; kind from its model (WordPiece or not)."""
 
@@ -27,7 +42,8 @@ class TokenizerJsonTokenizer(TokenizersBacked):
         try:
             self.backend = Tokenizer.from_file(str(self.tokenizer_file))
         except Exception as exc:  # tokenizers raises a bare Exception on malformed files
-            raise UserError(f"cannot read {self.tokenizer_file} as a tokenizer.json ({exc})") from None
+            raise UserError(f"cannot read {self.tokenizer_file} as a tokenizer.json "
+                            f"({_not_a_tokenizer(self.tokenizer_file) or exc})") from None
         model = json.loads(self.backend.to_str())["model"]
         self.kind = "wordpiece" if model.get("type") == "WordPiece" else "sentencepiece"
         self._prefix = model.get("continuing_subword_prefix") or "##"

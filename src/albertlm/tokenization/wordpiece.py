@@ -167,8 +167,9 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     """
     from tokenizers.trainers import WordPieceTrainer
 
-    from albertlm.tokenization.sentencepiece import check_training_input, read_text_lines
+    from albertlm.tokenization.sentencepiece import check_training_input, check_vocab_size, read_text_lines
 
+    check_vocab_size(vocab_size)
     options = options or WordPieceOptions()
     paths = [str(p) for p in files]
     check_training_input([Path(p) for p in paths], check_lines or read_lines or read_text_lines, explain_empty)
