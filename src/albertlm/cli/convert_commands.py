@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -34,21 +33,18 @@ TOKENIZER_FILES = {"spiece.model": ("spiece.model", "30k-clean.model", "assets/3
                    "tokenizer.json": ("tokenizer.json",)}
 OUTPUT_FILES = ("config.json", "model.safetensors", "labels.json", "README.md", "spiece.model", "vocab.txt",
                 "tokenizer.json", "tokenizer_config.json")   # everything convert may write: replaced only with --overwrite
-# an earlier model's weights in forms convert never writes (transformers' pickles and shards): left beside the new
-# model.safetensors, DST would hold two models (a loader globbing *.safetensors, or one preferring the pickle, reads the
-# old one), so they count as a model DST holds and --overwrite removes them too
-EARLIER_WEIGHTS = ("pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
-SHARD = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
+# an earlier model's weights in forms convert never writes (transformers' pickles and shards: model.io.EARLIER_WEIGHTS
+# and SHARD) count as a model DST holds, and --overwrite removes them too
 
 
 ALL_MAPPED = "all weights mapped: no missing or unexpected keys"
 
 
 def _earlier_weights(dst: Path) -> list[str]:
-    """The names of an earlier model's weight files in DST that convert does not write (see EARLIER_WEIGHTS)."""
-    if not dst.is_dir():
-        return []
-    return sorted(p.name for p in dst.iterdir() if (p.name in EARLIER_WEIGHTS or SHARD.match(p.name)) and p.is_file())
+    """The names of an earlier model's weight files in DST that convert does not write (model.io.earlier_weights)."""
+    from albertlm.model.io import earlier_weights
+
+    return earlier_weights(dst)
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:

@@ -118,10 +118,18 @@ def _embed(args) -> int:
         path = Path(args.input)
         if path.is_dir():
             raise UserError(f"--input {path} is a directory; give a text file (one text per line)")
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"--input {path}: no such file")
-        count = _count_lines(path)       # and the whole file is UTF-8, before any output is made
-        source = _lines(path)
+        if path.is_file():
+            count = _count_lines(path)       # and the whole file is UTF-8, before any output is made
+            source = _lines(path)
+        else:   # a pipe (bash's `--input <(cmd)`: /dev/fd/63), /dev/null: read once, as stdin is (was "no such file")
+            try:
+                with open(path, "rb") as handle:
+                    texts = [text for _, text in binary_lines(handle, f"--input {path} line ")]
+            except OSError as exc:
+                raise UserError(f"--input {path}: cannot read it ({exc.strerror or exc})") from None
+            count, source = len(texts), iter(texts)
     out = Path(args.out)
     if out.is_dir():
         raise UserError(f"--out {out} is a directory")
@@ -214,17 +222,23 @@ def stdin_lines(hint: str = ""):
     without a byte order mark). A line that is not UTF-8 is a UserError naming it, followed by `hint` (what to do)
     when given: Python's stdin read such bytes as U+FFFD or lone surrogates under a C.UTF-8 locale (embedded or
     filled without a word) and raised a UnicodeDecodeError traceback under a strict one."""
-    from albertlm.errors import UserError
-
     raw = getattr(sys.stdin, "buffer", None)
     if raw is None:   # a text stream put in sys.stdin (an application, a test)
         for number, line in enumerate(sys.stdin, 1):
             yield number, _line_text(line, number)
         return
+    yield from binary_lines(raw, "stdin line ", hint)
+
+
+def binary_lines(raw, where: str, hint: str = ""):
+    """(line number, text) of the lines of a binary stream read once, as `stdin_lines` gives them; a line that is not
+    UTF-8 is a UserError naming it (`where` + its number), followed by `hint` when given."""
+    from albertlm.errors import UserError
+
     for number, line in enumerate(raw, 1):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise UserError(f"stdin line {number}: not UTF-8 text ({_not_utf8(line, number, exc)})"
+            raise UserError(f"{where}{number}: not UTF-8 text ({_not_utf8(line, number, exc)})"
                             + (f"; {hint}" if hint else "")) from None
         yield number, _line_text(text, number)

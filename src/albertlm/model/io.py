@@ -82,39 +82,67 @@ INDEX = ".index.json"  # transformers' sharded weights: model.safetensors.index.
 
 
 def read_state(directory: str | Path) -> dict[str, torch.Tensor]:
-    """The weights of a checkpoint directory: `model.safetensors`, else a transformers `pytorch_model.bin`
-    loaded with weights_only=True (a pickle holding anything but tensors is refused, never run), else either of
-    them sharded the way transformers' `save_pretrained(max_shard_size=...)` writes them (`<name>.index.json`
-    naming the shard file of each tensor). A truncated or damaged file is a UserError naming it."""
+    """The weights of a checkpoint directory, found in transformers' order (`weights_source`): `model.safetensors`,
+    else its shards (`model.safetensors.index.json` naming the shard file of each tensor, as transformers'
+    `save_pretrained(max_shard_size=...)` writes them), else a transformers `pytorch_model.bin` loaded with
+    weights_only=True (a pickle holding anything but tensors is refused, never run), else its shards. A truncated or
+    damaged file is a UserError naming it."""
+    source = weights_source(directory)
+    read = read_safetensors if source.name.startswith(WEIGHTS) else read_torch_file
+    if source.name.endswith(INDEX):
+        return read_sharded(source, read)
+    return _checked(read(source), source)
+
+
+# transformers' from_pretrained takes the first of these a directory holds (safetensors before a pickle, one file
+# before shards); a directory re-saved by transformers 5 (always safetensors, sharded by max_shard_size) keeps the
+# pytorch_model.bin of an earlier save beside the new shards, which albertlm read in their place. Its sharded save also
+# keeps an earlier model.safetensors, which both read before the new shards: `weights_source` warns of that pair (a
+# Hub snapshot's model.safetensors beside pytorch_model.bin is one model in two formats: no warning).
+WEIGHTS_ORDER = (WEIGHTS, WEIGHTS + INDEX, PICKLE_WEIGHTS, PICKLE_WEIGHTS + INDEX)
+
+
+def weights_source(directory: str | Path) -> Path:
+    """The file a checkpoint directory's weights are read from: the first of `WEIGHTS_ORDER` it holds, the file
+    transformers' `from_pretrained` reads there (a sharded `*.index.json` stands for its shards)."""
     directory = Path(directory)
-    if (directory / WEIGHTS).is_file():
-        return _checked(read_safetensors(directory / WEIGHTS), directory / WEIGHTS)
-    if (directory / PICKLE_WEIGHTS).is_file():
-        return _checked(read_torch_file(directory / PICKLE_WEIGHTS), directory / PICKLE_WEIGHTS)
-    for name, read in ((WEIGHTS, read_safetensors), (PICKLE_WEIGHTS, read_torch_file)):
-        if (directory / (name + INDEX)).is_file():
-            return read_sharded(directory / (name + INDEX), read)
-    raise UserError(f"no {WEIGHTS} or {PICKLE_WEIGHTS} (nor their sharded {WEIGHTS}{INDEX} / {PICKLE_WEIGHTS}{INDEX}) "
-                    f"in {directory}")
+    present = [directory / name for name in WEIGHTS_ORDER if (directory / name).is_file()]
+    if not present:
+        raise UserError(f"no {WEIGHTS} or {PICKLE_WEIGHTS} (nor their sharded {WEIGHTS}{INDEX} / "
+                        f"{PICKLE_WEIGHTS}{INDEX}) in {directory}")
+    index = directory / (WEIGHTS + INDEX)
+    if present[0].name == WEIGHTS and index.is_file() and str(index.resolve()) not in _WARNED:
+        _WARNED.add(str(index.resolve()))   # once per directory: a load reads this several times
+        log.warning("%s holds both %s and %s (with its shards), the weights of two saves: reading %s, as "
+                    "transformers' from_pretrained does; transformers' sharded save_pretrained leaves an earlier %s "
+                    "in place, so if the shards are the newer model, remove %s", directory, WEIGHTS, index.name,
+                    WEIGHTS, WEIGHTS, WEIGHTS)
+    return present[0]
+
+
+def _safetensors_files(directory: str | Path) -> list[Path] | None:
+    """The safetensors files holding a directory's weights (one, or the shards), or None where they are a pickle."""
+    source = weights_source(directory)
+    if source.name == WEIGHTS:
+        return [source]
+    return _shards(source)[1] if source.name == WEIGHTS + INDEX else None
 
 
 def state_keys(directory: str | Path) -> list[str]:
     """The tensor names of a checkpoint directory, without reading its tensors where the format allows (a
     safetensors header, a sharded index); a pickle is read whole."""
-    directory = Path(directory)
-    if (directory / WEIGHTS).is_file():
+    source = weights_source(directory)
+    if source.name == WEIGHTS:
         from safetensors import safe_open
 
         try:
-            with safe_open(str(directory / WEIGHTS), framework="pt") as f:
+            with safe_open(str(source), framework="pt") as f:
                 return list(f.keys())
         except Exception as exc:  # SafetensorError: a damaged header
-            raise UserError(f"{directory / WEIGHTS}: not a readable safetensors file, truncated or damaged "
+            raise UserError(f"{source}: not a readable safetensors file, truncated or damaged "
                             f"({_first_line(exc)})") from None
-    if not (directory / PICKLE_WEIGHTS).is_file() and (directory / (WEIGHTS + INDEX)).is_file():
-        weight_map = read_json_object(directory / (WEIGHTS + INDEX), "a sharded-weights index").get("weight_map")
-        if isinstance(weight_map, dict):
-            return list(weight_map)
+    if source.name == WEIGHTS + INDEX:
+        return list(_shards(source)[0])
     return list(read_state(directory))
 
 
@@ -156,12 +184,8 @@ def stored_shapes(directory: str | Path) -> dict[str, tuple[int, ...]]:
     damaged file is a UserError naming it."""
     from safetensors import safe_open
 
-    directory = Path(directory)
-    if (directory / WEIGHTS).is_file():
-        files = [directory / WEIGHTS]
-    elif not (directory / PICKLE_WEIGHTS).is_file() and (directory / (WEIGHTS + INDEX)).is_file():
-        files = _shards(directory / (WEIGHTS + INDEX))[1]
-    else:
+    files = _safetensors_files(directory)
+    if files is None:
         shapes, seen = {}, set()
         for key, value in read_state(directory).items():
             where = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride())
@@ -188,10 +212,7 @@ def stored_float_dtype(directory: str | Path) -> torch.dtype | None:
     None where they mix several (or hold none)."""
     from safetensors import safe_open
 
-    directory = Path(directory)
-    files = [directory / WEIGHTS] if (directory / WEIGHTS).is_file() else (
-        _shards(directory / (WEIGHTS + INDEX))[1] if not (directory / PICKLE_WEIGHTS).is_file()
-        and (directory / (WEIGHTS + INDEX)).is_file() else None)
+    files = _safetensors_files(directory)
     if files is None:
         found = {v.dtype for v in read_state(directory).values() if v.is_floating_point()}
     else:
@@ -305,6 +326,35 @@ def read_metadata(path: str | Path) -> dict[str, str]:
         raise UserError(f"{path}: not a readable safetensors file, truncated or damaged ({_first_line(exc)})") from None
 
 
+# an earlier model's weights in the forms albertlm never writes (transformers' pickle, either index of shards, the
+# shards): a save of model.safetensors beside them left two models in one directory, the older under a config.json
+# that no longer describes it (transformers' save_pretrained removes only its own stale shards)
+EARLIER_WEIGHTS = (PICKLE_WEIGHTS, WEIGHTS + INDEX, PICKLE_WEIGHTS + INDEX)
+SHARD = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
+
+
+def earlier_weights(directory: str | Path) -> list[str]:
+    """The names of an earlier model's weight files in `directory` that a save of `model.safetensors` does not
+    replace (EARLIER_WEIGHTS and transformers' shard files), sorted; [] where there is no such directory."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if (p.name in EARLIER_WEIGHTS or SHARD.match(p.name))
+                  and p.is_file())
+
+
+def remove_earlier_weights(directory: str | Path) -> list[str]:
+    """Remove `earlier_weights(directory)` (after a new `model.safetensors` is written there) and log their names;
+    returns them."""
+    names = earlier_weights(directory)
+    for name in names:
+        (Path(directory) / name).unlink(missing_ok=True)
+    if names:
+        log.warning("%s: removed the earlier model's weight files the new model.safetensors replaces: %s",
+                 directory, ", ".join(names))
+    return names
+
+
 def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path) -> Path:
     from safetensors.torch import save_file
 
@@ -318,6 +368,7 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, directory / WEIGHTS, metadata={"format": "pt", "albertlm_class": type(model).__name__})
     config.to_json(directory / CONFIG)
+    remove_earlier_weights(directory)
     return directory
 
 
