@@ -125,11 +125,11 @@ def model_check(device):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", default="cuda")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])   # the first paragraph, whole
+    parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
     parser.add_argument("--shape", default="32x512x12x64", help="B x T x heads x head size")
     parser.add_argument("--real", default="1,0.75", help="mean fractions of real tokens per row")
-    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=20, help="timed calls per kernel (default 20)")
     parser.add_argument("--model", action="store_true", help="also compare the packed and padded albert-base step")
     args = parser.parse_args()
     try:    # the options first (one line each, on any machine), then whether there is a GPU to time
@@ -152,6 +152,11 @@ def main() -> None:
         device = None
     if device is None or device.type != "cuda" or not torch.cuda.is_available():
         parser.error("attention_speed.py times CUDA kernels: it needs --device cuda and a GPU")
+    from model_speed import parse_device
+
+    device = parse_device(parser, args.device)   # cuda:N past the GPUs here: one line, not torch's assertion
+    if device.index is not None:                 # the timing events and synchronize() are the current device's
+        torch.cuda.set_device(device)
     print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}: attention forward + backward, "
           f"bf16, B={B} T={T} heads={A} head size={hs}")
     for real in fractions:

@@ -97,9 +97,9 @@ def hf_model(cfg):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=8, help="timed training steps per row (default 8)")
+    parser.add_argument("--batch-size", type=int, default=32, help="examples per step (default 32)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default 0: torch's choice)")
     args = parser.parse_args()
     for option, value, least in (("--steps", args.steps, 1), ("--batch-size", args.batch_size, 1),
                                  ("--threads", args.threads, 0)):

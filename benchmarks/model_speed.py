@@ -19,14 +19,18 @@ runs it). `hf-unmasked-compiled`: transformers compiled and given no mask when t
 
 MFU: model FLOPs (encoder, E->H projection, MLM head at the masked positions, x3 for training: the same
 for every variant, so MFU ratios equal speed ratios) / time / the dense-matmul rate of this device and
-dtype, measured before each row (the load changes; ratios are only meaningful within one run).
+dtype, measured before each row (the load changes; ratios are only meaningful within one run). On a CPU
+without bf16 instructions (AVX-512 BF16 or AMX) torch emulates bf16 matmuls far below the CPU's fp32 rate:
+there the bf16 rows' MFU is against the fp32 rate (the hardware's), and the header says so; such a CPU
+times bf16 only when `--dtypes` asks for it (emulated, a bf16 step is many times slower than fp32).
+fp16 runs on CUDA only (as `albertlm pretrain --precision fp16`).
 
 `--clock cpu --threads 1` times CPU seconds of one thread instead of wall seconds: on a machine shared with
 other jobs this is far steadier (time spent descheduled does not count), at the price of measuring
 single-thread work only (with more threads, OpenMP's spin-waiting would count as work).
 
     python benchmarks/model_speed.py [--device cpu|cuda] [--preset albert-base] [--rows 8x128,2x512]
-        [--modes train,infer] [--dtypes fp32,bf16] [--variants ours,hf,ours-compiled,hf-compiled]
+        [--modes train,infer] [--dtypes fp32,bf16,fp16] [--variants ours,hf,ours-compiled,hf-compiled]
         [--reps 3] [--infer-reps 10] [--threads N] [--clock wall|cpu] [--real 1.0]
 On CUDA the defaults are 32x512 bf16 and all four variants; peak memory per variant is printed too (each
 variant's own: its weights, optimizer state and activations, not the variants still resident before it).
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import math
 import os
 import statistics
 import tempfile
@@ -46,11 +51,13 @@ import torch
 from albertlm.config.presets import get_preset
 from albertlm.errors import UserError
 from albertlm.model.albert import AlbertForPreTraining
+from albertlm.training.precision import cpu_has_bf16
 
 MASK_RATE = 0.15
 OUR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label",
             "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "token_index")
 HF_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label", "labels")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 VARIANTS = ("ours", "hf", "ours-padded", "ours-compiled", "ours-cudagraphs", "hf-compiled", "hf-unmasked-compiled")
 
 
@@ -109,6 +116,46 @@ def matmul_rate(dtype: torch.dtype, seconds: float = 2.0, device: torch.device |
     return count * 2 * m * k * n / (clock() - start)
 
 
+def emulated_bf16(device: torch.device) -> bool:
+    """Whether bf16 matmuls are emulated on `device` (a CPU without AVX-512 BF16 or AMX)."""
+    return device.type == "cpu" and not cpu_has_bf16()
+
+
+def mfu_rate(precision: str, device: torch.device, seconds: float = 2.0) -> float:
+    """The dense-matmul FLOP/s an MFU of `precision` is against: this device's rate in that dtype, except bf16
+    where it is emulated (`emulated_bf16`): there a bf16 `a @ b` ran 60x below the fp32 rate here, so a bf16
+    row's "MFU" against it exceeded 100% (225%) and measured the emulation, not the hardware; the fp32 rate
+    is what the hardware can do for that work."""
+    dtype = DTYPES[precision]
+    if precision == "bf16" and emulated_bf16(device):
+        dtype = torch.float32
+    return matmul_rate(dtype, seconds=seconds, device=device)
+
+
+def default_dtypes(device: torch.device) -> str:
+    """--dtypes when not given: bf16 on CUDA; fp32 and bf16 on a CPU, or fp32 alone where bf16 is emulated."""
+    return "bf16" if device.type == "cuda" else "fp32" if emulated_bf16(device) else "fp32,bf16"
+
+
+def dtypes_note(dtypes: str, given: bool, device: torch.device) -> str:
+    """What the header says of bf16 on a CPU without bf16 instructions ("" elsewhere)."""
+    if not emulated_bf16(device):
+        return ""
+    if "bf16" in dtypes.split(","):
+        return " " + EMULATED_NOTE
+    left_out = " bf16 is left out: this CPU has no bf16 instructions (--dtypes fp32,bf16 times it emulated)."
+    return "" if given else left_out
+
+
+EMULATED_NOTE = ("This CPU has no bf16 instructions (AVX-512 BF16 or AMX): bf16 runs emulated, so its rows' "
+                 "matmul rate and MFU are fp32's (the hardware's rate; emulated bf16 matmuls run far below it).")
+
+
+def least_real(T: int) -> float:
+    """The smallest --real a row of length T can have: its masked positions, [CLS] and [SEP] are real."""
+    return (max(1, round(MASK_RATE * T)) + 2) / T
+
+
 def model_flops(cfg, B: int, T: int, P: int, train: bool, tokens: int | None = None) -> float:
     """Forward FLOPs x (3 when training): matmuls only, attention scores included; `tokens` real tokens of
     the B x T (default all), each attending to the T positions of its row at most."""
@@ -123,7 +170,7 @@ def row_lengths(B: int, T: int, real: float, shortest: int, g: torch.Generator) 
     if real >= 1:
         return torch.full((B,), T)
     mean = real * T
-    width = max(0.0, min(T - mean, mean - shortest))
+    width = max(0.0, min(T - mean, mean - shortest)) if B > 1 else 0.0   # (linspace of one is its start)
     lengths = torch.linspace(mean - width, mean + width, B).round().long().clamp(shortest, T)
     return lengths[torch.randperm(B, generator=g)]
 
@@ -275,12 +322,14 @@ def run_row(cfg, ours, theirs, variants: list[str], B: int, T: int, precision: s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--preset", default="albert-base")
+    parser.add_argument("--preset", default="albert-base", help="model preset (default albert-base)")
     parser.add_argument("--reps", type=int, default=3, help="timed training steps per variant and row")
     parser.add_argument("--infer-reps", type=int, default=10, help="timed inference steps per variant and row")
     parser.add_argument("--rows", default=None, help="B x T shapes (default 8x128,2x512; cuda 32x512)")
-    parser.add_argument("--modes", default="train,infer")
-    parser.add_argument("--dtypes", default=None, help="fp32,bf16 (cuda default: bf16)")
+    parser.add_argument("--modes", default="train,infer", help="train, infer or both (default train,infer)")
+    parser.add_argument("--dtypes", default=None,
+                        help="from fp32,bf16,fp16 (fp16: cuda only; default fp32,bf16, cuda: bf16, a CPU without "
+                             "bf16 instructions: fp32, as bf16 runs emulated there, its MFU against the fp32 rate)")
     parser.add_argument("--variants", default=None,
                         help="from ours,hf,ours-padded,ours-compiled,ours-cudagraphs,hf-compiled,hf-unmasked-compiled "
                              "(default: ours,hf on cpu, ours,hf,ours-compiled,hf-compiled on cuda; ours-padded: ours "
@@ -303,7 +352,7 @@ def main() -> None:
         parser.error("--clock cpu is for CPU runs")
     cuda = device.type == "cuda"
     rows = args.rows or ("32x512" if cuda else "8x128,2x512")
-    dtypes = args.dtypes or ("bf16" if cuda else "fp32,bf16")
+    dtypes = args.dtypes or default_dtypes(device)
     variants = (args.variants or ("ours,hf,ours-compiled,hf-compiled" if cuda else "ours,hf")).split(",")
     if not {"ours", "hf"} <= set(variants):
         parser.error("--variants must include ours and hf (the ratios are against them)")
@@ -317,8 +366,10 @@ def main() -> None:
         if mode not in ("train", "infer"):
             parser.error(f"--modes: {mode!r} is not one of train, infer")
     for precision in dtypes.split(","):     # any other word would have run fp32 under that label
-        if precision not in ("fp32", "bf16", "fp16"):
+        if precision not in DTYPES:
             parser.error(f"--dtypes: {precision!r} is not one of fp32, bf16, fp16")
+        if precision == "fp16" and not cuda:  # albertlm refuses fp16 without CUDA; this timed no path it runs
+            parser.error("--dtypes fp16 runs on cuda only (albertlm trains fp16 only on a GPU, with loss scaling)")
     for mode, option, reps in (("train", "--reps", args.reps), ("infer", "--infer-reps", args.infer_reps)):
         if mode in args.modes.split(",") and reps < 1:    # no step timed: a median of nothing, or a hang
             parser.error(f"{option} must be >= 1, got {reps}")
@@ -327,6 +378,11 @@ def main() -> None:
     except UserError as exc:                # an unknown preset (ConfigError): its one line, not a traceback
         parser.error(f"--preset: {exc}")
     shapes = parse_rows(parser, rows, cfg.max_position_embeddings)
+    for B, T in shapes:   # a smaller --real was raised to the shortest row, under the asked label
+        if args.real < 1 and args.real < least_real(T):
+            parser.error(f"--real {args.real}: each row of {B}x{T} holds at least {round(least_real(T) * T)} real "
+                         f"tokens (its masked positions, [CLS] and [SEP]), so --real must be >= "
+                         f"{math.ceil(least_real(T) * 100) / 100} there")
     ours, theirs = build_models(cfg)
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability
 
@@ -336,7 +392,8 @@ def main() -> None:
     print(f"{args.preset} on {where}; torch {torch.__version__}. Fast paths: fp32 "
           f"{choose_fast_path(device, 'fp32')}, bf16 {choose_fast_path(device, 'bf16')}. The matmul rate is "
           "measured before each row; MFU = model FLOPs / time / that rate. Compare ratios, not absolutes."
-          + (f" Rows are {args.real:.0%} real tokens on average (tok/s: real tokens)." if args.real < 1 else ""))
+          + (f" Rows are {args.real:.0%} real tokens on average (tok/s: real tokens)." if args.real < 1 else "")
+          + dtypes_note(dtypes, args.dtypes is not None, device))
     extra = [v for v in variants if v not in ("ours", "hf")]
     head = (f"{'mode':5} {'shape':7} {'dtype':5} {'ours tok/s':>10} {'hf tok/s':>9} {'ratio':>6} "
             + "".join(f" {v + ' tok/s':>23}" for v in extra)
@@ -347,9 +404,8 @@ def main() -> None:
         for B, T in shapes:
             shape = f"{B}x{T}"
             for precision in dtypes.split(","):
-                dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
                 train = mode == "train"
-                rate = matmul_rate(dtype, seconds=1.0, device=device)
+                rate = mfu_rate(precision, device, seconds=1.0)
                 r = run_row(cfg, ours, theirs, variants, B, T, precision, train,
                             args.reps if train else args.infer_reps, device, real=args.real)
                 P = max(1, round(MASK_RATE * T))
@@ -362,7 +418,7 @@ def main() -> None:
                         + "".join(f" {tok[v]:14.0f} ({r[v]['compile_s']:4.0f}s)" if is_compiled(v)
                                   else f" {tok[v]:23.0f}" for v in extra)
                         + (f" {tok['ours'] / tok['hf-compiled']:15.2f}x" if "hf-compiled" in variants else "")
-                        + f" {rate / 1e12:14.2f} {mfu:>30}")
+                        + f" {rate / 1e12:14.3g} {mfu:>30}")
                 if cuda:
                     line += "  " + "/".join(f"{r[v]['peak_gib']:.1f}" for v in variants)
                 print(line, flush=True)

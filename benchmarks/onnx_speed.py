@@ -136,13 +136,15 @@ def sst2(args, tmp: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=10, help="timed runs per implementation and shape (default 10)")
+    parser.add_argument("--batch", type=int, default=8, help="rows per batch (default 8; batch 1 is timed too)")
+    parser.add_argument("--length", type=int, default=128, help="tokens per row, at most 512 (default 128)")
     parser.add_argument("--sst2", action="store_true", help="also measure int8 vs fp32 accuracy on SST-2 dev")
-    parser.add_argument("--steps", type=int, default=600, help="SST-2 fine-tuning steps")
-    parser.add_argument("--skip-speed", action="store_true", help="only the SST-2 accuracy comparison")
+    parser.add_argument("--steps", type=int, default=600, help="SST-2 fine-tuning steps (with --sst2; default 600)")
+    parser.add_argument("--skip-speed", action="store_true", help="only the SST-2 accuracy comparison (with --sst2)")
     args = parser.parse_args()
+    if args.skip_speed and not args.sst2:   # ran nothing and exited 0
+        parser.error("--skip-speed leaves nothing to run without --sst2")
     for option, value in (("--reps", args.reps), ("--batch", args.batch), ("--length", args.length),
                           ("--steps", args.steps)):
         if value < 1:           # a median of no timings, an empty batch: a traceback after the export

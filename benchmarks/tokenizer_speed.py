@@ -29,7 +29,7 @@ def best_rate(fn, megabytes: float, repeat: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])   # the first paragraph, whole
     parser.add_argument("--repeat", type=int, default=3, help="timed passes per tokenizer, the best kept (>= 1)")
     args = parser.parse_args()
     if args.repeat < 1:   # no pass timed: every rate 0 and the ratios a division by zero

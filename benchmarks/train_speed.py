@@ -7,7 +7,8 @@ The reference gets the very same batches, already in memory (so it pays no data 
 transformers' `labels`, and does forward, backward, clip, AdamW step (fused AdamW on CUDA). albert-base,
 B x T = 8x128 and 2x512, fp32 and bf16 autocast, alternating chunks of steps; MFU from this device's matmul
 rate measured in the same run, before each row (model FLOPs as in model_speed.py: tok/s and MFU count the
-real tokens of the timed batches, not their padding). "wait" is the fraction of our step time spent waiting
+real tokens of the timed batches, not their padding; on a CPU without bf16 instructions bf16 runs emulated
+and its MFU is against the fp32 rate, as there). "wait" is the fraction of our step time spent waiting
 for the next batch. `--compiled` adds `albertlm pretrain --train.compile default` and transformers under
 `torch.compile`. Every variant first runs one untimed warm-up chunk (`--steps` steps, on batches the timed
 chunks do not reuse): compiling happens there, and any recompile for a new shape (our loop marks its
@@ -16,7 +17,7 @@ compile seconds printed are that warm-up chunk's time less as many median timed 
 
     python benchmarks/train_speed.py [--device cpu|cuda] [--rows 8x128,2x512] [--dtypes fp32,bf16]
         [--chunks 2] [--steps 3] [--compiled]
-On CUDA the defaults are 32x512, bf16, with --compiled.
+On CUDA the defaults are 32x512, bf16, with --compiled; on a CPU without bf16 instructions fp32 alone.
 """
 from __future__ import annotations
 
@@ -32,10 +33,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_speed import (build_models, matmul_rate, model_flops, parse_device, parse_rows,  # noqa: E402
-                         sync)  # (same FLOPs and weights; the same checks of --device and --rows)
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from model_speed import (DTYPES, build_models, default_dtypes, dtypes_note, mfu_rate,  # noqa: E402
+                         model_flops, parse_device, parse_rows, sync)
+# (same FLOPs, weights and matmul rates; the same checks of --device and --rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 SPIECE = ROOT.parent / "shared" / "data" / "spm" / "albert-base-v2_spiece.model"
@@ -177,7 +177,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--rows", default=None, help="B x T shapes (default 8x128,2x512; cuda 32x512)")
-    parser.add_argument("--dtypes", default=None, help="fp32,bf16,fp16 (fp16: cuda only; cuda default: bf16)")
+    parser.add_argument("--dtypes", default=None,
+                        help="fp32,bf16,fp16 (fp16: cuda only; default fp32,bf16, cuda: bf16, "
+                             "a CPU without bf16 instructions: fp32, as model_speed.py)")
     parser.add_argument("--chunks", type=int, default=2, help="alternations of ours / reference")
     parser.add_argument("--steps", type=int, default=3, help="steps per chunk, >= 2 (the first is not timed)")
     parser.add_argument("--compiled", action="store_true", help="also both models under torch.compile (cuda: always)")
@@ -189,7 +191,7 @@ def main() -> None:
 
     device = parse_device(parser, args.device)
     cuda = device.type == "cuda"
-    rows, dtypes = args.rows or ("32x512" if cuda else "8x128,2x512"), args.dtypes or ("bf16" if cuda else "fp32,bf16")
+    rows, dtypes = args.rows or ("32x512" if cuda else "8x128,2x512"), args.dtypes or default_dtypes(device)
     compiled = args.compiled or cuda
     for precision in dtypes.split(","):
         if precision not in DTYPES or (precision == "fp16" and not cuda):
@@ -199,7 +201,8 @@ def main() -> None:
     where = (torch.cuda.get_device_name(device) if cuda else
              f"CPU {cpu_capability()}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
     print(f"albert-base on {where}; torch {torch.__version__}; fast paths fp32 {choose_fast_path(device, 'fp32')}, "
-          f"bf16 {choose_fast_path(device, 'bf16')}. Matmul rate measured before each row.", flush=True)
+          f"bf16 {choose_fast_path(device, 'bf16')}. Matmul rate measured before each row."
+          + dtypes_note(dtypes, args.dtypes is not None, device), flush=True)
     names = ["ours", "hf"] + (["ours-compiled", "hf-compiled"] if compiled else [])
     print("| B x T | dtype | " + " | ".join(f"{n} tok/s" for n in names) + " | ours / hf |"
           + (" ours / hf-compiled | ours-compiled / hf-compiled | compile s (ours, hf) |" if compiled else "")
@@ -211,7 +214,7 @@ def main() -> None:
         for B, T in shapes:
             data.setdefault(T, build_data(tmp, T))
             for precision in dtypes.split(","):
-                rate = matmul_rate(DTYPES[precision], device=device)
+                rate = mfu_rate(precision, device)
                 r = bench_row(cfg, B, T, precision, data[T], tmp, args.chunks, args.steps, device, compiled)
                 s = r["seconds"]
                 line = (f"| {r['shape']} | {r['dtype']} | " + " | ".join(f"{r['tokens'] / s[n]:.0f}" for n in names)
@@ -220,7 +223,7 @@ def main() -> None:
                     c = r["compile_s"]
                     line += (f" {s['hf-compiled'] / s['ours']:.2f}x | {s['hf-compiled'] / s['ours-compiled']:.2f}x | "
                              f"{c['ours-compiled']:.0f}, {c['hf-compiled']:.0f} |")
-                line += (f" {rate / 1e12:.2f} | " + " / ".join(f"{r['flops'] / s[n] / rate:.0%}" for n in names)
+                line += (f" {rate / 1e12:.3g} | " + " / ".join(f"{r['flops'] / s[n] / rate:.0%}" for n in names)
                          + f" | {r['wait']:.1%} |")
                 print(line, flush=True)
     if not cuda:
