@@ -76,3 +76,32 @@ def test_the_dev_evaluation_during_fine_tuning_shows_a_bar_on_a_terminal_only(tm
                                        cfg, tmp_path / "run", DistInfo())
     loop.run()
     assert asked and all(flag is terminal for flag in asked)
+
+
+def _vocab(path, words):
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", *words]) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def test_a_cased_vocab_read_lowercased_is_named(tmp_path):
+    """A BERT-cased vocab.txt without tokenizer_config.json is read lowercased (BertTokenizer's default), so its
+    tokens with capitals never came out, silently; now a warning says so. An uncased vocab, or the cased one read
+    cased, gives none."""
+    import warnings
+
+    from albertlm.tokenization import load_tokenizer
+
+    words = [f"Word{i}" for i in range(120)] + [f"word{i}" for i in range(120)]
+    (tmp_path / "cased").mkdir()
+    (tmp_path / "uncased").mkdir()
+    cased = _vocab(tmp_path / "cased" / "vocab.txt", words)
+    uncased = _vocab(tmp_path / "uncased" / "vocab.txt", [w.lower() for w in words])
+    with pytest.warns(UserWarning, match="looks cased .*do_lower_case=False"):
+        tok = load_tokenizer(cased)
+    assert tok.vocab["Word7"] not in tok.encode("Word7")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_tokenizer(uncased)
+        tok = load_tokenizer(cased, do_lower_case=False)
+    assert tok.encode("Word7") == [tok.vocab["Word7"]]

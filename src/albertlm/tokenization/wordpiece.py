@@ -75,6 +75,25 @@ def warn_if_hangul_is_decomposed(vocab: dict[str, int], options: WordPieceOption
                       stacklevel=3)
 
 
+CASED_TOKENS = 100   # tokens with capitals that make a vocab look cased (an uncased one has none but its specials)
+
+
+def warn_if_cased_vocab_is_lowercased(vocab: dict[str, int], options: WordPieceOptions, source: Path) -> None:
+    """A cased vocab (BERT-cased, a multilingual cased one) read with lowercasing on (BertTokenizer's default for a
+    vocab.txt without tokenizer_config.json) never produces its tokens with capitals: "The" becomes "the" or
+    [UNK], silently (transformers does the same; google's BERT checked the case against the checkpoint's name).
+    We keep those ids but say so."""
+    if not options.do_lower_case:
+        return
+    cased = [t for t in vocab if t.lower() != t and t not in SPECIAL_TOKENS
+             and not (t.startswith("[") and t.endswith("]")) and not (t.startswith("<") and t.endswith(">"))]
+    if len(cased) >= CASED_TOKENS:
+        warnings.warn(f"{source} looks cased ({len(cased)} tokens with capitals, e.g. {cased[0]!r}) but is read "
+                      "lowercased (do_lower_case, BERT's default where no tokenizer_config.json says otherwise), so "
+                      "those tokens are never produced; if the model was trained cased, load it with "
+                      "do_lower_case=False (CLI: -o do_lower_case=false)", UserWarning, stacklevel=3)
+
+
 def build_pipeline(vocab: dict[str, int], options: WordPieceOptions):
     """A `tokenizers.Tokenizer` equal to transformers' BertTokenizer, without its post-processor."""
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
@@ -104,6 +123,7 @@ class WordPieceTokenizer(TokenizersBacked):
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self.backend = build_pipeline(self.vocab, self.options)
         warn_if_hangul_is_decomposed(self.vocab, self.options, self.vocab_file)
+        warn_if_cased_vocab_is_lowercased(self.vocab, self.options, self.vocab_file)
 
     def word_start_mask(self) -> np.ndarray:
         """BERT whole-word masking: every token not starting with "##" begins a word."""
