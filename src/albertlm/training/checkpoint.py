@@ -116,9 +116,13 @@ def save_checkpoint(run_dir: str | Path, model: nn.Module, state: TrainState, mo
         _write_trainer_state(tmp, state)
         if run_config is not None:
             (tmp / "run_config.json").write_text(json.dumps(run_config, indent=2) + "\n")
+        _umask_modes(tmp)
         _fsync_tree(tmp)
         os.replace(tmp, final)                         # the commit point
         _fsync_dir(final.parent)
+    except KeyboardInterrupt:                          # a second Ctrl-C: stop at once, leaving no half-written copy
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     except Exception as exc:  # OSError; safetensors and torch.save wrap write errors in their own types
         shutil.rmtree(tmp, ignore_errors=True)         # frees the space; it never looked complete
         last = latest_checkpoint(run_dir)
@@ -278,7 +282,8 @@ def write_text_atomic(path: Path, text: str) -> None:
         tmp.write_text(text)
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):      # a read-only file system refuses the removal too
+            tmp.unlink(missing_ok=True)
         raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
@@ -302,6 +307,20 @@ def remove_stale_tmp(run_dir: str | Path) -> None:
     if root.is_dir():
         for p in root.glob(f"{TMP_PREFIX}*"):
             shutil.rmtree(p, ignore_errors=True)
+
+
+def _umask_modes(directory: Path) -> None:
+    """Give every file of a checkpoint the mode the others got from the umask (trainer_state.pt's): safetensors
+    writes model.safetensors through a temporary file of mode 0600 whatever the umask, so in a run directory shared
+    with a group (a teammate's `albertlm evaluate`, a serving process of another user) the weights were the one
+    file of the checkpoint that only its owner could read."""
+    reference = directory / "trainer_state.pt"
+    if not reference.is_file():
+        return
+    mode = reference.stat().st_mode & 0o777
+    for path in directory.iterdir():
+        if path.is_file() and path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
 
 
 def _fsync_tree(directory: Path) -> None:

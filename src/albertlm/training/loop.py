@@ -231,7 +231,8 @@ class Loop:
 
         SIGINT and SIGTERM (a scheduler's notice, `kill`, torchrun passing either on) ask to stop: the step in
         progress finishes, every rank agrees on that step, the checkpoint is written, and the run returns
-        "interrupted"; `--resume` continues exactly. A second signal stops at once (KeyboardInterrupt), and a
+        "interrupted"; `--resume` continues exactly. A second signal stops at once (KeyboardInterrupt; one that
+        comes while a checkpoint is written leaves that checkpoint unwritten, not written again), and a
         KeyboardInterrupt raised by code between steps (`on_step`) saves too.
 
         Under several processes an error on one rank stops all of them with one line that names it
@@ -248,10 +249,13 @@ class Loop:
                     # a record of a step that is not saved would outlive the resume that trains it again only
                     # until `metrics.drop_records_after`, and would make an unstarted run look started
                     self.logger.finish(summary, record=summary["saved"])
-                return status
-            finally:
+            except BaseException:
                 if self.logger is not None:
-                    self.logger.close()
+                    self.logger.close(failed=True)   # the run's own error is the one said, not the logs' after it
+                raise
+            if self.logger is not None:
+                self.logger.close()
+            return status
 
     def _run(self) -> str:
         deadline = time.monotonic() + self.train.max_minutes * 60 if self.train.max_minutes else math.inf
@@ -267,6 +271,7 @@ class Loop:
         # True from the optimizer's update until the step is counted (`state.step += 1`): the weights are then
         # ahead of `state.step`, so a checkpoint of them would make a resumed run do that update twice
         self._updating = False
+        self._saving = False                   # True while a checkpoint is being written (`save`)
         fetched: list = []                     # the next step's batches, read on the host while the device works
 
         def fetch_next() -> None:
@@ -321,6 +326,13 @@ class Loop:
                                     f"saved ({ckpt.latest_checkpoint(self.run_dir)}); stopping here, as asked")
                         return "interrupted"
         except KeyboardInterrupt:
+            if self._saving and not self.info.enabled:
+                # a second Ctrl-C while the first one's checkpoint (or a scheduled one) was being written: stop at
+                # once, as asked; writing it again from the start made that Ctrl-C cost a whole second save
+                last = ckpt.latest_checkpoint(self.run_dir)
+                self._print(f"interrupted while saving step {self.state.step}: not saved; "
+                            f"{f'the newest checkpoint is {last}' if last else 'no checkpoint was saved'}")
+                return "interrupted"
             if self._updating or self.info.enabled:
                 # the weights may be half-updated, or the other ranks are inside a collective: not saved
                 last = ckpt.latest_checkpoint(self.run_dir)
@@ -498,6 +510,7 @@ class Loop:
         """Rank 0 writes; the others wait so no rank races ahead of a checkpoint. A failed save (a full
         disk) stops every rank: the others learn of it from the same all-reduce they wait in, not a hang."""
         path, error = None, None
+        self._saving = True                  # until written: a KeyboardInterrupt before then is not saved again
         self.state.optimizer = self.optimizer.state_dict()
         self.state.scaler = self.scaler.state_dict() if self.scaler is not None else {}
         self.state.data = self.data.state_dict(self.state.step)
@@ -513,7 +526,7 @@ class Loop:
         if failed:
             raise UserError(f"rank 0 could not write the checkpoint of step {self.state.step} (its error says "
                             f"why); rank {self.info.rank} stopped with it")
-        self._saved = self.state.step
+        self._saved, self._saving = self.state.step, False
         if self.logger is not None and path is not None:
             self.logger.note(f"saved {path}")
         return path

@@ -2,9 +2,11 @@
 terminal) or a plain line per training record (otherwise), and the run's summary at its end."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,9 +41,13 @@ class MetricsLogger:
 
             events = self.run_dir / "tensorboard"
             resumed = start_step > 0 or (events.is_dir() and any(events.iterdir()))
+            quiet_event_writer_threads()
             # TensorBoard hides the events of steps >= purge_step: the records of `start_step` itself (its
             # evaluation, its training window) were logged before its checkpoint was saved, and are kept
-            self.writer = SummaryWriter(str(events), purge_step=start_step + 1 if resumed else None)
+            try:
+                self.writer = SummaryWriter(str(events), purge_step=start_step + 1 if resumed else None)
+            except OSError as exc:
+                raise self._events_error(exc, "cannot start its TensorBoard events") from None
         self.max_steps, self._start_step, self._started = max_steps, start_step, time.monotonic()
         self.bar = None
         if progress and _terminal():
@@ -61,8 +67,11 @@ class MetricsLogger:
                             f"({exc.strerror or exc}; is the disk full?); the run stopped, {_newest(self.run_dir)}: "
                             "free some space and `--resume`") from None
         if self.writer is not None:
-            for name, value in metrics.items():
-                self.writer.add_scalar(f"{split}/{name}", float(value), step)
+            try:
+                for name, value in metrics.items():
+                    self.writer.add_scalar(f"{split}/{name}", float(value), step)
+            except OSError as exc:   # the events' writer thread failed (a full disk): its error, said once
+                raise self._events_error(exc, f"cannot write the TensorBoard events of step {step}") from None
         if split == "eval":
             self.note(f"step {step} eval: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         elif split == "train" and self.bar is None:     # the bar shows these numbers: no second copy
@@ -113,19 +122,59 @@ class MetricsLogger:
         else:
             print(message, flush=True)
 
-    def close(self) -> None:
+    def _events_error(self, exc: OSError, what: str) -> UserError:
+        """A TensorBoard write that failed (a full disk, a quota), in one line naming the events directory and
+        what to resume from; the run stops, as on a failed metrics.jsonl record."""
+        self._write_failed = True
+        return UserError(f"{self.run_dir / 'tensorboard'}: {what} ({exc.strerror or exc}; is the disk full?); the "
+                         f"run stopped, {_newest(self.run_dir)}: free some space and `--resume` (or resume with "
+                         "--train.tensorboard=false)")
+
+    def close(self, failed: bool = False) -> None:
+        """Close the bar, the events and metrics.jsonl. A write failing here (the events' last flush on a full
+        disk) is one line; with `failed` (the run is stopping on an error of its own, which is the one said), or
+        once a write failed and was said, it is not said again."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        quiet, error = failed or self._write_failed, None
         if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+            writer, self.writer = self.writer, None
+            try:
+                writer.close()
+            except OSError as exc:
+                if not quiet:
+                    error = self._events_error(exc, "cannot write the last TensorBoard events")
+        self._close_jsonl(quiet or error is not None)
+        if error is not None:
+            raise error
+
+    def _close_jsonl(self, quiet: bool) -> None:
         if not self.jsonl.closed:
             try:
                 self.jsonl.close()
             except OSError:
-                if not self._write_failed:   # else the failed record, still buffered, fails again: said already
+                if not quiet:   # else the failed record, still buffered, fails again: said already
                     raise
+
+
+def quiet_event_writer_threads() -> None:
+    """TensorBoard writes its events from a thread of its own, which on a full disk died with a traceback on
+    stderr ("Exception in thread Thread-1: ... OSError: [Errno 28]"); the main thread gets the same error at its
+    next write or at `close` and says it in one line (`MetricsLogger._events_error`). So the thread's OSError is
+    not printed; every other thread exception goes to the hook that was there before."""
+    if getattr(threading.excepthook, "albertlm_quiet_events", False):
+        return
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if (args.exc_type is not None and issubclass(args.exc_type, OSError)
+                and type(args.thread).__module__.startswith("tensorboard.")):
+            return
+        previous(args)
+
+    hook.albertlm_quiet_events = True
+    threading.excepthook = hook
 
 
 def _terminal() -> bool:
@@ -208,7 +257,8 @@ def drop_records_after(path: Path, step: int) -> None:
         tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8", errors="surrogateescape")
         os.replace(tmp, path)
     except OSError as exc:       # the old file is untouched; no half-written copy is left beside it
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):      # a read-only file system refuses the removal too
+            tmp.unlink(missing_ok=True)
         raise UserError(f"{path}: cannot rewrite it without the records after step {step} "
                         f"({exc.strerror or exc}; is the disk full?)") from None
 

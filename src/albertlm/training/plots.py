@@ -2,6 +2,7 @@
 for pretraining and fine-tuning runs alike (both write metrics.jsonl through `metrics.MetricsLogger`)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -39,6 +40,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     records = read_metrics(run_dir)
     if not records:
         raise UserError(f"no metrics in {run_dir} (expected {Path(run_dir) / 'metrics.jsonl'})")
+    default = not out
     out = Path(out) if out else Path(run_dir) / "curves.png"
     image_format = check_image_path(out)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
@@ -66,8 +68,12 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         fig.savefig(tmp, dpi=110, format=image_format)
         os.replace(tmp, out)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"{out}: cannot write ({exc.strerror or exc})") from None
+        # on a read-only file system removing the temporary file fails too (EROFS, not "no such file"): that
+        # second error named the temporary file instead of the image
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        elsewhere = "; pass --out FILE to draw the curves elsewhere" if default else ""
+        raise UserError(f"{out}: cannot write ({exc.strerror or exc}){elsewhere}") from None
     finally:
         plt.close(fig)
     return out

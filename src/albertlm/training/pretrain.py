@@ -223,14 +223,17 @@ def check_data_fits(run: RunConfig, meta: dict, which: str = "the data") -> None
 
 
 def check_datasets(run: RunConfig, datasets: Datasets) -> None:
-    """The training data and the evaluation data fit the model, and both were built with the same tokenizer
-    (vocabulary size, special ids and, when recorded, the vocabulary itself): checked before anything runs,
-    not found at the first evaluation."""
+    """The training data holds at least one global batch, it and the evaluation data fit the model, and both
+    were built with the same tokenizer (vocabulary size, special ids and, when recorded, the vocabulary itself):
+    checked before anything runs (and by --dry-run), not found at the first evaluation."""
     from albertlm.data.shards import tokenizer_difference
 
     from albertlm.training.evaluate import check_trained_tokenizer
 
     check_data_fits(run, datasets.meta)
+    if len(datasets.train) < run.train.batch_size:   # `loop.StepData`'s refusal, also said by --dry-run
+        raise UserError(f"the data has {len(datasets.train)} examples, fewer than one global batch "
+                        f"({run.train.batch_size}); lower --batch-size or build more data")
     if run.init_from:      # a checkpoint of ours trained on data of another tokenizer: its ids mean other pieces
         check_trained_tokenizer(run.init_from, datasets.meta, f"--data {run.data.path}")
     eval_meta = getattr(datasets.eval, "meta", None)
