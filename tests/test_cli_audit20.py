@@ -105,3 +105,25 @@ def test_a_cased_vocab_read_lowercased_is_named(tmp_path):
         load_tokenizer(uncased)
         tok = load_tokenizer(cased, do_lower_case=False)
     assert tok.encode("Word7") == [tok.vocab["Word7"]]
+
+
+def test_a_saved_or_exported_model_is_readable_as_its_config_is(tmp_path):
+    """safetensors writes model.safetensors as 0600 whatever the umask: save_pretrained's and export_hf's weights were
+    the one file of the directory that another user (a teammate, a serving process) could not read."""
+    import os
+    import stat
+
+    from albertlm.interop.hf import export_hf
+    from albertlm.model.albert import AlbertModel
+    from train_fixtures import tiny_model_config
+
+    old = os.umask(0o022)
+    try:
+        model = AlbertModel(tiny_model_config())
+        model.save_pretrained(tmp_path / "ours")
+        export_hf(model, tmp_path / "hf")
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "ours", tmp_path / "hf"):
+        modes = {stat.S_IMODE((directory / name).stat().st_mode) for name in ("config.json", "model.safetensors")}
+        assert modes == {0o644}, (directory, modes)

@@ -61,8 +61,9 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     save_file({k: v.contiguous() for k, v in hf_state.items()}, directory / "model.safetensors",
               metadata={"format": "pt"})
-    from albertlm.model.io import remove_earlier_weights
+    from albertlm.model.io import mode_like, remove_earlier_weights
 
+    mode_like(directory / "model.safetensors", directory / "config.json")
     remove_earlier_weights(directory)   # an earlier pytorch_model.bin or shards: not a second model beside this one
     return directory
 

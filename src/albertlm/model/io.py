@@ -368,8 +368,21 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, directory / WEIGHTS, metadata={"format": "pt", "albertlm_class": type(model).__name__})
     config.to_json(directory / CONFIG)
+    mode_like(directory / WEIGHTS, directory / CONFIG)
     remove_earlier_weights(directory)
     return directory
+
+
+def mode_like(path: Path, reference: Path) -> None:
+    """Give `path` the permission bits of `reference` (a file written the usual way, so with the umask's mode):
+    safetensors writes through a temporary file of mode 0600 whatever the umask, so a model saved for a team or a
+    serving process of another user was the one file of its directory only its owner could read."""
+    try:
+        mode = reference.stat().st_mode & 0o777
+        if path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
+    except OSError:      # a file system without modes (some network mounts): nothing to match
+        pass
 
 
 def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: str, strict_heads: bool = False) -> None:
