@@ -4,7 +4,8 @@
   held-out data, whatever task the model was trained on (the paper's Table 5 cross-evaluation);
 - Figure 1: for each layer, the L2 distance and the cosine similarity between its input and output
   embeddings (token vectors), averaged over the real tokens of held-out sequences;
-- parameters counted the paper's way (embeddings + encoder + pooler; not the MLM / SOP heads);
+- parameters: embeddings + encoder + pooler, not the MLM / SOP heads (the paper's shared rows count so; its
+  not-shared rows leave out the pooler, H² + H: docs/model.md "Parameter counts");
 - the unigram baseline of MLM accuracy: what predicting each masked token from token frequencies alone scores
   on the same held-out slots (a pretrained model near it has learned little beyond frequencies).
 """
@@ -20,7 +21,8 @@ from albertlm.config.model import ModelConfig
 
 
 def count_parameters(cfg: ModelConfig) -> int:
-    """Embeddings + encoder + pooler (the paper's tables), on meta-device modules."""
+    """Embeddings + encoder + pooler, heads apart, on meta-device modules (the paper's Tables 3 and 4 count the
+    pooler in their shared rows only: their not-shared rows are this less H² + H)."""
     from albertlm.model.albert import AlbertModel
 
     with torch.device("meta"):
