@@ -65,10 +65,13 @@ class UserError(Exception):
 
 def json_object_or_empty(path: Path) -> dict:
     """A JSON object from `path`, or {} when it is missing, unreadable, not JSON or not an object: for optional
-    side files (a run's task.json, metrics.json) that only add information."""
+    side files (a run's task.json, metrics.json) that only add information. Read as UTF-8 whatever the locale,
+    a byte-order mark allowed, as `read_json_object` reads: a config.json saved by Notepad (BOM) read as {}, so
+    a transformers classifier's id2label was dropped without a word (predict/evaluate then scored an MNLI model
+    whose classes are in another order than GLUE's in the wrong order; convert lost its label names)."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError, RecursionError):   # RecursionError: nested deeper than the stack (damaged)
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -1,1 +1,15 @@
-"""model layer."""
+"""The ALBERT model (docs/model.md): the backbone, its heads, and checkpoints. Torch modules only; no data,
+no training. Layer: above `config` (imports config and errors only).
+
+Start here (the classes are also `albertlm.AlbertModel`, ...):
+    albert.AlbertModel              the backbone: factorized embeddings, cross-layer sharing, pooler
+    albert.AlbertForPreTraining     + masked-LM and sentence-order heads (google's pretraining model)
+    heads.AlbertForMaskedLM, heads.AlbertForSequenceClassification, heads.AlbertForTokenClassification,
+    heads.AlbertForQuestionAnswering, heads.AlbertForMultipleChoice   the fine-tuning heads
+    io.resolve_checkpoint           a model directory, or a training run directory -> its newest checkpoint
+    registry.load_saved_model       a directory -> the class it was saved from, loaded
+    albert.enable_activation_checkpointing, fast_paths.apply_fast_paths   applied from outside the model
+Every class has `Cls.from_pretrained(directory, **config_overrides)` (ours or a transformers ALBERT directory) and
+`model.save_pretrained(directory)` (model.safetensors + config.json). A model built in code is in training
+mode, as any torch module is: call `model.eval()` before predicting (dropout is on otherwise).
+"""
