@@ -127,3 +127,49 @@ def test_a_saved_or_exported_model_is_readable_as_its_config_is(tmp_path):
     for directory in (tmp_path / "ours", tmp_path / "hf"):
         modes = {stat.S_IMODE((directory / name).stat().st_mode) for name in ("config.json", "model.safetensors")}
         assert modes == {0o644}, (directory, modes)
+
+
+def test_embeddings_and_fill_mask_of_a_model_with_dropout_are_deterministic():
+    """`embed_texts(AlbertModel.from_pretrained(d), ...)` and `FillMask(model, tok)` ran the model in training mode
+    (torch's default), so with dropout the same text gave another vector or other scores at each call; the model's
+    own mode is left as it was."""
+    import numpy as np
+    import torch
+
+    from albertlm.config.presets import get_preset
+    from albertlm.model.heads import AlbertForMaskedLM
+    from albertlm.tasks.inference import FillMask, embed_texts
+    from albertlm.tokenization import load_tokenizer
+    from conftest import shared_path
+
+    tok = load_tokenizer(shared_path("spm", "albert-base-v2_spiece.model"))
+    torch.manual_seed(0)
+    model = AlbertForMaskedLM(get_preset("albert-tiny", vocab_size=tok.vocab_size, hidden_dropout=0.3,
+                                         attention_dropout=0.3))
+    assert model.training
+    texts = ["the cat sat on the mat", "a much longer sentence about nothing at all"]
+    first, second = embed_texts(model.albert, tok, texts), embed_texts(model.albert, tok, texts)
+    np.testing.assert_array_equal(first, second)
+    fill = FillMask(model, tok)
+    assert fill("the [MASK] sat on the mat") == fill("the [MASK] sat on the mat")
+    assert model.training and model.albert.training
+
+
+def test_evaluating_a_checkpoint_leaves_the_callers_random_generator_alone(tmp_path):
+    """`evaluate_checkpoint` seeded torch's global generator with 0 (its own masking is seeded), so a caller's
+    random numbers after it repeated from seed 0."""
+    import torch
+
+    from albertlm.config.presets import get_preset
+    from albertlm.model.albert import AlbertForPreTraining
+    from albertlm.training.evaluate import evaluate_checkpoint
+    from train_fixtures import alice_sop_data
+
+    data = alice_sop_data(tmp_path, lines=60)
+    AlbertForPreTraining(get_preset("albert-tiny", vocab_size=30000)).save_pretrained(tmp_path / "model")
+    after = []
+    for seed in (123, 456):   # the numbers after it follow the caller's seed (they were seed 0's, whatever it was)
+        torch.manual_seed(seed)
+        assert "mlm_acc" in evaluate_checkpoint(tmp_path / "model", data, batch_size=4, max_batches=2)
+        after.append(torch.rand(3))
+    assert not torch.equal(*after)

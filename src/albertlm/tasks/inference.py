@@ -13,6 +13,7 @@ weights are (a model moved to a GPU works as it is).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,8 +203,9 @@ class FillMask:
         if batch_size < 1:
             raise UserError(f"--batch-size must be >= 1, got {batch_size}")
         results: list[list[list[dict]]] = []
-        for start in range(0, len(encoded), batch_size):
-            results += self._batch(encoded[start:start + batch_size], min(top_k, self.tokenizer.vocab_size))
+        with evaluating(self.model):   # no dropout: the same text, the same scores
+            for start in range(0, len(encoded), batch_size):
+                results += self._batch(encoded[start:start + batch_size], min(top_k, self.tokenizer.vocab_size))
         return results
 
     def encode(self, text: str, name: str = "") -> list[int]:
@@ -239,6 +241,20 @@ class FillMask:
     def _prediction(self, token_id: int, score: float) -> dict:
         return {"token": self.tokenizer.id_to_token(token_id), "token_id": token_id,
                 "token_str": self.tokenizer.decode([token_id]), "score": score}
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module):
+    """`model` in eval mode for the block (no dropout), its own mode restored after. A model built in code or
+    loaded with `from_pretrained` is in training mode (torch's default), so `embed_texts(model, ...)` and
+    `FillMask(model, ...)` ran its dropout: on a checkpoint trained with dropout (the -v1 and bert-* presets) the
+    same text gave another vector or other scores at each call."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def pad_batch(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -306,35 +322,36 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
     positions = model.config.max_position_embeddings
     limit = positions if max_length is None else min(max_length, positions)
     window = window or batch_size * 64
-    chunks: list[np.ndarray] = []
-    row = 0
-    for texts_window in _windows(texts, window):
-        rows = [[tokenizer.cls_id, *ids, tokenizer.sep_id] for ids in tokenizer.encode_batch(texts_window)]
-        if stats is not None:
-            cut = [len(r) for r in rows if len(r) > limit]
-            stats["truncated"] = stats.get("truncated", 0) + len(cut)
-            stats["longest"] = max([stats.get("longest", 0), *cut])
-        rows = [_truncate(r, limit) for r in rows]
-        if out is not None and row + len(rows) > len(out):
-            raise UserError(f"more texts than the {len(out)} rows of the output array (at least {row + len(rows)})")
-        vectors = np.zeros((len(rows), model.config.hidden_size), dtype=np.float32)
-        for batch in length_buckets([len(r) for r in rows], batch_size):
-            vectors[batch] = embed_batch(model, [rows[i] for i in batch], tokenizer.pad_id, pooling, device)
-            if progress is not None:
-                progress(len(batch))
-        if normalize:
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+    with evaluating(model):   # no dropout: the same text, the same vector
+        chunks: list[np.ndarray] = []
+        row = 0
+        for texts_window in _windows(texts, window):
+            rows = [[tokenizer.cls_id, *ids, tokenizer.sep_id] for ids in tokenizer.encode_batch(texts_window)]
+            if stats is not None:
+                cut = [len(r) for r in rows if len(r) > limit]
+                stats["truncated"] = stats.get("truncated", 0) + len(cut)
+                stats["longest"] = max([stats.get("longest", 0), *cut])
+            rows = [_truncate(r, limit) for r in rows]
+            if out is not None and row + len(rows) > len(out):
+                raise UserError(f"more texts than the {len(out)} rows of the output array (at least {row + len(rows)})")
+            vectors = np.zeros((len(rows), model.config.hidden_size), dtype=np.float32)
+            for batch in length_buckets([len(r) for r in rows], batch_size):
+                vectors[batch] = embed_batch(model, [rows[i] for i in batch], tokenizer.pad_id, pooling, device)
+                if progress is not None:
+                    progress(len(batch))
+            if normalize:
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+            if out is not None:
+                out[row:row + len(rows)] = vectors
+            else:
+                chunks.append(vectors)
+            row += len(rows)
         if out is not None:
-            out[row:row + len(rows)] = vectors
-        else:
-            chunks.append(vectors)
-        row += len(rows)
-    if out is not None:
-        if row != len(out):
-            raise UserError(f"{row} texts for the {len(out)} rows of the output array: its last "
-                            f"{len(out) - row} rows would be left unwritten")
-        return out
-    return np.concatenate(chunks) if chunks else np.zeros((0, model.config.hidden_size), dtype=np.float32)
+            if row != len(out):
+                raise UserError(f"{row} texts for the {len(out)} rows of the output array: its last "
+                                f"{len(out) - row} rows would be left unwritten")
+            return out
+        return np.concatenate(chunks) if chunks else np.zeros((0, model.config.hidden_size), dtype=np.float32)
 
 
 def _truncate(ids: list[int], limit: int) -> list[int]:

@@ -59,13 +59,14 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     if length > positions:   # else the model's own words at the first long batch: "truncate them, or split them"
         raise UserError(f"--data {data}: its sequences have {length} tokens, more than the model's "
                         f"max_position_embeddings={positions}; build it with --max-seq-length {positions} or less")
-    torch.manual_seed(0)
-    batches = eval_micro_batches(dataset, collate, batch_size, info, max_batches)
-    if progress:
-        total = math.ceil(len(dataset) / batch_size)
-        batches = show_progress(batches, min(total, max_batches) if max_batches else total)
-    objective = CountingObjective()
-    metrics = evaluate(model, batches, objective, precision, info)
+    with torch.random.fork_rng(devices=[]):   # the evaluation's own seed; the caller's generator is left as it was
+        torch.manual_seed(0)
+        batches = eval_micro_batches(dataset, collate, batch_size, info, max_batches)
+        if progress:
+            total = math.ceil(len(dataset) / batch_size)
+            batches = show_progress(batches, min(total, max_batches) if max_batches else total)
+        objective = CountingObjective()
+        metrics = evaluate(model, batches, objective, precision, info)
     if not has_sentence_head and "sop_loss" in metrics:   # a random head's numbers: not the model's
         del metrics["sop_loss"], metrics["sop_acc"]
         metrics["loss"] = metrics["mlm_loss"]

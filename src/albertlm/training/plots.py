@@ -30,6 +30,10 @@ NOT_A_SCORE = re.compile(r"(^|_)(total|missing|count|strict)$|^num_|thresh")
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """A 2x2 figure of a run's metrics.jsonl (`run_dir`, or that file itself): losses, accuracies (a fine-tuning
+    run's dev metrics join them), learning rate and speed, by step. Written to `out` (its suffix picks the format:
+    .png, .pdf, .svg) or RUN/curves.png; returns the path. A UserError when the run has no metrics or the image
+    cannot be written."""
     import matplotlib
 
     matplotlib.use("Agg")
