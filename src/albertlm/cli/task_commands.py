@@ -247,6 +247,15 @@ def _task_info(model_dir) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _transformers_labels(model_dir: Path) -> dict:
+    """A classifier without task.json (a transformers directory, our `convert --to hf` export): the classes
+    its config.json names (id2label), in its order, as the recorded label set."""
+    from albertlm.interop.hf import read_labels
+
+    names = read_labels(model_dir).get("id2label") or {}
+    return {"labels": [str(names[key]) for key in sorted(names, key=int)]} if len(names) > 1 else {}
+
+
 # -------------------------------------------------------------------------------------------- run
 def run(args, command: str) -> int:
     args.command = command
@@ -331,6 +340,8 @@ def _run_checkpoint(args) -> dict:
     args.model = str(_model(args.model))
     info = _task_info(args.model)
     _check_family(args, info)
+    if not info and args.family == "classify":
+        info = _transformers_labels(Path(args.model))
     options = _data(args, info)
     _check_task(args, info, options)
     cfg = _config(args, args.family, info)

@@ -277,12 +277,27 @@ def complete_export(model: nn.Module, directory: str | Path, source: str | Path 
             if why_not is BPE_NOTE:
                 notes.append(f"warning: no tokenizer.json: {why_not}")
             _special_ids_into_config(tokenizer, Path(directory))
+            _max_length_into_tokenizer_config(model, Path(directory), source)
             if "tokenizer.json" in written:
                 notes += _rebuild_warning(tokenizer, directory)
         except UserError as exc:
             notes.append(f"tokenizer files not written ({exc})")
     card = write_model_card(model, directory, source, written)
     return notes + [f"model card: {card}"]
+
+
+def _max_length_into_tokenizer_config(model: nn.Module, directory: Path, source) -> None:
+    """tokenizer_config.json's `model_max_length`: the fine-tuning's max_seq_length (its task.json), else
+    the model's position embeddings, so that transformers' `truncation=True` cuts as albertlm does."""
+    path = directory / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    limit = model.config.max_position_embeddings
+    task = json_object_or_empty(Path(source) / "task.json") if source is not None else {}
+    if isinstance(task.get("max_seq_length"), int):
+        limit = min(limit, task["max_seq_length"])
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**data, "model_max_length": limit}, indent=2) + "\n", encoding="utf-8")
 
 
 def _special_ids_into_config(tokenizer, directory: Path) -> None:
@@ -338,11 +353,12 @@ def write_model_card(model: nn.Module, directory: str | Path, source: str | Path
     lines += [f"| {k} | {v} |" for k, v in rows.items()]
     lines += ["", "## Training data", ""] + (run.get("data") or ["Not recorded (the source is not an albertlm run)."])
     lines += ["", "## Measured metrics", ""] + (run.get("metrics") or ["None recorded with the source."])
-    lines += ["", "## Use", "", "```python", "from transformers import AutoModel, AutoTokenizer, pipeline", ""]
+    auto = _AUTO_CLASSES.get(name, "AutoModel")
+    lines += ["", "## Use", "", "```python", f"from transformers import {auto}, AutoTokenizer, pipeline", ""]
     if task == "fill-mask":
         lines += [f'fill = pipeline("fill-mask", model="{directory.name}")', 'fill("The capital of France is [MASK].")']
     lines += [f'tokenizer = AutoTokenizer.from_pretrained("{directory.name}")',
-              f'model = AutoModel.from_pretrained("{directory.name}")', "```", ""]
+              f'model = {auto}.from_pretrained("{directory.name}")', "```", ""]
     if task == "fill-mask":
         lines += ["```bash", f'albertlm fill-mask {directory.name} "The capital of France is [MASK]."', "```", ""]
     lines += [f"Files: config.json, model.safetensors, {', '.join(tokenizer_files or []) or 'no tokenizer'}."]
@@ -355,6 +371,12 @@ _PIPELINE_TAGS = {"AlbertForSequenceClassification": "text-classification",
                   "AlbertForTokenClassification": "token-classification",
                   "AlbertForQuestionAnswering": "question-answering", "AlbertForMultipleChoice": "multiple-choice",
                   "AlbertModel": "feature-extraction"}
+
+
+_AUTO_CLASSES = {"AlbertForSequenceClassification": "AutoModelForSequenceClassification",
+                 "AlbertForTokenClassification": "AutoModelForTokenClassification",
+                 "AlbertForQuestionAnswering": "AutoModelForQuestionAnswering",
+                 "AlbertForMultipleChoice": "AutoModelForMultipleChoice"}
 
 
 def run_facts(checkpoint: Path) -> dict[str, list[str]]:
@@ -389,9 +411,9 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
     finetune = json_object_or_empty(checkpoint.parent / "metrics.json") if checkpoint.name == "best" else {}
     if finetune.get("best"):
         values = ", ".join(_flat_metrics(finetune["best"]))
-        facts["metrics"] = [f"- fine-tuning ({finetune.get('family')}, {finetune.get('task', '')}): best {values}"]
-        facts.setdefault("data", [f"- fine-tuned on {finetune.get('family')} {finetune.get('task', '')} "
-                                  f"(see {checkpoint.parent / 'metrics.json'})"])
+        parts = [str(part) for part in (finetune.get("family"), finetune.get("task")) if part]
+        facts["metrics"] = [f"- fine-tuning ({', '.join(parts)}): best {values}"]
+        facts.setdefault("data", [f"- fine-tuned on {' '.join(parts)} (see {checkpoint.parent / 'metrics.json'})"])
     return facts
 
 

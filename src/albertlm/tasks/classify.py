@@ -120,7 +120,7 @@ def label_name(value) -> str:
 
 def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
                   regression: bool = False, problems: Problems | None = None,
-                  unique_ids: bool = True) -> list[TextExample]:
+                  unique_ids: bool = True, texts: bool = True) -> list[TextExample]:
     """The rows of a CSV / TSV / JSONL file. With `columns.id`, each row's id must be there, and (with
     `unique_ids`, for a file whose predictions are written or scored by id) no two rows may share one: the
     second row's prediction would replace the first's when a predictions file is scored."""
@@ -130,11 +130,11 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
     first_at: dict[str, int] = {}   # id -> the line it was first seen on
     for lineno, record in read_records(path):
         where = f"{path}:{lineno}"
-        text = _text(_cell(record, columns.text, where, path), columns.text, where)
-        if not text.strip():
+        text = _text(_cell(record, columns.text, where, path), columns.text, where) if texts else ""
+        if texts and not text.strip():
             problems.add("empty text", where)
         pair = (_text(_cell(record, columns.text_pair, where, path), columns.text_pair, where)
-                if columns.text_pair else None)
+                if columns.text_pair and texts else None)
         label = None
         if with_labels and columns.label:
             label = _cell(record, columns.label, where, path)
