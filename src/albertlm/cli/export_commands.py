@@ -3,6 +3,7 @@
     albertlm export onnx runs/rte/best --out rte.onnx                 # the fine-tuned head the checkpoint holds
     albertlm export onnx runs/base --out encoder.onnx --encoder       # the backbone only (hidden states, pooled)
     albertlm export onnx runs/rte/best --out rte.onnx --quantize int8 # also rte.int8.onnx
+    albertlm export onnx albert_base/ --out albert.onnx               # google's TF checkpoint, read as convert does
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     sub = parser.add_subparsers(dest="target", required=True, metavar="{onnx}")
     p = sub.add_parser("onnx", help="ONNX for ONNX Runtime: dynamic batch/sequence axes, shared weights stored once")
-    p.add_argument("model", metavar="MODEL", help="model directory (ours or transformers') or a run directory")
+    p.add_argument("model", metavar="MODEL", help="model directory (ours or transformers'), a run directory, or a "
+                   "google-research TF checkpoint (as `albertlm convert` takes it, albert_config.json beside it)")
     p.add_argument("--out", required=True, metavar="FILE.onnx", help="output file")
     p.add_argument("--encoder", action="store_true",
                    help="export the backbone only (last_hidden_state, pooler_output), whatever head it has")
@@ -39,15 +41,20 @@ def run(args: argparse.Namespace, command: str) -> int:
 
     onnx_export.require_onnx()
     onnx_export.check_opset(args.exporter, args.opset)          # before anything is read
-    model_dir = resolve_checkpoint(args.model)
+    tf_source = _is_tf_checkpoint(Path(args.model))
+    model_dir = Path(args.model) if tf_source else resolve_checkpoint(args.model)
     out = Path(args.out)
     if out.suffix != ".onnx":
         raise UserError(f"--out {out}: the file name must end in .onnx")
     quantized = out.with_suffix(".int8.onnx") if args.quantize == "int8" else None
     _check_outputs([out] + ([quantized] if quantized else []), args.overwrite)   # before the model is loaded
     make_parent(out, "--out")
-    model = _load(model_dir, args.encoder)
     lines, warning = [], None
+    if tf_source:   # google's checkpoint read as convert reads it; what the import did is said first
+        model, notes = _load_tf(model_dir, args.encoder)
+        lines += notes
+    else:
+        model = _load(model_dir, args.encoder)
     # written in a staging directory beside --out and moved into place once complete: a failed export
     # leaves an existing file as it was
     with _staging(out.parent) as staging:
@@ -116,6 +123,31 @@ def _staging(parent):
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _is_tf_checkpoint(path: Path) -> bool:
+    """Whether MODEL is a google-research TF checkpoint as `albertlm convert` detects one (no config.json; a prefix,
+    one of its files, a directory holding a `*.index`, a TF-Hub module). It was refused as "not a model directory"."""
+    from albertlm.cli.convert_commands import detect_format
+    from albertlm.errors import UserError
+
+    if (path / "config.json").is_file():
+        return False
+    try:
+        return detect_format(path) == "tf"
+    except UserError:   # not a TF checkpoint: resolve_checkpoint says what it is not
+        return False
+
+
+def _load_tf(path: Path, encoder: bool):
+    """(model, the import's report lines) of a TF checkpoint; --encoder: its backbone, with the trained pooler where
+    the checkpoint has one (google's QA model has none)."""
+    from albertlm.interop.tf import import_tf_checkpoint
+
+    model, report = import_tf_checkpoint(path)
+    if encoder and hasattr(model, "albert"):
+        model = model.albert
+    return model, report.lines()
 
 
 def _load(model_dir, encoder: bool):

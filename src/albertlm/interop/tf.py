@@ -2,7 +2,8 @@
 
 Pretraining checkpoints become AlbertForPreTraining, `run_classifier.py` checkpoints (top-level
 `output_weights` / `output_bias`) AlbertForSequenceClassification, `run_squad_v1.py` checkpoints
-(`cls/squad/output_*`) AlbertForQuestionAnswering.
+(`cls/squad/output_*`) AlbertForQuestionAnswering, checkpoints with none of these heads (`run_squad_v2.py`'s) the
+AlbertModel they hold.
 
 No TensorFlow needed: `tf_checkpoint` reads the checkpoint files. The variable names are those that
 google's `modeling.py` (AlbertModel, scope `bert/`) and `run_pretraining.py` (scope `cls/`) create:
@@ -118,7 +119,8 @@ CLASSIFIER_HEAD: dict[str, Source] = {"classifier.weight": (("output_weights",),
 # run_squad_v1.py: (2, H) start/end weights on every token's final hidden state
 SQUAD_HEAD: dict[str, Source] = {"qa_outputs.weight": (("cls/squad/output_weights",), False),
                                  "qa_outputs.bias": (("cls/squad/output_bias",), False)}
-HEADS = {"pretraining": PRETRAINING_HEADS, "classifier": CLASSIFIER_HEAD, "squad": SQUAD_HEAD}
+# none of the heads above (a run_squad_v2.py checkpoint: start_logits/, end_logits/, answer_class/): AlbertModel
+HEADS = {"pretraining": PRETRAINING_HEADS, "classifier": CLASSIFIER_HEAD, "squad": SQUAD_HEAD, "backbone": {}}
 
 
 def config_from_google(data: dict) -> ModelConfig:
@@ -149,12 +151,14 @@ class ImportReport:
     missing: list[str] = field(default_factory=list)      # head weights the checkpoint lacks (left as initialised)
 
     scope: str = "bert/"                                  # the backbone's variable scope in the checkpoint
+    notes: list[str] = field(default_factory=list)        # what the head it was read as means
 
     def lines(self) -> list[str]:
         out = [f"TF checkpoint {self.checkpoint}: {len(self.used)} variables imported, "
                f"{len(self.skipped)} training-state variables skipped"]
         if self.scope != "bert/":
             out.append(f"backbone variables under {self.scope} read as google's bert/")
+        out.extend(self.notes)
         if self.unused:
             out.append(f"unused variables ({len(self.unused)}): {', '.join(self.unused)}")
         if self.missing:
@@ -177,6 +181,7 @@ def _strip_module_prefix(names: list[str]) -> dict[str, str]:
 
 
 WORD_EMBEDDINGS = "embeddings/word_embeddings"
+OBJECT_BASED = "/.ATTRIBUTES/VARIABLE_VALUE"   # TF 2's object-graph checkpoints name variables by their path
 
 
 def _stored_scope(stored: dict[str, str]) -> str:
@@ -238,12 +243,27 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     if not isinstance(config, ModelConfig):
         config = read_google_config(Path(config) if config is not None else find_config(prefix))
     ckpt = TFCheckpoint(prefix)
+    check_groups(ckpt, config)
     model, head = _build_model(ckpt, config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
-    # the QA model has no pooler: google's pooler weights are then reported as unused
-    key_map = {k: v for k, v in tf_key_map(model.config, head).items() if k in expected}
+    # the QA model has no pooler: google's pooler weights are then reported as unused; AlbertModel's keys are the
+    # backbone's without the `albert.` of the models with heads
+    key_map = {(k.removeprefix("albert.") if head == "backbone" else k): v
+               for k, v in tf_key_map(model.config, head).items()}
+    key_map = {k: v for k, v in key_map.items() if k in expected}
     state, report = read_tf_state(ckpt, key_map, expected, verify=verify)
-    backbone_missing = [key_map[k][0][0] for k in report.missing if k.startswith("albert.")]
+    if head == "backbone":
+        report.notes.append("no head albertlm reads (run_pretraining.py's cls/, run_classifier.py's output_weights, "
+                            "run_squad_v1.py's cls/squad/): imported as the backbone alone, AlbertModel")
+    elif head == "classifier" and model.config.num_labels == 1:
+        report.notes.append("one output row: read as run_classifier.py's regression (STS-B); run_race.py saves its "
+                            "multiple-choice head under the same names and shape (AlbertForMultipleChoice takes "
+                            "this state dict as it is)")
+    backbone_missing = [key_map[k][0][0] for k in report.missing if head == "backbone" or k.startswith("albert.")]
+    if backbone_missing and any(n.endswith(OBJECT_BASED) for n in ckpt.names()):
+        raise UserError(f"{prefix}: a TF 2 object-based checkpoint (names ending in {OBJECT_BASED}: TF Model "
+                        "Garden's, a TF-Hub albert_en_* SavedModel), not google-research's bert/ variables; albertlm "
+                        "reads google-research/ALBERT's checkpoints and its TF 1 TF-Hub modules (google/albert_base/3)")
     if backbone_missing:
         more = f" and {len(backbone_missing) - 3} more" if len(backbone_missing) > 3 else ""
         raise UserError(f"{prefix}: not an ALBERT checkpoint of this config: no {', '.join(backbone_missing[:3])}{more}")
@@ -252,6 +272,30 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     if unfilled:  # the map must cover the model: a new parameter without a TF source is a bug here
         raise RuntimeError(f"TF key map does not cover {', '.join(unfilled)}")
     return model, report
+
+
+GROUP_VARIABLE = re.compile(r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/")
+
+
+def check_groups(ckpt: TFCheckpoint, cfg: ModelConfig) -> None:
+    """The checkpoint's groups and inner groups must be those of the config: with fewer in albert_config.json the
+    others were left unused and a different network came back (only the report listed them); with more the error
+    named a missing variable, not the disagreement."""
+    groups, inner = set(), set()
+    for name in _strip_module_prefix(ckpt.names()):
+        match = GROUP_VARIABLE.match(name)
+        if match:
+            groups.add(int(match.group(1)))
+            inner.add(int(match.group(2)))
+    if not groups:   # no ALBERT encoder at all: import_tf_checkpoint names what is missing
+        return
+    held = (max(groups) + 1, max(inner) + 1)
+    said = (tf_num_groups(cfg), cfg.inner_group_num)
+    if held != said:
+        raise UserError(f"{ckpt.prefix}: albert_config.json does not fit this checkpoint: it says num_hidden_groups "
+                        f"{said[0]}, inner_group_num {said[1]}, but the checkpoint's encoder variables (bert/encoder/"
+                        f"transformer/group_*/inner_group_*) are num_hidden_groups {held[0]}, inner_group_num "
+                        f"{held[1]} (another model's config, or an incomplete checkpoint)")
 
 
 def read_google_config(path: Path) -> ModelConfig:
@@ -268,13 +312,16 @@ def read_google_config(path: Path) -> ModelConfig:
 
 
 HEAD_CLASSES = {"squad": "AlbertForQuestionAnswering", "classifier": "AlbertForSequenceClassification",
-                "pretraining": "AlbertForPreTraining"}
+                "pretraining": "AlbertForPreTraining", "backbone": "AlbertModel"}
+# the variables of a head this import reads (after TF-Hub's `module/` and the backbone's scope are undone)
+KNOWN_HEAD = re.compile(r"^(cls/predictions/|cls/seq_relationship/|cls/squad/output_|output_weights$|output_bias$)")
 
 
 def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
     """(head kind, its number of labels or None) of what the checkpoint holds, from its variable names and shapes
     only: run_squad_v1.py's start/end weights, run_classifier.py's top-level `output_weights` (no `cls/` heads),
-    otherwise run_pretraining.py's heads."""
+    "backbone" where no head this import reads is there (run_squad_v2.py's heads, say), otherwise
+    run_pretraining.py's heads."""
     stored = _strip_module_prefix(ckpt.names())
     names = set(stored)
     squad = stored.get("cls/squad/output_weights")
@@ -282,6 +329,10 @@ def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
         return "squad", None
     if "output_weights" in names and not any(n.startswith("cls/") for n in names):
         return "classifier", ckpt.entries[stored["output_weights"]].shape[0]
+    if backbone_scope(names) is not None and not any(KNOWN_HEAD.match(n) for n in names):
+        # e.g. run_squad_v2.py's start_logits/ end_logits/ answer_class/: no albertlm head reads them, and an
+        # AlbertForPreTraining would have come back with random masked-LM and SOP heads
+        return "backbone", None
     return "pretraining", None
 
 
@@ -294,6 +345,7 @@ def describe_tf_checkpoint(path: str | Path, config: str | Path | None = None) -
     config_path = Path(config) if config is not None else find_config(prefix)
     cfg = read_google_config(config_path)
     ckpt = TFCheckpoint(prefix)
+    check_groups(ckpt, cfg)
     head, num_labels = checkpoint_head(ckpt)
     if num_labels is not None:
         cfg = cfg.replace(num_labels=num_labels)
@@ -316,4 +368,8 @@ def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
         from albertlm.model.heads import AlbertForSequenceClassification
 
         return AlbertForSequenceClassification(cfg.replace(num_labels=num_labels)), "classifier"
+    if head == "backbone":
+        from albertlm.model.albert import AlbertModel
+
+        return AlbertModel(cfg), "backbone"
     return AlbertForPreTraining(cfg), "pretraining"

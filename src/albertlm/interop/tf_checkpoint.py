@@ -265,8 +265,8 @@ def companion_prefix(path: str | Path) -> Path | None:
 
 def resolve_prefix(path: str | Path) -> Path:
     """Accept a checkpoint prefix (`.../model.ckpt-125000`), one of its files (`.index`, `.data-*`, `.meta`: what
-    tab completion gives), or a directory holding one checkpoint (the `checkpoint` state file picks one when there
-    are several)."""
+    tab completion gives), a directory holding one checkpoint (the `checkpoint` state file picks one when there
+    are several), or a TF-Hub module's directory (its `variables/variables.*`)."""
     path = Path(path)
     if path.name.endswith(".index"):
         return path.with_name(path.name[: -len(".index")])
@@ -281,6 +281,8 @@ def resolve_prefix(path: str | Path) -> Path:
     if not path.is_dir():
         raise CheckpointError(f"{path}: no TF checkpoint here (expected PREFIX.index or a directory)")
     indexes = sorted(path.glob("*.index"))
+    if not indexes and (path / "variables" / "variables.index").is_file():   # a TF-Hub module
+        return path / "variables" / "variables"
     state = path / "checkpoint"
     if len(indexes) > 1 and state.is_file():
         for line in state.read_text(encoding="utf-8", errors="replace").splitlines():   # a stray byte is no error
