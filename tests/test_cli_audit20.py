@@ -173,3 +173,15 @@ def test_evaluating_a_checkpoint_leaves_the_callers_random_generator_alone(tmp_p
         assert "mlm_acc" in evaluate_checkpoint(tmp_path / "model", data, batch_size=4, max_batches=2)
         after.append(torch.rand(3))
     assert not torch.equal(*after)
+
+
+@pytest.mark.parametrize("section, wrong, hint", [("DataConfig", "train", ""), ("TrainConfig", "max_step", "max_steps"),
+                                                  ("OptimConfig", "learning_rate", ""), ("DistConfig", "backnd", "backend")])
+def test_an_unknown_keyword_of_a_run_config_section_is_a_config_error(section, wrong, hint):
+    """`DataConfig(train=...)` was Python's TypeError where `ModelConfig(hiden_size=...)` is a ConfigError naming
+    the field meant."""
+    from albertlm.config import run
+    from albertlm.config.model import ConfigError
+
+    with pytest.raises(ConfigError, match=f"unknown {section} field\\(s\\): {wrong}" + (f".*{hint}" if hint else "")):
+        getattr(run, section)(**{wrong: 1})

@@ -36,7 +36,7 @@ def require_finite(config: Any, prefix: str) -> None:
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Config):
     IMPLIES: ClassVar[dict] = {"warmup_ratio": {"warmup_steps": -1}}
     name: Literal["lamb", "adamw"] = "lamb"  # LAMB (the paper's pretraining optimizer) or AdamW (fine-tuning)
     lr: float = 0.00176                 # peak learning rate (paper: LAMB, 0.00176 for batch 4096)
@@ -71,7 +71,7 @@ class OptimConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Config):
     """The training loop's settings, shared by pretraining and fine-tuning."""
     IMPLIES: ClassVar[dict] = {"epochs": {"max_steps": 0}}
     max_steps: int = 125_000            # optimizer updates; 0 = epochs x steps per epoch
@@ -152,7 +152,7 @@ def _processes(world_size: int) -> str:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Config):
     path: str = ""                       # training data: a directory written by `albertlm data build`
     eval_path: str = ""                  # held-out data (another build) to evaluate on; "" = no evaluation
     dynamic_masking: bool = False        # draw new masks every epoch instead of the build's static masks
@@ -164,7 +164,7 @@ class DataConfig:
 
 
 @dataclass
-class DistConfig:
+class DistConfig(Config):
     """Processes and devices (`torchrun` sets the ranks)."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"   # process group backend; auto: nccl on CUDA, gloo on CPU
     device: str = "auto"                                # auto (cuda:LOCAL_RANK if CUDA is available, else cpu), cpu, cuda, cuda:N
