@@ -30,7 +30,7 @@ from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
-from albertlm.training.distributed import DistInfo, init_distributed, pick_device
+from albertlm.training.distributed import DistInfo, failing_together, init_distributed, pick_device
 from albertlm.training.loop import Batch, Loop, StepData
 from albertlm.training.metrics import _terminal
 from albertlm.training.precision import autocast, check_precision, warn_emulated_bf16
@@ -172,7 +172,10 @@ def save_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
 
     tmp = directory.with_name(f"{ckpt.TMP_PREFIX}{directory.name}-{os.getpid()}")
     old = directory.with_name(f"{ckpt.TMP_PREFIX}{directory.name}-old-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # what a run killed while saving (kill -9, the OOM killer) left, under its own pid: a model-sized copy that
+    # nothing else removed (the run directory is locked while a run writes it, so no other run's save is in flight)
+    for stale in directory.parent.glob(f"{ckpt.TMP_PREFIX}{directory.name}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     try:
         _write_best(model, tokenizer, spec, tmp)
     except Exception as exc:  # OSError, or the write errors safetensors / torch wrap
@@ -196,6 +199,24 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
     the history and best record in the run's state (so they survive a resume)."""
     scored = [s for s in spec.eval_sets if s.score is not None]
 
+    def main_value(record: dict) -> float:
+        """The first metric of the first scored set; one the scorer did not report is an error naming those it did
+        (a TaskSpec built in Python with a mistyped `main_metric` was a KeyError after the first steps)."""
+        metrics = record[scored[0].name]
+        if spec.main_metric not in metrics:
+            raise UserError(f"the metric to keep the best model by, {spec.main_metric!r} (TaskSpec.main_metric), is "
+                            f"not among {scored[0].name}'s: {', '.join(map(str, metrics)) or 'none'}")
+        return float(metrics[spec.main_metric])
+
+    def improves(record: dict, best: dict | None) -> bool:
+        """Whether an evaluation replaces the best one: a higher main metric (a tie keeps the earlier). A NaN is
+        never better and anything beats it (`NaN > x` is False: a first evaluation of NaN was kept to the end)."""
+        new = main_value(record)
+        if best is None:
+            return True
+        old = main_value(best)
+        return not np.isnan(new) and (np.isnan(old) or new > old)
+
     def make(trained: nn.Module, raw: nn.Module, state: TrainState) -> Callable[[], dict]:
         def run_evaluation_now() -> dict[str, float]:
             if not info.is_main:
@@ -215,9 +236,7 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
                                                  cfg.eval_batch_size, info.device, cfg.train.precision, bar)
                 record[eval_set.name] = eval_set.score(outputs[eval_set.name])
             state.extra.setdefault("history", []).append(record)
-            best = state.extra.get("best")
-            main = scored[0].name
-            if best is None or record[main][spec.main_metric] > best[main][spec.main_metric]:
+            if improves(record, state.extra.get("best")):
                 save_best(raw, tokenizer, spec, out_dir / "best")
                 for eval_set in scored:
                     if eval_set.write is not None:
@@ -323,7 +342,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     other ranks and runs stopped by a signal get {"status": ...}). A run the time budget stopped writes them
     too, from the best model so far, with "status": "budget" and the step reached of "total_steps". An
     `out_dir` holding another run needs `resume` or `overwrite` (its files go once the model and the
-    checkpoint to resume from have loaded)."""
+    checkpoint to resume from have loaded); one that another run is still writing is refused (`run_dir_lock`)."""
     out_dir = Path(out_dir)
     # best/task.json records the length the model was fine-tuned at, which `predict` / `evaluate --model` then use
     # (the CLI set it; a run from Python left it out, and a later predict used the family's default)
@@ -334,10 +353,33 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
         old_run += prediction_files(out_dir)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
     check_same_finetune(spec, cfg, info)
-    loop = make_finetune_loop(spec, model_path, tokenizer, cfg, out_dir, info, resume)
-    if info.is_main:
-        ckpt.clear_run_dir(old_run)
-        out_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as held:
+        # rank 0 holds OUT locked until the run ends, as pretraining does: the same command started twice, or an
+        # --overwrite / --resume in another terminal, is refused instead of removing or writing the files of the
+        # run still going there (checked before the old run's files go; a new directory once it is made)
+        with failing_together(info, lambda: " while setting up"):
+            locked = info.is_main and out_dir.is_dir()
+            if locked:
+                held.enter_context(run_dir_lock(out_dir))
+            loop = make_finetune_loop(spec, model_path, tokenizer, cfg, out_dir, info, resume)
+            if info.is_main:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                if not locked:
+                    held.enter_context(run_dir_lock(out_dir))
+                ckpt.clear_run_dir(old_run)
+        return _train_and_write(spec, loop, tokenizer, cfg, out_dir, info, log)
+
+
+def run_dir_lock(out_dir: Path):
+    """`checkpoint.directory_lock` on a fine-tuning run's --out, refusing in fine-tuning's words."""
+    return ckpt.directory_lock(out_dir, f"--out {out_dir}: another run is writing there now (an `albertlm finetune` "
+                                        "with this --out is still running); let it finish or stop it first, or "
+                                        "pass another --out")
+
+
+def _train_and_write(spec: TaskSpec, loop: Loop, tokenizer, cfg: FinetuneConfig, out_dir: Path, info: DistInfo,
+                     log) -> dict:
+    """`run_finetune` once the run is set up: train, then on rank 0 write the run's files."""
     log(f"finetune {spec.family}: {len(spec.train)} train features, {loop.plan.total_steps} steps "
         f"(batch {cfg.train.batch_size}, warmup {loop.plan.warmup_steps}), lr {cfg.optim.lr}, "
         f"device {info.device}, {info.world_size} process(es)")
@@ -359,8 +401,8 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     losses = extra.get("losses") or [float("nan")]
     # the best model's task.json, not spec.info: what an evaluation records there (SQuAD v2.0's tuned null
     # threshold) is the best one's, not the last one's
-    info = {**spec.info, **json_object_or_empty(out_dir / "best" / TASK_FILE)}
-    metrics = {**info, "family": spec.family, "best": extra.get("best", {}), "config": cfg.to_dict(),
+    task_info = {**spec.info, **json_object_or_empty(out_dir / "best" / TASK_FILE)}
+    metrics = {**task_info, "family": spec.family, "best": extra.get("best", {}), "config": cfg.to_dict(),
                "train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-5:])),
                "problems": spec.problems.to_dict(), "test_predictions": tests, "status": status,
                "step": loop.state.step, "total_steps": loop.plan.total_steps}

@@ -204,26 +204,32 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     problems = Problems()
     info = {"version": version, "settings": vars(settings)}
 
-    def read(path, labelled: bool):
-        examples = squad.read_squad(path, problems)
+    def read(path, split: str):
+        """The split's examples and features; what was tolerated is counted per split (`(train)`, `(dev)`), as
+        GLUE's and RACE's are: one tally for both counted a file given as train and dev twice, under one name."""
+        found = Problems()
+        examples = squad.read_squad(path, found)
         unanswerable = [e.qid for e in examples if e.is_impossible]
-        if version.startswith("1") and labelled and unanswerable and len(unanswerable) < len(examples):
-            raise DataError(f"{path}: question {unanswerable[0]} has no answer ({len(unanswerable)} such); "
+        said = [e.qid for e in examples if e.said_unanswerable]
+        if version.startswith("1") and unanswerable and (said or len(unanswerable) < len(examples)):
+            raise DataError(f"{path}: question {(said or unanswerable)[0]} has no answer ({len(unanswerable)} such); "
                             "SQuAD v1.1 needs one for every question: use --version 2.0")
-        return examples
+        with tokenizing(tokenizer, f"SQuAD {split}", cfg.train.progress) as counted:
+            features = squad.build_features(counted, examples, settings, split == "train", found)
+        for kind, n in found.counts.items():
+            named = f"{kind} ({split})"
+            problems.counts[named] += n
+            problems.examples[named] = found.examples.get(kind, [])
+        return examples, features
 
     train = []
     if training:
         if train_file is None:
             raise DataError("SQuAD fine-tuning needs --train FILE (the official train JSON)")
-        examples = read(train_file, True)
-        with tokenizing(tokenizer, "SQuAD train", cfg.train.progress) as counted:
-            train = squad.build_features(counted, examples, settings, True, problems)
+        _, train = read(train_file, "train")
     eval_sets = []
     if dev_file is not None:
-        examples = read(dev_file, True)
-        with tokenizing(tokenizer, "SQuAD dev", cfg.train.progress) as counted:
-            features = squad.build_features(counted, examples, settings, False, problems)
+        examples, features = read(dev_file, "dev")
         eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features, info,
                                          0.0 if null_threshold is None else float(null_threshold)))
     return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
@@ -235,7 +241,9 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
     """Scoring v2.0 tunes the null threshold on this file and records it in `info` (task.json beside the best
     model), so that predicting on a file without answers applies the run's threshold, not 0."""
     golds = squad.gold_answers(examples)
-    labelled = any(golds.values())
+    # a question is labelled by its answers or by the file saying it has none (v2.0's is_impossible): a dev file
+    # whose every question is unanswerable is scored, not taken for a file to predict on
+    labelled = any(e.labelled for e in examples)
     state = {"threshold": threshold}
 
     def predictions(out):
@@ -257,6 +265,8 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
         if not version.startswith("1"):
             (out_dir / "null_odds.json").write_text(json.dumps(squad.null_odds(preds), indent=2) + "\n",
                                                     encoding="utf-8")
+        else:   # an earlier v2.0 prediction's odds would sit beside these predictions as theirs
+            (out_dir / "null_odds.json").unlink(missing_ok=True)
         nbest = squad.nbest_json(preds)
         (out_dir / "nbest_predictions.json").write_text(json.dumps(nbest, ensure_ascii=False) + "\n",
                                                         encoding="utf-8")

@@ -28,6 +28,14 @@ class SquadExample:
     answers: list[tuple[str, int]]          # (text, answer_start) pairs, empty if unanswerable
     is_impossible: bool = False
     title: str = ""
+    # the file itself says the question has no answer (v2.0's `"is_impossible": true`): a labelled question, unlike
+    # one that merely lacks answers (a file to predict on, whose questions have `"answers": []`)
+    said_unanswerable: bool = False
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the file gives this question's gold: its answers, or that it has none."""
+        return bool(self.answers) or self.said_unanswerable
 
 
 @dataclass
@@ -183,7 +191,7 @@ def _nested_example(path, title, context, qa, where, problems) -> SquadExample:
                         _offset(path, answer.get("answer_start"), f"{where}: answers[{k}]")))
     answers = [] if impossible else answers
     return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems),
-                        bool(impossible) or not answers, title)
+                        bool(impossible) or not answers, title, said_unanswerable=bool(impossible))
 
 
 def _offset(path: Path, value, where: str) -> int:
@@ -215,8 +223,12 @@ def _flat_example(path, record, where, problems) -> SquadExample:
             raise DataError(f"{path}: {where}: answers text[{k}] is {_kind(text)}, expected a string")
         answers.append((text, _offset(path, start, f"{where}: answers[{k}]")))
     title = record.get("title")
+    impossible = record.get("is_impossible", False)     # not in `datasets`' layout; some exports add it
+    if not isinstance(impossible, bool) and impossible not in (0, 1):
+        raise DataError(f"{path}: {where}: 'is_impossible' is {impossible!r}, expected true or false")
+    answers = [] if impossible else answers
     return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems),
-                        not answers, str(title or ""))
+                        bool(impossible) or not answers, str(title or ""), said_unanswerable=bool(impossible))
 
 
 def _check_answers(path, qid, context, answers, problems) -> list[tuple[str, int]]:
