@@ -1,7 +1,7 @@
 """Audit 20, a Korean NLP engineer's whole journey from README.md and docs/ only: a WordPiece vocab.txt trained
 on KorNLI sentences, a tiny ALBERT, `finetune classify` on KorNLI's TSV as 3-class sentence pairs, `predict`,
 `convert --to hf`, and the export loaded with transformers (AutoTokenizer / AutoModelForSequenceClassification,
-offline). The xfail tests hold defects found on the way (see each reason)."""
+offline). Tests whose docstring starts "Was:" hold defects found on the way, since fixed."""
 from __future__ import annotations
 
 import csv
@@ -130,10 +130,9 @@ def test_predict_classify_reads_the_label_names_of_a_transformers_export(journey
     assert _labels(tmp_path / "hf" / "dev_predictions.tsv") == _labels(tmp_path / "ours" / "dev_predictions.tsv")
 
 
-@pytest.mark.xfail(strict=True, reason="evaluate classify --predictions reads the gold file's text column, which "
-                   "scoring never uses: KorNLI's gold file (sentence1, sentence2, gold_label) failed with "
-                   "\"no column 'text'\" until --text-column was given")
 def test_scoring_classify_predictions_needs_only_the_label_column(journey, capsys):
+    """Was: evaluate classify --predictions read the gold file's text column, which scoring never uses: KorNLI's
+    gold file (sentence1, sentence2, gold_label) failed with "no column 'text'" until --text-column was given."""
     capsys.readouterr()
     code = main(["evaluate", "classify", "--predictions", str(journey["ft"] / "dev_predictions.tsv"),
                  "--dev", str(journey["dev"]), "--label-column", "gold_label"])

@@ -123,7 +123,8 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
                   unique_ids: bool = True, texts: bool = True) -> list[TextExample]:
     """The rows of a CSV / TSV / JSONL file. With `columns.id`, each row's id must be there, and (with
     `unique_ids`, for a file whose predictions are written or scored by id) no two rows may share one: the
-    second row's prediction would replace the first's when a predictions file is scored."""
+    second row's prediction would replace the first's when a predictions file is scored. `texts=False` (scoring a
+    predictions file) reads no text columns: the examples' texts are empty."""
     path = Path(path)
     problems = problems if problems is not None else Problems()
     examples = []

@@ -91,7 +91,8 @@ def _check_mnli_split(dev: str | Path, predictions: str) -> None:
 def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
     if not opts.dev:
         raise UserError("give the gold file with --data FILE")
-    examples = classify.read_examples(opts.dev, opts.columns(), True, opts.regression)
+    # the labels (and ids) only: scoring reads no text, so a gold file's text columns need not be named
+    examples = classify.read_examples(opts.dev, opts.columns(), True, opts.regression, texts=False)
     preds = {}
     for lineno, record in read_records(predictions, "tsv"):
         if "id" not in record or "prediction" not in record:
