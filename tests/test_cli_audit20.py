@@ -185,3 +185,23 @@ def test_an_unknown_keyword_of_a_run_config_section_is_a_config_error(section, w
 
     with pytest.raises(ConfigError, match=f"unknown {section} field\\(s\\): {wrong}" + (f".*{hint}" if hint else "")):
         getattr(run, section)(**{wrong: 1})
+
+
+def test_a_fine_tuning_out_without_checkpoints_is_not_offered_resume(tmp_path):
+    """`finetune` into an --out holding a run that saved no checkpoint suggested `--resume to start again from step 0`,
+    which fine-tuning then refused ("no run to resume"); pretraining keeps the suggestion."""
+    from albertlm.errors import UserError
+    from albertlm.tasks.finetune import RUN_FILES as FINETUNE_FILES
+    from albertlm.training.checkpoint import check_run_dir
+
+    (tmp_path / "best").mkdir()
+    (tmp_path / "best" / "config.json").write_text("{}")
+    (tmp_path / "metrics.json").write_text("{}")
+    (tmp_path / "train_log.json").write_text("{}")
+    with pytest.raises(UserError) as refused:
+        check_run_dir(tmp_path, resume=False, run_files=FINETUNE_FILES)
+    assert "saved no checkpoint" in str(refused.value) and "--resume" not in str(refused.value)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1.0}\n')
+    (tmp_path / "run_config.json").write_text("{}")
+    with pytest.raises(UserError, match="--resume to start again from step 0"):
+        check_run_dir(tmp_path, resume=False)

@@ -193,8 +193,11 @@ def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
         if not steps:  # the logs of a run that stopped before its first checkpoint: nothing to continue
             raise UserError(f"--out {run_dir} already holds a run that saved no checkpoint ("
                             f"{', '.join(p.name for p in found)}); pass --overwrite to start over (its files are "
-                            "removed), --resume to start again from step 0 with its recorded settings (its records "
-                            "are replaced), or another --out")
+                            "removed), "
+                            # pretraining's --resume starts such a run again from step 0; fine-tuning's finds no
+                            # checkpoint to resume and refuses, so it is not offered there
+                            + ("--resume to start again from step 0 with its recorded settings (its records are "
+                               "replaced), " if run_files == RUN_FILES else "") + "or another --out")
         raise UserError(f"--out {run_dir} already holds a run ({len(steps)} checkpoint(s), the newest "
                         f"{steps[-1].name}); pass --resume to continue it, --overwrite to start over (its files "
                         "are removed), or another --out")
