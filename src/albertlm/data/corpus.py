@@ -63,12 +63,18 @@ _ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Ar
 # A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start (see
 # `_starts_sentence`: the regex finds the next word character, Python judges it, whatever the script), or right
 # after CJK full stops. Abbreviations and single initials are protected afterwards.
+# Ideographs, kana, CJK radicals, punctuation and full-width forms: scripts written without spaces (Hangul is
+# written with them). A Latin abbreviation right after one ("总统Mr. Smith") starts a word there.
+_UNSPACED = "\u2e80-\u2fdf\u3001-\u30ff\uff01-\uff60\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
 _SENTENCE_END = re.compile(
     r"""(?P<end>[.!?]["'”’)\]]*)\s+(?=["'“‘(\[]?(?P<next>\w))"""
-    r"""|(?P<cjk>[。！？]["'”’」』）]*)\s*""")
+    # a run of CJK full stops is one end ("真的吗？！", "等等。。。"); so is ASCII ! ? right before Chinese
+    r"""|(?P<cjk>[。！？][。！？!?]*["'”’」』）]*"""
+    r"""|[!?]+["'”’)\]」』）]*(?=["'“‘(\[「『（]?[""" + _UNSPACED + r"""]))\s*""")
 _ABBREVIATION = re.compile(
-    r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|cf|No|Vol|Fig|Gen|Col|Lt|Sgt|Capt|Rev|Inc|Ltd|Co|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.$"
+    r"(?<![^\W" + _UNSPACED + r"])(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|cf|No|Vol|Fig|Gen|Col|Lt|Sgt|Capt|Rev|Inc|Ltd|Co|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.$"
 )
+_UNSPACED_CHAR = re.compile(f"[{_UNSPACED}]")
 _DOC_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _SNIFF_BYTES = 1 << 16
@@ -167,7 +173,8 @@ def _starts_sentence(char: str) -> bool:
 def _abbreviated(tail: str) -> bool:
     """The text before a full stop ends with a known abbreviation or a single capital (an initial: "J.",
     "А.", "Ł.")."""
-    if len(tail) >= 2 and tail[-1] == "." and tail[-2].isupper() and (len(tail) == 2 or not _is_word(tail[-3])):
+    if len(tail) >= 2 and tail[-1] == "." and tail[-2].isupper() and (
+            len(tail) == 2 or not _is_word(tail[-3]) or _UNSPACED_CHAR.match(tail[-3])):
         return True
     return _ABBREVIATION.search(tail) is not None
 
@@ -635,6 +642,18 @@ class _TextSource:
         return f"{self.path} line {self.line_number}"
 
 
+def _join_lines(lines: Sequence[str]) -> str:
+    """The lines of one paragraph as one text: joined by a space, except where the break falls between two
+    characters of a script written without spaces (Chinese or Japanese wrapped at a fixed width: "南京\n大学"
+    is "南京大学", as browsers join such lines; a space there was a word boundary, a "▁" in SentencePiece)."""
+    parts: list[str] = []
+    for line in lines:
+        if parts:
+            parts.append("" if _UNSPACED_CHAR.match(parts[-1][-1:]) and _UNSPACED_CHAR.match(line) else " ")
+        parts.append(line)
+    return "".join(parts)
+
+
 def _paragraph_sentences(lines: Sequence[str]) -> list[str]:
     """Blank lines separate paragraphs; lines of one paragraph are joined before splitting sentences."""
     sentences: list[str] = []
@@ -643,7 +662,7 @@ def _paragraph_sentences(lines: Sequence[str]) -> list[str]:
         if line:
             paragraph.append(line)
         elif paragraph:
-            sentences.extend(split_sentences(" ".join(paragraph)))
+            sentences.extend(split_sentences(_join_lines(paragraph)))
             paragraph = []
     return sentences
 
@@ -687,7 +706,7 @@ def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
             # a paragraph without blank lines (or a line without breaks) is split as it grows: its finished
             # sentences go to the document, the last one (which may go on) stays; one sentence too long to
             # wait for its end is kept as it is
-            done = split_sentences(" ".join(paragraph))
+            done = split_sentences(_join_lines(paragraph))
             tail = done.pop() if done and len(done[-1]) <= MAX_PARAGRAPH_CHARS // 2 else ""
             sentences.extend(done)
             paragraph, paragraph_chars = ([tail], len(tail) + 1) if tail else ([], 0)
@@ -697,7 +716,7 @@ def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
                 source.counts.documents_split += bool(tail)
                 cut = not tail
         elif paragraph:
-            sentences.extend(split_sentences(" ".join(paragraph)))
+            sentences.extend(split_sentences(_join_lines(paragraph)))
             paragraph, paragraph_chars = [], 0
             if num_chars > MAX_DOCUMENT_CHARS:
                 cut = True
