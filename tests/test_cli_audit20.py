@@ -205,3 +205,34 @@ def test_a_fine_tuning_out_without_checkpoints_is_not_offered_resume(tmp_path):
     (tmp_path / "run_config.json").write_text("{}")
     with pytest.raises(UserError, match="--resume to start again from step 0"):
         check_run_dir(tmp_path, resume=False)
+
+
+def test_predict_with_a_fine_tuning_runs_intermediate_checkpoint(tmp_path, capsys):
+    """`predict classify --model OUT/checkpoints/step_N` asked for --tokenizer (none beside it) and for the label
+    set, and would have read at the family's default length: the run_config.json saved in the checkpoint and the
+    run's best/ tokenizer now stand in for best/'s task.json and tokenizer."""
+    import csv as csv_module
+    import json
+
+    from conftest import TINY_WORDS, save_tiny_pretrained
+
+    (tmp_path / "model").mkdir()
+    model = save_tiny_pretrained(tmp_path / "model")
+    rows = [["text", "label"]] + [[f"{w} {v}", "pos" if i % 2 else "neg"]
+                                  for i, (w, v) in enumerate(zip(TINY_WORDS, reversed(TINY_WORDS)))]
+    with (tmp_path / "data.csv").open("w", newline="") as handle:
+        csv_module.writer(handle).writerows(rows)
+    out = tmp_path / "run"
+    assert main(["finetune", "classify", "--train", str(tmp_path / "data.csv"), "--dev", str(tmp_path / "data.csv"),
+                 "--model", str(model), "--out", str(out), "--max-steps", "2", "--save-every", "2",
+                 "--batch-size", "4", "--max-seq-length", "24", "--no-progress"]) == 0
+    step = sorted((out / "checkpoints").iterdir())[-1]
+    capsys.readouterr()
+    assert main(["predict", "classify", "--model", str(step), "--dev", str(tmp_path / "data.csv"),
+                 "--out", str(tmp_path / "pred"), "--no-progress"]) == 0, capsys.readouterr().err
+    predicted = (tmp_path / "pred" / "dev_predictions.tsv").read_text().split()
+    assert set(predicted[3::2]) <= {"neg", "pos"} and len(predicted) == 2 * len(rows)
+    from albertlm.cli.task_commands import _task_info
+
+    assert _task_info(step)["max_seq_length"] == 24 and "optim" not in _task_info(step)
+    assert json.loads((out / "best" / "task.json").read_text())["labels"] == _task_info(step)["labels"]

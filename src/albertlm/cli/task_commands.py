@@ -25,7 +25,7 @@ from albertlm.config.overrides import (Options, add_options, build, command_line
                                        leaf_keys, read_options)
 from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.task import FinetuneConfig
-from albertlm.errors import UserError
+from albertlm.errors import UserError, json_object_or_empty
 
 FAMILIES = ("glue", "squad", "race", "classify")   # tasks.registry.FAMILIES (not imported here: it loads torch)
 TRAINING_FLAGS = {
@@ -208,7 +208,7 @@ def _tokenizer(args, model_dir: Path):
     from albertlm.model.io import read_config
     from albertlm.tasks.inference import check_tokenizer_fits
 
-    found = Path(args.tokenizer) if args.tokenizer else find_tokenizer(model_dir)
+    found = Path(args.tokenizer) if args.tokenizer else (find_tokenizer(model_dir) or _run_tokenizer(Path(model_dir)))
     if found is None:
         raise UserError(f"no tokenizer files (spiece.model / vocab.txt / tokenizer.json) in {model_dir}; "
                         "pass --tokenizer PATH")
@@ -241,10 +241,33 @@ def tokenizer_difference(ours, theirs) -> str | None:
 
 
 def _task_info(model_dir) -> dict:
+    """What the fine-tuning recorded beside the checkpoint (task.json); for a run's `checkpoints/step_N`, which has
+    none, the same from the run_config.json saved in it (family, task, labels, max_seq_length, ...: `predict` there
+    asked for --task and --tokenizer and read at the family's default length)."""
+    import dataclasses
+
     from albertlm.tasks.finetune import TASK_FILE
 
     path = Path(model_dir) / TASK_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if path.is_file():
+        return json.loads(path.read_text())
+    if Path(model_dir).parent.name != "checkpoints":
+        return {}
+    saved = json_object_or_empty(Path(model_dir) / "run_config.json")
+    if not saved.get("family"):            # a pretraining checkpoint: no task
+        return {}
+    settings = {f.name for f in dataclasses.fields(FinetuneConfig)} - {"max_seq_length"}
+    return {k: v for k, v in saved.items() if k not in settings and k != "model"}
+
+
+def _run_tokenizer(model_dir: Path) -> Path | None:
+    """The tokenizer of a fine-tuning run's `checkpoints/step_N`: the one saved in the run's best/ (the run's own)."""
+    from albertlm.tokenization.load import find_tokenizer
+
+    best = model_dir.parent.parent / "best"
+    if model_dir.parent.name == "checkpoints" and _task_info(model_dir) and best.is_dir():
+        return find_tokenizer(best)
+    return None
 
 
 def _transformers_labels(model_dir: Path) -> dict:
