@@ -7,16 +7,16 @@ grid, which measures the first half). Nothing here pretrains: the suite function
 or stand-ins."""
 from __future__ import annotations
 
-import json
 import signal
 import threading
 
 import pytest
 
 from albertlm.cli.main import main
+from conftest import shared_path
 from test_ablate_audit13 import _corpus, _suite
-from test_report_audit18 import _claim, _planned, _report, _write
-from tests.conftest import shared_path
+from test_ablate_numbers_audit20 import _report   # report.md read as UTF-8 whatever the locale
+from test_report_audit18 import _claim, _planned, _write
 
 
 # ------------------------------------------------------------------------------------------------ SIGTERM

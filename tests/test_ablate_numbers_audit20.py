@@ -13,7 +13,18 @@ import pytest
 import torch
 
 from albertlm.experiments.scales import FinetuneTask
-from test_report_audit18 import _claim, _planned, _report, _row, _write
+from test_report_audit18 import _claim, _planned, _row, _write
+
+
+def _report(suite) -> tuple[str, dict]:
+    """The report written for `suite`: report.md and results.json, read as the UTF-8 they are written in (the
+    report has "±" and "²"; test_report_audit18's `_report` reads the locale's encoding, ASCII under LC_ALL=C
+    without Python's UTF-8 mode)."""
+    from albertlm.experiments.report import write_report
+
+    write_report(suite.out, warn=lambda message: None)
+    return ((suite.out / "report.md").read_text(encoding="utf-8"),
+            json.loads((suite.out / "results.json").read_text(encoding="utf-8")))
 
 
 def _with_transitions(suite, job, l2: list[float], cosine: list[float]) -> None:

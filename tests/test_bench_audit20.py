@@ -13,6 +13,13 @@ from test_benchmarks_audit14 import load   # a benchmark script as a module
 SCRIPTS = ("model_speed", "finetune_speed", "attention_speed", "onnx_speed", "tokenizer_speed")   # (not train_speed)
 
 
+@pytest.fixture(autouse=True)
+def _sys_path_back(monkeypatch):
+    """sys.path as it was after each test: a script loaded here may put benchmarks/ on it for good (train_speed.py
+    does, to import model_speed by name), where a later test of the process would import its modules from."""
+    monkeypatch.setattr(sys, "path", [*sys.path])
+
+
 def fake_rates(monkeypatch, *modules) -> None:
     """A CPU without bf16 instructions whose fp32 matmuls run at 1 GFLOP/s and emulated bf16 ones at 10 MFLOP/s."""
     rates = {torch.float32: 1e9, torch.bfloat16: 1e7}

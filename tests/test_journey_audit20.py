@@ -10,10 +10,10 @@ import json
 import pytest
 
 from albertlm.cli.main import main
-from conftest import shared_path
+from conftest import SHARED
 
 MAX_LEN = 32        # the fine-tuning's --max-seq-length: most KorNLI pairs are longer
-KORNLI = shared_path("korean", "KorNLI", "xnli.dev.ko.tsv")
+KORNLI = SHARED / "korean" / "KorNLI" / "xnli.dev.ko.tsv"   # (shared_path's skip is for tests, not an import)
 PAIR_ARGS = ["--text-column", "sentence1", "--text-pair-column", "sentence2", "--label-column", "gold_label"]
 
 pytestmark = pytest.mark.skipif(not KORNLI.is_file(), reason="../shared/data/korean/KorNLI is absent")

@@ -75,6 +75,7 @@ def test_a_training_logged_to_a_file_says_how_far_it_is(text, tmp_path, capsys, 
     shutil.copy(text, second)
     args = ["--input", str(text), str(second), "--vocab-size", "300", "--threads", "1",
             "--input-sentence-size", "1000"]
+    monkeypatch.setattr(spm_tok, "PLAIN_PROGRESS_AFTER", 1e9)   # a short reading, however slow the machine is
     assert main(["tokenizer", "train", *args, "--out", str(tmp_path / "quiet")]) == 0
     quiet = capsys.readouterr().err
     assert "tokenizer train: read" not in quiet and "training the unigram model" not in quiet, quiet
