@@ -14,7 +14,7 @@ import torch
 
 from albertlm.experiments import grids
 from albertlm.experiments.scales import get_scale
-from tests.conftest import shared_path
+from conftest import shared_path
 
 # ------------------------------------------------------------------------------------------------ grids
 

@@ -13,7 +13,7 @@ import pytest
 from albertlm.errors import UserError
 from albertlm.experiments import grids
 from albertlm.experiments.scales import get_scale
-from tests.conftest import shared_path
+from conftest import shared_path
 
 
 def _corpus(tmp: Path, lines: list[str] | None = None) -> Path:

@@ -24,6 +24,21 @@ def load(name: str):
         sys.path.remove(str(ROOT / "benchmarks"))
 
 
+def refused_before_work(script: str, argv: list[str], stages: tuple[str, ...], monkeypatch, capsys) -> str:
+    """Run `script`'s main with `argv`, every one of its `stages` (functions that build, time or read) failing the
+    test if reached; returns the one error line after checking the exit (2) and that there is no traceback."""
+    module = load(script)
+    for name in stages:
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail(f"{script} {argv} ran"))
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        module.main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="module")
 def ms():
     return load("model_speed")

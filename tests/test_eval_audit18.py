@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import assert_one_error
-from test_benchmarks_audit14 import load   # a benchmark script as a module
+from test_benchmarks_audit14 import load, refused_before_work   # a benchmark script as a module
 
 
 def write_metrics(run, records: list[dict]) -> None:
@@ -96,17 +96,10 @@ def test_evaluate_names_the_data_when_its_sequences_outrun_the_positions(tmp_pat
 ])
 def test_benchmarks_refuse_bad_arguments_in_one_line(script, argv, phrase, monkeypatch, capsys):
     """Each refused before any model, data or timing: the one error line names the option."""
-    module = load(script)
-    for name in ("build_models", "load_features", "speed", "format_speeds", "bench_row", "kernels"):
-        if hasattr(module, name):
-            monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail(f"{script} {argv} ran"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
-    with pytest.raises(SystemExit) as exc:
-        module.main()
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and "Traceback" not in err
-    assert phrase in err.strip().splitlines()[-1], err
+    line = refused_before_work(script, argv, ("build_models", "load_features", "speed", "format_speeds", "bench_row",
+                                              "kernels"), monkeypatch, capsys)
+    assert phrase in line, line
 
 
 def test_train_speed_prints_only_its_table(tmp_path, capsys):

@@ -44,7 +44,8 @@ def _report(suite) -> tuple[str, dict]:
     from albertlm.experiments.report import write_report
 
     write_report(suite.out, warn=lambda message: None)
-    return (suite.out / "report.md").read_text(), json.loads((suite.out / "results.json").read_text())
+    return ((suite.out / "report.md").read_text(encoding="utf-8"),
+            json.loads((suite.out / "results.json").read_text(encoding="utf-8")))
 
 
 def _row(report: str, section: str, first: str) -> list[str]:
