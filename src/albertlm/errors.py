@@ -2,6 +2,7 @@
 every layer uses so that a damaged JSON file reads the same way everywhere, and which process says either."""
 import json
 import os
+import sys
 from pathlib import Path
 
 
@@ -89,3 +90,12 @@ def read_json_object(path: Path, what: str, hint: str = "") -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object ({what}), got {type(data).__name__}{suffix}")
     return data
+
+
+def stderr_is_terminal() -> bool:
+    """Whether stderr (where progress bars draw) is a terminal: not under nohup, a batch scheduler, a pipe or a
+    test. Where it is not, long work prints plain progress lines instead of a bar's carriage returns."""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):      # replaced by an object without isatty, or closed
+        return False

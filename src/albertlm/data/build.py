@@ -41,7 +41,7 @@ from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, Token
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
 from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, part_meta_name,
                                   record_dtype, settings_difference, write_json_atomic)
-from albertlm.errors import UserError, read_json_object
+from albertlm.errors import UserError, read_json_object, stderr_is_terminal
 
 RECORD_BYTES_PER_SHARD = 256 << 20
 ENCODE_BATCH = 4096  # sentences per native encode call
@@ -680,7 +680,7 @@ class BuildProgress:
 
         self.total, self.read_bytes, self.done, self.instances = total, 0, 0, 0
         self._started = time.monotonic()
-        self._plain = enabled and not _stderr_is_terminal()
+        self._plain = enabled and not stderr_is_terminal()
         self._tenths = 0   # tenths of the input the plain lines have reported
         self._bar = tqdm(total=total, unit="B", unit_scale=True, desc="albertlm data build",
                          disable=not enabled or None, leave=False)
@@ -724,13 +724,6 @@ class BuildProgress:
 
 
 PLAIN_PROGRESS_AFTER = 30.0   # seconds a build runs before it prints progress lines in a log (BuildProgress)
-
-
-def _stderr_is_terminal() -> bool:
-    try:
-        return sys.stderr is not None and sys.stderr.isatty()
-    except (AttributeError, ValueError):      # replaced by an object without isatty, or closed
-        return False
 
 
 def _size(num_bytes: int) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -178,11 +177,10 @@ def quiet_event_writer_threads() -> None:
 
 
 def _terminal() -> bool:
-    """Whether stderr (where tqdm draws) is a terminal: not under nohup, a batch scheduler, a pipe or a test."""
-    try:
-        return sys.stderr is not None and sys.stderr.isatty()
-    except (AttributeError, ValueError):      # replaced by an object without isatty, or closed
-        return False
+    """Whether stderr (where tqdm draws) is a terminal (`errors.stderr_is_terminal`; here for tests to replace)."""
+    from albertlm.errors import stderr_is_terminal
+
+    return stderr_is_terminal()
 
 
 # summary fields that are printed but not recorded: the evaluation has its own record; `saved` is always true
