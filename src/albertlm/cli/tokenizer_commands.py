@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from albertlm.data.corpus import FORMATS, NOT_UTF8_HINT  # standard library only
-from albertlm.errors import UserError
+from albertlm.errors import UserError, stderr_is_terminal
 
 BATCH_LINES = 4096  # lines per native encode_batch call
 
@@ -231,7 +231,7 @@ def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path,
     def on_cut():
         if long_sentences is not None:
             long_sentences[0] += 1
-    terminal = sys.stderr.isatty()
+    terminal = stderr_is_terminal()
     return train_sentencepiece(files, out, train, options, show_progress=terminal, log_progress=not terminal,
                                verbose=args.verbose, read_lines=read_lines, check_lines=check_lines,
                                on_cut=on_cut, explain_empty=explain_empty)
@@ -242,7 +242,7 @@ def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, rea
     from albertlm.tokenization.wordpiece import WordPieceOptions, train_wordpiece
 
     options = WordPieceOptions(do_lower_case=args.lowercase, strip_accents=True if args.strip_accents else False)
-    return train_wordpiece(files, args.vocab_size, out, options, show_progress=sys.stderr.isatty(),
+    return train_wordpiece(files, args.vocab_size, out, options, show_progress=stderr_is_terminal(),
                            read_lines=read_lines, check_lines=check_lines, explain_empty=explain_empty)
 
 
