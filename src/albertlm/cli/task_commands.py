@@ -99,11 +99,15 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         add_options(p, finetune_options(family, command))
         if command == "finetune":
             _reword_help(p, "--lr", FINETUNE_LR_HELP)
+            _reword_help(p, "--save-every", FINETUNE_SAVE_HELP)
 
 
 # the field's own comment describes pretraining's rate (the paper's LAMB 0.00176); the default shown after it
 # is the family's fine-tuning one
 FINETUNE_LR_HELP = "peak learning rate of fine-tuning (AdamW; --recipe paper: the paper's rate for the task)"
+# the field's comment gives pretraining's meaning of 0; fine-tuning's 0 saves at every dev evaluation
+FINETUNE_SAVE_HELP = ("steps between checkpoints; 0 = at every dev evaluation (and at the end, and on Ctrl-C / "
+                      "SIGTERM)")
 
 
 def _reword_help(parser: argparse.ArgumentParser, flag: str, doc: str) -> None:
@@ -324,7 +328,10 @@ def _finetune(args) -> int:
         # stopped by the time budget: the best so far, and how far the run got (`--resume` goes on)
         stopped = ({"status": metrics["status"], "step": metrics["step"], "total_steps": metrics["total_steps"]}
                    if metrics.get("status") != "done" else {})
-        print(json.dumps({"best": metrics["best"], "out": str(args.out), **stopped}, indent=2, sort_keys=True))
+        from albertlm.tasks.finetune import json_safe   # a NaN score is null, as in metrics.json
+
+        print(json.dumps(json_safe({"best": metrics["best"], "out": str(args.out), **stopped}), indent=2,
+                         sort_keys=True, allow_nan=False))
     return 0
 
 

@@ -12,6 +12,7 @@ and the files written at the end (metrics.json, train_log.json, test predictions
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -160,38 +161,120 @@ def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, b
     return {k: (v if outputs.per_token else np.stack(v)) for k, v in out.items()}
 
 
+def json_safe(data: Any) -> Any:
+    """`data` with every NaN or infinity (Python's or numpy's) replaced by None: `json.dumps` writes them as bare
+    `NaN` / `Infinity`, which is not JSON (jq, JavaScript's JSON.parse, Go and most other readers refuse the file)."""
+    if isinstance(data, dict):
+        return {key: json_safe(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(value) for value in data]
+    if isinstance(data, (float, np.floating)):
+        return float(data) if np.isfinite(data) else None
+    return data
+
+
 def _write_json(path: Path, data: Any) -> None:
-    ckpt.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Written whole (a temporary file renamed into place), as valid JSON: a NaN or infinite number is `null`."""
+    ckpt.write_text_atomic(path, json.dumps(json_safe(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def save_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
+# A replaced best/ that the newest checkpoint still records as the best is kept here until a checkpoint records
+# its successor: a run killed (kill -9, the OOM killer) in between resumes from that checkpoint, whose best
+# record names the kept model, not the newer one (`recover_best` puts it back).
+KEPT = f"{ckpt.TMP_PREFIX}best-kept"
+
+
+def _best_step(directory: Path) -> int | None:
+    """The training step of a complete best model (task.json's `step`, written last); None for a half-written
+    or half-removed copy, or one saved before best/ recorded its step."""
+    step = json_object_or_empty(directory / TASK_FILE).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _remove_best_copy(directory: Path) -> None:
+    """Remove a best-model directory, its task.json first: a removal killed midway never leaves a copy that looks
+    complete (`_best_step` None)."""
+    import shutil
+
+    with contextlib.suppress(OSError):
+        (directory / TASK_FILE).unlink(missing_ok=True)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _checkpoint_step(out_dir: Path) -> int:
+    """The step of the run's newest checkpoint (-1: none)."""
+    last = ckpt.latest_checkpoint(out_dir)
+    return int(last.name.split("_")[-1]) if last is not None else -1
+
+
+def save_best(model, tokenizer, spec: TaskSpec, directory: Path, step: int | None = None,
+              keep: bool = False) -> None:
     """Written beside `directory`, then swapped in by renames: OUT/best is always a complete model (the
-    previous best until the new one is whole); a failed write is a UserError and leaves the previous best."""
+    previous best until the new one is whole); a failed write is a UserError and leaves the previous best.
+    `step` is recorded in task.json. `keep`: the previous best is the one the newest checkpoint records, and is
+    kept (`KEPT`) until a checkpoint records the new one; otherwise it is removed. A kill at any instant leaves
+    the model each checkpoint's record names in best/, `KEPT` or the `.tmp-best-*` copies (`recover_best`)."""
     import os
     import shutil
 
     tmp = directory.with_name(f"{ckpt.TMP_PREFIX}{directory.name}-{os.getpid()}")
     old = directory.with_name(f"{ckpt.TMP_PREFIX}{directory.name}-old-{os.getpid()}")
-    # what a run killed while saving (kill -9, the OOM killer) left, under its own pid: a model-sized copy that
-    # nothing else removed (the run directory is locked while a run writes it, so no other run's save is in flight)
-    for stale in directory.parent.glob(f"{ckpt.TMP_PREFIX}{directory.name}-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    _remove_best_copy(tmp)
     try:
-        _write_best(model, tokenizer, spec, tmp)
+        _write_best(model, tokenizer, spec, tmp, step)
     except Exception as exc:  # OSError, or the write errors safetensors / torch wrap
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"{directory}: cannot write the best model ({exc}; is the disk full?); "
                         "the previous best is unchanged") from exc
     if directory.exists():
-        os.replace(directory, old)
+        if keep:
+            kept = directory.with_name(KEPT)
+            _remove_best_copy(kept)        # an older kept copy: no checkpoint records it any more
+            os.replace(directory, kept)
+        else:
+            os.replace(directory, old)
     os.replace(tmp, directory)
-    shutil.rmtree(old, ignore_errors=True)
+    _remove_best_copy(old)
 
 
-def _write_best(model, tokenizer, spec: TaskSpec, directory: Path) -> None:
+def _write_best(model, tokenizer, spec: TaskSpec, directory: Path, step: int | None = None) -> None:
     model.save_pretrained(directory)
     tokenizer.save(directory)
-    _write_json(directory / TASK_FILE, {"family": spec.family, **spec.info})
+    info = {"family": spec.family, **spec.info}
+    if step is not None:
+        info["step"] = step
+    _write_json(directory / TASK_FILE, info)   # last: its `step` marks the copy complete
+
+
+def recover_best(out_dir: Path, record: dict | None) -> str | None:
+    """Make OUT/best the model that `record` (the best record of the checkpoint the run starts from; None: no
+    evaluation yet) names, and remove the other best-model copies (`.tmp-best-*`). A run killed between
+    save_best's renames had no best/ (the previous best lay in a copy that the next save removed); one killed
+    after a new best but before the checkpoint recording it left best/ newer than the resumed run's record,
+    so metrics.json named one step and best/ held another. Returns a line saying what was done, or None."""
+    best = out_dir / "best"
+    copies = sorted(p for p in out_dir.glob(f"{ckpt.TMP_PREFIX}best-*") if p.is_dir())
+    want = None if record is None else record.get("step")
+    said = None
+    chosen = next((p for p in [best, *copies] if p.is_dir() and want is not None and _best_step(p) == want), None)
+    if chosen is not None and chosen != best:
+        import os
+
+        _remove_best_copy(best)
+        os.replace(chosen, best)
+        said = (f"{best}: the model of step {want}, the best the checkpoint records, put back (a run stopped while "
+                "replacing it left it aside)")
+    elif chosen is None and best.is_dir() and _best_step(best) is not None:
+        if want is None:     # no evaluation was checkpointed: this best/ is of steps the run trains again
+            _remove_best_copy(best)
+            said = f"{best}: removed (a model of a step after the checkpoint the run goes on from)"
+        else:
+            said = (f"{best}: holds the model of step {_best_step(best)}, but the checkpoint records step {want} as "
+                    "the best and no copy of that model is left; it is replaced at the next better evaluation")
+    for copy in copies:
+        if copy != chosen:
+            _remove_best_copy(copy)
+    return said
 
 
 def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path, info: DistInfo):
@@ -222,8 +305,11 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
             if not info.is_main:
                 return {}
             step = state.step
+            # the best so far is kept aside when the newest checkpoint records it (see `save_best`)
+            best = state.extra.get("best")
+            keep = best is not None and best.get("step", step) <= _checkpoint_step(out_dir)
             if not scored:  # no dev data: the last model is the one kept
-                save_best(raw, tokenizer, spec, out_dir / "best")
+                save_best(raw, tokenizer, spec, out_dir / "best", step, keep)
                 state.extra["best"] = {"step": step}
                 return {}
             record: dict[str, Any] = {"step": step}
@@ -236,12 +322,12 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
                                                  cfg.eval_batch_size, info.device, cfg.train.precision, bar)
                 record[eval_set.name] = eval_set.score(outputs[eval_set.name])
             state.extra.setdefault("history", []).append(record)
-            if improves(record, state.extra.get("best")):
-                save_best(raw, tokenizer, spec, out_dir / "best")
+            if improves(record, best):
+                save_best(raw, tokenizer, spec, out_dir / "best", step, keep)
+                state.extra["best"] = record     # at once: a Ctrl-C in the writes below saves best/'s own record
                 for eval_set in scored:
                     if eval_set.write is not None:
                         eval_set.write(outputs[eval_set.name], out_dir)
-                state.extra["best"] = record
             return {f"{name}/{key}": value for name, metrics in record.items() if name != "step"
                     for key, value in metrics.items() if isinstance(value, (int, float))}
         return run_evaluation_now
@@ -279,6 +365,11 @@ def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: F
     loop = build_loop(model, TaskObjective(spec.outputs), data, train, cfg.optim, info, out_dir, saved,
                       resume=resume, evaluator=dev_evaluator(spec, tokenizer, cfg, out_dir, info))
     loop.on_step = lambda step, metrics: loop.state.extra.setdefault("losses", []).append(metrics["loss"])
+    if not train.save_every:
+        # --save-every 0 (the default): a checkpoint at every dev evaluation (once per epoch by default), not only
+        # at the end: a run killed outright (kill -9, the OOM killer, a preempted node) resumes from its last
+        # evaluation instead of being lost whole. `train.keep_last` (1) bounds the disk it takes.
+        loop.train = dataclasses.replace(train, save_every=loop.plan.eval_every)
     return loop
 
 
@@ -294,6 +385,19 @@ def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig
             eval_set.write(outputs, out_dir)
             written.append(eval_set.name)
     return written
+
+
+def rewrite_dev_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: Path) -> None:
+    """The dev prediction files of `model` (the best), scored first: scoring sets what they hold (SQuAD v2.0's
+    tuned null threshold)."""
+    device = pick_device(cfg.dist.device)
+    model.to(device)
+    for eval_set in spec.eval_sets:
+        if eval_set.score is not None and eval_set.write is not None:
+            outputs = predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
+                              device, cfg.train.precision, cfg.train.progress)
+            eval_set.score(outputs)
+            eval_set.write(outputs, out_dir)
 
 
 RUN_FILES = ("checkpoints", "best", "metrics.json", "metrics.jsonl", "train_log.json", "tensorboard")
@@ -353,6 +457,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
         old_run += prediction_files(out_dir)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
     check_same_finetune(spec, cfg, info)
+    said = None
     with contextlib.ExitStack() as held:
         # rank 0 holds OUT locked until the run ends, as pretraining does: the same command started twice, or an
         # --overwrite / --resume in another terminal, is refused instead of removing or writing the files of the
@@ -367,7 +472,13 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
                 if not locked:
                     held.enter_context(run_dir_lock(out_dir))
                 ckpt.clear_run_dir(old_run)
-        return _train_and_write(spec, loop, tokenizer, cfg, out_dir, info, log)
+                said = recover_best(out_dir, loop.state.extra.get("best"))
+                if said:
+                    print(f"albertlm finetune: note: {said}", file=sys.stderr)
+        # best/ put back to an earlier model: its dev prediction files are the killed run's newer best's, and are
+        # written again at the end unless a new best replaces them
+        restored = loop.state.extra.get("best") if info.is_main and said else None
+        return _train_and_write(spec, loop, tokenizer, cfg, out_dir, info, log, restored)
 
 
 def run_dir_lock(out_dir: Path):
@@ -378,8 +489,10 @@ def run_dir_lock(out_dir: Path):
 
 
 def _train_and_write(spec: TaskSpec, loop: Loop, tokenizer, cfg: FinetuneConfig, out_dir: Path, info: DistInfo,
-                     log) -> dict:
-    """`run_finetune` once the run is set up: train, then on rank 0 write the run's files."""
+                     log, restored: dict | None = None) -> dict:
+    """`run_finetune` once the run is set up: train, then on rank 0 write the run's files. `restored`: the best
+    record best/ was put back to (`recover_best`); if no evaluation replaced it, the dev prediction files are
+    written again from best/."""
     log(f"finetune {spec.family}: {len(spec.train)} train features, {loop.plan.total_steps} steps "
         f"(batch {cfg.train.batch_size}, warmup {loop.plan.warmup_steps}), lr {cfg.optim.lr}, "
         f"device {info.device}, {info.world_size} process(es)")
@@ -390,6 +503,9 @@ def _train_and_write(spec: TaskSpec, loop: Loop, tokenizer, cfg: FinetuneConfig,
             print(f"albertlm finetune: warning: {line}", file=sys.stderr)
     open_logger(loop)
     status = loop.run()
+    best = loop.state.extra.get("best")
+    if info.is_main and best is not None and best.get("step", -1) <= _checkpoint_step(out_dir):
+        _remove_best_copy(out_dir / KEPT)   # the newest checkpoint records best/: the copy of the one before goes
     if status not in ("done", "budget") or not info.is_main:
         return {"status": status}
     # stopped by the time budget (`--train.max_minutes`), the run has evaluated and saved the step it reached:
@@ -398,10 +514,13 @@ def _train_and_write(spec: TaskSpec, loop: Loop, tokenizer, cfg: FinetuneConfig,
     _write_json(out_dir / "train_log.json", {"losses": extra.get("losses", []), "history": extra.get("history", [])})
     best_model = spec.model_class.from_pretrained(out_dir / "best")
     tests = write_test_predictions(spec, best_model, tokenizer, cfg, out_dir)
+    if restored is not None and extra.get("best") is restored:
+        rewrite_dev_predictions(spec, best_model, tokenizer, cfg, out_dir)
     losses = extra.get("losses") or [float("nan")]
     # the best model's task.json, not spec.info: what an evaluation records there (SQuAD v2.0's tuned null
     # threshold) is the best one's, not the last one's
     task_info = {**spec.info, **json_object_or_empty(out_dir / "best" / TASK_FILE)}
+    task_info.pop("step", None)    # the best model's step: metrics.json has it as best.step
     metrics = {**task_info, "family": spec.family, "best": extra.get("best", {}), "config": cfg.to_dict(),
                "train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-5:])),
                "problems": spec.problems.to_dict(), "test_predictions": tests, "status": status,
