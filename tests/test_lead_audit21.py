@@ -34,3 +34,49 @@ def test_finetune_prints_null_not_nan_for_a_nan_best_score(tmp_path, capsys, mon
     out = capsys.readouterr().out
     printed = json.loads(out[out.index("{"):], parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
     assert printed["best"]["dev"]["accuracy"] is None
+
+
+def test_race_prediction_files_are_replaced_whole(tmp_path, monkeypatch):
+    """The prediction files of the task evaluations were written in place: a write that failed midway (full
+    disk, a kill) left a truncated file under the name of the last good one. Now they are written beside and
+    renamed; a failed write is one UserError and the previous file stays whole."""
+    import os
+
+    import numpy as np
+    import pytest
+
+    from albertlm.errors import UserError
+    from albertlm.tasks import race, specs
+
+    examples = [race.RaceExample(f"middle/1.txt#{i}", "middle", "a b", "q", ["w", "x", "y", "z"], i % 4)
+                for i in range(3)]
+    eval_set = specs._race_eval_set("test", examples, [], selects=False)
+    logits = np.eye(4, dtype=np.float32)[[0, 1, 2]]
+    eval_set.write({"logits": logits}, tmp_path)
+    before = (tmp_path / "test_predictions.json").read_text()
+    assert json.loads(before) == {"middle/1.txt#0": "A", "middle/1.txt#1": "B", "middle/1.txt#2": "C"}
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(UserError, match="No space left"):
+        eval_set.write({"logits": np.eye(4, dtype=np.float32)[[3, 3, 3]]}, tmp_path)
+    assert (tmp_path / "test_predictions.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test_metrics.json", "test_predictions.json"]
+
+
+def test_atomic_text_writes_are_utf8_whatever_the_locale(tmp_path):
+    """write_text_atomic used the locale's encoding: under a non-UTF-8 locale a non-ASCII label or answer
+    (predictions.json is written with ensure_ascii=False) raised UnicodeEncodeError."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    code = ("import sys; from pathlib import Path; from albertlm.training.checkpoint import write_text_atomic; "
+            "write_text_atomic(Path(sys.argv[1]), 'caf\\u00e9 \\u65e5\\u672c')")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.json")], env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "x.json").read_text(encoding="utf-8") == "caf\u00e9 \u65e5\u672c"

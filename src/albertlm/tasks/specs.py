@@ -21,6 +21,7 @@ from albertlm.tasks.finetune import SPANS, EvalSet, TaskSpec
 from albertlm.tasks.metrics import (GLUE_METRICS, classification_metrics, glue_metrics, regression_metrics,
                                     squad_v1_scores)
 from albertlm.tasks.tables import DataError, Problems
+from albertlm.training.checkpoint import write_text_atomic
 
 
 def _pair_features(tokenizer, examples, labels, max_length: int, problems: Problems, where: str,
@@ -260,16 +261,13 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
     def write(out, out_dir: Path):
         preds = predictions(out)
         final = squad.final_predictions(preds, version, state["threshold"])
-        (out_dir / "predictions.json").write_text(json.dumps(final, indent=2, ensure_ascii=False) + "\n",
-                                                  encoding="utf-8")
+        write_text_atomic(out_dir / "predictions.json", json.dumps(final, indent=2, ensure_ascii=False) + "\n")
         if not version.startswith("1"):
-            (out_dir / "null_odds.json").write_text(json.dumps(squad.null_odds(preds), indent=2) + "\n",
-                                                    encoding="utf-8")
+            write_text_atomic(out_dir / "null_odds.json", json.dumps(squad.null_odds(preds), indent=2) + "\n")
         else:   # an earlier v2.0 prediction's odds would sit beside these predictions as theirs
             (out_dir / "null_odds.json").unlink(missing_ok=True)
         nbest = squad.nbest_json(preds)
-        (out_dir / "nbest_predictions.json").write_text(json.dumps(nbest, ensure_ascii=False) + "\n",
-                                                        encoding="utf-8")
+        write_text_atomic(out_dir / "nbest_predictions.json", json.dumps(nbest, ensure_ascii=False) + "\n")
 
     return EvalSet("dev", features, score if labelled else None, write)
 
@@ -353,10 +351,9 @@ def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
     def write(out, out_dir: Path):
         preds = out["logits"].argmax(-1)
         letters = {e.qid: race.LETTERS[int(p)] for e, p in zip(examples, preds)}
-        (out_dir / f"{split}_predictions.json").write_text(json.dumps(letters, indent=2) + "\n", encoding="utf-8")
+        write_text_atomic(out_dir / f"{split}_predictions.json", json.dumps(letters, indent=2) + "\n")
         if not selects and labelled:  # test: its accuracy is reported once, from the best model
-            (out_dir / f"{split}_metrics.json").write_text(json.dumps(score(out), indent=2) + "\n",
-                                                          encoding="utf-8")
+            write_text_atomic(out_dir / f"{split}_metrics.json", json.dumps(score(out), indent=2) + "\n")
 
     return EvalSet(split, features, score if selects and labelled else None, write)
 
@@ -410,6 +407,6 @@ def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalS
         preds = _class_preds(out["logits"], regression)
         lines = ["id\tprediction"] + [f"{e.guid}\t{p:.4f}" if regression else f"{e.guid}\t{label_list[int(p)]}"
                                       for e, p in zip(examples, preds)]
-        (out_dir / f"{name}_predictions.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_text_atomic(out_dir / f"{name}_predictions.tsv", "\n".join(lines) + "\n")
 
     return EvalSet(name, features, score if labelled else None, write)

@@ -282,7 +282,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Write `path` through a temporary file and a rename: never a half-written file under its name."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
     try:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):      # a read-only file system refuses the removal too
