@@ -80,3 +80,14 @@ def test_atomic_text_writes_are_utf8_whatever_the_locale(tmp_path):
                           text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "x.json").read_text(encoding="utf-8") == "caf\u00e9 \u65e5\u672c"
+
+
+def test_a_tf_import_comes_back_in_eval_mode():
+    """`from_pretrained` returns eval mode (as transformers'); `import_tf_checkpoint` returned training mode, so
+    a TF import's first forward ran its dropout."""
+    from test_tf_import import FIXTURE
+
+    from albertlm.interop.tf import import_tf_checkpoint
+
+    model, _ = import_tf_checkpoint(FIXTURE)
+    assert not model.training and not any(m.training for m in model.modules())

@@ -271,7 +271,7 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     unfilled = sorted(set(expected) - set(state) - set(report.missing))
     if unfilled:  # the map must cover the model: a new parameter without a TF source is a bug here
         raise RuntimeError(f"TF key map does not cover {', '.join(unfilled)}")
-    return model, report
+    return model.eval(), report   # eval mode, as from_pretrained returns (and transformers' does)
 
 
 GROUP_VARIABLE = re.compile(r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/")

@@ -11,5 +11,6 @@ Start here (the classes are also `albertlm.AlbertModel`, ...):
     albert.enable_activation_checkpointing, fast_paths.apply_fast_paths   applied from outside the model
 Every class has `Cls.from_pretrained(directory, **config_overrides)` (ours or a transformers ALBERT directory) and
 `model.save_pretrained(directory)` (model.safetensors + config.json). A model built in code is in training
-mode, as any torch module is: call `model.eval()` before predicting (dropout is on otherwise).
+mode, as any torch module is: call `model.eval()` before predicting (dropout is on otherwise). `from_pretrained`
+returns the model in eval mode, as transformers' does.
 """

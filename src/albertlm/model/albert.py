@@ -40,8 +40,16 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": F.gelu, "gelu_new": functools.partial(F.gelu, approximate="tanh"), "relu": F.relu}
 
 
+# transformers' field order in its output classes (each holds a subset, in this order): `out[0]` is its loss if
+# given, else its first logits / hidden state, as in transformers; albertlm's own entries (mlm_loss, ...) come after
+TRANSFORMERS_ORDER = ("loss", "logits", "prediction_logits", "sop_logits", "start_logits", "end_logits",
+                      "last_hidden_state", "pooler_output", "hidden_states", "attentions")
+
+
 class ModelOutput(dict):
     """A dict with attribute access (transformers' output names); an absent entry reads as None.
+    An integer index reads `to_tuple()`, transformers' order (`model(...)[0]` is the loss when labels are given,
+    else the logits or `last_hidden_state`), whatever order the entries were added in.
     Registered as a pytree node (as transformers' ModelOutput), so `torch.export.export` and other pytree
     users see the tensors inside it."""
 
@@ -49,6 +57,17 @@ class ModelOutput(dict):
         if name.startswith("__"):
             raise AttributeError(name)
         return self.get(name)
+
+    def __missing__(self, key):  # dict's [] calls this for a key it lacks: an integer is a position
+        if isinstance(key, int) and not isinstance(key, bool):
+            return self.to_tuple()[key]
+        raise KeyError(key)
+
+    def to_tuple(self) -> tuple:
+        """The entries that are not None, transformers' fields first in its order (`TRANSFORMERS_ORDER`), then
+        albertlm's own in the order they were added."""
+        first = [k for k in TRANSFORMERS_ORDER if k in self]
+        return tuple(self[k] for k in first + [k for k in self if k not in first] if self[k] is not None)
 
 
 torch.utils._pytree.register_pytree_node(
@@ -261,13 +280,18 @@ class Encoder(nn.Module):
         self.run_block = run_block  # replaced from outside, e.g. by enable_activation_checkpointing
 
     def forward(self, x: Tensor, mask: Tensor | None, rows: Tensor | None = None,
-                packing: Packing | None = None) -> Tensor:
+                packing: Packing | None = None, states: list[Tensor] | None = None) -> Tensor:
         """`rows` (B, R): the positions whose output is read; only the last block narrows to them (exact:
         every earlier block's output is needed at every position as keys and values). With `packing`, x is
-        (N, H), the real tokens only, until the end."""
+        (N, H), the real tokens only, until the end. `states`, a list: the input and each block's output are
+        appended to it, (B, T, H) each (transformers 5's `hidden_states`: L + 1 with one inner group)."""
         last = len(self.plan) - 1
+        if states is not None:
+            states.append(packing.pad(x) if packing is not None else x)
         for i, (a, f) in enumerate(self.plan):
             x = self.run_block(self.attentions[a], self.ffns[f], x, mask, rows if i == last else None, packing)
+            if states is not None:
+                states.append(packing.pad(x) if packing is not None and (rows is None or i < last) else x)
         if packing is not None and rows is None:
             x = packing.pad(x)
         return x  # (B, T, H) (zeros at the padding if packed), or (B, R, H) with rows
@@ -310,12 +334,15 @@ class AlbertModel(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, rows: Tensor | None = None,
-                token_index: Tensor | None = None) -> ModelOutput:
+                token_index: Tensor | None = None, *, output_hidden_states: bool = False) -> ModelOutput:
         """`rows` (B, R), first column 0 ([CLS], which the pooler reads): compute the output only there,
         so `last_hidden_state` is (B, R, H). Pretraining reads [CLS] and the masked positions only.
         `token_index` (N,): the flat positions of the real tokens, `attention_mask.flatten().nonzero()`
         computed by the caller (the data loader does); the per-token layers then skip the padding
-        (`Packing`), and `last_hidden_state` holds zeros there."""
+        (`Packing`), and `last_hidden_state` holds zeros there. `output_hidden_states`: also `hidden_states`,
+        transformers' tuple of (B, T, H) tensors, the embeddings' output and each block's: L + 1 of them, or
+        L * inner_group_num + 1 as transformers 5 records them (the last with `rows` is (B, R, H), as
+        `last_hidden_state`; zeros at the padding with `token_index`)."""
         check_inputs(input_ids, attention_mask, token_type_ids, token_index)
         B, T = input_ids.shape
         if token_index is not None and attention_mask is None:  # the padded keys must still be hidden
@@ -330,9 +357,13 @@ class AlbertModel(PretrainedMixin, nn.Module):
             if problem is None:
                 raise
             raise ModelInputError(problem) from None
-        x = self.encoder(x, attention_bias(attention_mask), rows, packing)
+        states: list[Tensor] | None = [] if output_hidden_states else None
+        x = self.encoder(x, attention_bias(attention_mask), rows, packing, states)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # (B, H)
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled)
+        out = ModelOutput(last_hidden_state=x, pooler_output=pooled)
+        if states is not None:
+            out["hidden_states"] = tuple(states)
+        return out
 
 
 # --------------------------------------------------------------------------------------------- heads
@@ -384,7 +415,9 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
                 token_type_ids: Tensor | None = None, masked_lm_positions: Tensor | None = None,
                 masked_lm_ids: Tensor | None = None, masked_lm_weights: Tensor | None = None,
                 labels: Tensor | None = None, sentence_order_label: Tensor | None = None,
-                token_index: Tensor | None = None) -> ModelOutput:
+                token_index: Tensor | None = None, *, output_hidden_states: bool = False) -> ModelOutput:
+        """`output_hidden_states`: also the backbone's `hidden_states` (`AlbertModel.forward`; with
+        `masked_lm_positions` the last holds [CLS] and the masked rows only)."""
         if masked_lm_positions is None and (masked_lm_ids is not None or masked_lm_weights is not None):
             raise ModelInputError("masked_lm_ids / masked_lm_weights need the masked_lm_positions they belong to")
         if masked_lm_positions is not None and labels is not None:
@@ -405,7 +438,8 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
             masked_lm_positions = masked_lm_positions.long()  # gather takes int64 (a no-op for int64)
             rows = torch.cat([masked_lm_positions.new_zeros(len(masked_lm_positions), 1), masked_lm_positions], 1)
         try:
-            base = self.albert(input_ids, attention_mask, token_type_ids, rows, token_index)
+            base = self.albert(input_ids, attention_mask, token_type_ids, rows, token_index,
+                               output_hidden_states=output_hidden_states)
         except (IndexError, RuntimeError):  # a masked position outside the sequence (eager CPU; CUDA asserts)
             problem = describe_bad_positions(masked_lm_positions, input_ids.shape[1])
             if problem is None:
@@ -419,6 +453,8 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
         losses = [out[k] for k in ("mlm_loss", "sop_loss") if k in out]
         if losses:
             out["loss"] = sum(losses)
+        if base.hidden_states is not None:
+            out["hidden_states"] = base.hidden_states
         return out
 
     def _add_mlm(self, out: ModelOutput, hidden: Tensor, positions, ids, weights, labels) -> None:

@@ -75,18 +75,29 @@ class _TaskModel(PretrainedMixin, nn.Module):
         self.classifier = nn.Linear(cfg.hidden_size, num_outputs or cfg.num_labels)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
-    def features(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
-        out = self.albert(input_ids, attention_mask, token_type_ids)
-        return self.dropout(out.pooler_output if self.pooled else out.last_hidden_state)
+    def features(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None,
+                 output_hidden_states: bool = False) -> tuple[Tensor, ModelOutput]:
+        """(what the classifier reads, after dropout; the backbone's output)."""
+        out = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        return self.dropout(out.pooler_output if self.pooled else out.last_hidden_state), out
+
+
+def with_hidden_states(out: ModelOutput, base: ModelOutput) -> ModelOutput:
+    """`out` with the backbone's `hidden_states` where it computed them (`output_hidden_states=True`)."""
+    if base.hidden_states is not None:
+        out["hidden_states"] = base.hidden_states
+    return out
 
 
 class AlbertForSequenceClassification(_TaskModel):
     """Linear on the pooled output; num_labels = 1 is regression (MSE), otherwise cross entropy."""
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
-        logits = self.classifier(self.features(input_ids, attention_mask, token_type_ids))  # (B, num_labels)
-        out = ModelOutput(logits=logits)
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                output_hidden_states: bool = False) -> ModelOutput:
+        x, base = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        logits = self.classifier(x)  # (B, num_labels)
+        out = with_hidden_states(ModelOutput(logits=logits), base)
         if labels is not None:
             regression = self.config.num_labels == 1
             labels = per_example("labels", labels, len(logits), integer=not regression)  # (B,)
@@ -101,9 +112,11 @@ class AlbertForTokenClassification(_TaskModel):
     pooled = False
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
-        logits = self.classifier(self.features(input_ids, attention_mask, token_type_ids))  # (B, T, num_labels)
-        out = ModelOutput(logits=logits)
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                output_hidden_states: bool = False) -> ModelOutput:
+        x, base = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        logits = self.classifier(x)  # (B, T, num_labels)
+        out = with_hidden_states(ModelOutput(logits=logits), base)
         if labels is not None:
             check_target("labels", labels, tuple(input_ids.shape))
             out["loss"] = mean_cross_entropy(logits.flatten(0, 1), labels.flatten().long())
@@ -126,12 +139,12 @@ class AlbertForQuestionAnswering(_TaskModel):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, start_positions: Tensor | None = None,
-                end_positions: Tensor | None = None) -> ModelOutput:
+                end_positions: Tensor | None = None, *, output_hidden_states: bool = False) -> ModelOutput:
         if (start_positions is None) != (end_positions is None):
             raise ModelInputError("give both start_positions and end_positions for a loss (one of them alone gave none)")
-        hidden = self.albert(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, H)
-        start, end = self.qa_outputs(hidden).unbind(-1)  # 2 x (B, T)
-        out = ModelOutput(start_logits=start, end_logits=end)
+        base = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        start, end = self.qa_outputs(base.last_hidden_state).unbind(-1)  # 2 x (B, T)
+        out = with_hidden_states(ModelOutput(start_logits=start, end_logits=end), base)
         if start_positions is not None and end_positions is not None:
             start_positions = per_example("start_positions", start_positions, len(start))
             end_positions = per_example("end_positions", end_positions, len(start))
@@ -146,7 +159,9 @@ class AlbertForMultipleChoice(_TaskModel):
         super().__init__(cfg, num_outputs=1)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                output_hidden_states: bool = False) -> ModelOutput:
+        """`hidden_states` (with `output_hidden_states`) are the backbone's over the B * C flattened choices."""
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 3:
             shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
             raise ModelInputError(f"input_ids must have shape (batch, choices, tokens), got {shape}")
@@ -154,8 +169,9 @@ class AlbertForMultipleChoice(_TaskModel):
         for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             check_target(name, t, (B, C, T), integer=False)
         flat = [t.reshape(B * C, T) if t is not None else None for t in (input_ids, attention_mask, token_type_ids)]
-        logits = self.classifier(self.features(*flat)).view(B, C)  # (B, C)
-        out = ModelOutput(logits=logits)
+        x, base = self.features(*flat, output_hidden_states)
+        logits = self.classifier(x).view(B, C)  # (B, C)
+        out = with_hidden_states(ModelOutput(logits=logits), base)
         if labels is not None:
             out["loss"] = mean_cross_entropy(logits, per_example("labels", labels, B))
         return out
@@ -175,10 +191,11 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, labels: Tensor | None = None) -> ModelOutput:
-        hidden = self.albert(input_ids, attention_mask, token_type_ids).last_hidden_state
-        logits = self.mlm_head(hidden, self.albert.embeddings.word.weight)  # (B, T, V)
-        out = ModelOutput(logits=logits)
+                token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                output_hidden_states: bool = False) -> ModelOutput:
+        base = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        logits = self.mlm_head(base.last_hidden_state, self.albert.embeddings.word.weight)  # (B, T, V)
+        out = with_hidden_states(ModelOutput(logits=logits), base)
         if labels is not None:
             check_target("labels", labels, tuple(input_ids.shape))
             out["loss"] = mean_cross_entropy(logits.flatten(0, 1), labels.flatten().long())

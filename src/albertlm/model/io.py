@@ -42,7 +42,10 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
     object, a field of the wrong type or out of range) is a UserError naming the file and the field."""
     path = Path(directory) / CONFIG
     if not path.is_file():
-        raise UserError(f"no {CONFIG} in {directory}: not a model directory")
+        hint = ("" if Path(directory).exists() else " (no such file or directory here: albertlm reads local "
+                "directories and downloads nothing; fetch a Hub model first, e.g. with `hf download NAME "
+                "--local-dir DIR`)")
+        raise UserError(f"no {CONFIG} in {directory}: not a model directory{hint}")
     data = read_json_object(path, "a model config")
     try:
         if hf_format.is_hf_config(data):
@@ -430,6 +433,21 @@ def to_full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {"albert." + k: v for k, v in state.items()}
 
 
+def loading_dtype(dtype: torch.dtype | str | None, directory: str | Path) -> torch.dtype | None:
+    """transformers' `from_pretrained(dtype=...)`: a torch dtype (or its name, "bfloat16"), "auto" for the stored
+    one (float32 where the weights mix several), None to keep float32. Anything else is a UserError."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        pass
+    elif dtype == "auto":
+        dtype = stored_float_dtype(directory) or torch.float32
+    elif isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
+        dtype = getattr(torch, dtype)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise UserError(f"dtype={dtype!r}: give a floating torch dtype (torch.bfloat16, 'float16', ...) or 'auto' "
+                        "(the dtype the weights are stored in)")
+    return dtype
+
+
 class PretrainedMixin:
     """`save_pretrained(dir)` / `Cls.from_pretrained(dir, **config_overrides)` for our model classes.
     `base_prefix` is where the AlbertModel lives in the class ("" for AlbertModel itself)."""
@@ -440,11 +458,27 @@ class PretrainedMixin:
     def save_pretrained(self, directory: str | Path) -> Path:
         return save_checkpoint(self, self.config, directory)
 
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """The number of parameters, a shared tensor counted once (transformers' `num_parameters`):
+        `only_trainable` those with requires_grad, `exclude_embeddings` without the embedding tables' weights."""
+        embeddings = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)} if exclude_embeddings \
+            else set()
+        return sum(p.numel() for p in self.parameters()
+                   if (p.requires_grad or not only_trainable) and id(p) not in embeddings)
+
     @classmethod
-    def from_pretrained(cls, directory: str | Path, *, strict_heads: bool = False, **overrides: Any):
-        """`strict_heads`: a head weight the checkpoint holds in another shape than this class of its config is
+    def from_pretrained(cls, directory: str | Path, *, strict_heads: bool = False,
+                        dtype: torch.dtype | str | None = None, torch_dtype: torch.dtype | str | None = None,
+                        **overrides: Any):
+        """The model of a checkpoint directory (ours or transformers'), in eval mode as transformers' is (call
+        `model.train()` to train it; the training loops do). `overrides`: config fields. `dtype` (or its older
+        name `torch_dtype`): a torch dtype, or "auto" for the one the weights are stored in; float32 by default.
+        `strict_heads`: a head weight the checkpoint holds in another shape than this class of its config is
         a UserError, not freshly initialised (loading the class a checkpoint holds: `load_saved_model`)."""
+        if dtype is not None and torch_dtype is not None:
+            raise UserError("give dtype or torch_dtype (its older name), not both")
         config, is_hf = read_config(directory)
+        dtype = loading_dtype(dtype if dtype is not None else torch_dtype, directory)
         state = read_state(directory)
         model = cls(config.replace(**overrides) if overrides else config)
         try:  # a mismatch names the checkpoint: the caller may be loading several
@@ -456,7 +490,7 @@ class PretrainedMixin:
             load_state_into(model, state, cls.base_prefix, strict_heads)
         except UserError as exc:
             raise UserError(f"{directory}: {exc}") from None
-        return model
+        return (model.to(dtype) if dtype is not None else model).eval()
 
 
 # ------------------------------------------------------------------------------------ finding checkpoints

@@ -245,10 +245,10 @@ class FillMask:
 
 @contextlib.contextmanager
 def evaluating(model: torch.nn.Module):
-    """`model` in eval mode for the block (no dropout), its own mode restored after. A model built in code or
-    loaded with `from_pretrained` is in training mode (torch's default), so `embed_texts(model, ...)` and
-    `FillMask(model, ...)` ran its dropout: on a checkpoint trained with dropout (the -v1 and bert-* presets) the
-    same text gave another vector or other scores at each call."""
+    """`model` in eval mode for the block (no dropout), its own mode restored after. A model built in code is in
+    training mode (torch's default; `from_pretrained` returns eval mode, but a caller may have called `.train()`),
+    so `embed_texts(model, ...)` and `FillMask(model, ...)` ran its dropout: on a checkpoint trained with dropout
+    (the -v1 and bert-* presets) the same text gave another vector or other scores at each call."""
     was_training = model.training
     model.eval()
     try:
