@@ -15,8 +15,13 @@ STAMP   := $(VENV)/.installed
 BENCHMARKS := $(filter-out benchmarks/assemble_corpus.py benchmarks/attention_speed.py,\
                            $(sort $(wildcard benchmarks/*.py)))
 
+# The venv is made when it has no pip: a `python3 -m venv` that failed (Debian/Ubuntu without python3-venv: no
+# ensurepip) leaves .venv/bin/python behind, and a later run with a working Python must finish that venv, not fail
+# on .venv/bin/pip forever. PY is checked first: pip on an older Python only finds no torch==... to install.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@test -x $(BIN)/pip || $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
+	    { echo "make: albertlm needs Python 3.10 or newer to make $(VENV); PY=$(PY) is not one (give another: make install PY=python3.11)" >&2; exit 1; }
+	test -x $(BIN)/pip || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) )$(TORCH)
 	$(BIN)/pip install -q -e '.[test]'

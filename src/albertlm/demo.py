@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import io
 import json
 import re
 import statistics
@@ -195,7 +197,10 @@ def fit_steps(run, size: DemoSize, scratch: Path, probe_steps: int = 8,
     loop.save = lambda: None
     stamps = []
     loop.on_step = lambda step, metrics: stamps.append(time.perf_counter())
-    loop.run()
+    with contextlib.redirect_stdout(io.StringIO()):   # the loop's words on a stop ("saved None; `--resume` ...")
+        status = loop.run()                           # are about a run; the probe saves nothing and has no run
+    if status == "interrupted":   # Ctrl-C here was taken by the loop as a request to stop after a step: the
+        raise KeyboardInterrupt   # demo went on to pretrain as if nothing had been pressed
     intervals = [b - a for a, b in zip(stamps, stamps[1:])]
     seconds = statistics.median(intervals[1:] or intervals)
     seconds *= 1.1                                  # evaluations and checkpoints on top of the steps
@@ -228,11 +233,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="demo_run", help="directory for everything the demo writes")
     parser.add_argument("--quick", action="store_true", help="a one-minute smoke version")
     args = parser.parse_args(argv)
+    out = Path(args.out).resolve()
     try:
-        return run_demo(Path(args.out).resolve(), args.quick)
+        return run_demo(out, args.quick)
     except UserError as exc:
         print(f"albertlm demo: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:   # a read-only checkout, a full disk, a quota: the system's words, as the CLI says them
+        text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+        print(f"albertlm demo: error: {text}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C before or after pretraining (which says its own words and returns 130)
+        print(f"albertlm demo: interrupted; what it wrote so far is in {out}, and the demo starts over when "
+              "run again", file=sys.stderr)
+        return 130
 
 
 DEMO_NAMES = {"corpus", "tokenizer", "data", "run", "probe", "summary.json"}   # all a demo writes in --out
