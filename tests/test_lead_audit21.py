@@ -91,3 +91,15 @@ def test_a_tf_import_comes_back_in_eval_mode():
 
     model, _ = import_tf_checkpoint(FIXTURE)
     assert not model.training and not any(m.training for m in model.modules())
+
+
+def test_predicting_a_race_level_directory_names_what_to_give(tmp_path, capsys):
+    """`predict race --data-dir RACE/dev/middle` (one level) said only "no data to predict: give --data-dir DIR
+    with dev/ or test/"; it now says which directory and --levels to give."""
+    from conftest import assert_one_error, save_tiny_pretrained, shared_path
+
+    (tmp_path / "model").mkdir()
+    model = save_tiny_pretrained(tmp_path / "model")
+    code = main(["predict", "race", "--model", str(model), "--data-dir", str(shared_path("race", "RACE", "dev",
+                 "middle")), "--out", str(tmp_path / "pred"), "--no-progress"])
+    assert_one_error(capsys, code, "is one level", "--levels middle")

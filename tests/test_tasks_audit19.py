@@ -75,7 +75,8 @@ def test_split_train_while_fine_tuning_counts_the_training_questions_once():
     spec = race_spec(shared_path("race", "RACE"), Letters(), CFG, training=True, eval_splits=("train",))
     (train,) = spec.eval_sets
     assert train.features is spec.train and len(spec.train) == 22
-    assert spec.problems.counts == {"passage truncated to max_seq_length": 22}
+    assert spec.problems.counts == {"passage truncated to max_seq_length": 22,
+                                    "question+option truncated to max_qa_length": 3}
 
 
 def test_predicting_the_folder_holding_race_names_it():

@@ -40,7 +40,9 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
               answers: bool = True) -> list[RaceExample]:
     """All questions of one split; `root` is the RACE directory (holding train/dev/test) or a split dir. A level
     named twice (`--levels middle,middle`) is read once (its questions would count twice in the accuracy).
-    A held-out split directory (`RACE/dev`, `RACE/test`) is never read as the training split.
+    A split directory given itself (`RACE/dev`) is read as its own split only: as the training split or as
+    another held-out one (`--split test`, or `test_predictions.json` scored) it is refused, since question ids
+    carry no split and dev/ and test/ hold files of the same names.
     `answers=False` (data to predict): a passage without answers (no `answers` field, or an empty list) is read
     with the label None, so that new questions can be answered by a model."""
     root = Path(root)
@@ -50,14 +52,19 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
     is_split_dir = any((root / level).is_dir() for level in LEVELS)  # given RACE/dev itself
     split_dir = root if is_split_dir and not (root / split).is_dir() else root / split
     held_out = root.resolve().name      # `--data-dir .` inside RACE/dev too
-    if split_dir == root and split == "train" and held_out in SPLITS and held_out != split:
-        raise DataError(f"{root} is RACE's {held_out} split, not training data: give the RACE directory "
-                        f"(--data-dir {root.parent if root.name else root.resolve().parent}), which holds train/ "
+    if split_dir == root and held_out in SPLITS and held_out != split:
+        what = "training data" if split == "train" else f"its {split} split"
+        raise DataError(f"{root} is RACE's {held_out} split, not {what}: give the RACE directory "
+                        f"(--data-dir {root.parent if root.name else root.resolve().parent}), which holds {split}/ "
                         f"and {held_out}/")
     if not split_dir.is_dir():
         hint = ""
         if (root / "RACE").is_dir():    # google-research's --data_dir is the folder holding RACE/
             hint = f"; give the RACE directory itself: {root / 'RACE'}"
+        elif root.name in LEVELS and root.is_dir():     # RACE/dev/middle: one level of a split
+            hint = f"; {root} is one level: give --data-dir {root.parent} --levels {root.name}"
+        elif root.is_file():            # a passage file or all.txt
+            hint = f"; {root} is a file: give the RACE directory, or a split directory holding middle/ and high/"
         raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt){hint}")
     examples = []
     for level in levels:
@@ -78,9 +85,22 @@ def passage_files(level_dir: Path) -> list[Path]:
 
 
 def _read_level(level_dir: Path, level: str, answers: bool = True) -> list[RaceExample]:
+    """A level's questions. A passage file that is another's copy, id and all (`13 (1).txt`, `13 2.txt`: a
+    download, unzip or sync conflict made twice), is refused, as a repeated id in `all.txt` is: its questions
+    would count twice in the training data and the accuracy."""
     paths = passage_files(level_dir)
     if paths:
-        return [example for path in paths for example in read_passage(path, level, answers)]
+        examples, seen = [], {}
+        for path in paths:
+            data = read_json(path, dict, "a JSON object (a RACE passage)")
+            name = data.get("id")
+            if isinstance(name, str) and name.strip():
+                first = seen.setdefault(name.strip(), (path, data))
+                if first[0] != path and first[1] == data:
+                    raise DataError(f"{path}: a copy of {first[0].name} (passage id {shown(name)}): its questions "
+                                    "would count twice; remove one of the files")
+            examples += _passage_examples(data, str(path), level, path.name, answers)
+        return examples
     all_file = level_dir / ALL_FILE
     return read_all_file(all_file, level, answers) if all_file.is_file() else []
 
@@ -105,7 +125,11 @@ def read_all_file(path: Path, level: str, answers: bool = True) -> list[RaceExam
 
 
 def _file_order(path: Path):
-    return (0, int(path.stem), "") if path.stem.isdigit() else (1, 0, path.stem)
+    """Number order (`2.txt` before `10.txt`), then by name: `013.txt` and `13.txt` come in one order whatever
+    the directory listing's (the order of the training examples). A stem of digits that are no number (`²`,
+    which `str.isdigit` accepts) is a name."""
+    stem = path.stem
+    return (0, int(stem), path.name) if stem.isdecimal() else (1, 0, path.name)
 
 
 def read_passage(path: Path, level: str, answers: bool = True) -> list[RaceExample]:
@@ -173,7 +197,8 @@ def build_features(tokenizer, examples: Sequence[RaceExample], max_seq_length: i
                    max_qa_length: int = 128, problems: Problems | None = None, split: str = "") -> list[Feature]:
     """(C, T) ids per question; the question+option keeps its last `max_qa_length` tokens (the option is
     never cut) and the article is cut to fit. Choices are padded to the example's longest one. A question whose
-    passage was cut is a problem placed at `<split>/<level>/<file>#<question>` (train/ and dev/ hold files of
+    passage was cut, or whose question+option lost its start to `max_qa_length` (as SQuAD's question to
+    max_query_length), is a problem placed at `<split>/<level>/<file>#<question>` (train/ and dev/ hold files of
     the same names)."""
     check_lengths(max_seq_length, max_qa_length)
     problems = problems if problems is not None else Problems()
@@ -183,16 +208,22 @@ def build_features(tokenizer, examples: Sequence[RaceExample], max_seq_length: i
     qa_ids = tokenizer.encode_batch(qa_texts)
     features = []
     for index, example in enumerate(examples):
-        rows, truncated = [], False
+        rows, truncated, qa_cut = [], False, False
         budget = max_seq_length - 3
         for c in range(NUM_CHOICES):
-            # the option sits at the end of question+option: keep the end, cut the article to fit
-            qa = list(qa_ids[index * NUM_CHOICES + c])[-min(max_qa_length, budget - 1):]
+            # the option sits at the end of question+option: keep the end, cut the article to fit (a cut that
+            # max_seq_length alone makes leaves the article one token: that question's passage cut is counted)
+            qa = list(qa_ids[index * NUM_CHOICES + c])
+            qa_cut |= len(qa) > max_qa_length
+            qa = qa[-min(max_qa_length, budget - 1):]
             article = list(article_ids[example.article])
             truncated |= len(article) + len(qa) > budget
             rows.append(build_pair(tokenizer.cls_id, tokenizer.sep_id, article[: budget - len(qa)], qa))
+        where = f"{split}/{example.qid}" if split else example.qid
         if truncated:
-            problems.add("passage truncated to max_seq_length", f"{split}/{example.qid}" if split else example.qid)
+            problems.add("passage truncated to max_seq_length", where)
+        if qa_cut:
+            problems.add("question+option truncated to max_qa_length", where)
         width = max(len(ids) for ids, _ in rows)
         ids = np.full((NUM_CHOICES, width), tokenizer.pad_id, dtype=np.int64)
         types = np.zeros((NUM_CHOICES, width), dtype=np.int64)

@@ -314,7 +314,8 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
         if (split != "train" or not training) and all(e.label is not None for e in examples):
             _note_missing_levels(split, examples, levels, warnings)      # a split only predicted has no accuracy
         eval_sets.append(_race_eval_set(split, examples, features, selects=split == eval_splits[0]))
-    if not training and not eval_sets and (len(eval_splits) == 1 or (root / "RACE").is_dir()):
+    if not training and not eval_sets and (len(eval_splits) == 1 or (root / "RACE").is_dir()
+                                           or root.name in race.LEVELS or root.is_file()):
         race.read_race(root, eval_splits[0], levels)  # says what is missing (and the RACE/ inside, if any)
     return TaskSpec("race", AlbertForMultipleChoice, {}, train, eval_sets, "accuracy", torch.long,
                     {"levels": list(levels), "max_qa_length": max_qa_length}, problems, warnings=warnings)
