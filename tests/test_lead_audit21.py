@@ -103,3 +103,15 @@ def test_predicting_a_race_level_directory_names_what_to_give(tmp_path, capsys):
     code = main(["predict", "race", "--model", str(model), "--data-dir", str(shared_path("race", "RACE", "dev",
                  "middle")), "--out", str(tmp_path / "pred"), "--no-progress"])
     assert_one_error(capsys, code, "is one level", "--levels middle")
+
+
+def test_task_commands_describe_what_they_do(capsys):
+    """`finetune glue --help` (and every task command's) had only its own name as its description."""
+    import pytest
+
+    for command in ("finetune", "predict", "evaluate"):
+        for family, phrase in (("glue", "GLUE task"), ("squad", "SQuAD"), ("race", "RACE"), ("classify", "own")):
+            with pytest.raises(SystemExit):
+                main([command, family, "--help"])
+            text = " ".join(capsys.readouterr().out.split("options:")[0].split())
+            assert phrase in text and "docs/finetuning.md" in text, (command, family, text)

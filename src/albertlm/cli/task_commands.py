@@ -68,10 +68,25 @@ def score_options(family: str) -> Options | None:
 
 
 # ------------------------------------------------------------------------------------------ arguments
+FAMILY_TEXT = {"glue": "a GLUE task from its official files (--task, --data-dir)",
+               "squad": "SQuAD v1.1 or v2.0 question answering (the official JSON files)",
+               "race": "RACE multiple-choice reading comprehension (the RACE/ directory)",
+               "classify": "your own labelled texts or text pairs (CSV, TSV, JSONL, Parquet, Arrow)"}
+METRIC_TEXT = {"glue": "GLUE's own metric for the task", "squad": "exact match and F1",
+               "race": "accuracy overall, middle and high", "classify": "accuracy and F1, or Pearson and Spearman"}
+COMMAND_TEXT = {"finetune": "trains a pretrained model and keeps the best on dev ({metric}) in OUT/best, with "
+                            "metrics.json and prediction files",
+                "predict": "writes the predictions of a fine-tuned model (RUN/best) for a split",
+                "evaluate": "scores a fine-tuned model, or a predictions file (--predictions), on labelled data "
+                            "({metric})"}
+
+
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     sub = parser.add_subparsers(dest="family", metavar="{glue,squad,race,classify}", required=True)
     for family in FAMILIES:
-        p = sub.add_parser(family, help=f"{command} {family}", description=f"albertlm {command} {family}")
+        p = sub.add_parser(family, help=f"{command} {family}",
+                           description=f"albertlm {command} {family}: {FAMILY_TEXT[family]}; "
+                           f"{COMMAND_TEXT[command].format(metric=METRIC_TEXT[family])} (docs/finetuning.md)")
         add_options(p, data_options(family))
         if command == "finetune":
             p.add_argument("--model", required=True, help="checkpoint dir (ours or a transformers ALBERT dir), "
