@@ -210,6 +210,7 @@ def test_the_batch_size_error_names_the_flags_the_user_set(data, tmp_path, capsy
     assert_one_error(capsys, main([*base, "--batch-size", "10", "--micro-batch-size", "4"]),
                      "--batch-size (train.batch_size) 10", "--micro-batch-size (train.micro_batch_size) 4", "1 process")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
     code = main([*base, "--batch-size", "5"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err

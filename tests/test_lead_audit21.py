@@ -115,3 +115,27 @@ def test_task_commands_describe_what_they_do(capsys):
                 main([command, family, "--help"])
             text = " ".join(capsys.readouterr().out.split("options:")[0].split())
             assert phrase in text and "docs/finetuning.md" in text, (command, family, text)
+
+
+def test_an_error_under_torchrun_is_left_for_the_other_nodes(tmp_path, capsys, monkeypatch):
+    """A rank that stops on an error before joining left the other nodes' ranks waiting out
+    --dist.timeout_minutes (30): the CLI now leaves its line in torchrun's store (tell_peers_before_joining)."""
+    import albertlm.training.distributed as distributed
+
+    told = []
+    monkeypatch.setattr(distributed, "tell_peers_before_joining", told.append)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    code = main(["pretrain", "--resume", "--out", str(tmp_path / "missing")])
+    assert code != 0 and len(told) == 1 and "missing" in told[0]
+
+
+def test_a_rank_past_a_world_of_one_says_its_error(monkeypatch):
+    """RANK=1 with no WORLD_SIZE outside torchrun exited 2 printing nothing (treated as a quiet rank)."""
+    from albertlm.errors import reports_here
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "1")
+    assert reports_here()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert not reports_here()

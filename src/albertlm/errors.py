@@ -17,8 +17,8 @@ def reports_here() -> bool:
         return True
     try:  # a launch set up wrongly by hand (RANK not a number, or past WORLD_SIZE) is refused: say why here
         number = int(rank)
-        if local is None and "WORLD_SIZE" in os.environ:
-            return not 0 <= number < int(os.environ["WORLD_SIZE"])
+        if local is None:   # RANK=1 with no WORLD_SIZE (1) is outside the launch too
+            return not 0 <= number < int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         return True
     return False

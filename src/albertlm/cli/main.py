@@ -248,7 +248,13 @@ def _main(argv: list[str]) -> int:
 def _say(line: str, linger: bool = True) -> None:
     """An error line on stderr from the first rank only (`errors.reports_here`): under torchrun every rank checks
     the same inputs and fails the same way, and one line is the contract; every rank still exits non-zero. The
-    other ranks wait for the first to say it when no process group formed yet (`errors.other_rank_says`)."""
+    other ranks wait for the first to say it when no process group formed yet (`errors.other_rank_says`).
+    Under torchrun the line is also left in torchrun's store, where the ranks of other nodes waiting for this one
+    to join read it and stop at once (`distributed.wait_for_ranks`) instead of waiting out the timeout."""
+    if "TORCHELASTIC_USE_AGENT_STORE" in os.environ:
+        from albertlm.training.distributed import tell_peers_before_joining
+
+        tell_peers_before_joining(line)
     if reports_here():
         print(line, file=sys.stderr)
     elif linger:

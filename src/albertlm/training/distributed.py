@@ -78,25 +78,17 @@ def world_size_from_env() -> int:
 
 
 def is_main_process() -> bool:
-    """Rank 0 (or alone), from the environment, before or without a process group."""
-    return int(os.environ.get("RANK", "0")) == 0
+    """Rank 0 (or alone), from the environment, before or without a process group. A RANK that is not a whole
+    number is the one-line error `launch_settings` gives (it was a ValueError traceback, e.g. in a dry run)."""
+    return _env_int("RANK", "0") == 0
 
 
-def check_backend(backend: str, device: str | torch.device = "auto") -> torch.device:
-    """The device this process will run on, once the process-group backend is known to fit it: NCCL only
-    moves CUDA tensors, so `nccl` with a CPU device is refused here (in one line, before anything is read or
-    written) instead of failing with a traceback on every rank when the process group forms. Alone (no
-    torchrun) no group forms, but the run would fail the same way once launched: refused too."""
-    dev = device if isinstance(device, torch.device) else pick_device(device, int(os.environ.get("LOCAL_RANK", "0")))
-    if backend == "nccl" and dev.type != "cuda":
-        where = "this machine has no CUDA device" if not torch.cuda.is_available() else f"the run's device is {dev}"
-        raise UserError(f"--dist.backend nccl needs CUDA devices and {where}: use --dist.backend gloo "
-                        "(or auto: nccl on CUDA, gloo on CPU)")
-    return dev
-
-
-def init_distributed(backend: str = "auto", device: str = "auto", timeout_minutes: int = 30) -> DistInfo:
-    """Join the torchrun process group if WORLD_SIZE > 1; otherwise a single-process DistInfo."""
+def launch_settings() -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) of this process, from the environment torchrun sets (0, 1, 0 alone), once
+    they make sense together: a UserError otherwise (WORLD_SIZE > 1 without RANK, RANK past WORLD_SIZE, a value
+    that is not a whole number). `init_distributed` joins with these; `check_backend` checks them too, so that a
+    launch set up wrongly is refused before anything is read, and by `--dry-run` as by the run itself (the dry
+    run passed WORLD_SIZE=2 without RANK, and a LOCAL_RANK that is not a number was a ValueError traceback)."""
     world_size = world_size_from_env()
     if world_size > 1 and "RANK" not in os.environ:
         raise UserError(f"WORLD_SIZE={world_size} is set but RANK is not: launch with torchrun, or give each of the "
@@ -106,18 +98,40 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_minute
     local_rank = _env_int("LOCAL_RANK", "0")
     if not 0 <= rank < world_size:
         raise UserError(f"RANK={rank} is not a rank of WORLD_SIZE={world_size} processes (0 to {world_size - 1})")
+    return rank, world_size, local_rank
+
+
+def check_backend(backend: str, device: str | torch.device = "auto") -> torch.device:
+    """The device this process will run on, once the process-group backend is known to fit it: NCCL only
+    moves CUDA tensors, so `nccl` with a CPU device is refused here (in one line, before anything is read or
+    written) instead of failing with a traceback on every rank when the process group forms. Alone (no
+    torchrun) no group forms, but the run would fail the same way once launched: refused too."""
+    local_rank = launch_settings()[2]
+    dev = device if isinstance(device, torch.device) else pick_device(device, local_rank)
+    if backend == "nccl" and dev.type != "cuda":
+        where = "this machine has no CUDA device" if not torch.cuda.is_available() else f"the run's device is {dev}"
+        raise UserError(f"--dist.backend nccl needs CUDA devices and {where}: use --dist.backend gloo "
+                        "(or auto: nccl on CUDA, gloo on CPU)")
+    return dev
+
+
+def init_distributed(backend: str = "auto", device: str = "auto", timeout_minutes: int = 30) -> DistInfo:
+    """Join the torchrun process group if WORLD_SIZE > 1; otherwise a single-process DistInfo."""
+    rank, world_size, local_rank = launch_settings()
     dev = check_backend(backend, pick_device(device, local_rank))
     if world_size > 1 and not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if dev.type == "cuda" else "gloo"
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
+        wait_for_ranks(rank, world_size, timeout_minutes * 60.0)
         try:
             dist.init_process_group(backend, rank=rank, world_size=world_size,
                                     timeout=datetime.timedelta(minutes=timeout_minutes))
         except (dist.DistError, ValueError, RuntimeError) as exc:
             raise UserError(_join_failure(exc, rank, world_size, timeout_minutes)) from None
         joined_group()
+        _in_group["group"] = True
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
 
 
@@ -145,6 +159,97 @@ def _join_failure(exc: Exception, rank: int, world_size: int, timeout_minutes: f
                 f"says why in its own output; else start every rank (RANK 0 to {world_size - 1}) with the same "
                 "WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torchrun does)")
     return f"rank {rank}: cannot form the process group of {world_size} processes at {addr}: {text}"
+
+
+# ------------------------------------------------------------------------- a rank that stops before joining
+# A rank that stopped before it joined the process group (its node's copy of --data or of RUN missing, a path
+# only that machine lacks) left the ranks of the other nodes waiting in init_process_group for
+# --dist.timeout_minutes (30 by default), then failing with a timeout that did not say why; only that node's
+# terminal said it (torchrun ends the other ranks of its own node, not those of other nodes). Under torchrun
+# the store of its agent on the first node (MASTER_ADDR:MASTER_PORT, which every worker may reach before the
+# group forms) now carries the word: each rank counts itself in there before it joins and waits until all
+# have, while a rank that fails first leaves its message there (`tell_peers_before_joining`, called where the
+# error is reported), and the waiting ranks stop at once with one line repeating it.
+EARLY_KEY = "albertlm/before-joining/"
+POLL_S = 0.2
+_in_group = {"group": False}
+
+
+def _agent_store(timeout_s: float):
+    """torchrun's own key-value store (hosted by its agent on the first node at MASTER_ADDR:MASTER_PORT; every
+    worker is a client of it), reachable before the process group forms; None when not under torchrun (set by
+    hand, rank 0 hosts the store only once it joins) or out of reach within `timeout_s`."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    try:
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        with _quiet_if_failing():
+            return dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
+    except Exception:  # noqa: BLE001 (no store: init_process_group then says what it finds)
+        return None
+
+
+def _early_prefix() -> str:
+    """Keys of this launch and attempt (torchrun's run id and restart count), so a restart starts afresh."""
+    return (f"{EARLY_KEY}{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
+            f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/")
+
+
+def tell_peers_before_joining(message: str, connect_s: float = 5.0) -> None:
+    """For the CLI's error path under torchrun: leave this rank's error (one line; a leading `albertlm CMD:
+    error: ` is dropped) where the ranks of the other nodes wait to join (`wait_for_ranks`), so that they stop
+    with it at once. Does nothing once this process joined a group (`tell_peers` does it then), outside
+    torchrun, or when the store is out of reach; never raises."""
+    if _in_group["group"] or dist.is_initialized():
+        return
+    try:
+        rank = int(os.environ.get("RANK", ""))
+    except ValueError:
+        return
+    text = " ".join(str(message).split())
+    text = text.split(": error: ", 1)[1] if ": error: " in text else text
+    store = _agent_store(connect_s)
+    if store is None:
+        return
+    try:
+        with _quiet_if_failing():
+            store.set(f"{_early_prefix()}failed",
+                      f"rank {rank} (host {socket.gethostname()}) stopped before joining the run: {text}")
+    except Exception:  # noqa: BLE001 (the first node's torchrun is gone: nobody is waiting there)
+        pass
+
+
+def wait_for_ranks(rank: int, world_size: int, timeout_s: float) -> None:
+    """Under torchrun, before init_process_group: count this rank in and wait until all `world_size` ranks have
+    come (init_process_group then forms at once), or stop with the message a rank left on failing before it
+    came (a UserError naming it), or, after `timeout_s`, with one line saying how many came. Outside torchrun
+    (no agent store), nothing: init_process_group waits as before."""
+    store = _agent_store(min(timeout_s, 60.0))
+    if store is None:
+        return
+    prefix = _early_prefix()
+    deadline = time.monotonic() + timeout_s
+    try:
+        with _quiet_if_failing():
+            arrived = store.add(f"{prefix}arrived", 1)
+    except Exception:  # noqa: BLE001
+        return
+    while arrived < world_size:
+        try:
+            with _quiet_if_failing():
+                failed = store.check([f"{prefix}failed"])
+                message = store.get(f"{prefix}failed").decode("utf-8", "replace") if failed else ""
+                arrived = store.add(f"{prefix}arrived", 0)
+        except Exception:  # noqa: BLE001 (the store went with the first node's torchrun)
+            return
+        if message:
+            raise UserError(f"{message}; rank {rank} stopped too, before training")
+        if arrived >= world_size:
+            return
+        if time.monotonic() >= deadline:
+            raise UserError(_join_failure(TimeoutError(f"timed out: {arrived} of {world_size} processes came"),
+                                          rank, world_size, timeout_s / 60.0))
+        time.sleep(POLL_S)
 
 
 def shutdown() -> None:
