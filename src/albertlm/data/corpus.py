@@ -65,12 +65,22 @@ _ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Ar
 # after CJK full stops. Abbreviations and single initials are protected afterwards.
 # Ideographs, kana, CJK radicals, punctuation and full-width forms: scripts written without spaces (Hangul is
 # written with them). A Latin abbreviation right after one ("总统Mr. Smith") starts a word there.
-_UNSPACED = "\u2e80-\u2fdf\u3001-\u30ff\uff01-\uff60\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
+# Half-width katakana and their marks (U+FF61-FF9F: "ﾃﾞｰﾀ", "｡｢｣") are Japanese too; half-width Hangul (FFA0-) is not.
+_UNSPACED = "\u2e80-\u2fdf\u3001-\u30ff\uff01-\uff9f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
 _SENTENCE_END = re.compile(
     r"""(?P<end>[.!?]["'”’)\]]*)\s+(?=["'“‘(\[]?(?P<next>\w))"""
-    # a run of CJK full stops is one end ("真的吗？！", "等等。。。"); so is ASCII ! ? right before Chinese
-    r"""|(?P<cjk>[。！？][。！？!?]*["'”’」』）]*"""
-    r"""|[!?]+["'”’)\]」』）]*(?=["'“‘(\[「『（]?[""" + _UNSPACED + r"""]))\s*""")
+    # a run of CJK full stops is one end ("真的吗？！", "等等。。。"); so is ASCII ! ? right before Chinese. Japanese
+    # also ends sentences with the half-width ｡ and, in technical writing (with ，), the full-width ．, which is
+    # no end between digits or before a letter or digit (１．５, ．ｊｐ)
+    r"""|(?P<cjk>(?:[。！？｡]|(?<![0-9０-９])．(?![0-9A-Za-z０-９Ａ-Ｚａ-ｚ]))[。！？｡．!?]*["'”’」』）｣]*"""
+    r"""|[!?]+["'”’)\]」』）｣]*(?=["'“‘(\[「『（｢]?[""" + _UNSPACED + r"""]))\s*""")
+# Japanese quotes and brackets: a full stop inside an open 「...」 ends no sentence (when the bracket closes later
+# in the text: a stray opener does not stop the splitting), and a quote followed by the quotation particle と /
+# って or by の / を goes on ("「行こう！」と彼は言った。" is one sentence)
+_BRACKETS = {"「": "」", "『": "』", "（": "）", "｢": "｣"}
+_BRACKET_WINDOW = 500  # characters after a full stop searched for the closing bracket
+_QUOTE_CONTINUES = "とっのを"
+_QUOTE_NEW_SENTENCE = ("ところ", "とても", "とにかく", "とりあえず", "とはいえ", "ともかく")  # words, no particle
 _ABBREVIATION = re.compile(
     r"(?<![^\W" + _UNSPACED + r"])(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|cf|No|Vol|Fig|Gen|Col|Lt|Sgt|Capt|Rev|Inc|Ltd|Co|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.$"
 )
@@ -144,7 +154,8 @@ def split_sentences(text: str) -> list[str]:
     """Rule-based sentence splitter for raw text: cut after . ! ? before a capital (of any script: Latin,
     Greek, Cyrillic, ...), a letter of a script without case (Chinese, Korean, Arabic, ...), a digit, or a
     quote or bracket before one of them, except after common abbreviations and single initials ("Mr.",
-    "e.g.", "J.", "А."); also after 。！？."""
+    "e.g.", "J.", "А."); also after 。！？｡ and ． (not inside 「」『』（） that close later, nor before と after
+    a closing quote: "「はい。」と答えた。" is one sentence)."""
     pieces, start = [], 0
     for match in _SENTENCE_END.finditer(text):
         if match.group("end"):
@@ -153,6 +164,8 @@ def split_sentences(text: str) -> list[str]:
             end = match.end("end")
         else:
             end = match.end("cjk")
+            if _quote_goes_on(text, start, end, match.end()):
+                continue
         candidate = text[start:end].strip()
         if not candidate or _abbreviated(candidate[-12:]):  # the tail: linear on huge paragraphs
             continue
@@ -162,6 +175,18 @@ def split_sentences(text: str) -> list[str]:
     if tail:
         pieces.append(tail)
     return [p for p in pieces if p]
+
+
+def _quote_goes_on(text: str, start: int, end: int, after: int) -> bool:
+    """A CJK full stop at text[:end] that ends no sentence: inside a bracket opened since `start` and closed
+    within the next _BRACKET_WINDOW characters, or a closing quote followed by a quotation particle."""
+    if text[end - 1:end] in "」』｣" and text[after:after + 1] in _QUOTE_CONTINUES:
+        return bool(text[after:after + 1]) and not text.startswith(_QUOTE_NEW_SENTENCE, after)
+    span = text[start:end]
+    for opener, closer in _BRACKETS.items():
+        if span.count(opener) > span.count(closer) and closer in text[end:end + _BRACKET_WINDOW]:
+            return True
+    return False
 
 
 def _starts_sentence(char: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 from torch import nn
@@ -156,12 +157,17 @@ def transformers5_rebuild_differences(tokenizer, pipeline) -> tuple[int, str | N
     steps = data["normalizer"]["normalizers"]
     if not any(step["type"] == "NFC" for step in steps):
         return 0, None
-    data["normalizer"]["normalizers"] = [step for step in steps if step["type"] != "NFC"]
+    # transformers 5 has our "``" / "''" replacements, not the NFC step nor the half-width kana ones
+    data["normalizer"]["normalizers"] = [step for step in steps if step["type"] != "NFC" and not (
+        step["type"] == "Replace" and step["pattern"].get("String") not in ("``", "''"))]
     rebuilt = Tokenizer.from_str(json.dumps(data))
     sp = tokenizer.sp
     texts = [sp.id_to_piece(i).replace("\u2581", " ").strip() for i in range(tokenizer.vocab_size)
              if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
     texts = [t for t in texts if t]
+    # a piece holding デ or パ, written in half-width katakana (ﾃﾞ, ﾊﾟ): two characters there, one in the model
+    kana = {char: pair for pair, char in _halfwidth_kana_pairs(sp)}
+    texts += sorted({kana[c] for t in texts for c in t if c in kana})
     ours = pipeline.encode_batch(texts, add_special_tokens=False)
     theirs = rebuilt.encode_batch(texts, add_special_tokens=False)
     differ = [t for t, a, b in zip(texts, ours, theirs) if a.ids != b.ids]
@@ -191,6 +197,19 @@ def tokenizer_pipeline(tokenizer):
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls, tokenizer.cls_id), (sep, tokenizer.sep_id)])
     return pipeline, None
+
+
+def _halfwidth_kana_pairs(sp) -> list[tuple[str, str]]:
+    """(half-width katakana + half-width sound mark, the one character the model's normalizer makes of it):
+    "ﾃﾞ" -> "デ", "ﾊﾟ" -> "パ", for a model whose normalizer composes them (nmt_nfkc, nfkc; not identity)."""
+    pairs = []
+    for base in range(0xFF66, 0xFF9E):   # ｦ .. ﾝ
+        for mark in "\uff9e\uff9f":     # ﾞ ﾟ
+            pair = chr(base) + mark
+            char = unicodedata.normalize("NFKC", pair)
+            if len(char) == 1 and sp.normalize(pair).lstrip("\u2581") == char:
+                pairs.append((pair, char))
+    return pairs
 
 
 # a BPE SentencePiece model has no tokenizer.json form here, and transformers 5's AlbertTokenizer builds a Unigram from
@@ -226,6 +245,10 @@ def _sentencepiece_pipeline(tokenizer):
         # sentencepiece's normalizer composes decomposed Hangul (NFD text, or NFKD from accent stripping) into
         # syllables; `tokenizers`' Precompiled looks up graphemes of under 6 bytes only, so a jamo syllable
         # (9 bytes) stayed jamo and became <unk>. NFC first composes it; the charsmap's NFKC includes NFC.
+        # Half-width katakana with a sound mark ("ﾃﾞ", "ﾊﾟ": 6 bytes) are the same case, but NFC leaves them (the
+        # composition is NFKC's, and NFKC itself would also fold the "～" the charsmap keeps): each pair the
+        # model composes is replaced by its character first.
+        steps += [normalizers.Replace(pair, char) for pair, char in _halfwidth_kana_pairs(tokenizer.sp)]
         steps += [normalizers.NFC(), normalizers.Precompiled(charsmap)]
     pipeline.normalizer = normalizers.Sequence(steps)
     pipeline.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
@@ -320,6 +343,12 @@ def _rebuild_warning(tokenizer, directory: Path) -> list[str]:
     count, example = transformers5_rebuild_differences(tokenizer, Tokenizer.from_file(str(directory / "tokenizer.json")))
     if not count:
         return []
+    if example and example[-1:] in "\uff9e\uff9f":
+        return [f"warning: transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
+                f"(no composition) and reads half-width katakana with a sound mark as two characters, e.g. "
+                f"{example!r} for {unicodedata.normalize('NFKC', example)!r} ({count:,} forms of this vocabulary's "
+                f"pieces get other ids than albertlm and sentencepiece); load our ids with "
+                f"PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\")"]
     return [f"warning: transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
             f"(NFKD accent stripping, no recomposition) and encodes {count:,} of its {tokenizer.vocab_size:,} "
             f"pieces otherwise, e.g. {example!r} (Hangul becomes <unk>); load our ids with "
