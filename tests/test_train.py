@@ -164,16 +164,16 @@ def test_sigkill_during_a_save_leaves_a_usable_checkpoint(tmp_path):
 
 
 def test_nan_loss_stops_naming_the_step(tmp_path):
-    run = tiny_run(max_steps=6, save_every=1)
+    run = tiny_run(max_steps=6, save_every=2)
     loop = make_loop(run, tmp_path, datasets(), DistInfo(), False)
 
-    def poison(step, metrics):
-        if step == 2:
+    def poison(step, metrics):   # after step 3 (not saved: no checkpoint holds NaN weights)
+        if step == 3:
             with torch.no_grad():
                 next(loop.model.parameters()).fill_(float("nan"))
 
     loop.on_step = poison
-    with pytest.raises(TrainingDiverged, match=r"at step 3.*step_00000002"):
+    with pytest.raises(TrainingDiverged, match=r"loss is nan at step 4.*step_00000002"):
         loop.run()
     assert ckpt.latest_checkpoint(tmp_path).name == "step_00000002"
     state = ckpt.load_train_state(ckpt.latest_checkpoint(tmp_path))

@@ -12,6 +12,7 @@ and its data as a `StepData`; `training.trainer.build_loop` is the one set-up ar
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import signal
@@ -36,9 +37,14 @@ from albertlm.training.schedule import lr_at, set_lr
 
 Batch = dict[str, torch.Tensor]
 
+# `TrainState.extra` key of a checkpoint saved while its step's evaluation was interrupted (a second Ctrl-C during
+# it): the step whose evaluation the resumed run does first (`Loop._redo_evaluation`)
+UNEVALUATED = "unevaluated_step"
+
 
 class TrainingDiverged(UserError):
-    """The loss became NaN or infinite; the message names the step and the last good checkpoint."""
+    """The loss (or the gradient, or the weights) became NaN or infinite; the message names the step and the last
+    good checkpoint."""
 
     exit_code = 3
 
@@ -222,6 +228,9 @@ class Loop:
     _first_step: int = field(default=0, repr=False)       # the step this invocation started at
     _began: float = field(default=0.0, repr=False)        # and when (time.monotonic)
     _window: "Window | None" = field(default=None, repr=False)   # its training time, tokens and examples
+    # while an evaluation runs: `state.extra` as it was before it (what the evaluator records there, a fine-tuning's
+    # history and best, is put back when the evaluation is interrupted, and the resumed run does it again)
+    _before_eval: dict | None = field(default=None, repr=False)
 
     def run(self) -> str:
         """Train to the plan's last step; returns "done", "interrupted" (Ctrl-C or SIGTERM, after saving) or
@@ -232,8 +241,11 @@ class Loop:
         SIGINT and SIGTERM (a scheduler's notice, `kill`, torchrun passing either on) ask to stop: the step in
         progress finishes, every rank agrees on that step, the checkpoint is written, and the run returns
         "interrupted"; `--resume` continues exactly. A second signal stops at once (KeyboardInterrupt; one that
-        comes while a checkpoint is written leaves that checkpoint unwritten, not written again), and a
-        KeyboardInterrupt raised by code between steps (`on_step`) saves too.
+        comes while a checkpoint is written leaves that checkpoint unwritten, not written again; one during an
+        evaluation saves the step as it was before that evaluation, marked `UNEVALUATED`, and `--resume`
+        evaluates it before training on), and a KeyboardInterrupt raised by code between steps (`on_step`) saves
+        too. No checkpoint holds NaN or infinite weights: a NaN loss or gradient norm stops the run before its
+        step is counted (`TrainingDiverged`), and `save` refuses such weights.
 
         Under several processes an error on one rank stops all of them with one line that names it
         (`distributed.failing_together`), instead of a gloo traceback on each of the others.
@@ -281,6 +293,10 @@ class Loop:
 
         try:
             with stop_on_signals(self.info) as request:
+                with window.paused():
+                    redone = self._redo_evaluation()
+                if redone and self.state.step >= self.plan.total_steps and request.name is not None:
+                    return "interrupted"      # a stop asked for while the finished run's evaluation was redone
                 while self.state.step < self.plan.total_steps:
                     with window.waiting():
                         micro_batches = [to_device(b, self.info.device) for b in (fetched.pop() if fetched
@@ -310,9 +326,8 @@ class Loop:
                                 self._stop_for_budget()
                             return "budget"
                         if reason == "interrupted":
-                            self.state.rng = rng_at_boundary
                             with window.paused():
-                                path = self.save()
+                                path = self._save_at_boundary(rng_at_boundary)
                             self._print(f"stopped by {request.name or 'a signal on another rank'} at step "
                                         f"{self.state.step}: saved {path}; `--resume` continues from there")
                             return "interrupted"
@@ -339,11 +354,23 @@ class Loop:
                 self._print(f"interrupted during step {self.state.step + 1}: not saved; "
                             f"{f'the newest checkpoint is {last}' if last else 'no checkpoint was saved'}")
                 return "interrupted"
-            self.state.rng = rng_at_boundary     # a half-done step is redone from its start on resume
             self._log_unlogged(window)
+            evaluating = self._before_eval is not None
+            if evaluating:
+                # the step's evaluation did not finish: what it recorded is put back, and the checkpoint says so,
+                # so the resumed run evaluates this step before training on (its history, best model and eval
+                # record were missing for good: the resume starts after the step's evaluation)
+                self.state.extra.clear()
+                self.state.extra.update(self._before_eval)
+                self.state.extra[UNEVALUATED] = self.state.step
+                self._before_eval = None
             with window.paused():
-                path = self.save()
-            self._print(f"interrupted at step {self.state.step}: saved {path}")
+                path = self._save_at_boundary(rng_at_boundary)
+            if evaluating:
+                self._print(f"interrupted during the evaluation of step {self.state.step}: saved {path} without it; "
+                            "`--resume` evaluates that step first")
+            else:
+                self._print(f"interrupted at step {self.state.step}: saved {path}")
             return "interrupted"
         return "done"
 
@@ -409,18 +436,31 @@ class Loop:
             before_sync()
         values = values.tolist()
         n = len(summed) - 2
-        loss = self._check_finite(torch.tensor(values[:n]))
-        return StepResult(summed[:n], values[n], values[n + 1], loss, lr,
-                          values[n + 2] if grad_norm is not None else None)
+        norm = values[n + 2] if grad_norm is not None else None
+        loss = self._check_finite(torch.tensor(values[:n]), norm)
+        return StepResult(summed[:n], values[n], values[n + 1], loss, lr, norm)
 
-    def _check_finite(self, stats: torch.Tensor) -> float:
+    def _check_finite(self, stats: torch.Tensor, grad_norm: float | None = None) -> float:
+        """The step's loss, if it and the gradient norm (before clipping) are finite; else the run stops. A NaN or
+        infinite gradient under a finite loss (an overflow in the backward pass) made the update NaN weights, which
+        the step's checkpoint then saved, named "the last good checkpoint" when the next step's loss was NaN. Under
+        fp16 loss scaling an infinite gradient is the scaler's to skip, not an error."""
         loss = self.objective.summarize(stats)["loss"]
-        if math.isfinite(loss):
+        bad_norm = grad_norm is not None and not math.isfinite(grad_norm) and self.scaler is None
+        if math.isfinite(loss) and not bad_norm:
             return loss
+        what = f"loss is {loss}" if not math.isfinite(loss) else f"the gradient norm is {grad_norm} (loss {loss:.4g})"
+        raise self._diverged(f"{what} at step {self.state.step + 1} (lr {self.plan.lr_at(self.state.step):g})")
+
+    def _diverged(self, what: str) -> TrainingDiverged:
         last = ckpt.latest_checkpoint(self.run_dir)
         where = f"the last good checkpoint is {last}" if last else "no checkpoint was saved yet"
-        raise TrainingDiverged(f"loss is {loss} at step {self.state.step + 1} (lr {self.plan.lr_at(self.state.step):g});"
-                               f" stopped, and that step is not saved ({where}); a lower --lr may help")
+        return TrainingDiverged(f"{what}; stopped, and that step is not saved ({where}); a lower --lr may help")
+
+    def _weights_finite(self) -> bool:
+        """Whether every weight is a finite number (one host sync; run before a checkpoint is written)."""
+        flags = [torch.isfinite(p).all() for p in self.raw_model.parameters() if p.is_floating_point()]
+        return bool(torch.stack(flags).all()) if flags else True
 
     def _clip_and_update(self) -> torch.Tensor | None:
         """Clip and update, all queued on the device: the gradient norm (before clipping) stays a tensor."""
@@ -457,12 +497,29 @@ class Loop:
             self.log_train(window)
 
     def _evaluate(self) -> None:
+        """Evaluate the step reached and log it. Until its record is written, a KeyboardInterrupt (a second signal)
+        puts `state.extra` back as it was before (`_before_eval`) and saves the step as not evaluated."""
+        self._before_eval = copy.deepcopy(self.state.extra)
         metrics = self.evaluate_fn()
-        self._evaluated = self.state.step
         if metrics:
             self._last_eval = (self.state.step, dict(metrics))
         if self.logger is not None and metrics:       # nothing to evaluate on (no labelled dev set): no line
             self.logger.log(self.state.step, "eval", metrics)
+        self._before_eval = None
+        self.state.extra.pop(UNEVALUATED, None)
+        self._evaluated = self.state.step
+
+    def _redo_evaluation(self) -> bool:
+        """A run resumed from a checkpoint whose step's evaluation was interrupted (`UNEVALUATED`) evaluates that
+        step before it trains on, as the uninterrupted run did; returns whether it did. Every rank reads the same
+        checkpoint, so all of them evaluate (pretraining's evaluation is collective)."""
+        pending = self.state.extra.pop(UNEVALUATED, None)
+        if pending != self.state.step or self.evaluate_fn is None:
+            return False              # a run resumed without its evaluation data evaluates nothing
+        self._print(f"evaluating step {self.state.step} first: its evaluation was interrupted before the checkpoint "
+                    "was saved")
+        self._evaluate()
+        return True
 
     def log_train(self, window: "Window") -> None:
         metrics = {**self.objective.summarize(window.stats), **window.read(),
@@ -506,10 +563,22 @@ class Loop:
                     f"`--resume` goes on from there, for another {self.train.max_minutes:g} min unless "
                     "--train.max_minutes says otherwise (0 = no budget)")
 
+    def _save_at_boundary(self, rng: dict) -> Path | None:
+        """A stop's checkpoint of the step reached, with the RNG as it was when that step was counted (a half-done
+        step is redone from its start on resume); a step its schedule saved already is not saved (nor said) again."""
+        if self._saved == self.state.step:
+            return ckpt.latest_checkpoint(self.run_dir) if self.info.is_main else None
+        self.state.rng = rng
+        return self.save()
+
     def save(self) -> Path | None:
         """Rank 0 writes; the others wait so no rank races ahead of a checkpoint. A failed save (a full
         disk) stops every rank: the others learn of it from the same all-reduce they wait in, not a hang."""
         path, error = None, None
+        if not self._weights_finite():
+            # (every rank holds the same weights, so every rank stops here.) Without gradient clipping, a NaN
+            # gradient under a finite loss is seen nowhere else before the next step's loss
+            raise self._diverged(f"the weights of step {self.state.step} hold NaN or infinite values")
         self._saving = True                  # until written: a KeyboardInterrupt before then is not saved again
         self.state.optimizer = self.optimizer.state_dict()
         self.state.scaler = self.scaler.state_dict() if self.scaler is not None else {}
