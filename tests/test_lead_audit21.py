@@ -139,3 +139,20 @@ def test_a_rank_past_a_world_of_one_says_its_error(monkeypatch):
     assert reports_here()
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert not reports_here()
+
+
+def test_the_log_lines_eta_is_capped_by_the_time_budget(tmp_path):
+    """A run under --train.max_minutes (the demo's) printed `ETA 1h56m` while the budget would stop it in 8
+    minutes: the line now says when the budget ends."""
+    import time
+
+    from albertlm.training.metrics import MetricsLogger
+
+    logger = MetricsLogger(tmp_path, 1000, tensorboard=False, progress=False)
+    logger._started = time.monotonic() - 100.0      # 10 steps in 100 s: 990 more need ~2.75 h
+    assert "ETA 2h" in logger._train_line(10, {"loss": 1.0})
+    logger.deadline = time.monotonic() + 8 * 60
+    line = logger._train_line(10, {"loss": 1.0})
+    assert "time budget ends in 7m" in line or "time budget ends in 8m" in line, line
+    assert "ETA" not in line
+    logger.close()

@@ -272,6 +272,8 @@ class Loop:
     def _run(self) -> str:
         deadline = time.monotonic() + self.train.max_minutes * 60 if self.train.max_minutes else math.inf
         self._first_step, self._began = self.state.step, time.monotonic()
+        if self.logger is not None:
+            self.logger.deadline = deadline     # the log lines' ETA is no later than the budget's end
         if 0 < self.plan.total_steps <= self.state.step:   # a resumed run that had already finished
             self._print(f"the run is already at step {self.state.step} of {self.plan.total_steps}: nothing to "
                         f"train (a larger --max-steps or --train.epochs goes on from here)")

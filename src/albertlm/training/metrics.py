@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 import time
@@ -48,6 +49,7 @@ class MetricsLogger:
             except OSError as exc:
                 raise self._events_error(exc, "cannot start its TensorBoard events") from None
         self.max_steps, self._start_step, self._started = max_steps, start_step, time.monotonic()
+        self.deadline = math.inf   # time.monotonic() at which `--train.max_minutes` stops the run (the loop sets it)
         self.bar = None
         if progress and _terminal():
             from tqdm.auto import tqdm
@@ -88,7 +90,13 @@ class MetricsLogger:
             parts.append(f"{float(metrics['tokens_per_s']):,.0f} tok/s")
         done = step - self._start_step
         if 0 < done and step < self.max_steps:
-            parts.append(f"ETA {duration((time.monotonic() - self._started) / done * (self.max_steps - step))}")
+            now = time.monotonic()
+            eta = (now - self._started) / done * (self.max_steps - step)
+            if now + eta > self.deadline:   # the time budget stops the run first (and saves it for --resume)
+                parts.append(f"time budget ends in {duration(max(0.0, self.deadline - now))} "
+                             f"(at this pace the run needs {duration(eta)} more)")
+            else:
+                parts.append(f"ETA {duration(eta)}")
         return f"step {step}/{self.max_steps} train: " + ", ".join(parts)
 
     def finish(self, summary: dict, record: bool = True) -> None:
