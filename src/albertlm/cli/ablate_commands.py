@@ -130,7 +130,8 @@ def _run(o: AblateOptions) -> int:
     if o.report:
         for path in write_report(Path(o.out), warn):
             print(path)
-    print(f"albertlm ablate: {len(summary['finished'])} jobs run, {summary['skipped']} skipped, "
+    print(f"albertlm ablate: {len(summary['finished'])} job{'s' * (len(summary['finished']) != 1)} run, "
+          f"{summary['skipped']} skipped, "
           f"{len(summary['failed'])} failed" + (f" ({', '.join(summary['failed'])})" if summary["failed"] else "")
           + (f", {len(summary['postponed'])} not started (--max-minutes)" if summary["postponed"] else ""))
     return 1 if summary["failed"] or left_out else 0

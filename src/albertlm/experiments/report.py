@@ -212,13 +212,20 @@ def row_of(agg: dict, variant: Variant) -> dict | None:
 
 
 def _mean_transitions(runs: list[dict]) -> dict[str, Any]:
-    """Each layer's L2 and cosine, the mean over the seeds measured, and `n`: how many seeds that is."""
+    """Each layer's L2 and cosine, the mean over the seeds measured, the angle in degrees of that mean cosine
+    (`angle`: the paper's Figure 1 plots the cosine as an angle), and `n`: how many seeds that is."""
     found = [r["transitions"] for r in runs if r.get("transitions")]
     if not found:
         return {}
     out: dict[str, Any] = {k: [statistics.fmean(t[k][i] for t in found) for i in range(len(found[0][k]))]
                            for k in ("l2", "cosine")}
-    return {**out, "n": len(found)}
+    return {**out, "angle": [angle_degrees(c) for c in out["cosine"]], "n": len(found)}
+
+
+def angle_degrees(cosine: float) -> float:
+    """The angle in degrees whose cosine is `cosine` (clamped to [-1, 1]: a mean of float cosines may pass 1 by
+    a rounding error)."""
+    return math.degrees(math.acos(max(-1.0, min(1.0, cosine))))
 
 
 # ------------------------------------------------------------------------------------------- tables
@@ -293,10 +300,12 @@ def figure1_table(agg) -> list[str]:
     layers = max(len(t["l2"]) for _, t in models)
     # the seed count beside a model's name when it is not 2, as in every other table's cells
     seeds = {name: f" ({t['n']})" if t.get("n", 2) != 2 else "" for name, t in models}
+    # beside the cosine, its angle in degrees: the paper's Figure 1 plots the angle (arccos of the seed mean)
     head = ["layer", *[f"{name} L2{seeds[name]}" for name, _ in models],
-            *[f"{name} cos{seeds[name]}" for name, _ in models]]
-    rows = [[str(i + 1), *[f"{t['l2'][i]:.3f}" for _, t in models], *[f"{t['cosine'][i]:.3f}" for _, t in models]]
-            for i in range(layers)]
+            *[f"{name} cos{seeds[name]}" for name, _ in models],
+            *[f"{name} angle °{seeds[name]}" for name, _ in models]]
+    rows = [[str(i + 1), *[f"{t['l2'][i]:.3f}" for _, t in models], *[f"{t['cosine'][i]:.3f}" for _, t in models],
+             *[f"{angle_degrees(t['cosine'][i]):.1f}" for _, t in models]] for i in range(layers)]
     return _md(head, rows)
 
 
@@ -344,11 +353,22 @@ def scratch_table(agg, tasks, unfinished: dict[str, dict] | None = None) -> list
         base = agg["shapes"].get(row["shape"])
         delta = "–"
         if base and row.get("ft_avg", {}).get("n") and base.get("ft_avg", {}).get("n"):
-            delta = f"{(row['ft_avg']['mean'] - base['ft_avg']['mean']) * 100:+.1f}"
+            delta = points((row['ft_avg']['mean'] - base['ft_avg']['mean']) * 100, sign=True)
         rows.append([label, ",".join(map(str, row["seeds"])), *_downstream_cells(row, tasks),
                      cell((base or {}).get("ft_avg")), delta])
     rows += [[label, "none finished", *["–"] * (len(tasks) + 2)] for label in unfinished or {}]
     return _md(head, rows)
+
+
+def points(value: float, sign: bool = False) -> str:
+    """A difference in points to one decimal, "+1.7"; one that one decimal would show as "-0.0" or "+0.0" (a
+    small negative or positive difference, or none) gets two decimals, "-0.03", and no difference at all (below
+    0.005) reads "0.0", with no sign to read a direction into."""
+    if round(value, 1) != 0:
+        return f"{value:+.1f}" if sign else f"{value:.1f}"
+    if round(value, 2) != 0:
+        return f"{value:+.2f}" if sign else f"{value:.2f}"
+    return "0.0"
 
 
 def _task_title(task: str) -> str:
@@ -500,7 +520,8 @@ _CLAIM_METRIC = {"1": {"E128-all-nsp": "sop_acc", "E128-all-sop": "nsp_acc"}, "2
 
 def _short_of_seeds(out: dict, agg: dict, planned: dict) -> None:
     """A claim that holds on fewer seeds than the suite plans (a seed's run not finished, or failed) holds so
-    far: its rules ask every seed to be beyond the others', and a seed still to come can break that."""
+    far: its rules ask every seed to be beyond the others', and a seed still to come can break that. Claim 4
+    compares seed means: on fewer seeds than planned it holds, or does not hold, so far."""
     want = lambda label: (planned.get("variant_seeds") or {}).get(label, planned["seeds"])  # noqa: E731
     for key in ("1", "2", "3"):
         if out[key]["holds"] is not True:
@@ -513,6 +534,18 @@ def _short_of_seeds(out: dict, agg: dict, planned: dict) -> None:
                 short.append(f"{label} {s.get('n', 0)} of {want(label)}")
         if short:
             out[key].update(holds=None, why=f"holds so far: measured with fewer seeds than planned "
+                                            f"({', '.join(short)})")
+    # claim 4 compares seed means (no spread), so a verdict either way can change with a seed still to come
+    if out["4"]["holds"] is not None:
+        short = []
+        for variant in _CLAIM_NEEDS["4"][0]:
+            label = (agg.get("paper") or {}).get(variant.label, variant.label)
+            n = ((agg["variants"].get(label) or {}).get("transitions") or {}).get("n")
+            if n is not None and n < want(label):      # (an aggregate without a count: as figure1_table, not short)
+                short.append(f"{label} {n} of {want(label)}")
+        if short:
+            verdict = "holds so far" if out["4"]["holds"] else "does not hold so far"
+            out["4"].update(holds=None, why=f"{verdict}: seed means over fewer seeds than planned "
                                             f"({', '.join(short)})")
     if out["5"]["holds"] is not True:
         return
@@ -550,7 +583,7 @@ def _claim3_parts(c: dict) -> str:
         return ""
     words = {True: "holds", False: "does not hold", None: "not measured"}
     cost = c.get("all_shared_cost") or {}
-    numbers = (f" ({cost['768']:.1f} and {cost['128']:.1f} Avg points at the paper's E=768 and E=128)"
+    numbers = (f" ({points(cost['768'])} and {points(cost['128'])} Avg points at the paper's E=768 and E=128)"
                if "768" in cost and "128" in cost else "")
     return (f"all-shared's cost: {words[parts.get('all_shared_cost')]}{numbers}; shared-FFN below shared-attention: "
             f"{words[parts.get('ffn_below_attention')]}; ")
@@ -576,10 +609,13 @@ def plots(agg: dict, data: dict, out: Path) -> list[Path]:
         for name, t in models:
             layers = range(1, len(t["l2"]) + 1)
             axes[0].plot(layers, t["l2"], marker="o", label=name)
-            axes[1].plot(layers, t["cosine"], marker="o", label=name)
+            axes[1].plot(layers, [angle_degrees(c) for c in t["cosine"]], marker="o", label=name)
+        # as the paper's Figure 1: the cosine similarity drawn as an angle in degrees (report.md has both)
         axes[0].set(title="L2 distance (input vs output embedding)", xlabel="layer", ylabel="L2 distance")
-        axes[1].set(title="cosine similarity (input vs output embedding)", xlabel="layer", ylabel="cosine similarity")
+        axes[1].set(title="cosine similarity, as an angle (the paper's axis)", xlabel="layer",
+                    ylabel="angle between input and output (degrees)")
         for ax in axes:
+            ax.set_xticks(range(1, max(len(t["l2"]) for _, t in models) + 1))   # layers are whole numbers
             ax.legend()
             ax.grid(alpha=0.3)
         fig.tight_layout()

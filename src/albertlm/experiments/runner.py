@@ -205,11 +205,7 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
     done = suite.prepared / "prepared.json"
     settings = prepare_settings(suite)
     if done.is_file():
-        saved = read_json(done, "the suite's prepared data record")
-        why = prepared_difference(saved, settings)
-        if why:
-            raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus: {why}); use "
-                            f"another --out")
+        saved = check_prepared(suite)
         if saved["settings"].get("finetune_tasks") != settings["finetune_tasks"]:   # --refinetune: new GLUE samples
             saved.update(settings=settings, glue=prepare_glue(suite))
             _write_json(done, saved)
@@ -224,6 +220,18 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
         if fresh:   # nothing of a half-made preparation is kept (a rerun starts it again)
             shutil.rmtree(suite.prepared, ignore_errors=True)
         raise
+
+
+def check_prepared(suite: Suite) -> Any:
+    """The prepared data's record (prepared.json), refused when it was prepared with other data settings than
+    the suite's (another corpus, vocabulary, length, masking): what `prepare` would refuse, so `--list-jobs`
+    refuses it too rather than listing every job as done."""
+    saved = read_json(suite.prepared / "prepared.json", "the suite's prepared data record")
+    why = prepared_difference(saved, prepare_settings(suite))
+    if why:
+        raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus: {why}); use "
+                        f"another --out")
+    return saved
 
 
 def corpus_fingerprint(suite: Suite) -> dict:
@@ -926,6 +934,8 @@ def preview(suite: Suite, refinetune: bool = False) -> list[tuple[Job, str]]:
     planned = plan_jobs(suite.runs)
     if not ((suite.out / "suite.json").is_file() and not measured(suite)):   # else retire_unmeasured's
         check_recorded(suite, planned)
+        if (suite.prepared / "prepared.json").is_file():   # another corpus or data setting: `prepare` refuses it
+            check_prepared(suite)
     check_models_kept(suite, planned, stale)
     merged_plan(suite, planned)
     return [(job, job_state(suite, job, stale)) for job in planned]
@@ -1038,8 +1048,12 @@ def merged_plan(suite: Suite, planned: list[Job]) -> dict:
         jobs = [j for j in old.get("jobs") or [] if j["dir"] not in known] + jobs
         order = [r["name"] for r in old.get("runs") or []]
         runs = {name: runs[name] for name in [*order, *(n for n in runs if n not in order)]}
-    return {"scale": suite.scale.to_dict(), "grid": suite.grid, "grids": grids, "runs": list(runs.values()),
-            "jobs": jobs}
+    scale = suite.scale.to_dict()
+    # the seeds the plan holds: a rerun naming fewer seeds (the command without --seeds 1 2 3) keeps the other
+    # seeds' runs planned, and suite.json and the report must not say the suite ran the command's seeds only
+    planned_seeds = {r.get("seed") for r in runs.values() if isinstance(r.get("seed"), int)}
+    scale["seeds"] = sorted(planned_seeds | set(scale.get("seeds") or []))
+    return {"scale": scale, "grid": suite.grid, "grids": grids, "runs": list(runs.values()), "jobs": jobs}
 
 
 def _run_key(run: dict) -> str:
