@@ -1,9 +1,10 @@
-"""The lead's follow-ups of session 21's audits: the fine-tuning command's stdout and help."""
+"""The lead's follow-ups of session 21's audits (fine-tuning output and help, RACE, torchrun, logs, signals)."""
 from __future__ import annotations
 
 import json
 
 from albertlm.cli.main import main
+from test_ablate_audit20 import default_sigterm  # noqa: F401  (a fixture)
 
 
 def test_finetune_help_says_what_save_every_0_means_for_fine_tuning(capsys):
@@ -156,3 +157,23 @@ def test_the_log_lines_eta_is_capped_by_the_time_budget(tmp_path):
     assert "time budget ends in 7m" in line or "time budget ends in 8m" in line, line
     assert "ETA" not in line
     logger.close()
+
+
+def test_sigterm_outside_a_training_loop_stops_any_command_as_ctrl_c(tmp_path, capsys, monkeypatch, default_sigterm):
+    """SIGTERM while a fine-tuning set up or wrote its last files (outside the loop's own handler) ended the process
+    with 143 and no word; every command now stops as on Ctrl-C: `interrupted`, exit 130, SIGTERM's default back."""
+    import signal
+
+    from conftest import save_tiny_pretrained
+    from test_ablate_audit20 import _terminate
+
+    import albertlm.tasks.finetune as finetune
+
+    (tmp_path / "model").mkdir()
+    model = save_tiny_pretrained(tmp_path / "model")
+    (tmp_path / "data.csv").write_text("text,label\ngood film,pos\nbad film,neg\n")
+    monkeypatch.setattr(finetune, "run_finetune", lambda *a, **k: _terminate())
+    code = main(["finetune", "classify", "--train", str(tmp_path / "data.csv"), "--model", str(model),
+                 "--out", str(tmp_path / "run"), "--max-steps", "2", "--batch-size", "2", "--no-progress"])
+    assert code == 130 and capsys.readouterr().err.strip().splitlines()[-1] == "albertlm finetune: interrupted"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

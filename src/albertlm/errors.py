@@ -1,5 +1,6 @@
 """The one exception type the CLI turns into a one-line message and a non-zero exit, the JSON-file reader
 every layer uses so that a damaged JSON file reads the same way everywhere, and which process says either."""
+import contextlib
 import json
 import os
 import sys
@@ -99,3 +100,40 @@ def stderr_is_terminal() -> bool:
         return sys.stderr is not None and sys.stderr.isatty()
     except (AttributeError, ValueError):      # replaced by an object without isatty, or closed
         return False
+
+
+@contextlib.contextmanager
+def sigterm_stops():
+    """SIGTERM (`kill`, `timeout`, a scheduler cancelling the job) stops a command as Ctrl-C does, wherever it
+    comes: KeyboardInterrupt, so what is half made is removed, the CLI says `interrupted` and exits 130 (a training
+    loop's own handler saves a checkpoint first; ablate's `_run_parallel` passes it on to its workers). Outside a
+    training loop SIGTERM had its default action: the process ended at once with 143 and no word (while a
+    pretraining or fine-tuning set up or wrote its last files, during the tokenizer's training, an evaluation,
+    ablate's report), leaving half-made files behind. The CLI runs every command under it. Only where SIGTERM has
+    its default action, in the main thread (a caller's own handler is left alone); a second one during the
+    clean-up is ignored. The default comes back when the block ends. No torch import."""
+    import signal
+    import threading
+
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _sigterm_interrupts)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _sigterm_interrupts(signum, frame) -> None:
+    """`sigterm_stops`'s handler: KeyboardInterrupt, once. While the data build spawns its workers it holds stops
+    back (`data.build._DEFERRED_STOPS`, acted on once they have started): the signal is left to it then."""
+    import signal
+
+    deferred = getattr(sys.modules.get("albertlm.data.build"), "_DEFERRED_STOPS", None)
+    if isinstance(deferred, list):
+        deferred.append(signum)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the clean-up runs once
+    raise KeyboardInterrupt

@@ -220,7 +220,7 @@ def _main(argv: list[str]) -> int:
         else:
             other_rank_says(line)
         return 2
-    from albertlm.errors import UserError
+    from albertlm.errors import UserError, sigterm_stops
 
     if not reports_here():                 # torchrun's other ranks: their warnings and logged warnings repeat rank 0's
         warnings.simplefilter("ignore")
@@ -230,7 +230,8 @@ def _main(argv: list[str]) -> int:
         parser = Parser(prog=f"albertlm {command}", description=COMMANDS[command][1])
         module.add_arguments(parser, command)
         args = parser.parse_args(rest)
-        return int(module.run(args, command) or 0)
+        with sigterm_stops():              # SIGTERM stops any command as Ctrl-C does: `interrupted`, exit 130
+            return int(module.run(args, command) or 0)
     except UserError as exc:
         _say(f"albertlm {command}: error: {one_line(exc)}")
         return exc.exit_code

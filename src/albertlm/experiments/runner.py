@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from albertlm.errors import UserError, read_json_object
+from albertlm.errors import UserError, read_json_object, sigterm_stops
 from albertlm.experiments.grids import Run, expand, full_model, resolve_grids
 from albertlm.experiments.scales import FinetuneTask, Scale, get_scale
 
@@ -858,43 +858,6 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
             f"started; rerun the command to continue")
     return {"planned": len(planned), "skipped": skipped, "finished": finished, "failed": failed,
             "postponed": postponed}
-
-
-@contextlib.contextmanager
-def sigterm_stops():
-    """SIGTERM (`kill`, `timeout`, a scheduler cancelling the job) stops a suite as Ctrl-C does, wherever it comes:
-    KeyboardInterrupt, so a half-made preparation is removed, the job in progress stops (a training loop's own
-    handler saves a checkpoint first; with --jobs N `_run_parallel` passes it on to the workers), the report in
-    --out is left as it was, the suite lock is released, and the CLI says `interrupted` and exits 130. Outside a
-    training loop SIGTERM had its default action: the process ended at once with 143 and no word (during the
-    tokenizer's training, an evaluation, the report), leaving a half-made preparation behind. Only where SIGTERM
-    has its default action, in the main thread (a caller's own handler is left alone); a second one during the
-    clean-up is ignored. The default comes back when the block ends."""
-    import signal
-    import threading
-
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-        yield
-        return
-    signal.signal(signal.SIGTERM, _sigterm_interrupts)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _sigterm_interrupts(signum, frame) -> None:
-    """`sigterm_stops`'s handler: KeyboardInterrupt, once. While the data build spawns its workers it holds stops
-    back (`data.build._DEFERRED_STOPS`, acted on once they have started): the signal is left to it then."""
-    import signal
-
-    deferred = getattr(sys.modules.get("albertlm.data.build"), "_DEFERRED_STOPS", None)
-    if isinstance(deferred, list):
-        deferred.append(signum)
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the clean-up runs once
-    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
