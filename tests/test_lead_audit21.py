@@ -177,3 +177,13 @@ def test_sigterm_outside_a_training_loop_stops_any_command_as_ctrl_c(tmp_path, c
                  "--out", str(tmp_path / "run"), "--max-steps", "2", "--batch-size", "2", "--no-progress"])
     assert code == 130 and capsys.readouterr().err.strip().splitlines()[-1] == "albertlm finetune: interrupted"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_an_evaluation_line_shows_a_count_as_a_whole_number(tmp_path, capsys):
+    """RACE's dev evaluation line printed `dev/num_middle 11.0000`: a count is now `11`."""
+    from albertlm.training.metrics import MetricsLogger
+
+    logger = MetricsLogger(tmp_path, 10, tensorboard=False, progress=False)
+    logger.log(2, "eval", {"dev/accuracy": 0.5, "dev/num_middle": 11})
+    logger.close()
+    assert "dev/accuracy 0.5000, dev/num_middle 11" in capsys.readouterr().out

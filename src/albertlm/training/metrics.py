@@ -74,7 +74,9 @@ class MetricsLogger:
             except OSError as exc:   # the events' writer thread failed (a full disk): its error, said once
                 raise self._events_error(exc, f"cannot write the TensorBoard events of step {step}") from None
         if split == "eval":
-            self.note(f"step {step} eval: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+            # a count (RACE's num_middle) as a whole number, not 11.0000
+            self.note(f"step {step} eval: " + ", ".join(f"{k} {v}" if isinstance(v, int) and not isinstance(v, bool)
+                                                          else f"{k} {v:.4f}" for k, v in metrics.items()))
         elif split == "train" and self.bar is None:     # the bar shows these numbers: no second copy
             self.note(self._train_line(step, metrics))
 
