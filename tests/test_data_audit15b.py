@@ -43,7 +43,7 @@ def test_wordpiece_vocab_with_a_byte_order_mark_loads_and_saves_without_it(tmp_p
     assert tok.encode_batch(lines) == plain.encode_batch(lines)
     tok.save(tmp_path / "saved")                                             # the copy loads in transformers too
     assert (tmp_path / "saved" / "vocab.txt").read_bytes() == plain_file.read_bytes()
-    assert main(["tokenizer", "info", "-t", str(bom_dir)]) == 0
+    assert main(["tokenizer", "info", "-t", str(bom_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["special_ids"]["pad"] == 0
 
 

@@ -49,7 +49,7 @@ def test_train_then_info_and_encode(tmp_path, monkeypatch, capsys):
                          "--vocab-size", "400", "--out", str(out_dir), "--lowercase"], monkeypatch, capsys)
     assert code == 0 and "V=400" in out
     assert (out_dir / "spiece.model").is_file() and (out_dir / "tokenizer_config.json").is_file()
-    code, out, _ = _run(["tokenizer", "info", "-t", str(out_dir)], monkeypatch, capsys)
+    code, out, _ = _run(["tokenizer", "info", "-t", str(out_dir), "--json"], monkeypatch, capsys)
     info = json.loads(out)
     assert info["special_ids"] == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
     assert info["options"]["do_lower_case"] is True and info["options"]["keep_accents"] is True

@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     _add_train(sub.add_parser("train", help="train a SentencePiece unigram model (or a WordPiece vocab)"))
     for name, text in (("encode", "read lines on stdin, print one JSON list of ids per line"),
                        ("decode", "read JSON lists of ids on stdin, print one text per line"),
-                       ("info", "print a tokenizer's kind, vocabulary size, special ids and options")):
+                       ("info", "print a tokenizer's file, kind, algorithm, vocabulary size, special ids and "
+                                "preprocessing")):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--tokenizer", "-t", required=True, metavar="PATH",
                        help="spiece.model / *.model, vocab.txt, tokenizer.json, or a directory holding one")
@@ -33,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             p.add_argument("--special", action="store_true", help="add [CLS] ... [SEP] to single lines")
             p.add_argument("--token-types", action="store_true",
                            help="print {\"input_ids\": [...], \"token_type_ids\": [...]} per line")
+        if name == "info":
+            p.add_argument("--json", action="store_true", help="print one JSON object instead of lines of text")
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -242,7 +245,8 @@ def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, rea
     from albertlm.tokenization.wordpiece import WordPieceOptions, train_wordpiece
 
     options = WordPieceOptions(do_lower_case=args.lowercase, strip_accents=True if args.strip_accents else False)
-    return train_wordpiece(files, args.vocab_size, out, options, show_progress=stderr_is_terminal(),
+    terminal = stderr_is_terminal()
+    return train_wordpiece(files, args.vocab_size, out, options, show_progress=terminal, log_progress=not terminal,
                            read_lines=read_lines, check_lines=check_lines, explain_empty=explain_empty)
 
 
@@ -399,10 +403,84 @@ def _as_dict(options) -> dict:
     return dataclasses.asdict(options) if dataclasses.is_dataclass(options) else dict(options)
 
 
+# tokenizer_config.json keys `info` shows for a tokenizer.json (transformers saves dozens; these describe it)
+CONFIG_KEYS = ("tokenizer_class", "do_lower_case", "keep_accents", "strip_accents", "tokenize_chinese_chars",
+               "model_max_length")
+UNSET_LENGTH = 10**12   # transformers writes 1e30 (VERY_LARGE_INTEGER) for "no limit"
+
+
+def describe(tokenizer, overridden: bool = False) -> dict:
+    """What `albertlm tokenizer info` says: the file, kind, vocabulary size, the model's algorithm and own
+    settings (a SentencePiece model's type, normalization rule, character coverage, byte fallback and
+    user-defined symbols; a tokenizer.json's model and pipeline), the special ids with their tokens, and the
+    preprocessing options with where they come from."""
+    names = ("pad", "unk", "cls", "sep", "mask")
+    info: dict = {"file": None, "kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size, "model": {},
+                  "special_ids": {name: getattr(tokenizer, f"{name}_id") for name in names},
+                  "special_tokens": {name: tokenizer.id_to_token(getattr(tokenizer, f"{name}_id")) for name in names}}
+    if hasattr(tokenizer, "tokenizer_file"):   # a tokenizer.json: its preprocessing is fixed in the file
+        info["file"] = str(tokenizer.tokenizer_file)
+        info["model"] = tokenizer.pipeline()
+        config = tokenizer.options
+        info["options"] = {key: config[key] for key in CONFIG_KEYS if key in config
+                           and not (key == "model_max_length" and not _set_length(config[key]))}
+        config_file = tokenizer.tokenizer_file.parent / "tokenizer_config.json"
+        info["options_from"] = str(config_file) if config_file.is_file() else None
+        return info
+    info["file"] = str(getattr(tokenizer, "model_file", None) or getattr(tokenizer, "vocab_file", ""))
+    info["model"] = tokenizer.model_facts() if hasattr(tokenizer, "model_facts") else {"model_type": "wordpiece"}
+    info["options"] = _as_dict(tokenizer.options)
+    source = getattr(tokenizer, "options_file", None)
+    info["options_from"] = str(source) if source is not None else None
+    info["options_overridden"] = overridden
+    return info
+
+
+def _set_length(value) -> bool:
+    return type(value) is int and 0 < value < UNSET_LENGTH
+
+
+def _value(value) -> str:
+    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+
+
+def _info_lines(info: dict) -> list[str]:
+    model = info["model"]
+    if "normalizer" in model:   # tokenizer.json
+        lines = [f"{info['file']}: tokenizer.json, {model['model_type']} model ({info['kind']}), "
+                 f"{info['vocab_size']:,} tokens",
+                 f"  normalizer: {model['normalizer']}",
+                 f"  pre-tokenizer: {model['pre_tokenizer']}; {model['added_tokens']} added tokens matched in text"]
+    elif info["kind"] == "sentencepiece" and model:
+        symbols = model["user_defined_symbols"]
+        lines = [f"{info['file']}: SentencePiece {model['model_type']} model, {info['vocab_size']:,} pieces",
+                 f"  normalization: {model['normalization']} (add_dummy_prefix {_value(model['add_dummy_prefix'])}, "
+                 f"remove_extra_whitespaces {_value(model['remove_extra_whitespaces'])}); trained with "
+                 f"character_coverage {model['character_coverage']}, byte_fallback {_value(model['byte_fallback'])}",
+                 f"  user-defined symbols ({len(symbols)}): {' '.join(symbols)}" if symbols
+                 else "  user-defined symbols: none"]
+    else:
+        lines = [f"{info['file']}: {'WordPiece vocab' if info['kind'] == 'wordpiece' else info['kind']}, "
+                 f"{info['vocab_size']:,} tokens"]
+    lines.append("  special ids: " + ", ".join(f"{name} {info['special_ids'][name]} {info['special_tokens'][name]}"
+                                              for name in info["special_ids"]))
+    options = " ".join(f"{key}={_value(value)}" for key, value in info["options"].items())
+    if "normalizer" in model:
+        source = f"from {info['options_from']}" if info["options_from"] else "no tokenizer_config.json"
+        lines.append(f"  config ({source}; the preprocessing is the file's): {options or 'none'}")
+    else:
+        source = f"from {info['options_from']}" if info["options_from"] else \
+            "defaults: no tokenizer_config.json read"
+        if info.get("options_overridden"):
+            source += ", with --option"
+        lines.append(f"  preprocessing ({source}): {options}")
+    return lines
+
+
 def _info(args: argparse.Namespace) -> int:
-    tokenizer = _load(args)
-    info = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
-            "special_ids": {name: getattr(tokenizer, f"{name}_id") for name in ("pad", "unk", "cls", "sep", "mask")},
-            "options": _as_dict(tokenizer.options)}
-    print(json.dumps(info, indent=2, ensure_ascii=False))
+    info = describe(_load(args), overridden=bool(args.option))
+    if args.json:
+        print(json.dumps(info, indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(_info_lines(info)))
     return 0

@@ -50,12 +50,19 @@ def _load_directory(directory: Path, options: dict):
 
 def _sentencepiece(model_file: Path, config: Path | None, options: dict):
     base = spm_tok.read_options(config)
-    return spm_tok.SentencePieceTokenizer(model_file, _override(base, options))
+    return _record_options_file(spm_tok.SentencePieceTokenizer(model_file, _override(base, options)), config)
 
 
 def _wordpiece(vocab_file: Path, config: Path | None, options: dict):
     base = wp_tok.read_options(config)
-    return wp_tok.WordPieceTokenizer(vocab_file, _override(base, options))
+    return _record_options_file(wp_tok.WordPieceTokenizer(vocab_file, _override(base, options)), config)
+
+
+def _record_options_file(tokenizer, config: Path | None):
+    """`tokenizer.options_file`: the tokenizer_config.json its options were read from, None where they are the
+    defaults (a bare file, a directory without one), as `albertlm tokenizer info` says."""
+    tokenizer.options_file = config if config is not None and config.is_file() else None
+    return tokenizer
 
 
 def _tokenizer_json(path: Path, options: dict):

@@ -190,6 +190,7 @@ class SentencePieceTokenizer(TokenizerBase):
     """A SentencePiece model plus ALBERT preprocessing; implements `albertlm.tokenization.base.Tokenizer`."""
 
     kind = "sentencepiece"
+    options_file: Path | None = None   # the tokenizer_config.json `load_tokenizer` read its options from
 
     def __init__(self, model_file: str | Path, options: SentencePieceOptions | None = None,
                  num_threads: int | None = None):
@@ -341,6 +342,11 @@ class SentencePieceTokenizer(TokenizerBase):
         mask[list(self._special)] = True
         return mask
 
+    def model_facts(self) -> dict:
+        """What the `.model` file records and `encode` depends on, for `albertlm tokenizer info` (see
+        `model_facts`)."""
+        return model_facts(self.model_file)
+
     # -- files ---------------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
         """spiece.model + tokenizer_config.json: loads in `load_tokenizer` and `AlbertTokenizer.from_pretrained`."""
@@ -348,6 +354,32 @@ class SentencePieceTokenizer(TokenizerBase):
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer({str(self.model_file)!r}, V={self.vocab_size}, {self.options})"
+
+
+_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}   # sentencepiece's TrainerSpec.ModelType
+
+
+def model_facts(model_file: Path) -> dict:
+    """What a `.model` file records that no loader shows (transformers' tokenizers hide it): the algorithm
+    (`model_type`: unigram, bpe, word, char), the model's own normalization rule (`normalization`: nmt_nfkc,
+    identity, ...; `add_dummy_prefix`, `remove_extra_whitespaces`), the `character_coverage` and `byte_fallback`
+    it was trained with, and its `user_defined_symbols` (pieces always cut out whole). {} where protobuf, which
+    reads the file's fields, is not installed."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2
+    except ImportError:
+        return {}
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(Path(model_file).read_bytes())
+    trainer, normalizer = proto.trainer_spec, proto.normalizer_spec
+    user = proto.SentencePiece.Type.USER_DEFINED
+    return {"model_type": _MODEL_TYPES.get(trainer.model_type, str(trainer.model_type)),
+            "normalization": normalizer.name or "custom",
+            "add_dummy_prefix": normalizer.add_dummy_prefix,
+            "remove_extra_whitespaces": normalizer.remove_extra_whitespaces,
+            "character_coverage": float(f"{trainer.character_coverage:.6g}"),   # stored as a float32
+            "byte_fallback": trainer.byte_fallback,
+            "user_defined_symbols": [piece.piece for piece in proto.pieces if piece.type == user]}
 
 
 def _ends_in_digit_comma(piece: str) -> bool:
@@ -523,17 +555,9 @@ def read_text_lines(path: Path) -> Iterator[str]:
         yield from handle
 
 
-def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None,
-                        read_lines: LineReader = read_text_lines, max_bytes: int | None = None,
-                        on_cut: Callable[[], None] | None = None):
-    """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them.
-
-    A line over `max_bytes` UTF-8 bytes (sentencepiece skips those) is cut into pieces that fit, at spaces
-    where it has them, and `on_cut()` is called once for it: a corpus without sentence breaks (text8, CJK
-    text without full stops) still trains. `progress` (a tqdm bar over bytes) advances every ~64k characters
-    and snaps to the byte count at each file end.
-    """
-    preprocess = Preprocessor(options)
+def read_with_progress(files: Sequence[Path], read_lines: LineReader, progress=None) -> Iterator[str]:
+    """The lines of `files`, `progress` (a tqdm bar or `LogProgress` over the files' bytes) advancing every ~64k
+    characters and snapping to the byte count at each file end."""
     done = 0
     for path in files:
         pending = 0
@@ -542,16 +566,30 @@ def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, pr
             if progress is not None and pending > 65536:
                 progress.update(pending)
                 pending = 0
-            line = preprocess(valid_unicode(line))  # sentencepiece's trainer refuses surrogates
-            if max_bytes is not None and len(line) * 4 > max_bytes and len(line.encode("utf-8")) > max_bytes:
-                if on_cut is not None:
-                    on_cut()
-                yield from fit_bytes(line, max_bytes)
-            elif line:
-                yield line
+            yield line
         done += path.stat().st_size
         if progress is not None:
             progress.update(done - progress.n)
+
+
+def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None,
+                        read_lines: LineReader = read_text_lines, max_bytes: int | None = None,
+                        on_cut: Callable[[], None] | None = None):
+    """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them.
+
+    A line over `max_bytes` UTF-8 bytes (sentencepiece skips those) is cut into pieces that fit, at spaces
+    where it has them, and `on_cut()` is called once for it: a corpus without sentence breaks (text8, CJK
+    text without full stops) still trains. `progress`: see `read_with_progress`.
+    """
+    preprocess = Preprocessor(options)
+    for line in read_with_progress(files, read_lines, progress):
+        line = preprocess(valid_unicode(line))  # sentencepiece's trainer refuses surrogates
+        if max_bytes is not None and len(line) * 4 > max_bytes and len(line.encode("utf-8")) > max_bytes:
+            if on_cut is not None:
+                on_cut()
+            yield from fit_bytes(line, max_bytes)
+        elif line:
+            yield line
 
 
 def _counted(lines: Iterable[str], count: list[int]) -> Iterator[str]:
@@ -572,6 +610,20 @@ class LogProgress:
 
     def __init__(self, total: int):
         self.n, self.total, self._tenths, self._started = 0, total, 0, time.monotonic()
+        self.announced = False   # the line before the training was printed: `finished` then prints its end
+
+    def finished(self, what: str) -> None:
+        """After the training that `announce` said would show no progress: one stderr line saying it ended and
+        how long the whole run took (nothing for a short run, which printed no line before)."""
+        if self.announced:
+            print(f"tokenizer train: {what} done, {(time.monotonic() - self._started) / 60:.1f} min in all",
+                  file=sys.stderr, flush=True)
+
+    def announce(self, line: str) -> None:
+        """`line` on stderr, once reading has taken long (`late`): what comes next shows no progress."""
+        if self.late():
+            self.announced = True
+            print(line, file=sys.stderr, flush=True)
 
     def late(self) -> bool:
         return time.monotonic() - self._started >= PLAIN_PROGRESS_AFTER
@@ -603,12 +655,15 @@ def _announce_training(lines: Iterable[str], read: list[int], bar, train: Senten
     count = 0
     for count, line in enumerate(lines, start=1):
         yield line
-    if show_progress or (isinstance(bar, LogProgress) and bar.late()):
+    sample = f" (a sample of {count:,})" if count < read[0] else ""
+    line = (f"read {read[0]:,} sentences{sample}; training the {train.model_type} model (V={train.vocab_size}, "
+            f"{train.num_threads or _default_threads()} threads) shows no progress until it ends "
+            "(--verbose: sentencepiece's log)")
+    if show_progress:
         bar.close()
-        sample = f" (a sample of {count:,})" if count < read[0] else ""
-        print(f"read {read[0]:,} sentences{sample}; training the {train.model_type} model (V={train.vocab_size}, "
-              f"{train.num_threads or _default_threads()} threads) shows no progress until it ends "
-              "(--verbose: sentencepiece's log)", file=sys.stderr, flush=True)
+        print(line, file=sys.stderr, flush=True)
+    elif isinstance(bar, LogProgress):
+        bar.announce(line)
 
 
 def fit_bytes(text: str, limit: int) -> list[str]:
@@ -668,7 +723,7 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     Lines longer than `train.max_sentence_length` bytes are cut to fit (`on_cut()` per line, see
     `iter_training_lines`) rather than skipped by sentencepiece. `show_progress`: a byte bar on a terminal and a
     line when sentencepiece's training starts; else `log_progress`: plain lines for a log once reading has taken
-    long (`LogProgress`).
+    long (`LogProgress`), and one when the training ends.
     """
     import sentencepiece as spm
     from tqdm import tqdm
@@ -716,6 +771,8 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                                       f"--vocab-size or decrease --character-coverage (down to "
                                       f"{MIN_CHARACTER_COVERAGE})")   # the CLI's flags, not spm_train's
             raise UserError(f"sentencepiece training failed: {message}") from None
+    if isinstance(bar, LogProgress):
+        bar.finished(f"training the {train.model_type} model")
     _reproducible_model(out_dir / MODEL_FILE, train.shuffle_input_sentence)
     save_directory(out_dir, out_dir / MODEL_FILE, MODEL_FILE, transformers_config(options))
     return SentencePieceTokenizer(out_dir / MODEL_FILE, options)

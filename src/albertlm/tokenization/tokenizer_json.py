@@ -32,6 +32,19 @@ def _not_a_tokenizer(path: Path) -> str:
             "spiece.model or vocab.txt")
 
 
+def describe_step(step: dict | None) -> str:
+    """A tokenizer.json normalizer or pre-tokenizer in one line: a Sequence as its steps, each step as its type
+    and its true/false/null settings (`BertNormalizer(clean_text=true, ..., lowercase=false)`); "none" if absent."""
+    if not isinstance(step, dict):
+        return "none"
+    children = step.get("normalizers") or step.get("pretokenizers")
+    if step.get("type") == "Sequence" and isinstance(children, list):
+        return ", ".join(describe_step(child) for child in children) or "none"
+    flags = [f"{key}={json.dumps(value)}" for key, value in step.items()
+             if key != "type" and (value is None or isinstance(value, bool))]
+    return f"{step.get('type', '?')}({', '.join(flags)})" if flags else str(step.get("type", "?"))
+
+
 class TokenizerJsonTokenizer(TokenizersBacked):
     """`tokenizer.json` behind `albertlm.tokenization.base.Tokenizer`; kind from its model (WordPiece or not)."""
 
@@ -60,6 +73,16 @@ class TokenizerJsonTokenizer(TokenizersBacked):
             if token_id is not None:
                 return token_id
         raise UserError(f"{self.tokenizer_file} has no {name} token (tried {list(CANDIDATES[name])})")
+
+    def pipeline(self) -> dict:
+        """The file's pipeline in short, for `albertlm tokenizer info`: its model type (Unigram, WordPiece, BPE),
+        normalizer and pre-tokenizer steps (`BertNormalizer(lowercase=false, ...)`, `NFKD, StripAccents,
+        Lowercase, Precompiled`), the preprocessing that `do_lower_case` and friends in tokenizer_config.json only
+        describe, and how many added tokens it matches in the text."""
+        data = json.loads(self.backend.to_str())
+        return {"model_type": data["model"].get("type"), "normalizer": describe_step(data.get("normalizer")),
+                "pre_tokenizer": describe_step(data.get("pre_tokenizer")),
+                "added_tokens": len(data.get("added_tokens") or [])}
 
     def word_start_mask(self) -> np.ndarray:
         """WordPiece: not "##"-prefixed; otherwise the SentencePiece rule ("▁", punctuation, unspaced scripts)."""

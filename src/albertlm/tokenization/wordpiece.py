@@ -113,6 +113,7 @@ class WordPieceTokenizer(TokenizersBacked):
     """A BERT vocab.txt behind `albertlm.tokenization.base.Tokenizer`."""
 
     kind = "wordpiece"
+    options_file: Path | None = None   # the tokenizer_config.json `load_tokenizer` read its options from
 
     def __init__(self, vocab_file: str | Path, options: WordPieceOptions | None = None):
         self.vocab_file = Path(vocab_file)
@@ -170,7 +171,8 @@ def canonical_order(vocab: dict[str, int]) -> list[str]:
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
                     options: WordPieceOptions | None = None, min_frequency: int = 2,
                     limit_alphabet: int | None = None, show_progress: bool = True,
-                    read_lines=None, check_lines=None, explain_empty=None) -> WordPieceTokenizer:
+                    read_lines=None, check_lines=None, explain_empty=None,
+                    log_progress: bool = False) -> WordPieceTokenizer:
     """Train a WordPiece vocab with `tokenizers` (streams its files in Rust, or the lines `read_lines(file)`
     gives, and `check_lines` / `explain_empty` as in `sentencepiece.train_sentencepiece`) and write a loadable
     directory.
@@ -184,15 +186,22 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     continuations, each sorted by code point): the trainer numbers tokens in hash-map order, different in every
     process, so the same corpus gave other ids each run. The trainer can still pick differently between
     equally frequent merges at the end of the vocabulary, so two runs may differ in a token or two.
+
+    `log_progress` (with `read_lines`, where `show_progress` draws no bar: stderr is a log): once reading has
+    taken long, plain progress lines while the input is read, one line when the trainer starts computing the
+    vocabulary and one when it ends, with the time (`sentencepiece.LogProgress`); the trainer draws its own bars
+    only on a terminal, so a long training in a log printed nothing until it ended.
     """
     from tokenizers.trainers import WordPieceTrainer
 
-    from albertlm.tokenization.sentencepiece import check_training_input, check_vocab_size, read_text_lines
+    from albertlm.tokenization.sentencepiece import (LogProgress, check_training_input, check_vocab_size,
+                                                     read_text_lines, read_with_progress)
 
     check_vocab_size(vocab_size)
     options = options or WordPieceOptions()
     paths = [str(p) for p in files]
-    check_training_input([Path(p) for p in paths], check_lines or read_lines or read_text_lines, explain_empty)
+    total = check_training_input([Path(p) for p in paths], check_lines or read_lines or read_text_lines,
+                                 explain_empty)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
@@ -204,8 +213,20 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     if read_lines is None:
         backend.train(paths, trainer)
     else:
-        # valid_unicode: the trainer refuses surrogates (a JSONL "\\ud83d" escape cut from its pair)
-        backend.train_from_iterator((valid_unicode(line) for p in paths for line in read_lines(Path(p))), trainer)
+        bar = LogProgress(total) if log_progress and not show_progress else None
+        read = [0]
+
+        def lines():
+            for line in read_with_progress([Path(p) for p in paths], read_lines, bar):
+                read[0] += 1
+                # valid_unicode: the trainer refuses surrogates (a JSONL "\\ud83d" escape cut from its pair)
+                yield valid_unicode(line)
+            if bar is not None:
+                bar.announce(f"read {read[0]:,} sentences; computing the WordPiece vocabulary (V={vocab_size}) "
+                             "shows no progress until it ends")
+        backend.train_from_iterator(lines(), trainer)
+        if bar is not None:
+            bar.finished("computing the WordPiece vocabulary")
     tokens = canonical_order(backend.get_vocab())
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     save_directory(out_dir, out_dir / VOCAB_FILE, VOCAB_FILE, transformers_config(options))
