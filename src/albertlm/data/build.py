@@ -16,10 +16,13 @@ Streaming and parallel, yet deterministic:
   previous chunk's last 8 documents: a bounded buffer of recent documents.
 - the tokenizer's unknown token is counted per chunk in the workers (`count_unknown`) and summed: the summary
   reports its share of the text's tokens and the characters behind it, and warns at UNK_WARN_SHARE;
-- Ctrl-C (or any error) ends the worker processes at once; they ignore SIGINT themselves, so one line is printed.
+- Ctrl-C (or any error) ends the worker processes at once; they ignore SIGINT themselves, so one line is printed;
+- text inputs that are tables of tab-separated columns (a GLUE/classification .tsv) are built as text, after one
+  warning line that names them and the command that extracts the text column (`tabular_inputs`).
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
@@ -35,7 +38,8 @@ from typing import Iterable, Iterator, Literal
 import numpy as np
 
 from albertlm.config.run import SEED_LIMIT
-from albertlm.data.corpus import FORMATS, CorpusCounts, Document, check_inputs, find_input_files, read_documents
+from albertlm.data.corpus import (FORMATS, JSONL_SUFFIXES, CorpusCounts, Document, check_inputs, compression_of,
+                                  find_input_files, inner_name, open_text_stream, read_documents, table_format)
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
@@ -50,6 +54,12 @@ NEGATIVE_DOCUMENTS, NEGATIVE_SENTENCES = 8, 64  # NSP: excerpts of the previous 
 UNK_SAMPLE_SENTENCES = 64  # per chunk: sentences holding the unknown token whose characters are looked at
 UNK_KEPT_CHARACTERS = 20   # the most frequent unknown characters kept in meta.json
 UNK_WARN_SHARE = 0.005     # the build warns when this share of the text's tokens (or more) is unknown
+TABLE_SNIFF_BYTES, TABLE_SNIFF_LINES = 1 << 14, 20   # what `table_columns` looks at of each text input
+# column names of GLUE / classification / SQuAD-style tables, lowercased: a first line holding one is a header
+TABLE_HEADER_NAMES = frozenset({
+    "sentence", "sentence1", "sentence2", "label", "labels", "gold_label", "text", "text_a", "text_b", "question",
+    "question1", "question2", "premise", "hypothesis", "index", "id", "idx", "qid", "quality", "#1 id", "#2 id",
+    "#1 string", "#2 string", "score", "genre", "context", "passage", "answer", "title", "category", "class"})
 
 
 @dataclass
@@ -575,6 +585,9 @@ def _build(cfg: BuildConfig) -> BuildSummary:
     ctx = ChunkContext(str(cfg.tokenizer), cfg.instance_config(), cfg.masking_config(), cfg.dupe_factor,
                        cfg.seed).load()
     _check_other_parts(out, cfg, _meta(cfg, ctx, files, [], {}))
+    warning = tables_warning(tabular_inputs(files, cfg.format))
+    if warning:
+        print(f"albertlm: warning: {warning}", file=sys.stderr)
     created = not out.exists()
     staging = out / f".building-{cfg.part_name or 'all'}"
     try:
@@ -582,15 +595,25 @@ def _build(cfg: BuildConfig) -> BuildSummary:
         staging.mkdir(parents=True)
         summary = _build_into(staging, cfg, ctx, files, started)
         _install(staging, out, replaced)
-    except OSError as exc:            # a full disk or a quota while writing
-        raise UserError(f"--out {out}: cannot write the data ({exc.strerror or exc}; is the disk full?); "
-                        "what this build had written was removed") from None
+    except OSError as exc:            # a full disk or a quota while writing, a read-only or forbidden --out
+        raise UserError(f"--out {out}: cannot write the data ({write_error(exc)}); what this build had written "
+                        "was removed") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()
     summary.out = str(out)
     return summary
+
+
+def write_error(exc: OSError) -> str:
+    """Why writing --out failed, in words: the system's message plus what to do where the cause is known. Only
+    a full disk or a quota is called one (a read-only mount used to be asked "is the disk full?")."""
+    space, elsewhere = "free some space or choose another --out", "choose another --out"
+    advice = {errno.ENOSPC: space, errno.EDQUOT: space, errno.EROFS: elsewhere, errno.EACCES: elsewhere,
+              errno.EPERM: elsewhere}.get(exc.errno)
+    reason = exc.strerror or str(exc)
+    return f"{reason}: {advice}" if advice else reason
 
 
 def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[Path], started: float) -> BuildSummary:
@@ -797,6 +820,80 @@ def _why_empty(corpus: CorpusCounts, instances: InstanceCounts) -> str:
 # The exact names a build writes (plus .tmp while writing): nothing else in --out is ever removed.
 _BUILD_FILE = re.compile(r"(meta\.json|meta\.part-\d{5}-of-\d{5}\.json|(part-\d{5}-of-\d{5}-)?shard-\d{5}\.bin"
                          r"|word_starts\.npy)(\.tmp)?")
+@dataclass
+class TableShape:
+    """What `table_columns` saw at the top of a text file: tab-separated columns."""
+    columns: int
+    header: list[str] | None   # the first line's fields when they name columns (`TABLE_HEADER_NAMES`)
+    text_column: int           # 1-based: the column holding the most text (what `cut -f` should keep)
+
+
+def table_columns(head: bytes, complete: bool) -> TableShape | None:
+    """Whether a text file's first bytes are a table of tab-separated columns (a GLUE or classification .tsv:
+    ids, labels and sentences in columns, often under a header line) rather than text: its first line has two
+    or more non-empty fields and at least 90% of its first TABLE_SNIFF_LINES non-blank lines have as many.
+    `complete`: `head` is the whole file (else its last, possibly cut, line is not looked at)."""
+    text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    lines = text.split("\n")
+    lines = [line.rstrip("\r") for line in (lines if complete else lines[:-1]) if line.strip()][:TABLE_SNIFF_LINES]
+    if len(lines) < 2 or lines[0].lstrip().startswith(("{", "<doc")):
+        return None
+    fields = lines[0].split("\t")
+    if len(fields) < 2 or sum(bool(f.strip()) for f in fields) < 2:
+        return None
+    rows = [line.split("\t") for line in lines]
+    if sum(len(row) == len(fields) for row in rows) < 0.9 * len(rows):
+        return None
+    header = any(f.strip().lower() in TABLE_HEADER_NAMES for f in fields)
+    body = [row for row in rows[header:] if len(row) == len(fields)] or rows
+    sizes = [sum(len(row[k]) for row in body) for k in range(len(fields))]
+    return TableShape(len(fields), [f.strip() for f in fields] if header else None, 1 + sizes.index(max(sizes)))
+
+
+def tabular_inputs(files: Iterable[Path], fmt: str = "auto") -> list[tuple[Path, TableShape]]:
+    """The text inputs that `table_columns` finds to be tables (JSONL, WikiExtractor, Parquet, Arrow and
+    binary files are not looked at). Reads the first TABLE_SNIFF_BYTES of each (decompressed)."""
+    if fmt not in ("auto", "lines", "raw"):
+        return []
+    found = []
+    for path in map(Path, files):
+        with open(path, "rb") as handle:
+            magic = handle.read(8)
+        named_jsonl = fmt == "auto" and inner_name(path).suffix.lower() in JSONL_SUFFIXES
+        if table_format(path, magic) is not None or named_jsonl:
+            continue
+        stream, raw = open_text_stream(path, compression_of(magic), lambda exc: None)
+        try:
+            head = stream.read(TABLE_SNIFF_BYTES + 1)
+        finally:
+            stream.close()
+            raw.close()
+        shape = None if b"\x00" in head else table_columns(head[:TABLE_SNIFF_BYTES], len(head) <= TABLE_SNIFF_BYTES)
+        if shape is not None:
+            found.append((path, shape))
+    return found
+
+
+def tables_warning(tables: list[tuple[Path, TableShape]]) -> str | None:
+    """The one warning line about inputs that are tables (`tabular_inputs`), or None. Such a file is read as
+    text like any other: every line, the header's column names, the labels and the ids included."""
+    if not tables:
+        return None
+
+    def described(path: Path, shape: TableShape) -> str:
+        header = f", header: {', '.join(shape.header)}" if shape.header else ""
+        return f"{path} ({shape.columns} columns{header})"
+    named = "; ".join(described(path, shape) for path, shape in tables[:3])
+    more = f"; and {len(tables) - 3} more" if len(tables) > 3 else ""
+    path, shape = tables[0]
+    command = (f"tail -n +2 {path} | cut -f{shape.text_column}" if shape.header else
+               f"cut -f{shape.text_column} {path}")
+    return (f"{len(tables)} input file(s) look like tables of tab-separated columns (a GLUE or classification "
+            f"file?), not text: {named}{more}; every line is built as text, "
+            f"{'column names, ' if any(s.header for _, s in tables) else ''}labels and ids too; to pretrain on a "
+            f"column, extract it first (`{command} > text.txt`)")
+
+
 _META_FILE = re.compile(r"meta(\.part-\d{5}-of-\d{5})?\.json")
 
 

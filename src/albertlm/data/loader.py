@@ -39,6 +39,27 @@ def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, index, DYNAMIC_MASKING_STREAM])
 
 
+def load_word_starts(directory: Path, vocab_size: int) -> np.ndarray:
+    """The build's (V,) bool table of word-start tokens (`word_starts.npy`), which dynamic masking needs; a
+    missing or damaged file is a UserError (every build writes it beside the shards, and every part the same
+    one: parts copied together from several machines need it copied too)."""
+    path = directory / WORD_STARTS_FILE
+    if not path.is_file():
+        raise UserError(f"{directory} has no {WORD_STARTS_FILE}, which dynamic masking needs (every build and "
+                        f"every part writes it beside the shards: copy it along with the shards, or rebuild the "
+                        "data with `albertlm data build`)")
+    try:
+        word_start = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        raise UserError(f"{path} is damaged (no readable .npy array); rebuild the data with `albertlm data build`") \
+            from None
+    if word_start.dtype != np.bool_ or word_start.shape != (vocab_size,):
+        raise UserError(f"{path} holds a {word_start.dtype} array of shape {word_start.shape}, not the "
+                        f"({vocab_size},) bool table of this build's vocabulary (another build's file?); "
+                        "rebuild the data with `albertlm data build`")
+    return word_start
+
+
 class PretrainingDataset:
     """Instances of a built data directory; `ds[i]` (or `ds[(epoch, i)]`) is a dict of numpy arrays (one
     padded instance). With dynamic masking the epoch in the key chooses the masks."""
@@ -55,7 +76,7 @@ class PretrainingDataset:
         if dynamic_masking:
             tok = self.meta["tokenizer"]
             special = tuple(tok[k] for k in ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id"))
-            word_start = np.load(self.directory / WORD_STARTS_FILE)
+            word_start = load_word_starts(self.directory, tok["vocab_size"])
             self._vocab = MaskingVocab(word_start, tok["mask_id"], special)
             self._random_ids = self._vocab.random_ids
             self._masking = MaskingConfig(**self.meta["masking"])
