@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         parser.add_argument("--json", action="store_true", help="one JSON object per text (JSON lines)")
     else:
         parser.add_argument("--input", required=True, metavar="FILE", help="one text per line ('-': stdin)")
-        parser.add_argument("--out", required=True, metavar="X.npy", help="output: float32 array (N, H), input order")
+        parser.add_argument("--out", required=True, metavar="X.npy",
+                            help="output .npy file: float32 array (N, H), input order (another suffix is refused)")
         parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="mean of the last hidden states over the tokens, or the [CLS] state")
@@ -49,10 +50,27 @@ def run(args: argparse.Namespace, command: str) -> int:
     if command == "embed" and args.max_length is not None and args.max_length < 3:
         raise UserError(f"--max-length must be >= 3 ([CLS], at least one token of the text, [SEP]), "
                         f"got {args.max_length}")
+    if command == "embed":
+        check_npy_name(args.out)
     return _fill_mask(args) if command == "fill-mask" else _embed(args)
 
 
+def check_npy_name(out: str) -> None:
+    """`embed` writes one NumPy .npy array whatever --out is called: `emb.npz`, `emb.parquet` or `emb.jsonl` got
+    .npy bytes under that name without a word (a reader of the format named then fails on the file)."""
+    from pathlib import Path
+
+    from albertlm.errors import UserError
+
+    suffix = Path(out).suffix
+    if suffix.lower() != ".npy":
+        what = f", not a {suffix} file" if suffix else ""
+        raise UserError(f"--out {out}: embed writes a NumPy .npy array (float32, texts x hidden size){what}; "
+                        f"name it {Path(out).stem or 'emb'}.npy (np.load reads it)")
+
+
 def _fill_mask(args) -> int:
+    from albertlm.errors import stderr_is_terminal
     from albertlm.tasks.inference import FillMask
 
     fill = FillMask.load(args.model, args.tokenizer, args.device)
@@ -62,7 +80,12 @@ def _fill_mask(args) -> int:
     from albertlm.errors import UserError
 
     # batched, printed as each batch is done; blank lines are skipped. A bad line (no [MASK], too long, not UTF-8)
-    # is named by its line number, after the results of the lines before it are printed
+    # is named by its line number, after the results of the lines before it are printed. From a terminal each
+    # line is answered at once (batches of --batch-size lines printed nothing until the 32nd line was typed)
+    interactive = stdin_is_terminal()
+    if interactive and stderr_is_terminal():
+        print("fill-mask: one text with [MASK] per line; Ctrl-D ends", file=sys.stderr)
+    batch_size = 1 if interactive else args.batch_size
     batch: list[str] = []
     encoded: list[list[int]] = []
 
@@ -79,13 +102,21 @@ def _fill_mask(args) -> int:
                 continue
             encoded.append(fill.encode(text, f"stdin line {number}"))
             batch.append(text)
-            if len(batch) == args.batch_size:
+            if len(batch) == batch_size:
                 flush()
     except UserError:
         flush()
         raise
     flush()
     return 0
+
+
+def stdin_is_terminal() -> bool:
+    """Whether stdin is a terminal (a person typing), False for a pipe, a file, or a replaced or closed stdin."""
+    try:
+        return bool(sys.stdin is not None and sys.stdin.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _print_fill(texts, results, as_json: bool) -> None:
@@ -112,8 +143,7 @@ def _embed(args) -> int:
     model, model_dir, device = load_encoder(args.model, args.device)
     tokenizer = load_tokenizer_for(model_dir, args.tokenizer, model.config.vocab_size)
     if args.input == "-":
-        texts = [text for _, text in stdin_lines()]
-        count, source = len(texts), iter(texts)
+        count, source = spooled(stdin_lines(), "stdin")
     else:
         path = Path(args.input)
         if path.is_dir():
@@ -126,10 +156,9 @@ def _embed(args) -> int:
         else:   # a pipe (bash's `--input <(cmd)`: /dev/fd/63), /dev/null: read once, as stdin is (was "no such file")
             try:
                 with open(path, "rb") as handle:
-                    texts = [text for _, text in binary_lines(handle, f"--input {path} line ")]
+                    count, source = spooled(binary_lines(handle, f"--input {path} line "), f"--input {path}")
             except OSError as exc:
                 raise UserError(f"--input {path}: cannot read it ({exc.strerror or exc})") from None
-            count, source = len(texts), iter(texts)
     out = Path(args.out)
     if out.is_dir():
         raise UserError(f"--out {out} is a directory")
@@ -164,6 +193,40 @@ def _embed(args) -> int:
               f"{'its embedding covers' if cut == 1 else 'their embeddings cover'} only the start of the text",
               file=sys.stderr)
     return 0
+
+
+def spooled(lines, where: str):
+    """(count, texts) of the (number, text) pairs of a stream read once (stdin, a pipe), its texts kept in an
+    unnamed temporary file, not in memory: the .npy's row count must be known before the first row is written,
+    and a list of every text of a huge stdin held all of it in memory (embed_texts' windows bound the rest)."""
+    import tempfile
+
+    from albertlm.errors import UserError
+
+    try:   # surrogatepass: a text stream put in sys.stdin may hold lone surrogates; they come back unchanged
+        spool = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="surrogatepass", newline="\n")
+    except OSError as exc:
+        raise UserError(f"{where}: cannot make a temporary file for its texts ({exc.strerror or exc}); "
+                        "give --input a file") from None
+    count = 0
+    try:
+        for count, (_, text) in enumerate(lines, 1):   # a read error stays the caller's ("cannot read it")
+            try:
+                spool.write(text + "\n")     # a text holds no "\n": the lines were split there
+            except OSError as exc:   # a full temporary folder
+                raise UserError(f"{where}: cannot keep its texts in a temporary file ({exc.strerror or exc}); "
+                                "give --input a file") from None
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
+    return count, _spool_texts(spool)
+
+
+def _spool_texts(spool):
+    with spool:
+        for line in spool:
+            yield line[:-1]
 
 
 def make_parent(path, option: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -140,17 +141,38 @@ def has_mlm_head(model_dir: Path) -> bool:
 
 
 # -- fill-mask ---------------------------------------------------------------------------------------------
-def encode_masked(tokenizer, text: str, mask_text: str = MASK_TEXT) -> list[int]:
-    """`[CLS] text [SEP]` with every `mask_text` as the mask id. The spans between masks are encoded on
-    their own, as transformers' tokenizers do around a special token (so "[MASK]." gives "." its own
+def special_texts(tokenizer) -> dict[str, int]:
+    """The written forms of the tokenizer's special tokens -> their ids: `[MASK]` (what users type), the
+    tokenizer's own mask token where it is another (a tokenizer.json's `<mask>`), and its [CLS], [SEP], pad and
+    unknown tokens (`<pad>`, `<unk>` in ALBERT's SentencePiece model), as transformers' tokenizers match them in
+    the raw text ("[SEP]" typed between two sentences is the separator there, not the pieces "▁[", "sep", "]")."""
+    texts = {MASK_TEXT: tokenizer.mask_id}
+    for token_id in (tokenizer.mask_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.unk_id):
+        text = tokenizer.id_to_token(token_id)
+        if text and text.strip():
+            texts.setdefault(text, token_id)
+    return texts
+
+
+def mask_texts(tokenizer) -> list[str]:
+    """How a mask may be written: `[MASK]`, and the tokenizer's own mask token where it is another."""
+    return [text for text, token_id in special_texts(tokenizer).items() if token_id == tokenizer.mask_id]
+
+
+def encode_masked(tokenizer, text: str) -> list[int]:
+    """`[CLS] text [SEP]` with every `[MASK]` (or the tokenizer's own mask token) as the mask id, and the other
+    special tokens written in the text ([SEP], [CLS], <pad>, <unk>) as their ids. The spans between them are
+    encoded on their own, as transformers' tokenizers do around a special token (so "[MASK]." gives "." its own
     word-start piece, the same ids as `pipeline("fill-mask")` on the exported model)."""
-    spans = text.split(mask_text)
-    if len(spans) < 2:
-        raise UserError(f"no {mask_text} in {text!r}")
-    pieces = tokenizer.encode_batch(spans)
-    ids = [tokenizer.cls_id]
-    for k, span_ids in enumerate(pieces):
-        ids += ([tokenizer.mask_id] if k else []) + list(span_ids)
+    specials = special_texts(tokenizer)
+    pattern = re.compile("(" + "|".join(map(re.escape, sorted(specials, key=len, reverse=True))) + ")")
+    parts = pattern.split(text)   # text, special, text, special, ..., text
+    if not any(specials[part] == tokenizer.mask_id for part in parts[1::2]):
+        raise UserError(f"no {' or '.join(mask_texts(tokenizer))} in {text!r}")
+    pieces = tokenizer.encode_batch(parts[0::2])
+    ids = [tokenizer.cls_id, *pieces[0]]
+    for special, span_ids in zip(parts[1::2], pieces[1:]):
+        ids += [specials[special], *span_ids]
     return ids + [tokenizer.sep_id]
 
 
@@ -212,9 +234,10 @@ class FillMask:
         """The ids of `text` ([CLS] ... [SEP], its [MASK]s as the mask id); a text without [MASK], or longer than
         the model's positions, is a UserError, prefixed with `name` ("text 3", "stdin line 7") when given."""
         prefix = f"{name}: " if name else ""
-        if MASK_TEXT not in text:
-            raise UserError(f"{prefix}no {MASK_TEXT} in {text!r}")
-        ids = encode_masked(self.tokenizer, text)
+        try:
+            ids = encode_masked(self.tokenizer, text)
+        except UserError as exc:
+            raise UserError(f"{prefix}{exc}") from None
         limit = self.model.config.max_position_embeddings
         if len(ids) > limit:
             raise UserError(f"{prefix}the text has {len(ids)} tokens; the model reads at most {limit}")
