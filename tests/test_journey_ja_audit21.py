@@ -174,11 +174,8 @@ def test_wrapped_half_width_katakana_lines_join_without_a_space(tmp_path, fmt):
     boundary (a '▁' piece) inside the word: 'ｺ ﾝﾋﾞﾆ', in data build and tokenizer train."""
     from albertlm.data.corpus import read_documents
 
+    from test_journey_zh_audit20 import wrapped_sentences
+
     wrapped = ["彼は週末にｺ", "ﾝﾋﾞﾆで映画を見た。ﾃﾞｰ", "ﾀを保存した。"]
-    path = tmp_path / f"ja.{'txt' if fmt == 'raw' else 'jsonl'}"
-    if fmt == "raw":
-        path.write_text("\n".join(wrapped) + "\n", encoding="utf-8")
-    else:
-        path.write_text(json.dumps({"text": "\n".join(wrapped)}, ensure_ascii=False) + "\n", encoding="utf-8")
-    sentences = [s for doc in read_documents([path], fmt) for s in doc.sentences]
+    sentences = wrapped_sentences(tmp_path / f"ja.{'txt' if fmt == 'raw' else 'jsonl'}", fmt, wrapped, read_documents)
     assert sentences == ["彼は週末にｺﾝﾋﾞﾆで映画を見た。", "ﾃﾞｰﾀを保存した。"]

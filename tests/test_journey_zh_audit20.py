@@ -146,10 +146,14 @@ def test_wrapped_chinese_lines_join_without_a_space(tmp_path, fmt):
     from albertlm.data.corpus import read_documents
 
     wrapped = ["南京大学位于南", "京市，是一所大", "学。It is old.", "东京は日本の", "首都です。"]
-    path = tmp_path / f"zh.{'txt' if fmt == 'raw' else 'jsonl'}"
+    sentences = wrapped_sentences(tmp_path / f"zh.{'txt' if fmt == 'raw' else 'jsonl'}", fmt, wrapped, read_documents)
+    assert sentences == ["南京大学位于南京市，是一所大学。", "It is old.", "东京は日本の首都です。"]
+
+
+def wrapped_sentences(path, fmt: str, wrapped: list[str], read_documents) -> list[str]:
+    """The sentences of `wrapped` (lines of one paragraph) written to `path` as raw text or as one JSONL record."""
     if fmt == "raw":
         path.write_text("\n".join(wrapped) + "\n", encoding="utf-8")
     else:
         path.write_text(json.dumps({"text": "\n".join(wrapped)}, ensure_ascii=False) + "\n", encoding="utf-8")
-    sentences = [s for doc in read_documents([path], fmt) for s in doc.sentences]
-    assert sentences == ["南京大学位于南京市，是一所大学。", "It is old.", "东京は日本の首都です。"]
+    return [s for doc in read_documents([path], fmt) for s in doc.sentences]
