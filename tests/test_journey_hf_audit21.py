@@ -26,7 +26,6 @@ def _spec(family: str, labels: list[str], **info) -> TaskSpec:
                     info={"labels": labels, **info})
 
 
-@pytest.mark.xfail(strict=True, reason="finetune reads a named classifier's rows by index: classes swapped")
 def test_classify_from_hf_classifier_keeps_each_named_class(tmp_path, tiny_config, one_thread):
     source, path = _hf_classifier(tmp_path, tiny_config, ["pos", "neg", "neu"])
     model = load_model(_spec("classify", ["neg", "neu", "pos"]), path, FinetuneConfig())
@@ -35,7 +34,6 @@ def test_classify_from_hf_classifier_keeps_each_named_class(tmp_path, tiny_confi
         assert torch.equal(model.classifier.bias[j], source.classifier.bias[row])
 
 
-@pytest.mark.xfail(strict=True, reason="finetune glue reads a named classifier's rows by index: classes swapped")
 def test_glue_from_hf_classifier_keeps_each_named_class(tmp_path, tiny_config, one_thread):
     # run_glue.py's names (datasets' GLUE): SST-2's 0 is "negative"; this model keeps "positive" first
     source, path = _hf_classifier(tmp_path, tiny_config, ["positive", "negative"])

@@ -84,7 +84,42 @@ def load_model(spec: TaskSpec, model_path: str | Path, cfg: FinetuneConfig):
     for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
         if getattr(cfg, name) is not None:
             overrides[name] = getattr(cfg, name)
-    return spec.model_class.from_pretrained(model_path, **overrides)
+    model = spec.model_class.from_pretrained(model_path, **overrides)
+    order = class_order(spec, model_path)
+    classifier = getattr(model, "classifier", None)
+    if order is not None and isinstance(classifier, nn.Linear) and classifier.out_features == len(order):
+        # a classifier whose classes are named (a transformers model's id2label) keeps each class's trained row:
+        # read by index, its row for one class would have been trained as another (its predictions swapped)
+        with torch.no_grad():
+            classifier.weight.copy_(classifier.weight[order])
+            classifier.bias.copy_(classifier.bias[order])
+        logging.getLogger("albertlm.model").warning(
+            "%s names its classes in another order than the task's (%s): its classifier rows are put in the "
+            "task's order", model_path, ", ".join(str(label) for label in spec.info["labels"]))
+    return model
+
+
+def class_order(spec: TaskSpec, model_path: str | Path) -> list[int] | None:
+    """Where the checkpoint fine-tuning starts from keeps each of the task's classes, when it names them (a
+    transformers classifier's id2label, our labels.json, a fine-tuning run's task.json) as the same classes in
+    another order: `order[j]` is its classifier row for the task's label j. None otherwise (no names, other names
+    or another number of them, the task's order already, a regression)."""
+    from albertlm.interop.hf import read_labels
+    from albertlm.model.io import resolve_checkpoint
+    from albertlm.tasks import glue
+
+    labels = [str(label).strip() for label in spec.info.get("labels") or []]
+    if spec.family not in ("glue", "classify") or not labels or spec.info.get("regression"):
+        return None
+    id2label = read_labels(resolve_checkpoint(model_path)).get("id2label")
+    if spec.family == "glue":
+        return glue.model_class_order(glue.get_task(spec.info["task"]), id2label)
+    if not isinstance(id2label, dict) or len(id2label) != len(labels):
+        return None
+    names = [str(id2label.get(str(i), "")).strip() for i in range(len(labels))]
+    if sorted(names) != sorted(labels) or names == labels:
+        return None
+    return [names.index(label) for label in labels]
 
 
 def model_inputs(batch: dict, outputs: Outputs) -> dict:
