@@ -55,10 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def run(args: argparse.Namespace, command: str) -> int:
-    from albertlm.experiments.runner import sigterm_stops
-
-    with sigterm_stops():   # SIGTERM stops the command as Ctrl-C does, the report's writing included (exit 130)
-        return _run(read_options(args, ABLATE))
+    # SIGTERM stops it as Ctrl-C does, the report's writing included (exit 130): cli.main runs every command so
+    return _run(read_options(args, ABLATE))
 
 
 def _run(o: AblateOptions) -> int:
