@@ -142,13 +142,17 @@ def read_meta(directory: str | os.PathLike) -> dict:
                             "name (a renamed file? rebuild the data)")
         difference = settings_difference(meta, metas[0])
         if difference:
-            raise UserError(f"{path}: built with other settings than {parts[0].name} ({difference}); build "
-                            "every part with the same settings")
+            advice = CORPUS_ADVICE if difference.startswith("corpus ") else "build every part with the same settings"
+            raise UserError(f"{path}: built with other settings than {parts[0].name} ({difference}); {advice}")
     total = metas[0]["num_shards"]
     found = sorted(m["shard_index"] for m in metas)
     if found != list(range(total)):
         missing = sorted(set(range(total)) - set(found))
-        raise UserError(f"{directory} holds parts {found} of {total}; missing {missing}")
+        first = missing[0]
+        raise UserError(f"{directory} holds parts {found} of {total}; missing {missing}: build "
+                        f"{'each' if len(missing) > 1 else 'it'} there (--num-shards {total} --shard-index {first}"
+                        f"{', ...' if len(missing) > 1 else ''}) or copy its files ({part_meta_name(first, total)} and "
+                        f"part-{first:05d}-of-{total:05d}-shard-*.bin) from the machine that built it")
     return merge_metas(sorted(metas, key=lambda m: m["shard_index"]))
 
 
@@ -170,13 +174,41 @@ def tokenizer_difference(meta: dict, other: dict) -> str | None:
     return None
 
 
+# what every part counts of the corpus it read: each reads the whole corpus, so these are the same in every part
+# of one build; a part that differs read other text (each machine given its own share of the files, or another
+# copy of the corpus), and the union of the parts would silently miss most of the text
+CORPUS_IDENTITY = ("files", "documents", "sentences", "chars")
+
+
 def settings_difference(meta: dict, other: dict) -> str | None:
-    """The first build setting in which two part metas differ, as "NAME A vs B", or None."""
+    """The first build setting in which two part metas differ, as "NAME A vs B" (for an object such as
+    `masking`, its first differing field: "masking.mode token vs ngram"), or None. Then the tokenizer
+    (`tokenizer_difference`), then the corpus the parts read (`corpus_difference`)."""
     for key in PART_SETTINGS:
-        if meta.get(key, FORMAT_VERSION if key == "format_version" else None) != \
-                other.get(key, FORMAT_VERSION if key == "format_version" else None):
-            return f"{key} {_short(meta.get(key))} vs {_short(other.get(key))}"
-    return tokenizer_difference(meta, other)
+        default = FORMAT_VERSION if key == "format_version" else None
+        mine, theirs = meta.get(key, default), other.get(key, default)
+        if mine != theirs:
+            if isinstance(mine, dict) and isinstance(theirs, dict):
+                field = next(k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k))
+                return f"{key}.{field} {_short(mine.get(field))} vs {_short(theirs.get(field))}"
+            return f"{key} {_short(mine)} vs {_short(theirs)}"
+    return tokenizer_difference(meta, other) or corpus_difference(meta, other)
+
+
+def corpus_difference(meta: dict, other: dict) -> str | None:
+    """How the corpora two parts read differ ("corpus documents 1 vs 2"), or None. Every part of
+    a `--num-shards K` build reads the whole corpus and keeps its own chunks, so the counts of what was read
+    (`CORPUS_IDENTITY`) are the same in all of them; only what both metas record is compared."""
+    mine = (meta.get("counts") or {}).get("corpus") or {}
+    theirs = (other.get("counts") or {}).get("corpus") or {}
+    for key in CORPUS_IDENTITY:
+        if key in mine and key in theirs and mine[key] != theirs[key]:
+            return f"corpus {key} {_short(mine[key])} vs {_short(theirs[key])}"
+    return None
+
+
+CORPUS_ADVICE = ("every part reads the whole corpus and keeps its own share of it: give every machine the same "
+                 "--input (not a share of the files each), or the parts together miss most of the text")
 
 
 def _short(value) -> str:
@@ -293,10 +325,17 @@ def damaged_rows(records: np.ndarray, max_seq_length: int, max_predictions: int,
 
 def damage_message(directory, index: int, shard: int, max_seq_length: int, max_predictions: int,
                    vocab_size: int = 0) -> str:
-    """The one-line error for a damaged record (see `damaged_rows`)."""
-    return (f"{directory}: instance {index} (in shard {shard}) is damaged: values no build writes (length, masked "
-            f"slots or token ids out of range for max_seq_length {max_seq_length}, {max_predictions} masked slots"
-            f"{f', {vocab_size} tokens' if vocab_size else ''}); rebuild the data with `albertlm data build`")
+    """The one-line error for a damaged record (see `damaged_rows`). `shard` is its place in the meta's list;
+    the file is named too (in a `--num-shards` build shard 5 may be `part-00001-of-00002-shard-00000.bin`, and
+    there is no `shard-00005.bin` to look at)."""
+    try:
+        name = read_meta(directory)["shards"][shard]["file"]
+    except (UserError, OSError, IndexError, KeyError, TypeError):
+        name = None
+    where = f" (file {name})" if name else ""
+    return (f"{directory}: instance {index} (in shard {shard}) is damaged{where}: values no build writes (length, "
+            f"masked slots or token ids out of range for max_seq_length {max_seq_length}, {max_predictions} masked "
+            f"slots{f', {vocab_size} tokens' if vocab_size else ''}); rebuild the data with `albertlm data build`")
 
 
 def open_shards(directory: str | os.PathLike, meta: dict) -> list[np.ndarray]:
@@ -307,8 +346,14 @@ def open_shards(directory: str | os.PathLike, meta: dict) -> list[np.ndarray]:
     for shard in meta["shards"]:
         path = directory / shard["file"]
         expected = shard["num_instances"] * dtype.itemsize
-        if not path.is_file() or path.stat().st_size != expected:
-            raise UserError(f"shard {path} is missing or has the wrong size (expected {expected} bytes)")
+        if not path.is_file():
+            raise UserError(f"shard {path} is missing (listed in the build's meta file): copy it along with the "
+                            "meta, or rebuild the data with `albertlm data build`")
+        size = path.stat().st_size
+        if size != expected:
+            raise UserError(f"shard {path} has the wrong size: {size} bytes, expected {expected} ("
+                            f"{shard['num_instances']} records of {dtype.itemsize} bytes; cut short or changed in a "
+                            "copy?): copy it again, or rebuild the data with `albertlm data build`")
         if not expected:  # mmap refuses empty files
             maps.append(np.zeros(0, dtype=dtype))
             continue
