@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from albertlm.tasks.tables import DataError, Problems, read_tsv
+from albertlm.tasks.tables import DataError, Problems, read_tsv, shown
 
 
 @dataclass(frozen=True)
@@ -354,12 +354,18 @@ def write_submission(task: GlueTask, examples: list[Example], predictions, path:
 
 
 def read_predictions(task: GlueTask, path: str | Path) -> dict[str, str | float]:
-    """A submission-format file (index, prediction) as {index: label or score}."""
-    out = {}
+    """A submission-format file (index, prediction) as {index: label or score}. An index given twice is an error
+    naming both lines (the later prediction replaced the earlier one, and the scores moved, without a word)."""
+    out, lines = {}, {}
     for n, (lineno, cells) in enumerate(read_tsv(path)):
         if n == 0 and cells[0].strip().lower() in ("index", "id"):
             continue
         if len(cells) < 2:
             raise DataError(f"{path}:{lineno}: expected 'index<TAB>prediction'")
-        out[cells[0].strip()] = _parse_label(task, cells[1], f"{path}:{lineno}")
+        index = cells[0].strip()
+        if index in lines:
+            raise DataError(f"{path}:{lineno}: a second prediction for index {shown(index)} (the first at line "
+                            f"{lines[index]})")
+        lines[index] = lineno
+        out[index] = _parse_label(task, cells[1], f"{path}:{lineno}")
     return out

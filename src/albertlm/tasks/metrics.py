@@ -64,16 +64,19 @@ GLUE_METRICS: dict[str, tuple[str, ...]] = {
 
 
 def glue_metrics(task: str, labels: Sequence, preds: Sequence) -> dict[str, float]:
-    """The official metrics of one GLUE task; labels/preds are class ids (or scores for STS-B)."""
+    """The official metrics of one GLUE task; labels/preds are class ids (or scores for STS-B). The task's own
+    metrics come first, in GLUE's order (GLUE_METRICS: CoLA's MCC, MRPC's F1 then accuracy, STS-B's Pearson then
+    Spearman), then the others: the order a run's log lines and every metrics dict show them in."""
     if task == "stsb":
-        return pearson_spearman(labels, preds)
-    out = {"accuracy": accuracy(labels, preds)}
-    if task in ("cola", "ax"):
-        out["mcc"] = matthews(labels, preds)
-    if task in ("mrpc", "qqp"):
-        out["f1"] = binary_f1(labels, preds)
-        out["acc_and_f1"] = (out["f1"] + out["accuracy"]) / 2
-    return out
+        out = pearson_spearman(labels, preds)
+    else:
+        out = {"accuracy": accuracy(labels, preds)}
+        if task in ("cola", "ax"):
+            out["mcc"] = matthews(labels, preds)
+        if task in ("mrpc", "qqp"):
+            out["f1"] = binary_f1(labels, preds)
+            out["acc_and_f1"] = (out["f1"] + out["accuracy"]) / 2
+    return {**{name: out[name] for name in GLUE_METRICS.get(task, ()) if name in out}, **out}
 
 
 def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labels: int) -> dict[str, float]:

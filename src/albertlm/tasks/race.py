@@ -1,5 +1,6 @@
 """RACE: reading `RACE/{train,dev,test}/{middle,high}/*.txt` (one JSON passage per file, several
-questions each; or google-research's `all.txt`, the level's passages one per line) and building 4-way
+questions each; or google-research's `all.txt`, the level's passages one per line), or a Hugging Face export of
+RACE (one row per question: `train`, `validation`, `test` as JSON lines, Parquet or CSV), and building 4-way
 multiple-choice features.
 
 Each choice is `[CLS] article [SEP] question-with-option [SEP]`: a question containing `_` has it
@@ -7,6 +8,9 @@ replaced by the option, otherwise the option is appended (google-research `race_
 """
 from __future__ import annotations
 
+import ast
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -49,6 +53,12 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
     levels = tuple(dict.fromkeys(levels))
     if not levels:
         raise DataError(f"{root}: no RACE level to read; levels are {', '.join(LEVELS)}")
+    exported = hf_split_files(root, split) if not (root / split).is_dir() else []
+    if exported:         # a Hugging Face export (`validation.jsonl`, `test-00000-of-00001.parquet`, ...)
+        examples = [e for e in read_hf_files(exported, answers) if e.level in levels]
+        if not examples:
+            raise DataError(f"{', '.join(map(str, exported))}: no {'/'.join(levels)} questions")
+        return examples
     is_split_dir = any((root / level).is_dir() for level in LEVELS)  # given RACE/dev itself
     split_dir = root if is_split_dir and not (root / split).is_dir() else root / split
     held_out = root.resolve().name      # `--data-dir .` inside RACE/dev too
@@ -63,9 +73,12 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
             hint = f"; give the RACE directory itself: {root / 'RACE'}"
         elif root.name in LEVELS and root.is_dir():     # RACE/dev/middle: one level of a split
             hint = f"; {root} is one level: give --data-dir {root.parent} --levels {root.name}"
-        elif root.is_file():            # a passage file or all.txt
-            hint = f"; {root} is a file: give the RACE directory, or a split directory holding middle/ and high/"
-        raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt){hint}")
+        elif root.is_file():            # a passage file, all.txt or an export of one split
+            hint = (f"; {root} is a file: give the RACE directory, a split directory holding middle/ and high/, "
+                    "or the directory holding a Hugging Face export's files")
+        names = " or ".join(HF_SPLIT_NAMES.get(split, (split,)))
+        raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt, or a Hugging "
+                        f"Face export's file named {names}: .jsonl, .parquet or .csv){hint}")
     examples = []
     for level in levels:
         examples += _read_level(split_dir / level, level, answers)
@@ -122,6 +135,104 @@ def read_all_file(path: Path, level: str, answers: bool = True) -> list[RaceExam
         seen[name] = lineno
         examples += _passage_examples(data, f"{path}:{lineno}", level, name, answers)
     return examples
+
+
+# ------------------------------------------------------------------ Hugging Face's layout (`ehovy/race`)
+# One row per question: example_id (the passage file, "high132.txt"), article, answer, question, options. The
+# Hub keeps each split as `<config>/<split>-00000-of-00001.parquet` (`validation` is RACE's dev); a user exports it
+# with `Dataset.to_json` / `to_parquet` / `to_csv`. Its questions are named as the passage files' (`high/132.txt#0`,
+# the passage's questions numbered in row order), so predictions and scores match between the layouts.
+HF_SPLIT_NAMES = {"train": ("train",), "dev": ("validation", "dev"), "test": ("test",)}
+HF_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".arrow", ".csv")
+HF_COLUMNS = ("example_id", "article", "question", "options", "answer")
+_SHARD = re.compile(r"-\d+-of-\d+$")      # train-00000-of-00002
+
+
+def hf_split_files(root: str | Path, split: str) -> list[Path]:
+    """The files of one split of a Hugging Face RACE export in `root`, or in its `all/` (the Hub's layout), in
+    name order: `validation.jsonl` (dev), `test.parquet`, `train-00000-of-00002.parquet`, `race_validation.csv`."""
+    root = Path(root)
+    for folder in (root, root / "all"):
+        if not folder.is_dir():
+            continue
+        found = sorted(path for path in folder.iterdir()
+                       if path.suffix.lower() in HF_SUFFIXES and not path.name.startswith(".")
+                       and _hf_split(path) in HF_SPLIT_NAMES.get(split, ()) and path.is_file())
+        if found:
+            return found
+    return []
+
+
+def _hf_split(path: Path) -> str:
+    """The split a file's name says: its stem less a shard count, after a last `_` or `-` (`race_validation`)."""
+    stem = _SHARD.sub("", path.name[: -len(path.suffix)])
+    return re.split(r"[_\-.]", stem)[-1].lower()
+
+
+def read_hf_files(paths: Sequence[str | Path], answers: bool = True) -> list[RaceExample]:
+    """The questions of one split of a Hugging Face RACE export, its shards in order (columns example_id, article,
+    answer, question, options; options a list of four texts, in a CSV a JSON or Python list). The level is the
+    example_id's start (`middle`, `high`). `answers=False`: rows with an empty answer are read unlabelled. Two
+    exports of one split (`validation.jsonl` beside `validation.csv`) are refused: their questions would count
+    twice. A DataError names the file and row."""
+    paths = [Path(path) for path in paths]
+    exports = sorted({_SHARD.sub("", path.name[: -len(path.suffix)]) + path.suffix.lower() for path in paths})
+    if len(exports) > 1:
+        raise DataError(f"{paths[0].parent}: {' and '.join(exports)} are two exports of one split (their questions "
+                        "would count twice); keep one of them there")
+    examples: list[RaceExample] = []
+    passages: dict[str, tuple[str, str]] = {}     # example_id -> (its article, the row that gave it)
+    counts: dict[str, int] = {}
+    for path, row, record in ((path, row, record) for path in paths for row, record in read_records(path)):
+        where = f"{path}:{row}"
+        missing = [name for name in HF_COLUMNS if name not in record]
+        if missing:
+            raise DataError(f"{where}: no {', '.join(missing)} (a Hugging Face RACE row has the columns "
+                            f"{', '.join(HF_COLUMNS)}; has {', '.join(map(shown, record)) or 'none'})")
+        pid, article, question = record["example_id"], record["article"], record["question"]
+        level = next((lv for lv in LEVELS if isinstance(pid, str) and pid.startswith(lv) and len(pid) > len(lv)),
+                     None)
+        if level is None:
+            raise DataError(f"{where}: example_id {shown(pid)} names no level (RACE's are middle<N>.txt, high<N>.txt)")
+        for name, value in (("article", article), ("question", question)):
+            if not isinstance(value, str):
+                raise DataError(f"{where}: {name!r} is {type(value).__name__}, expected text")
+        if not article.strip():
+            raise DataError(f"{where}: the article is empty; a RACE question is answered from its passage")
+        first = passages.setdefault(pid, (article, where))
+        if first[0] != article:
+            raise DataError(f"{where}: example_id {shown(pid)} has another article than at {first[1]}")
+        options = _hf_options(record["options"], where)
+        answer = record["answer"]
+        if not answers and answer in ("", None):
+            label = None
+        elif isinstance(answer, str) and len(answer.strip()) == 1 and answer.strip() in LETTERS:
+            label = LETTERS.index(answer.strip())
+        else:
+            raise DataError(f"{where}: answer {answer!r} is not one of {', '.join(LETTERS)}")
+        index = counts[pid] = counts.get(pid, -1) + 1
+        examples.append(RaceExample(f"{level}/{pid[len(level):]}#{index}", level, article, question, options,
+                                    label))
+    return examples
+
+
+def _hf_options(value, where: str) -> list[str]:
+    """A row's four options: a list (JSON lines, Parquet), or in a CSV the list written as text (JSON, or the
+    Python list pandas writes)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                raise DataError(f"{where}: options {shown(value[:60])} is not a list of {NUM_CHOICES} texts") from None
+    if not isinstance(value, (list, tuple)) or len(value) != NUM_CHOICES or not all(isinstance(o, str)
+                                                                                   for o in value):
+        count = (f"{len(value)} options" if isinstance(value, (list, tuple))
+                 else f"options of type {type(value).__name__}")
+        raise DataError(f"{where}: {count}, RACE has a list of {NUM_CHOICES} texts")
+    return list(value)
 
 
 def _file_order(path: Path):

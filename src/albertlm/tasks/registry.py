@@ -40,6 +40,38 @@ def _classify_spec(o: ClassifyOptions, tokenizer, cfg, training: bool, info: dic
                                regression, labels, training)
 
 
+# Lengths that cut the model's inputs: `predict` / `evaluate --model` default to the ones its run recorded
+# (task.json); a flag giving another is used, and a warning says so (inputs cut otherwise than in training give
+# other predictions and scores than the run's, without a word before).
+LENGTHS = {"race": ("max_qa_length",), "squad": ("max_query_length",)}
+
+
+def _length_notes(family: str, options, cfg, info: dict) -> list[str]:
+    """A warning per length given other than the one the model was fine-tuned with (max_seq_length, and the
+    family's own in LENGTHS)."""
+    given = [("max_seq_length", cfg.max_seq_length)]
+    given += [(name, getattr(options, name)) for name in LENGTHS.get(family, ())]
+    notes = []
+    for name, value in given:
+        recorded = info.get(name, (info.get("settings") or {}).get(name))
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded != value:
+            flag = "--" + name.replace("_", "-")
+            notes.append(f"{flag} {value}: the model was fine-tuned with {recorded}; its inputs are cut otherwise "
+                         f"than in training, which can change its predictions (leave {flag} out to use {recorded})")
+    return notes
+
+
+def _noting_lengths(family: str, build: Callable[..., Any]) -> Callable[..., Any]:
+    """A spec builder whose prediction specs (not `training`) carry `_length_notes` among their warnings."""
+    def built(options, tokenizer, cfg, training: bool, info: dict):
+        spec = build(options, tokenizer, cfg, training, info)
+        if not training:
+            spec.warnings.extend(_length_notes(family, options, cfg, info))
+        return spec
+
+    return built
+
+
 # ---------------------------------------------------------------------- settings a run recorded
 # A run records its data settings in task.json (and its checkpoints' run_config.json): `predict`, `evaluate
 # --model` and `finetune --resume` take them as the defaults of the data options (a flag given overrides).
@@ -106,16 +138,17 @@ class TaskFamily:
 
 
 FAMILIES: dict[str, TaskFamily] = {f.name: f for f in (
-    TaskFamily("glue", GlueOptions, _glue_spec, scoring.score_glue,
+    TaskFamily("glue", GlueOptions, _noting_lengths("glue", _glue_spec), scoring.score_glue,
                paper_recipe=lambda o: "mnli" if glue.get_task(o.task).name == "ax" else glue.get_task(o.task).name,
                data_flags="--dev FILE, --test FILE or --data-dir DIR", recorded=_glue_recorded,
                canonical=_glue_canonical),
-    TaskFamily("squad", SquadOptions, _squad_spec, scoring.score_squad,
+    TaskFamily("squad", SquadOptions, _noting_lengths("squad", _squad_spec), scoring.score_squad,
                paper_recipe=lambda o: "squad2.0" if o.version.startswith("2") else "squad1.1",
                data_flags="--dev FILE (or --data FILE)", recorded=_squad_recorded),
-    TaskFamily("race", RaceOptions, _race_spec, scoring.score_race, paper_recipe=lambda o: "race-v2",
+    TaskFamily("race", RaceOptions, _noting_lengths("race", _race_spec), scoring.score_race,
+               paper_recipe=lambda o: "race-v2",
                data_flags="--data-dir DIR with dev/ or test/ (or --split NAME)", recorded=_race_recorded),
-    TaskFamily("classify", ClassifyOptions, _classify_spec, scoring.score_classify,
+    TaskFamily("classify", ClassifyOptions, _noting_lengths("classify", _classify_spec), scoring.score_classify,
                data_flags="--dev FILE or --test FILE", recorded=_classify_recorded, fixed=_classify_fixed),
 )}
 

@@ -296,12 +296,14 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
     eval_sets = []
     # predict / evaluate on a split directory itself (`--data-dir RACE/dev`, as `evaluate race --predictions` and
     # read_race take it): that directory is the split, named by --split or by itself
+    # (a Hugging Face export's folder is none: the Hub's snapshot holds middle/ and high/ configs beside all/)
+    exported = {split: race.hf_split_files(root, split) for split in race.SPLITS}
     split_dir = not training and root.is_dir() and not any((root / s).is_dir() for s in ("train", "dev", "test")) \
-        and any((root / level).is_dir() for level in race.LEVELS)
+        and any((root / level).is_dir() for level in race.LEVELS) and not any(exported.values())
     if split_dir and len(eval_splits) != 1:
         eval_splits = (root.name if root.name in ("train", "dev", "test") else "dev",)
     for split in eval_splits:
-        if not split_dir and not (root / split).is_dir():
+        if not split_dir and not (root / split).is_dir() and not exported.get(split):
             continue
         if training and split == "train":       # the training questions themselves: read and counted once
             examples, features = train_examples, train
