@@ -4,7 +4,8 @@ Every field of the run configuration is an option generated from the dataclasses
 `--optim.weight_decay=0.0`, `--train.keep_last=5`); the everyday ones also have short names (`--lr`).
 Precedence: the paper recipe with the preset's model (or, with --resume, the run's saved config)
 < `--config FILE` < the command line (see `albertlm.config.overrides`); with --init-from the checkpoint's
-architecture replaces the preset's, and a --model.* value other than a dropout may only repeat it.
+model settings replace the preset's (its dropouts too, unless given), and a --model.* value other than a dropout
+may only repeat them.
 """
 from __future__ import annotations
 
@@ -97,22 +98,26 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
     # a resumed run keeps its recorded vocabulary: data rebuilt in place with another tokenizer is then said to
     # be other data (`StepData.check_resume`), not blamed on --model.* options the user did not give
     resolved = resolve_run(run, args.out, args.resume,
-                           follow_data_vocab="model.vocab_size" not in values and not resumed)
+                           follow_data_vocab="model.vocab_size" not in values and not resumed,
+                           dropout_from_checkpoint=tuple(key.split(".", 1)[1] for key in INIT_KEEPS
+                                                         if key not in values))
     if resolved.init_from and not resumed:
         _check_init_model(values, resolved)
     _check_token_types(resolved)
     return resolved
 
 
-# the model settings a run started from a checkpoint takes from the run (`training.pretrain.resolve_run`)
+# the model settings a run started from a checkpoint may set (`training.pretrain.resolve_run`): given (command line
+# or --config), the run's value; else the checkpoint's (a checkpoint trained with dropout 0.1 trained on with the
+# preset's 0 without a word)
 INIT_KEEPS = ("model.hidden_dropout", "model.attention_dropout", "model.classifier_dropout")
 
 
 def _check_init_model(values: dict, run: RunConfig) -> None:
     """`--init-from`'s checkpoint sets the architecture: a `--model.*` value (command line or --config) that
     differs from it is refused, naming both (it was dropped without a word, and the run trained the checkpoint's
-    model). The dropouts are the run's own; the same value as the checkpoint's (a saved run_config.json given
-    as --config) is fine."""
+    model). The dropouts may be given (else they are the checkpoint's); the same value as the checkpoint's (a
+    saved run_config.json given as --config) is fine."""
     for key in sorted(values):
         if not key.startswith("model.") or key in INIT_KEEPS:
             continue
@@ -276,7 +281,9 @@ def _pretrain(args: argparse.Namespace) -> int:
 
         check_precision(run.train.precision, pick_device(run.dist.device))   # what the real run refuses
         if run.data.path:                      # a dry run may leave the data out
-            check_datasets(run, open_datasets(run))
+            from albertlm.training.pretrain import resumes_checkpoint
+
+            check_datasets(run, open_datasets(run), resumes_checkpoint(args.out, args.resume))
         if is_main_process():
             show(run)
         return 0

@@ -142,6 +142,30 @@ def _write_trainer_state(directory: Path, state: TrainState) -> None:
     torch.save(state.__dict__, directory / "trainer_state.pt")
 
 
+def rewrite_train_state(directory: str | Path, state: TrainState) -> None:
+    """Replace the training state of the complete checkpoint `directory` (its weights unchanged) atomically: a
+    temporary file, fsync'ed, renamed over trainer_state.pt. For a step whose interrupted evaluation the resumed run
+    has done again (`loop.Loop._redo_evaluation`): the checkpoint then records it as done. A failed write is a
+    UserError; the old file is kept."""
+    directory = Path(directory)
+    final = directory / "trainer_state.pt"
+    tmp = directory / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
+    try:
+        torch.save(state.__dict__, tmp)
+        tmp.chmod(final.stat().st_mode & 0o777)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(directory)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if not isinstance(exc, Exception):
+            raise
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
+        raise UserError(f"{final}: cannot rewrite it ({reason}; is the disk full?); it is kept as it was") from exc
+
+
 def load_train_state(directory: str | Path) -> TrainState:
     """The training state of a checkpoint; an empty, truncated, foreign or malicious file is a UserError."""
     from albertlm.model.io import read_torch_file

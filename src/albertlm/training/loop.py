@@ -243,9 +243,10 @@ class Loop:
         "interrupted"; `--resume` continues exactly. A second signal stops at once (KeyboardInterrupt; one that
         comes while a checkpoint is written leaves that checkpoint unwritten, not written again; one during an
         evaluation saves the step as it was before that evaluation, marked `UNEVALUATED`, and `--resume`
-        evaluates it before training on), and a KeyboardInterrupt raised by code between steps (`on_step`) saves
-        too. No checkpoint holds NaN or infinite weights: a NaN loss or gradient norm stops the run before its
-        step is counted (`TrainingDiverged`), and `save` refuses such weights.
+        evaluates it before training on and records that in the checkpoint), and a KeyboardInterrupt raised by
+        code between steps (`on_step`) saves too. No checkpoint holds NaN or infinite weights: a NaN loss or
+        gradient norm stops the run before its step is counted (`TrainingDiverged`), and `save` refuses such
+        weights.
 
         Under several processes an error on one rank stops all of them with one line that names it
         (`distributed.failing_together`), instead of a gloo traceback on each of the others.
@@ -521,7 +522,28 @@ class Loop:
         self._print(f"evaluating step {self.state.step} first: its evaluation was interrupted before the checkpoint "
                     "was saved")
         self._evaluate()
+        self._record_evaluated()
         return True
+
+    def _record_evaluated(self) -> None:
+        """The checkpoint of the step just evaluated again gets the state after that evaluation (not marked
+        `UNEVALUATED`; a fine-tuning's history and best with it), as the uninterrupted run saved it: else every
+        later `--resume` of a finished run evaluated the step again (and logged it again), and a run killed
+        before its next save did too. Only trainer_state.pt is rewritten: an evaluation changes no weight. Rank 0
+        writes; a failed write stops every rank, as a failed save does."""
+        error = None
+        if self.info.is_main:
+            try:
+                ckpt.rewrite_train_state(ckpt.step_dir(self.run_dir, self.state.step), self.state)
+            except Exception as exc:  # noqa: BLE001 (re-raised below, after the other ranks know)
+                error = exc
+        failed = any_rank(error is not None, self.info.device) if self.info.enabled else error is not None
+        if error is not None:
+            raise error
+        if failed:
+            raise UserError(f"rank 0 could not record the evaluation of step {self.state.step} in its checkpoint "
+                            f"(its error says why); rank {self.info.rank} stopped with it")
+        self._saved = self.state.step
 
     def log_train(self, window: "Window") -> None:
         metrics = {**self.objective.summarize(window.stats), **window.read(),

@@ -61,7 +61,7 @@ class MetricsLogger:
         record = {"step": step, "split": split, "time": round(time.time(), 3)}
         record.update({k: float(v) for k, v in metrics.items()})
         try:
-            self.jsonl.write(json.dumps(record) + "\n")
+            self.jsonl.write(json_line(record))
         except OSError as exc:   # a full disk, a quota: said with the file and what to resume from
             self._write_failed = True
             raise UserError(f"{self.run_dir / 'metrics.jsonl'}: cannot write the record of step {step} "
@@ -109,7 +109,7 @@ class MetricsLogger:
             line = {"step": summary["step"], "split": "summary", "time": round(time.time(), 3)}
             line.update({k: v for k, v in summary.items() if k not in ("step", *UNRECORDED)})
             try:
-                self.jsonl.write(json.dumps(line) + "\n")
+                self.jsonl.write(json_line(line))
             except OSError as exc:
                 self._write_failed = True
                 raise UserError(f"{self.run_dir / 'metrics.jsonl'}: cannot write the run's summary "
@@ -165,6 +165,15 @@ class MetricsLogger:
             except OSError:
                 if not quiet:   # else the failed record, still buffered, fails again: said already
                     raise
+
+
+def json_line(record: dict) -> str:
+    """One metrics.jsonl line: strict JSON, a NaN or infinite number written as null (Python's json wrote NaN and
+    Infinity, which `jq`, JavaScript and other strict readers refuse; a fine-tuning's Pearson correlation of
+    constant predictions is NaN, an fp16 run's skipped step has an infinite gradient norm)."""
+    safe = {key: None if isinstance(value, float) and not math.isfinite(value) else value
+            for key, value in record.items()}
+    return json.dumps(safe, allow_nan=False) + "\n"
 
 
 def quiet_event_writer_threads() -> None:
@@ -284,7 +293,8 @@ def _reason(exc: Exception) -> str:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The JSONL records; after a resume, a step logged twice keeps its latest record."""
+    """The JSONL records (a NaN or infinite number was written as null: None here); after a resume, a step logged
+    twice keeps its latest record."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []

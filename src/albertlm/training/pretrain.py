@@ -114,28 +114,55 @@ def _sentence_sums(logits: torch.Tensor, labels: torch.Tensor):
 
 
 # ----------------------------------------------------------------------------------------------- set-up
+# the model settings a run started from a checkpoint may set itself (the rest is the checkpoint's architecture)
+DROPOUTS = ("hidden_dropout", "attention_dropout", "classifier_dropout")
+
+
 def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
-                follow_data_vocab: bool = False) -> RunConfig:
-    """The run as it will train, as a new config (the given one is not changed): a resumed run keeps its
-    own checkpoint over `init_from`; `init_from`'s architecture replaces `run.model` (its dropout settings
-    are kept; a run directory means its newest checkpoint); with `follow_data_vocab` the vocabulary follows
-    the data's tokenizer. Checks that the global batch splits over this launch's processes."""
+                follow_data_vocab: bool = False, dropout_from_checkpoint: tuple[str, ...] = ()) -> RunConfig:
+    """The run as it will train, as a new config (the given one is not changed): `init_from`'s config replaces
+    `run.model` (a run directory means its newest checkpoint), keeping `run.model`'s dropouts except those named
+    in `dropout_from_checkpoint`, which are the checkpoint's (the CLI names the ones the user did not give); with
+    `follow_data_vocab` the vocabulary follows the data's tokenizer. A resumed run that has a checkpoint continues
+    from it: `init_from` stays as recorded (where the run started; it is not read again, and may be gone by now).
+    Checks that the global batch splits over this launch's processes."""
     from albertlm.model.io import read_config, resolve_checkpoint
 
-    if run.init_from and resume and ckpt.latest_checkpoint(run_dir):
-        run = run.replace(init_from="")          # the run's own checkpoint wins over the starting point
-    if run.init_from:
+    if run.init_from and not resumes_checkpoint(run_dir, resume):
         if not Path(run.init_from).is_dir():
             raise UserError(f"--init-from {run.init_from}: not a directory")
         source = str(resolve_checkpoint(run.init_from))     # a run directory means its newest checkpoint
-        dropout = {k: getattr(run.model, k) for k in ("hidden_dropout", "attention_dropout", "classifier_dropout")}
-        run = run.replace(init_from=source, model=read_config(source)[0].replace(**dropout))
-    elif follow_data_vocab and run.data.path:
+        model = read_config(source)[0]
+        dropout = {k: getattr(run.model, k) for k in DROPOUTS if k not in dropout_from_checkpoint}
+        run = run.replace(init_from=source, model=model.replace(**dropout))
+    elif follow_data_vocab and run.data.path and not run.init_from:
         vocab = open_dataset(run.data.path).meta["tokenizer"]["vocab_size"]
         if vocab != run.model.vocab_size:
             run = run.replace(model=run.model.replace(vocab_size=vocab))
     check_layout(run.train, world_size_from_env(), resume)
     return run
+
+
+def resumes_checkpoint(run_dir: str | Path, resume: bool) -> bool:
+    """Whether the run continues from a checkpoint of its own (then `init_from` is only the record of where it
+    started): `resume` and a checkpoint in `run_dir` (a run that stopped before its first one starts again)."""
+    return resume and Path(run_dir).is_dir() and ckpt.latest_checkpoint(run_dir) is not None
+
+
+def init_from_note(run: RunConfig) -> str | None:
+    """One line when the model settings a run started from `init_from` trains with differ from the checkpoint's
+    (the dropouts it may set), so a user sees that e.g. the checkpoint's dropout 0.1 is not what this run uses;
+    None when they are the same (or there is no `init_from`)."""
+    from albertlm.model.io import read_config
+
+    if not run.init_from:
+        return None
+    saved = read_config(run.init_from)[0]
+    changed = [f"{k} {getattr(run.model, k):g} (the checkpoint's: {getattr(saved, k):g})" for k in DROPOUTS
+               if getattr(run.model, k) != getattr(saved, k)]
+    if not changed:
+        return None
+    return f"note: --init-from {run.init_from}: this run trains with {', '.join(changed)}"
 
 
 def check_layout(train, world_size: int, resume: bool) -> None:
@@ -173,14 +200,15 @@ def data_identity(meta: dict) -> dict:
     return {f"data_{k}": v for k, v in found.items() if v is not None}
 
 
-def build_model(run: RunConfig) -> nn.Module:
-    """From scratch with `run.model`, or the weights of `run.init_from` (ours or a transformers directory);
-    `resolve_run` has given `run.model` that checkpoint's architecture."""
+def build_model(run: RunConfig, from_init: bool = True) -> nn.Module:
+    """From scratch with `run.model`, or (`from_init`: not for a resumed run, whose own checkpoint's weights are
+    loaded next) the weights of `run.init_from` (ours or a transformers directory); `resolve_run` has given
+    `run.model` that checkpoint's architecture."""
     from albertlm.model.albert import AlbertForPreTraining
 
-    if not run.init_from:
+    if not (run.init_from and from_init):
         return AlbertForPreTraining(run.model)
-    dropout = {k: getattr(run.model, k) for k in ("hidden_dropout", "attention_dropout", "classifier_dropout")}
+    dropout = {k: getattr(run.model, k) for k in DROPOUTS}
     return AlbertForPreTraining.from_pretrained(run.init_from, **dropout)
 
 
@@ -222,10 +250,11 @@ def check_data_fits(run: RunConfig, meta: dict, which: str = "the data") -> None
                         f"max_position_embeddings={run.model.max_position_embeddings}")
 
 
-def check_datasets(run: RunConfig, datasets: Datasets) -> None:
+def check_datasets(run: RunConfig, datasets: Datasets, resumed: bool = False) -> None:
     """The training data holds at least one global batch, it and the evaluation data fit the model, and both
     were built with the same tokenizer (vocabulary size, special ids and, when recorded, the vocabulary itself):
-    checked before anything runs (and by --dry-run), not found at the first evaluation."""
+    checked before anything runs (and by --dry-run), not found at the first evaluation. `init_from`'s training
+    data is compared too, unless the run is `resumed` from a checkpoint of its own (`resumes_checkpoint`)."""
     from albertlm.data.shards import tokenizer_difference
 
     from albertlm.training.evaluate import check_trained_tokenizer
@@ -234,7 +263,8 @@ def check_datasets(run: RunConfig, datasets: Datasets) -> None:
     if len(datasets.train) < run.train.batch_size:   # `loop.StepData`'s refusal, also said by --dry-run
         raise UserError(f"the data has {len(datasets.train)} examples, fewer than one global batch "
                         f"({run.train.batch_size}); lower --batch-size or build more data")
-    if run.init_from:      # a checkpoint of ours trained on data of another tokenizer: its ids mean other pieces
+    # a checkpoint of ours trained on data of another tokenizer: its ids mean other pieces
+    if run.init_from and not resumed:
         check_trained_tokenizer(run.init_from, datasets.meta, f"--data {run.data.path}")
     eval_meta = getattr(datasets.eval, "meta", None)
     if eval_meta is None:
@@ -251,10 +281,11 @@ def make_loop(run: RunConfig, run_dir: Path, datasets: Datasets, info: DistInfo,
               model: nn.Module | None = None, objective=None, logger=None) -> Loop:
     """Everything `Loop.run()` needs; `model`/`objective` default to ALBERT pretraining (tests pass stand-ins).
     `run` must be resolved (`resolve_run`)."""
-    check_datasets(run, datasets)
+    resumed = resumes_checkpoint(run_dir, resume)
+    check_datasets(run, datasets, resumed)
     check_layout(run.train, info.world_size, resume)       # fixed-length data: every forward pass alike
     seed_everything(run.train.seed)                         # the same initial weights on every rank
-    model = model if model is not None else build_model(run)
+    model = model if model is not None else build_model(run, from_init=not resumed)
     objective = objective or PretrainingObjective(skip_padding=run.train.compile not in STATIC_SHAPE_COMPILE)
     train = datasets.train
     data = StepData(train, datasets.collate, shuffled_batches(len(train), run.train.batch_size, run.train.seed),
@@ -321,15 +352,18 @@ def check_same_run(run: RunConfig, datasets: Datasets, run_dir: Path, resume: bo
                        "on the same data (a shared path or a copy)")
 
 
-def long_warmup_warning(plan) -> str | None:
+def long_warmup_warning(plan, resumed: bool = False) -> str | None:
     """A warmup as long as the run (the paper recipe's 3125 steps kept for a --max-steps 1000 run) means the
-    learning rate never decays and may never reach --lr: said once as the run starts, with the run's notes on
-    stdout (stderr is kept for errors); the run still goes as asked."""
+    learning rate never decays and may never reach --lr: said as the run starts (and as a `resumed` one goes on),
+    with the run's notes on stdout (stderr is kept for errors); the run still goes as asked. A resumed run keeps
+    its --warmup-steps (`--resume --warmup-steps` is refused), so it is told what it may do instead."""
     if 0 < plan.total_steps <= plan.warmup_steps:
+        advice = (f"a resumed run keeps its warmup: a --max-steps above {plan.warmup_steps} lets it decay, or start "
+                  "over with --overwrite and a smaller --warmup-steps" if resumed else
+                  "pass a smaller --warmup-steps (e.g. a tenth of --max-steps)")
         return (f"warning: the warmup ({plan.warmup_steps} steps) is not shorter than the run ({plan.total_steps} "
                 f"steps), so the learning rate only rises, to {plan.lr_at(plan.total_steps - 1):g} at the last "
-                f"step (--lr {plan.lr:g}), and never decays; pass a smaller --warmup-steps (e.g. a tenth of "
-                "--max-steps)")
+                f"step (--lr {plan.lr:g}), and never decays; {advice}")
     return None
 
 
@@ -368,7 +402,8 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
                 ckpt.write_text_atomic(run_dir / "run_config.json", json.dumps(run.to_dict(), indent=2) + "\n")
             open_logger(loop)
             if loop.logger is not None:
-                warning = long_warmup_warning(loop.plan)
-                if warning:
-                    loop.logger.note(warning)
+                resumed = loop.state.step > 0
+                notes = [long_warmup_warning(loop.plan, resumed), None if resumed else init_from_note(run)]
+                for note in filter(None, notes):
+                    loop.logger.note(note)
         return loop.run()
