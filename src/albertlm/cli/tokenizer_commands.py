@@ -138,12 +138,36 @@ def _existing_tokenizer(out: Path) -> list[str]:
 
 
 def _line_reader(fmt: str, text_field: str, counts):
-    """A file -> its sentences, read as `albertlm data build` reads it (formats, compression, damage)."""
-    from albertlm.data.corpus import read_documents
+    """A file -> its sentences, read as `albertlm data build` reads it (formats, compression, damage).
 
-    def read_lines(path: Path):
-        for document in read_documents([path], fmt, text_field, counts):
-            yield from document.sentences
+    `progress(n)`, when given, is told how far into the file as stored the reading is (the training's progress,
+    over the files' sizes; see `sentencepiece.read_with_progress`): for a compressed file (whose text is several
+    times its size) or a Parquet/Arrow one, the stored bytes the reader has consumed, document by document; for
+    plain text, the UTF-8 bytes of the sentences given out, every ~64 kB (a file without blank lines is one
+    document of up to 32 MB, so counting documents there would leap from 0 to 100%)."""
+    from albertlm.data.corpus import compression_of, read_documents, table_format
+
+    def read_lines(path: Path, progress=None):
+        stored = False
+        if progress is not None:
+            try:
+                with open(path, "rb") as handle:
+                    magic = handle.read(8)
+            except OSError:   # the reader says why
+                magic = b""
+            stored = compression_of(magic) is not None or table_format(path, magic) is not None
+        pending = 0
+        for document in read_documents([path], fmt, text_field, counts, progress=progress if stored else None):
+            for sentence in document.sentences:
+                if progress is not None and not stored:
+                    pending += 1 + (len(sentence) if sentence.isascii() else len(sentence.encode("utf-8", "replace")))
+                    if pending > 65536:
+                        progress(pending)
+                        pending = 0
+                yield sentence
+        if pending:
+            progress(pending)
+    read_lines.reports_bytes = True   # type: ignore[attr-defined]
     return read_lines
 
 

@@ -5,6 +5,8 @@ AlbertTokenizer applies it (collapse whitespace, `` and '' -> ", NFKD + drop com
 keep_accents, lowercase if do_lower_case), then the model's own normalizer and segmentation in sentencepiece's
 C++ code (`encode(list, num_threads=...)`, so a big corpus is encoded in native code), then google's
 `encode_pieces` rule that re-splits a piece ending in a digit and a comma ("▁2003," -> "▁2003" ",").
+The special pieces written in the text ("a [SEP] b") are their ids, as in transformers' AlbertTokenizer (google's
+pipeline read them as text, which `special_tokens_as_text()` restores).
 `split_added_tokens=True` switches to transformers 5's pipeline instead (see `SentencePieceOptions`).
 """
 from __future__ import annotations
@@ -206,6 +208,9 @@ class SentencePieceTokenizer(TokenizerBase):
         self._unknown_comma = self.sp.piece_to_id(",") == self.sp.unk_id()
         self._digit_comma = self.options.digit_comma_rule and bool(self._digit_comma_ids or self._unknown_comma)
         self._added = self._added_tokens_pattern() if self.options.split_added_tokens else None
+        # the special tokens written in the text ("a [SEP] b") become their ids, as in transformers 4 and 5 and
+        # our WordPiece and tokenizer.json tokenizers (`special_tokens_as_text` switches it off)
+        self._specials = None if self._added is not None else self._special_pieces_pattern()
         self._preprocess = Preprocessor(self.options, self._deleted_spaces() if self.options.split_added_tokens
                                         else "")
         self._warn_if_hangul_is_lost()
@@ -251,6 +256,8 @@ class SentencePieceTokenizer(TokenizerBase):
         """Preprocess in Python (C-level str methods per text), segment in sentencepiece's threads."""
         if self._added is not None:
             return self._encode_split_added(texts)
+        if self._specials is not None and any(("[" in t or "<" in t) and self._specials.search(t) for t in texts):
+            return self._encode_split_added(texts, self._specials)
         texts = list(map(self._preprocess, texts))
         ids = self.sp.encode(texts, num_threads=self.num_threads)
         if self._digit_comma:
@@ -261,11 +268,20 @@ class SentencePieceTokenizer(TokenizerBase):
         return [self.sp.id_to_piece(i) for i in self.encode(text)]
 
     def special_tokens_as_text(self) -> None:
-        """sentencepiece never makes a control piece ([CLS], [SEP], [MASK]) or <unk> out of text; only the
-        transformers-5 mode (`split_added_tokens`) matches them in the raw text, and stops doing so here
-        (user-defined symbols, ordinary pieces, are still split off as v5 does)."""
+        """Read the special pieces written in the text ([CLS], [SEP], [MASK], <pad>, <unk>) as text, as google's
+        pipeline does (sentencepiece never makes a control piece or <unk> out of text): "[SEP]" is "▁[" "s" "ep"
+        "]" in albert-base-v2. In the transformers-5 mode (`split_added_tokens`) the user-defined symbols,
+        ordinary pieces, are still split off as v5 does."""
+        self._specials = None
         if self._added is not None:
             self._added = self._added_tokens_pattern(special=False)
+
+    def _special_pieces_pattern(self) -> re.Pattern:
+        """The five special pieces as transformers' AlbertTokenizer matches them in the raw text (its special
+        tokens, not normalized: "[sep]" stays text), longest first."""
+        texts = sorted({self.sp.id_to_piece(i) for i in (self.pad_id, self.unk_id, self.cls_id, self.sep_id,
+                                                           self.mask_id)}, key=len, reverse=True)
+        return re.compile("(" + "|".join(map(re.escape, texts)) + ")")
 
     def _added_tokens_pattern(self, special: bool = True) -> re.Pattern | None:
         """Pieces transformers registers as added tokens: control, unknown and user-defined ones (score 0);
@@ -277,9 +293,10 @@ class SentencePieceTokenizer(TokenizerBase):
         added.sort(key=len, reverse=True)  # leftmost-longest, as tokenizers' matcher
         return re.compile("(" + "|".join(map(re.escape, added)) + ")") if added else None
 
-    def _encode_split_added(self, texts: Sequence[str]) -> list[list[int]]:
-        """transformers v5 order: split raw text at added tokens, encode the spans between them in one batch."""
-        parts = [self._added.split(t) for t in texts]  # [span, token, span, token, ..., span]
+    def _encode_split_added(self, texts: Sequence[str], pattern: re.Pattern | None = None) -> list[list[int]]:
+        """transformers' order: split raw text at added tokens (`pattern`, by default v5's added tokens), encode
+        the spans between them in one batch, each span preprocessed on its own."""
+        parts = [(pattern or self._added).split(t) for t in texts]  # [span, token, span, token, ..., span]
         span_texts = [self._preprocess(p) for row in parts for p in row[::2]]
         spans = self.sp.encode(span_texts, num_threads=self.num_threads)
         out, k = [], 0
@@ -556,16 +573,28 @@ def read_text_lines(path: Path) -> Iterator[str]:
 
 
 def read_with_progress(files: Sequence[Path], read_lines: LineReader, progress=None) -> Iterator[str]:
-    """The lines of `files`, `progress` (a tqdm bar or `LogProgress` over the files' bytes) advancing every ~64k
-    characters and snapping to the byte count at each file end."""
+    """The lines of `files`, `progress` (a tqdm bar or `LogProgress` over the files' bytes as stored) advancing
+    every ~64 kB and snapping to the byte count at each file end.
+
+    A reader with a true `reports_bytes` attribute (the CLI's, `albertlm data build`'s reader) is called as
+    `read_lines(path, progress=callback)` and tells the bytes of the file it has read itself: a compressed file's
+    text is several times its size on disk, so counting the text read against the files' sizes said 100% a
+    fraction into the first file and then went back at each file end. Other readers' lines are counted in UTF-8
+    bytes (characters undercounted Chinese or Korean text threefold)."""
     done = 0
+    reports = progress is not None and getattr(read_lines, "reports_bytes", False)
     for path in files:
         pending = 0
-        for line in read_lines(path):
-            pending += len(line)
-            if progress is not None and pending > 65536:
-                progress.update(pending)
-                pending = 0
+        if reports:
+            lines = read_lines(path, progress=progress.update)   # type: ignore[call-arg]
+        else:
+            lines = read_lines(path)
+        for line in lines:
+            if progress is not None and not reports:
+                pending += len(line) if line.isascii() else len(line.encode("utf-8", "surrogatepass"))
+                if pending > 65536:
+                    progress.update(pending)
+                    pending = 0
             yield line
         done += path.stat().st_size
         if progress is not None:
