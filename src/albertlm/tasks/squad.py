@@ -182,6 +182,14 @@ def _nested_example(path, title, context, qa, where, problems) -> SquadExample:
     if not isinstance(raw, list):
         raise DataError(f"{path}: {where}: 'answers' is {_kind(raw)}, expected a list of "
                         "{\"text\": ..., \"answer_start\": ...} objects")
+    answers = _answer_objects(path, raw, where)
+    answers = [] if impossible else answers
+    return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems),
+                        bool(impossible) or not answers, title, said_unanswerable=bool(impossible))
+
+
+def _answer_objects(path: Path, raw: list, where: str) -> list[tuple[str, int]]:
+    """(text, answer_start) of a list of `{"text": ..., "answer_start": ...}` objects (the official layout's)."""
     answers = []
     for k, answer in enumerate(raw):
         if not isinstance(answer, dict):
@@ -189,14 +197,15 @@ def _nested_example(path, title, context, qa, where, problems) -> SquadExample:
                             "'text' and 'answer_start'")
         answers.append((_field(path, answer, "text", str, f"{where}: answers[{k}]", "the answer text (a string)"),
                         _offset(path, answer.get("answer_start"), f"{where}: answers[{k}]")))
-    answers = [] if impossible else answers
-    return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems),
-                        bool(impossible) or not answers, title, said_unanswerable=bool(impossible))
+    return answers
 
 
 def _offset(path: Path, value, where: str) -> int:
-    """answer_start: a non-negative integer (or a string of digits, as some converted files have)."""
+    """answer_start: a non-negative integer (or a string of digits, or a whole number written as 12.0, as files
+    converted through pandas or spreadsheets have: `12.0` was refused as not an offset)."""
     if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value)
+    elif isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise DataError(f"{path}: {where}: 'answer_start' is {value!r}, expected a character offset (an "
@@ -210,18 +219,24 @@ def _flat_example(path, record, where, problems) -> SquadExample:
     context = _field(path, record, "context", str, where, "the paragraph text (a string)")
     question = _field(path, record, "question", str, where, "the question text (a string)")
     raw = record.get("answers") or {}
-    if not isinstance(raw, dict):
+    if isinstance(raw, list) and all(isinstance(answer, dict) for answer in raw):
+        # the official layout's list of {"text", "answer_start"} objects in a flat record (a flattened official
+        # file, MRQA-style exports): it was refused as "'answers' is a list"
+        answers = _answer_objects(path, raw, where)
+    elif not isinstance(raw, dict):
         raise DataError(f"{path}: {where}: 'answers' is {_kind(raw)}, expected an object "
-                        "{\"text\": [...], \"answer_start\": [...]} (the flat layout)")
-    texts, starts = raw.get("text") or [], raw.get("answer_start") or []
-    if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
-        raise DataError(f"{path}: {where}: 'answers' needs two lists of the same length, 'text' and "
-                        f"'answer_start' (got {_kind(texts)} and {_kind(starts)})")
-    answers = []
-    for k, (text, start) in enumerate(zip(texts, starts)):
-        if not isinstance(text, str):
-            raise DataError(f"{path}: {where}: answers text[{k}] is {_kind(text)}, expected a string")
-        answers.append((text, _offset(path, start, f"{where}: answers[{k}]")))
+                        "{\"text\": [...], \"answer_start\": [...]} (the flat layout) or a list of "
+                        "{\"text\": ..., \"answer_start\": ...} objects")
+    else:
+        texts, starts = raw.get("text") or [], raw.get("answer_start") or []
+        if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+            raise DataError(f"{path}: {where}: 'answers' needs two lists of the same length, 'text' and "
+                            f"'answer_start' (got {_kind(texts)} and {_kind(starts)})")
+        answers = []
+        for k, (text, start) in enumerate(zip(texts, starts)):
+            if not isinstance(text, str):
+                raise DataError(f"{path}: {where}: answers text[{k}] is {_kind(text)}, expected a string")
+            answers.append((text, _offset(path, start, f"{where}: answers[{k}]")))
     title = record.get("title")
     impossible = record.get("is_impossible", False)     # not in `datasets`' layout; some exports add it
     if not isinstance(impossible, bool) and impossible not in (0, 1):
@@ -610,8 +625,11 @@ def tune_threshold(golds: dict[str, list[str]], predictions: dict[str, ExamplePr
     sweep = squad_v2_scores(golds, spans, na_probs=null_odds(predictions))
     threshold = sweep["best_f1_thresh"]
     final = squad_v2_scores(golds, final_predictions(predictions, "2.0", threshold))
+    # best_f1_thresh (= null_threshold) as the official script names it: fine-tuning and `evaluate --model` printed
+    # every key of its output but that one
     final.update({"null_threshold": threshold, "best_exact": sweep["best_exact"],
-                  "best_exact_thresh": sweep["best_exact_thresh"], "best_f1": sweep["best_f1"]})
+                  "best_exact_thresh": sweep["best_exact_thresh"], "best_f1": sweep["best_f1"],
+                  "best_f1_thresh": threshold})
     return final
 
 
