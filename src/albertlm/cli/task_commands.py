@@ -346,7 +346,7 @@ def _finetune(args) -> int:
         from albertlm.tasks.finetune import json_safe   # a NaN score is null, as in metrics.json
 
         print(json.dumps(json_safe({"best": metrics["best"], "out": str(args.out), **stopped}), indent=2,
-                         sort_keys=True, allow_nan=False))
+                         allow_nan=False))
     return 0
 
 
@@ -432,7 +432,7 @@ def _glue_class_order(spec, model_dir: Path, options) -> str | None:
 
 
 def _predict(args) -> int:
-    print(json.dumps(_run_checkpoint(args), indent=2, sort_keys=True))
+    print(json.dumps(_run_checkpoint(args), indent=2))
     return 0
 
 
@@ -449,7 +449,7 @@ def _evaluate(args) -> int:
                                                                         file=sys.stderr))
     else:
         metrics = _run_checkpoint(args)
-    print(json.dumps(metrics, indent=2, sort_keys=True))
+    print(json.dumps(metrics, indent=2))
     return 0
 
 

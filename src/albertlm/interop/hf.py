@@ -433,7 +433,8 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
     evals = [r for r in records if r.get("split") == "eval" and (step is None or r.get("step") == step)]
     if evals and checkpoint.name != "best":   # best/: the fine-tuning's metrics.json below says which step
         record = evals[-1]
-        values = ", ".join(f"{k} {v:.4f}" for k, v in record.items() if k not in ("step", "split", "time"))
+        values = ", ".join(f"{k} {v:.4f}" if isinstance(v, (int, float)) else f"{k} {v}"   # null: a NaN score
+                           for k, v in record.items() if k not in ("step", "split", "time"))
         kind = "fine-tuning" if (run_dir / "task.json").is_file() else "pretraining"
         facts["metrics"] = [f"- held-out evaluation during {kind} at step {record['step']:,}: {values}",
                             f"- (run directory `{run_dir}`, metrics.jsonl)"]

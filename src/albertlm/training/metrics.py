@@ -74,9 +74,7 @@ class MetricsLogger:
             except OSError as exc:   # the events' writer thread failed (a full disk): its error, said once
                 raise self._events_error(exc, f"cannot write the TensorBoard events of step {step}") from None
         if split == "eval":
-            # a count (RACE's num_middle) as a whole number, not 11.0000
-            self.note(f"step {step} eval: " + ", ".join(f"{k} {v}" if isinstance(v, int) and not isinstance(v, bool)
-                                                          else f"{k} {v:.4f}" for k, v in metrics.items()))
+            self.note(f"step {step} eval: " + numbers(metrics))
         elif split == "train" and self.bar is None:     # the bar shows these numbers: no second copy
             self.note(self._train_line(step, metrics))
 
@@ -208,6 +206,12 @@ UNRECORDED = ("eval", "eval_step", "saved")
 STOPPED = {"done": "done", "interrupted": "stopped by a signal", "budget": "stopped by the time budget"}
 
 
+def numbers(metrics: dict) -> str:
+    """`exact 41.2000, num_middle 11`: scores to four places, a count (RACE's num_middle) as a whole number."""
+    return ", ".join(f"{k} {v}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} {v:.4f}"
+                     for k, v in metrics.items())
+
+
 def summary_lines(summary: dict) -> list[str]:
     """The run's summary in a few lines (the keys are `loop.Loop.summary`'s):
 
@@ -231,7 +235,7 @@ def summary_lines(summary: dict) -> list[str]:
         lines.append(f"  loss        {summary['loss']:.4f} (training, step {summary['loss_step']})")
     if summary.get("eval"):
         lines.append(f"  evaluation  step {summary['eval_step']}: "
-                     + ", ".join(f"{k} {v:.4f}" for k, v in summary["eval"].items()))
+                     + numbers(summary["eval"]))
     checkpoint = summary.get("checkpoint")
     if checkpoint is None:
         lines.append("  checkpoint  none saved")

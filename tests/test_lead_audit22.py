@@ -1,0 +1,45 @@
+"""The lead's follow-ups of session 22's audits (metric order on stdout, summaries, model cards)."""
+from __future__ import annotations
+
+import json
+
+from conftest import shared_path
+
+from albertlm.cli.main import main
+
+
+def test_evaluate_prints_sts_b_metrics_in_glues_order(tmp_path, capsys):
+    """`evaluate glue --predictions` printed STS-B's metrics sorted by name (corr, pearson, spearman) while
+    `finetune` logged them in GLUE's order (pearson, spearman, corr)."""
+    dev = shared_path("glue/STS-B/dev.tsv")
+    rows = [line.rstrip("\n").split("\t") for line in dev.read_text(encoding="utf-8").splitlines()[1:]]
+    (tmp_path / "p.tsv").write_text("index\tprediction\n" + "".join(f"{r[0]}\t{float(r[-1]) / 2 + 1}\n" for r in rows))
+    assert main(["evaluate", "glue", "--task", "stsb", "--data-dir", str(dev.parent),
+                 "--predictions", str(tmp_path / "p.tsv")]) == 0
+    out = capsys.readouterr().out
+    assert list(json.loads(out[out.index("{"):])) == ["pearson", "spearman", "corr"]
+
+
+def test_the_run_summary_shows_a_count_as_a_whole_number():
+    """The step's eval line printed RACE's num_middle as 11, the run's summary still as 11.0000."""
+    from albertlm.training.metrics import summary_lines
+
+    lines = summary_lines({"status": "done", "step": 4, "first_step": 1, "total_steps": 4, "wall_s": 1.0,
+                           "examples_trained": 8, "tokens_trained": 64, "tokens_per_s": 64.0, "train_s": 1.0,
+                           "eval_step": 4, "eval": {"accuracy": 0.5, "num_middle": 11}, "checkpoint": None})
+    line = next(line for line in lines if line.strip().startswith("evaluation"))
+    assert "num_middle 11" in line and "11.0000" not in line and "accuracy 0.5000" in line
+
+
+def test_a_model_card_reads_a_null_score_in_metrics_jsonl(tmp_path):
+    """metrics.jsonl holds null for a NaN score now; the model card's facts formatted every value with :.4f
+    and raised TypeError on it."""
+    from albertlm.interop.hf import run_facts
+
+    step = tmp_path / "run" / "checkpoints" / "step_2"
+    step.mkdir(parents=True)
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        json.dumps({"step": 2, "split": "eval", "time": 0, "pearson": None, "accuracy": 0.25}) + "\n")
+    text = " ".join(sum(run_facts(step).values(), []))
+    assert "pearson None" in text or "pearson null" in text
+    assert "accuracy 0.2500" in text
