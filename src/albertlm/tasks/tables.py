@@ -193,18 +193,32 @@ def _columnar_records(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
 FIELD_SIZE_LIMIT = 2**31 - 1
 
 
+def _long_field_rows(reader) -> Iterator[list[str]]:
+    """`reader`'s rows, each read under FIELD_SIZE_LIMIT. The limit is the csv module's, process-wide: it is
+    raised for one row at a time and the caller's limit put back before the row is handed on, so a program or
+    notebook that reads its own CSV files between (or after) our rows keeps the limit it set."""
+    while True:
+        before = csv.field_size_limit(max(FIELD_SIZE_LIMIT, csv.field_size_limit()))
+        try:
+            row = next(reader, None)
+        finally:
+            csv.field_size_limit(before)
+        if row is None:
+            return
+        yield row
+
+
 def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
-    if csv.field_size_limit() < FIELD_SIZE_LIMIT:
-        csv.field_size_limit(FIELD_SIZE_LIMIT)
     reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(handle)
+    rows = _long_field_rows(reader)
     try:
-        header = next(reader, None)
+        header = next(rows, None)
         if header is None:
             raise DataError(f"{path}: empty file (a header line is needed)")
         twice = next((name for k, name in enumerate(header) if name.strip() and name in header[:k]), None)
         if twice is not None:   # `text,text,label`: a record keeps one of the two columns, silently
             raise DataError(f"{path}:{reader.line_num}: the header names the column {twice!r} twice")
-        for row in reader:
+        for row in rows:
             lineno = reader.line_num
             if not any(cell.strip() for cell in row):
                 continue

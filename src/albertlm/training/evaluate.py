@@ -27,18 +27,32 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     head but no sentence-order/NSP head (a transformers `AlbertForMaskedLM`) reports the MLM numbers only, as on
     data without a sentence task. Data without any instance, or whose evaluated instances hold no masked token
     (built with --masked-lm-prob 0) have no MLM numbers: the first is refused, the second reports none (the loss
-    of nothing was 0.0, as if perfect)."""
+    of nothing was 0.0, as if perfect).
+
+    The caller's random generators (torch's, on the CPU and the device used) are as they were after the call:
+    the evaluation draws its own seeded numbers, and loading the model (whose modules initialise their weights
+    before the checkpoint's are read) draws from a copy, so a program's or notebook's random stream does not
+    depend on whether it evaluated a checkpoint."""
+    from albertlm.training.distributed import DistInfo, pick_device
+    from albertlm.training.trainer import callers_rng_kept
+
+    info = DistInfo(device=pick_device(device))
+    with callers_rng_kept(info.device):
+        return _evaluate_checkpoint(checkpoint, data, batch_size, max_batches, precision, info, progress)
+
+
+def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: int, max_batches: int,
+                         precision: str, info, progress: bool) -> dict:
     from albertlm.data.loader import collate
     from albertlm.model.albert import AlbertForPreTraining
     from albertlm.model.io import resolve_checkpoint
-    from albertlm.training.distributed import DistInfo, pick_device
     from albertlm.training.loop import eval_micro_batches, evaluate
     from albertlm.training.precision import check_precision, prepare_model
     from albertlm.training.pretrain import open_dataset
+    from albertlm.training.trainer import rng_devices
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
-    info = DistInfo(device=pick_device(device))
     check_precision(precision, info.device)
     source = resolve_checkpoint(checkpoint)
     has_mlm, has_sentence_head = pretraining_heads(source)
@@ -59,14 +73,17 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     if length > positions:   # else the model's own words at the first long batch: "truncate them, or split them"
         raise UserError(f"--data {data}: its sequences have {length} tokens, more than the model's "
                         f"max_position_embeddings={positions}; build it with --max-seq-length {positions} or less")
-    with torch.random.fork_rng(devices=[]):   # the evaluation's own seed; the caller's generator is left as it was
-        torch.manual_seed(0)
-        batches = eval_micro_batches(dataset, collate, batch_size, info, max_batches)
-        if progress:
-            total = math.ceil(len(dataset) / batch_size)
-            batches = show_progress(batches, min(total, max_batches) if max_batches else total)
-        objective = CountingObjective()
-        metrics = evaluate(model, batches, objective, precision, info)
+    # the evaluation's own seed, in the generators `evaluate_checkpoint` restores (torch.manual_seed would also
+    # reseed every other GPU's, which nothing puts back)
+    torch.default_generator.manual_seed(0)
+    for index in rng_devices(info.device):
+        torch.cuda.default_generators[index].manual_seed(0)
+    batches = eval_micro_batches(dataset, collate, batch_size, info, max_batches)
+    if progress:
+        total = math.ceil(len(dataset) / batch_size)
+        batches = show_progress(batches, min(total, max_batches) if max_batches else total)
+    objective = CountingObjective()
+    metrics = evaluate(model, batches, objective, precision, info)
     if not has_sentence_head and "sop_loss" in metrics:   # a random head's numbers: not the model's
         del metrics["sop_loss"], metrics["sop_acc"]
         metrics["loss"] = metrics["mlm_loss"]

@@ -31,8 +31,12 @@ class Lamb(torch.optim.Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.01, trust_ratio: bool = True,
                  bias_correction: bool = False):
-        if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
-            raise ValueError(f"bad LAMB hyper-parameters: lr={lr}, betas={betas}, eps={eps}, wd={weight_decay}")
+        # written `not x > 0` so that NaN is refused too (`nan <= 0` is False: a NaN lr made every weight NaN at
+        # the first step); betas must be a pair, as torch's optimizers check (one beta failed at the first step)
+        if (not lr > 0 or not eps > 0 or not weight_decay >= 0 or len(tuple(betas)) != 2
+                or not all(0 <= b < 1 for b in betas)):
+            raise ValueError(f"bad LAMB hyper-parameters: lr={lr}, betas={betas}, eps={eps}, wd={weight_decay} "
+                             "(lr and eps must be > 0, weight_decay >= 0, betas two numbers in [0, 1))")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_ratio=trust_ratio,
                         bias_correction=bias_correction)
         super().__init__(params, defaults)
@@ -48,6 +52,9 @@ class Lamb(torch.optim.Optimizer):
             return loss                       # skipped; the host-side step count must not advance (one sync)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
+            if any(p.grad.is_sparse for p in params):   # else "Could not run 'aten::lerp_.Scalar' ... 'SparseCPU'"
+                raise RuntimeError("Lamb does not support sparse gradients (an nn.Embedding(sparse=True)?); "
+                                   "use dense gradients, or torch.optim.SparseAdam for those parameters")
             if params:
                 self._update_group(group, params, found_inf, grad_scale)
         return loss

@@ -28,7 +28,7 @@ from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import (DistInfo, failing_together, init_distributed, refuse_differences,
                                            world_size_from_env)
 from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate, shuffled_batches
-from albertlm.training.trainer import build_loop, open_logger, seed_everything
+from albertlm.training.trainer import build_loop, callers_rng_kept, open_logger, seed_everything
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "masked_lm_positions", "masked_lm_weights",
                 "token_index")
@@ -382,6 +382,7 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
     run = resolve_run(run.absolute_paths(), run_dir, resume)   # run_config.json works from any directory
     info = init_distributed(run.dist.backend, run.dist.device, run.dist.timeout_minutes)
     with contextlib.ExitStack() as held:
+        held.enter_context(callers_rng_kept(info.device))   # the caller's random stream is as it was after the run
         # a rank that fails here (its data unreadable) stops the others with its message, not a gloo traceback
         with failing_together(info, lambda: " while setting up"):
             # another run writing there is refused: before a resume clears what looks like a killed save's

@@ -8,8 +8,9 @@ the data; everything about *how* it trains happens here and in `loop.Loop`.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -146,5 +147,24 @@ def open_logger(loop: Loop) -> None:
 
 
 def seed_everything(seed: int) -> None:
-    """The same initial weights (and head initialisation) on every rank."""
+    """The same initial weights (and head initialisation) on every rank. This seeds torch's global generators;
+    `callers_rng_kept` around a library call puts the caller's back after it."""
     torch.manual_seed(seed)
+
+
+def rng_devices(device: torch.device) -> list[int]:
+    """The CUDA device whose generator work on `device` draws from ([] for a CPU: `fork_rng` would otherwise
+    start CUDA, and warn, on a machine with several GPUs)."""
+    if device.type != "cuda":
+        return []
+    return [device.index if device.index is not None else torch.cuda.current_device()]
+
+
+@contextlib.contextmanager
+def callers_rng_kept(device: torch.device) -> Iterator[None]:
+    """Around a library call that seeds or draws from torch's global generators (a run's seed, its dropout,
+    a resumed run's saved generator state, a model built and then loaded): the CPU's generator and that of the
+    CUDA device `device` are as they were after it, so a program's or notebook's own random numbers do not
+    depend on whether it called albertlm. What happens inside is unchanged (the state on entry is the same)."""
+    with torch.random.fork_rng(devices=rng_devices(device)):
+        yield
