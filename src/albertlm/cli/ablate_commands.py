@@ -4,6 +4,7 @@ fine-tune each one and a no-pretraining baseline of its shape, and write the pap
     albertlm ablate --grid paper --scale cpu --corpus corpus/en --out ablate_runs/cpu --jobs 2
     albertlm ablate --out ablate_runs/cpu --report-only          # the report from the runs finished so far
     albertlm ablate --grid my_grid.toml --scale cpu --corpus my_corpus --out runs/mine --list-jobs
+    albertlm ablate --grid table3 --scale smoke --corpus corpus/ko --tokenizer my_vocab.txt --out runs/ko
 
 Rerunning the same command skips the finished runs and continues a killed one (see experiments/runner.py); a
 second one on an --out that a running one holds is refused (`--report-only` and `--list-jobs` work meanwhile).
@@ -28,6 +29,7 @@ class AblateOptions:
     grid: str = "paper"                  # table3, table4, table5, dropout, figure1, paper (all), or a JSON / TOML grid file (a list of variants with name, embedding, sharing, task, dropout, model: docs/paper.md)
     scale: Literal["smoke", "cpu", "gpu", "cpu-v1", "cpu-v2"] = "cpu"   # model size, steps and fine-tuning protocol (experiments/scales.py)
     corpus: str = ""                     # directory with train.txt and heldout.txt (held-out documents); needed unless --report-only
+    tokenizer: str = ""                  # your own tokenizer instead of the SentencePiece model the suite trains on the corpus: a SentencePiece .model, a WordPiece vocab.txt, a tokenizer.json, or a directory holding one (V = its vocabulary size); a rerun gives the same one
     glue_dir: str = "../shared/data/glue"  # GLUE task folders (SST-2, STS-B, ...) for the downstream evaluation
     seeds: list[int] = field(default_factory=list)  # pretraining seeds (default: the scale's)
     max_steps: int = 0                   # override the scale's pretraining steps (0 = the scale's)
@@ -75,8 +77,8 @@ def _run(o: AblateOptions) -> int:
         raise UserError(f"--out {o.out}: is a file, not a suite directory")
     if o.report_only:
         defaults = AblateOptions(out=o.out, report_only=True)
-        given = [f"--{name.replace('_', '-')}" for name in ("grid", "scale", "corpus", "seeds", "max_steps", "vocab_size",
-                                                            "finetune_seeds", "finetune_lr", "refinetune", "jobs",
+        given = [f"--{name.replace('_', '-')}" for name in ("grid", "scale", "corpus", "tokenizer", "seeds",
+                                                            "max_steps", "vocab_size", "finetune_seeds", "finetune_lr", "refinetune", "jobs",
                                                             "threads", "max_jobs", "max_minutes", "list_jobs")
                  if getattr(o, name) != getattr(defaults, name)]
         if given:   # the report reads what --out holds: these would be silently ignored
@@ -104,12 +106,16 @@ def _run(o: AblateOptions) -> int:
     if len(set(o.seeds)) != len(o.seeds):
         raise UserError(f"--seeds {' '.join(map(str, o.seeds))}: a seed is given twice (each seed is one run "
                         f"of every variant)")
+    if o.tokenizer and o.vocab_size:
+        raise UserError(f"--vocab-size sets the vocabulary of the tokenizer the suite trains; --tokenizer "
+                        f"{o.tokenizer} brings its own (V = its vocabulary size): give one of them")
     if 0 < o.vocab_size < MIN_VOCAB:
         raise UserError(f"--vocab-size must be at least {MIN_VOCAB} (0 = the scale's), got {o.vocab_size}")
     changes = {k: v for k, v in (("max_steps", o.max_steps), ("finetune_seeds", o.finetune_seeds),
                                  ("finetune_lr", o.finetune_lr), ("vocab_size", o.vocab_size)) if v}
     scale = get_scale(o.scale, **changes)
-    suite = make_suite(o.out, scale, o.grid, o.corpus, o.glue_dir, tuple(o.seeds) or None, o.threads)
+    suite = make_suite(o.out, scale, o.grid, o.corpus, o.glue_dir, tuple(o.seeds) or None, o.threads,
+                       o.tokenizer or None)
     missing = [t.dir_name for t in scale.finetune_tasks if not (suite.glue_dir / t.dir_name).is_dir()]
     if missing and not o.list_jobs:   # found out before hours of pretraining, not after
         raise UserError(f"--glue-dir {o.glue_dir}: no {', '.join(missing)} folder (the fine-tuning tasks of scale "

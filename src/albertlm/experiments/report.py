@@ -842,8 +842,9 @@ ENGLISH_LATIN_SHARE = 0.5
 
 
 def corpus_facts(out: Path) -> list[str]:
-    """The tokenizer's facts from prepared.json: a lowered character coverage, and a note when the corpus is
-    not written in Latin letters, so that the (English) GLUE fine-tuning says little about it."""
+    """The tokenizer's facts from prepared.json (the one given with --tokenizer, or the one trained on the corpus
+    with its character coverage), and a note when the corpus is not written in Latin letters, so that the
+    (English) GLUE fine-tuning says little about it."""
     path = out / "prepared" / "prepared.json"
     if not path.is_file():
         return []
@@ -851,7 +852,11 @@ def corpus_facts(out: Path) -> list[str]:
     lines = []
     tok = prepared.get("tokenizer") or {}
     settings = prepared.get("settings") or {}
-    if tok:
+    if tok.get("given"):
+        kind = {"sentencepiece": "SentencePiece", "wordpiece": "WordPiece"}.get(tok.get("kind"), tok.get("kind"))
+        lines.append(f"Tokenizer: given with `--tokenizer {tok['given']}` ({kind}, V={tok.get('vocab_size')}), "
+                     f"not trained on the corpus.")
+    elif tok:
         coverage = tok.get("character_coverage")
         lowered = coverage != tok.get("default_coverage")
         lines.append(f"Tokenizer: SentencePiece unigram, V={settings.get('vocab_size')}, trained on the corpus "

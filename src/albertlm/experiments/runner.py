@@ -56,6 +56,7 @@ class Suite:
     threads: int = 0
     log_every: int = 100
     quiet: bool = True
+    given_tokenizer: dict | None = None   # `--tokenizer`'s record (`given_tokenizer`); None: trained on the corpus
 
     @property
     def prepared(self) -> Path:
@@ -124,13 +125,73 @@ def shape_name(run: Run) -> str:
 
 
 def make_suite(out: str | Path, scale: Scale, grid: str, corpus: str | Path, glue_dir: str | Path,
-               seeds: tuple[int, ...] | None = None, threads: int = 0) -> Suite:
+               seeds: tuple[int, ...] | None = None, threads: int = 0,
+               tokenizer: str | Path | None = None) -> Suite:
+    """The suite of `grid` at `scale` on `corpus`; `tokenizer` (a SentencePiece model, a WordPiece vocab, a
+    tokenizer.json or a directory holding one) replaces the SentencePiece model the suite would train on the
+    corpus, and the scale's V becomes its vocabulary size."""
     train, heldout = corpus_files(corpus)
+    given = given_tokenizer(tokenizer) if tokenizer else None
+    if given:   # every model's vocabulary is the tokenizer's
+        scale = replace(scale, vocab_size=given["vocab_size"])
     if seeds:   # the suite's scale records the seeds it ran with (the report states them)
         scale = replace(scale, seeds=tuple(seeds))
     runs = expand(resolve_grids(grid), scale)
     return Suite(Path(out).resolve(), scale, grid, runs, train.resolve(), heldout.resolve(),
-                 Path(glue_dir).resolve(), threads)
+                 Path(glue_dir).resolve(), threads, given_tokenizer=given)
+
+
+def given_tokenizer(path: str | Path) -> dict:
+    """`--tokenizer PATH`, loaded (a bad one is a UserError naming it): {"given": its absolute path, "kind",
+    "vocab_size", "vocab_sha256": every token in id order, "options": its preprocessing}. The suite copies it
+    into prepared/tokenizer/ and records this in prepared.json and suite.json; a rerun must give the same
+    tokenizer (`same_tokenizer`: kind, vocabulary and preprocessing; the path may differ)."""
+    from dataclasses import asdict, is_dataclass
+
+    from albertlm.data.build import vocab_fingerprint
+    from albertlm.tokenization import load_tokenizer
+
+    try:
+        tok = load_tokenizer(path)
+    except UserError as exc:
+        raise UserError(f"--tokenizer {path}: {str(exc).strip()}") from None
+    options = tok.options if hasattr(tok, "options") else {}
+    options = asdict(options) if is_dataclass(options) else dict(options or {})
+    return {"given": str(Path(path).expanduser().resolve()), "kind": tok.kind, "vocab_size": tok.vocab_size,
+            "vocab_sha256": vocab_fingerprint(tok), "options": json.loads(json.dumps(options, default=str))}
+
+
+def same_tokenizer(a: Any, b: Any) -> bool:
+    """Whether two `given_tokenizer` records are one tokenizer (kind, vocabulary, preprocessing)."""
+    keys = ("kind", "vocab_sha256", "options")
+    return isinstance(a, dict) and isinstance(b, dict) and all(a.get(k) == b.get(k) for k in keys)
+
+
+def tokenizer_text(record: Any) -> str:
+    """A tokenizer record in words: `--tokenizer PATH (wordpiece, V=N)`, or the suite's own."""
+    if isinstance(record, dict) and record.get("given"):
+        return f"--tokenizer {record['given']} ({record.get('kind')}, V={record.get('vocab_size')})"
+    return "its own SentencePiece tokenizer trained on the corpus (no --tokenizer)"
+
+
+def check_same_tokenizer(suite: Suite) -> None:
+    """Refuse to continue a suite whose finished jobs used another tokenizer than this command's (another
+    `--tokenizer`, one given where the suite trained its own, or none where one was given): their ids would
+    mean other pieces. Before the scale's check, which would name only the vocabulary size that follows."""
+    done = suite.prepared / "prepared.json"
+    if not done.is_file() or not measured(suite):   # nothing measured: `retire_unmeasured` prepares again
+        return
+    saved = read_json(done, "the suite's prepared data record")
+    had = saved.get("tokenizer") if isinstance(saved, dict) else None
+    had = had if isinstance(had, dict) and had.get("given") else None
+    want = suite.given_tokenizer
+    if (had is None and want is None) or same_tokenizer(had, want):
+        return
+    changed = (" (its vocabulary or options changed since)"
+               if had and want and had.get("given") == want.get("given") else "")
+    fix = f"--tokenizer {had['given']}" if had else "no --tokenizer"
+    raise UserError(f"--out {suite.out} was prepared with {tokenizer_text(had)}, not {tokenizer_text(want)}"
+                    f"{changed}: give {fix} as it was run, or another --out")
 
 
 def corpus_files(corpus: str | Path) -> tuple[Path, Path]:
@@ -194,10 +255,13 @@ def prepare_workers(suite: Suite, jobs: int) -> int:
 def prepare_settings(suite: Suite) -> dict:
     """What the prepared data depend on (kept in prepared.json; a rerun with other data settings is refused)."""
     s = suite.scale
-    return {"vocab_size": s.vocab_size, "max_seq_length": s.max_seq_length, "masking": s.masking,
-            "dupe_factor": s.dupe_factor, "corpus_chars": s.corpus_chars, "heldout_chars": s.heldout_chars,
-            "finetune_tasks": [t.__dict__ for t in s.finetune_tasks],
-            "train": str(suite.train_text), "heldout": str(suite.heldout_text)}
+    settings = {"vocab_size": s.vocab_size, "max_seq_length": s.max_seq_length, "masking": s.masking,
+                "dupe_factor": s.dupe_factor, "corpus_chars": s.corpus_chars, "heldout_chars": s.heldout_chars,
+                "finetune_tasks": [t.__dict__ for t in s.finetune_tasks],
+                "train": str(suite.train_text), "heldout": str(suite.heldout_text)}
+    if suite.given_tokenizer:   # (absent for a trained one, as in the records written before --tokenizer)
+        settings["tokenizer"] = {k: suite.given_tokenizer[k] for k in ("kind", "vocab_sha256", "options")}
+    return settings
 
 
 def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
@@ -231,22 +295,50 @@ def check_prepared(suite: Suite) -> Any:
     if why:
         raise UserError(f"{suite.out} was prepared with other data settings (scale or corpus: {why}); use "
                         f"another --out")
+    changed = corpus_change(suite, saved.get("corpus_files") if isinstance(saved, dict) else None)
+    if changed:   # edited in place: the finished jobs measured the text it had then
+        raise UserError(f"--corpus {suite.train_text.parent}: {changed} since {suite.out} was prepared from it; "
+                        f"the suite's runs are of the text it had then: restore it, or give another --out for "
+                        f"the new text")
     return saved
 
 
-def corpus_fingerprint(suite: Suite) -> dict:
-    """The corpus files' sizes and SHA-256 digests, kept in prepared.json: a corpus corrected in place (same
-    path) is told from the one prepared (`retire_unmeasured`)."""
+def _sha256(path: Path) -> str:
     import hashlib
 
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def corpus_fingerprint(suite: Suite) -> dict:
+    """The corpus files' sizes, modification times and SHA-256 digests, kept in prepared.json: a corpus edited
+    in place (same path) is told from the one prepared (`corpus_change`)."""
     out = {}
     for name, path in (("train", suite.train_text), ("heldout", suite.heldout_text)):
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        out[name] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+        stat = path.stat()
+        out[name] = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(path)}
     return out
+
+
+def corpus_change(suite: Suite, recorded: Any) -> str:
+    """How the corpus files differ from `recorded` (prepared.json's `corpus_fingerprint`; None in a record
+    older than it): "" when they are the same. Cheap on every rerun: another size differs at once, a file of
+    the recorded size and modification time is the same; only a file touched since is read (its SHA-256)."""
+    if not isinstance(recorded, dict):
+        return ""
+    for name, path in (("train", suite.train_text), ("heldout", suite.heldout_text)):
+        had = recorded.get(name)
+        if not isinstance(had, dict):
+            continue
+        stat = path.stat()
+        if had.get("bytes") != stat.st_size:
+            return f"{path.name} changed ({had.get('bytes')} bytes then, {stat.st_size} now)"
+        if had.get("mtime_ns") != stat.st_mtime_ns and had.get("sha256") != _sha256(path):
+            return f"{path.name} changed (the same size, other text)"
+    return ""
 
 
 def prepared_difference(saved: Any, settings: dict) -> str:
@@ -304,8 +396,15 @@ def _prepare_fresh(suite: Suite, settings: dict, log, workers: int) -> dict:
     s = suite.scale
     train = _copy_capped(suite.train_text, suite.prepared / "corpus" / "train.txt", s.corpus_chars)
     heldout = _copy_capped(suite.heldout_text, suite.prepared / "corpus" / "heldout.txt", s.heldout_chars)
-    log(f"prepare: tokenizer (SentencePiece unigram, V={s.vocab_size}) on {train}")
-    tokenizer = train_tokenizer(train, suite.tokenizer, s.vocab_size, s.name, log)
+    if suite.given_tokenizer:   # the user's own (copied in: the suite keeps working if it moves)
+        from albertlm.tokenization import load_tokenizer
+
+        tokenizer = dict(suite.given_tokenizer)
+        log(f"prepare: tokenizer {tokenizer_text(tokenizer).removeprefix('--tokenizer ')}, given with --tokenizer")
+        load_tokenizer(tokenizer["given"]).save(suite.tokenizer)
+    else:
+        log(f"prepare: tokenizer (SentencePiece unigram, V={s.vocab_size}) on {train}")
+        tokenizer = train_tokenizer(train, suite.tokenizer, s.vocab_size, s.name, log)
     from albertlm.data.build import BuildConfig, build
 
     metas = {}
@@ -339,14 +438,14 @@ def glue_token_fit(suite: Suite, glue: dict, rows: int = 200) -> dict | None:
 
     try:
         tokenizer = load_tokenizer(suite.tokenizer)
-        unk = getattr(tokenizer, "unk_token", "<unk>")
+        unk = tokenizer.id_to_token(tokenizer.unk_id)   # <unk>, or a WordPiece vocab's [UNK] (--tokenizer)
         tokens = unknown = single = words = spelled = 0
         for files in glue.values():
             lines = Path(files["train"]).read_text(encoding="utf-8").splitlines()[1:rows + 1]
             for line in lines:
                 for word in " ".join(c for c in line.split("\t") if c and not _number(c)).split():
-                    pieces = tokenizer.tokenize(word)
-                    short = [p == unk or len(p.lstrip("\u2581")) <= 1 for p in pieces]
+                    pieces = tokenizer.tokenize(word)   # a character alone: ▁c (SentencePiece) or ##c (WordPiece)
+                    short = [p == unk or len(p.lstrip("\u2581").removeprefix("##")) <= 1 for p in pieces]
                     tokens += len(pieces)
                     unknown += sum(p == unk for p in pieces)
                     single += sum(short) - sum(p == unk for p in pieces)
@@ -803,11 +902,14 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
                held: contextlib.ExitStack, locked: bool) -> dict:
     """`run_suite` under the suite's lock: `held` holds it already when --out existed (`locked`), else takes it as
     soon as this call has made --out."""
+    check_same_tokenizer(suite)
     stale = check_same_scale(suite, refinetune)
     planned = plan_jobs(suite.runs)
     afresh = (suite.out / "suite.json").is_file() and not measured(suite)   # every job so far failed
     if not afresh:
         check_recorded(suite, planned)      # before anything is written: a finished job is another model's
+        if (suite.prepared / "prepared.json").is_file():   # ... or the corpus is another (edited in place)
+            check_prepared(suite)
     check_models_kept(suite, planned, stale)   # ... or must be fine-tuned again and its model is gone
     plan = merged_plan(suite, planned)
     created = not suite.out.exists()
@@ -893,6 +995,7 @@ def preview(suite: Suite, refinetune: bool = False) -> list[tuple[Job, str]]:
     """`--list-jobs`: the planned jobs and what a run would do with each (`job_state`), after the checks a run
     makes on what --out holds (another scale, another model under a run's name, models gone), so a listing
     never shows a plan the run would refuse. Writes nothing."""
+    check_same_tokenizer(suite)
     stale = check_same_scale(suite, refinetune)
     planned = plan_jobs(suite.runs)
     if not ((suite.out / "suite.json").is_file() and not measured(suite)):   # else retire_unmeasured's
@@ -1016,7 +1119,8 @@ def merged_plan(suite: Suite, planned: list[Job]) -> dict:
     # seeds' runs planned, and suite.json and the report must not say the suite ran the command's seeds only
     planned_seeds = {r.get("seed") for r in runs.values() if isinstance(r.get("seed"), int)}
     scale["seeds"] = sorted(planned_seeds | set(scale.get("seeds") or []))
-    return {"scale": scale, "grid": suite.grid, "grids": grids, "runs": list(runs.values()), "jobs": jobs}
+    return {"scale": scale, "grid": suite.grid, "grids": grids, "runs": list(runs.values()), "jobs": jobs,
+            "tokenizer": suite.given_tokenizer}     # None: the suite's own, trained on the corpus
 
 
 def _run_key(run: dict) -> str:
@@ -1107,7 +1211,7 @@ def retire_unmeasured(suite: Suite, planned: list[Job], log=print) -> list[Path]
     if done.is_file():
         saved = read_json(done, "the suite's prepared data record")
         files = saved.get("corpus_files") if isinstance(saved, dict) else None   # (not in an older record)
-        if prepared_difference(saved, prepare_settings(suite)) or (files and files != corpus_fingerprint(suite)):
+        if prepared_difference(saved, prepare_settings(suite)) or corpus_change(suite, files):
             retire(suite.prepared)
     if moved:
         log(f"nothing in {suite.out} was measured under its former plan: "
