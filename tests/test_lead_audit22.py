@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import shared_path
 
 from albertlm.cli.main import main
@@ -43,3 +45,32 @@ def test_a_model_card_reads_a_null_score_in_metrics_jsonl(tmp_path):
     text = " ".join(sum(run_facts(step).values(), []))
     assert "pearson None" in text or "pearson null" in text
     assert "accuracy 0.2500" in text
+
+
+def test_an_ablation_job_puts_the_callers_thread_count_back(tmp_path, monkeypatch):
+    """`runner.run_job` set torch's thread count to the suite's `threads` and left it so in the calling
+    process (a notebook running a job went on with one thread)."""
+    import dataclasses
+
+    import torch
+    from test_ablate_audit13 import _suite
+
+    from albertlm.experiments import runner
+
+    suite = dataclasses.replace(_suite(tmp_path, [{"name": "a"}]), threads=1)
+    job = runner.plan_jobs(suite.runs)[0]
+    seen = []
+
+    def pretrain_run(suite, run, run_dir):
+        seen.append(torch.get_num_threads())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "pretrain_run", pretrain_run)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_job(suite, job)
+        assert seen == [1] and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)

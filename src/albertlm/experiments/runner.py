@@ -630,7 +630,18 @@ def finetune_one(suite: Suite, model_dir: Path, task: FinetuneTask, seed: int, o
 
 
 def run_job(suite: Suite, job: Job) -> dict:
-    """One job, start to result.json (skipped when that exists)."""
+    """One job, start to result.json (skipped when that exists). The suite's `threads` hold for the job; the
+    caller's torch thread count is put back after it (a program or notebook calling this goes on as it was)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _run_job(suite, job)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_job(suite: Suite, job: Job) -> dict:
     directory = suite.out / job.directory
     done = directory / RESULT
     if done.is_file():
@@ -1272,7 +1283,11 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: floa
     def interrupt(*_):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    import threading
+
+    # signal.signal works in the main thread only (a suite run from a program's thread keeps its SIGTERM as is)
+    handles = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, interrupt) if handles else None
     context = mp.get_context("spawn")
     stop = context.Event()
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init, initargs=(stop,))
@@ -1297,7 +1312,8 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: floa
                 worker.kill()
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if handles:
+            signal.signal(signal.SIGTERM, previous)
     pool.shutdown(wait=True)
 
 
