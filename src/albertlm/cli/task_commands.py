@@ -432,8 +432,28 @@ def _glue_class_order(spec, model_dir: Path, options) -> str | None:
 
 
 def _predict(args) -> int:
-    print(json.dumps(_run_checkpoint(args), indent=2))
+    _print_metrics(_run_checkpoint(args))
     return 0
+
+
+def _print_metrics(metrics: dict) -> None:
+    """The metrics JSON on stdout, strict: a NaN or infinite score (the MSE of a diverged regression) is null, as
+    in metrics.json (a bare `Infinity` is not JSON: jq and JavaScript's JSON.parse refuse it)."""
+    print(json.dumps(_finite(metrics), indent=2, allow_nan=False))
+
+
+def _finite(data):
+    """`data` with each NaN or infinite number made None (tasks.finetune.json_safe, without importing torch)."""
+    import math
+    from numbers import Integral, Real
+
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    if isinstance(data, Real) and not isinstance(data, Integral):
+        return float(data) if math.isfinite(data) else None
+    return data
 
 
 def _evaluate(args) -> int:
@@ -449,7 +469,7 @@ def _evaluate(args) -> int:
                                                                         file=sys.stderr))
     else:
         metrics = _run_checkpoint(args)
-    print(json.dumps(metrics, indent=2))
+    _print_metrics(metrics)
     return 0
 
 

@@ -100,6 +100,13 @@ def _text(value, column: str, where: str) -> str:
 def _label(value, column: str, where: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise DataError(f"{where}: no label in column {column!r}")
+    if isinstance(value, float) and math.isfinite(value):
+        # a JSON / Parquet number with a point: pandas writes an integer column that once held a gap as floats
+        # (1.0), which is that class (it was refused); a fraction (an STS-B score) is no class name at all
+        if not value.is_integer():
+            raise DataError(f"{where}: label {value!r} in column {column!r} is a real number, not a class name; "
+                            "give --regression to predict a number")
+        value = int(value)
     if isinstance(value, (str, int)) and not isinstance(value, bool):
         name = label_name(value)
         # the label set is recorded and given as comma-separated names (task.json's labels become `--labels a,b`
@@ -138,7 +145,7 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
                 if columns.text_pair and texts else None)
         label = None
         if with_labels and columns.label:
-            label = _cell(record, columns.label, where, path)
+            label = _label_cell(record, columns.label, where, path, columns)
             label = _regression_value(label, where) if regression else _label(label, columns.label, where)
         # a named id column must exist (a misspelt one would number the predictions by row without a word)
         guid = _cell(record, columns.id, where, path) if columns.id else len(examples)
@@ -152,6 +159,18 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
     if not examples:
         raise DataError(f"{path}: no rows")
     return examples
+
+
+def _label_cell(record: dict, column: str, where: str, path: Path, columns: Columns) -> object:
+    """A row's label cell. A file without the label column whose every column is a text or id column holds no
+    labels at all: a file to predict (`predict --dev unlabelled.csv`), which the error says, as GLUE's does."""
+    try:
+        return _cell(record, column, where, path)
+    except DataError as error:
+        named = {label_name(name) for name in (columns.text, columns.text_pair, columns.id) if name}
+        if any(label_name(name) not in named for name in record):
+            raise
+        raise DataError(f"{error}; a file without labels is predicted with --test FILE") from None
 
 
 def _id(value, column: str, where: str) -> str:
@@ -177,12 +196,21 @@ def _regression_value(value, where: str) -> float:
 
 
 def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = None) -> tuple[str, ...]:
-    """Given labels, or the sorted distinct training labels (numeric order when they are all integers)."""
+    """Given labels, or the sorted distinct training labels (numeric order when they are all numbers: `2` before
+    `10`, `2.0` before `10.0`). Labels that are all numbers, some with a fraction (a CSV of STS-B scores: 3.8,
+    2.615, ...), are refused without `--labels`: they are the values of a regression, and were taken for as many
+    classes as the file had distinct scores (a 5-point scale became 140 classes, without a word)."""
     if given:
         return check_labels(given)
     labels = {label_name(e.label) for e in examples}
-    numbers = {label: _integer(label) for label in labels}
+    numbers = {label: _number(label) for label in labels}
     if None not in numbers.values():
+        fractions = [label for label in labels if not numbers[label].is_integer()]
+        if fractions:
+            first = next(e for e in examples if label_name(e.label) in fractions)
+            raise DataError(f"{first.where}: label {label_name(first.label)!r} is a real number (the labels are "
+                            f"{len(labels)} distinct numbers, {len(fractions)} of them with a fraction); give "
+                            "--regression to predict a number, or --labels to take them as classes")
         return tuple(sorted(labels, key=lambda label: (numbers[label], label)))
     return tuple(sorted(labels))
 
@@ -198,11 +226,13 @@ def check_labels(given: Sequence[str]) -> tuple[str, ...]:
     return tuple(given)
 
 
-def _integer(label) -> int | None:
+def _number(label: str) -> float | None:
+    """A label's value when it is written as a finite number (`3`, `3.0`, `-0.5`), else None."""
     try:
-        return int(label)
+        number = float(label)
     except (TypeError, ValueError):
         return None
+    return number if math.isfinite(number) else None
 
 
 def label_ids(examples: Sequence[TextExample], labels: Sequence[str] | None) -> list:
