@@ -111,8 +111,6 @@ def test_pretraining_from_python_does_not_move_the_callers_random_stream(tmp_pat
     assert torch.equal(_stream_after(lambda: pretrain(run, tmp_path / "run")), _stream_after(lambda: None))
 
 
-@pytest.mark.xfail(strict=True, reason="run_finetune() seeds torch's global generator and leaves it so: "
-                   "tasks/finetune.py is to run under trainer.callers_rng_kept")
 def test_fine_tuning_from_python_does_not_move_the_callers_random_stream(tmp_path, one_thread):
     from albertlm.tasks.finetune import run_finetune
     from conftest import save_tiny_pretrained

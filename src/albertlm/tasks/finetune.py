@@ -35,7 +35,7 @@ from albertlm.training.distributed import DistInfo, failing_together, init_distr
 from albertlm.training.loop import Batch, Loop, StepData
 from albertlm.training.metrics import _terminal
 from albertlm.training.precision import autocast, check_precision, warn_emulated_bf16
-from albertlm.training.trainer import build_loop, open_logger, seed_everything
+from albertlm.training.trainer import build_loop, callers_rng_kept, open_logger, seed_everything
 
 TASK_FILE = "task.json"  # beside the best checkpoint: what `predict` / `evaluate` need to know
 
@@ -494,6 +494,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     check_same_finetune(spec, cfg, info)
     said = None
     with contextlib.ExitStack() as held:
+        held.enter_context(callers_rng_kept(info.device))   # the caller's random stream is as it was after the run
         # rank 0 holds OUT locked until the run ends, as pretraining does: the same command started twice, or an
         # --overwrite / --resume in another terminal, is refused instead of removing or writing the files of the
         # run still going there (checked before the old run's files go; a new directory once it is made)
