@@ -75,7 +75,7 @@ class BuildConfig:
     max_predictions_per_seq: int | None = None  # cap on masked tokens; none = min(T, max(20, round(T * p)))
     max_ngram: int = 3                   # longest masked n-gram (words)
     masking: Literal["ngram", "token"] = "ngram"  # whole-word n-grams (ALBERT) or single tokens (BERT)
-    workers: int = 1                     # worker processes (the output is identical for any number)
+    workers: int = 1                     # worker processes (the output is identical for any number); at most the CPU cores it may use
     seed: int = 12345                    # same seed, same bytes
     num_shards: int = 1                  # split the build into K parts (one per machine)
     shard_index: int = 0                 # which part this run builds
@@ -588,13 +588,15 @@ def _build(cfg: BuildConfig) -> BuildSummary:
     warning = tables_warning(tabular_inputs(files, cfg.format))
     if warning:
         print(f"albertlm: warning: {warning}", file=sys.stderr)
+    workers = usable_workers(cfg.workers)
     created = not out.exists()
     staging = out / f".building-{cfg.part_name or 'all'}"
     try:
         shutil.rmtree(staging, ignore_errors=True)    # a killed build of this part left it
         staging.mkdir(parents=True)
-        summary = _build_into(staging, cfg, ctx, files, started)
+        summary = _build_into(staging, cfg, ctx, files, started, workers)
         _install(staging, out, replaced)
+        fsync_path(out)   # the renames into --out last through a crash (the files were fsynced before them)
     except OSError as exc:            # a full disk or a quota while writing, a read-only or forbidden --out
         raise UserError(f"--out {out}: cannot write the data ({write_error(exc)}); what this build had written "
                         "was removed") from None
@@ -604,6 +606,47 @@ def _build(cfg: BuildConfig) -> BuildSummary:
             out.rmdir()
     summary.out = str(out)
     return summary
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask (what taskset, a container or a batch scheduler
+    grants), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def usable_workers(workers: int) -> int:
+    """`--workers`, at most the cores this process may use (`available_cores`), with one warning line when it is
+    cut. The output is the same for any number of workers, so a cut changes no byte; more worker processes than
+    cores only ran in turns, each holding ~70 MB plus its chunks (--workers 64 on a 2-core machine started 64)."""
+    cores = available_cores()
+    if workers <= cores:
+        return workers
+    print(f"albertlm: warning: --workers {workers} is more than the {cores} CPU core(s) this process may use; "
+          f"using {cores} (the output is the same for any number of workers)", file=sys.stderr, flush=True)
+    return cores
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a directory: the names renamed into it), so that a crash or power cut right
+    after the build cannot leave an empty meta.json or lose a rename. A directory is best effort: some systems
+    cannot open or fsync one, and --out is already installed when it is synced (an error then must not say that
+    the build was removed)."""
+    directory = path.is_dir()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if directory:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not directory:
+            raise
+    finally:
+        os.close(fd)
 
 
 def write_error(exc: OSError) -> str:
@@ -616,7 +659,8 @@ def write_error(exc: OSError) -> str:
     return f"{reason}: {advice}" if advice else reason
 
 
-def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[Path], started: float) -> BuildSummary:
+def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[Path], started: float,
+                workers: int | None = None) -> BuildSummary:
     prefix = "shard" if cfg.part_name is None else f"{cfg.part_name}-shard"
     per_shard = cfg.records_per_shard or max(1, RECORD_BYTES_PER_SHARD // ctx.dtype.itemsize)
     writer = ShardWriter(staging, ctx.dtype, per_shard, prefix)
@@ -632,7 +676,7 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
         try:
             seen = [0]   # the corpus's chunks (every part reads them all)
             for records, counts in _results(handed_out(_my_chunks(files, cfg, corpus, progress, seen)), ctx,
-                                            cfg.workers):
+                                            workers or cfg.workers):
                 writer.write(records)
                 instances.add(counts)
                 stats.add(records)
@@ -650,6 +694,8 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
         meta = _meta(cfg, ctx, files, shards, counts)
         np.save(staging / WORD_STARTS_FILE, ctx.vocab.word_start)
         write_json_atomic(staging / _meta_name(cfg), meta)
+        for name in (WORD_STARTS_FILE, _meta_name(cfg)):   # the shards are fsynced as they are closed
+            fsync_path(staging / name)
         progress.finish()
     finally:
         progress.close()

@@ -92,8 +92,11 @@ _READ_BUFFER = 1 << 20  # bytes per read from a decompressor
 TABLE_BATCH_ROWS = 1024  # Parquet rows per record batch (Arrow files keep the batches they were written with)
 JSONL_CHECK_RECORDS = 100  # check_inputs: records of a JSONL file searched for the text field
 # Documents are cut at a sentence boundary beyond this size, so memory stays bounded even for a corpus
-# that is one giant document (counted as `documents_split`).
-MAX_DOCUMENT_CHARS = 32_000_000
+# that is one giant document (counted as `documents_split`, the first cut named). Three times the longest novels
+# (War and Peace: 3.2 M characters), so it cuts only text that has no document breaks (a sentence-per-line file
+# without blank lines, a raw file without them is one document): a build holds a chunk's records for every
+# dupe pass at once, about 15 bytes a character at dupe factor 10, and at 32 M characters a worker needed ~600 MB.
+MAX_DOCUMENT_CHARS = 10_000_000
 # A text line longer than this (a corpus without line breaks, such as text8) is read in pieces cut at the last
 # space or tab before the limit (else at a character boundary), and a paragraph is split into sentences as it
 # grows past MAX_PARAGRAPH_CHARS, so neither a line nor a paragraph is ever held whole (`long_lines_cut`).
@@ -137,6 +140,12 @@ class CorpusCounts:
     formats: dict[str, int] = field(default_factory=dict)
     compressed: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
+
+    def cut_document(self, where: str) -> None:
+        """Count a document cut at MAX_DOCUMENT_CHARS (`documents_split`), naming the first cut: where the next
+        part starts and why (a file without blank lines looks like one document to the `lines` reader)."""
+        self.skip("documents_split", f"{where}: a document over {MAX_DOCUMENT_CHARS:,} characters is cut at a "
+                                     "sentence boundary here (a blank line between documents keeps them apart)")
 
     def skip(self, kind: str, where: str) -> None:
         """Count one skipped (or repaired) item of `kind`, keeping the first example."""
@@ -483,6 +492,7 @@ class _Guarded(io.RawIOBase):
 
     def __init__(self, inner, on_error: Callable[[Exception], None]):
         self.inner, self.on_error, self.failed = inner, on_error, False
+        self.delivered = 0   # decompressed bytes handed on (before the error, once there is one)
         self._read = getattr(inner, "read1", inner.read)
 
     def readable(self) -> bool:
@@ -498,6 +508,7 @@ class _Guarded(io.RawIOBase):
             self.on_error(exc)
             return 0
         buffer[:len(data)] = data
+        self.delivered += len(data)
         return len(data)
 
     def close(self) -> None:
@@ -575,7 +586,9 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
     compression = compression_of(magic)
     head, error = _read_head(path, compression)
     if not head.strip() and error is not None:
-        counts.skip("corrupt_files", f"{path}: {type(error).__name__}: {error}")
+        counts.skip("corrupt_files", f"{path}: {type(error).__name__}: {error}; no text could be decompressed before "
+                                     f"the damage (the file has {path.stat().st_size:,} bytes), so nothing of it "
+                                     "was read")
     elif not head.strip():
         counts.skip("empty_files", f"{path}")
     elif b"\x00" in head:
@@ -593,10 +606,8 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
 
 def _read_text_file(path: Path, compression: str | None, file_format: str, text_field: str,
                     counts: CorpusCounts, progress: Callable[[int], None] | None) -> Iterator[list[str]]:
-    def corrupt(exc: Exception) -> None:
-        counts.skip("corrupt_files", f"{path}: {type(exc).__name__}: {exc} (the text before it was kept)")
-
-    stream, raw = open_text_stream(path, compression, corrupt)
+    errors: list[Exception] = []
+    stream, raw = open_text_stream(path, compression, errors.append)
     source = _TextSource(path, stream, counts)
     done = 0
     try:
@@ -609,8 +620,19 @@ def _read_text_file(path: Path, compression: str | None, file_format: str, text_
         if progress is not None:
             progress(path.stat().st_size - done)
     finally:
+        if errors:   # the decompressor stopped there: the stream ended, and the reader has read what came before
+            counts.skip("corrupt_files", _damage_read_up_to(path, errors[0], source.line_number,
+                                                            getattr(stream.raw, "delivered", 0), raw.tell()))
         stream.close()
         raw.close()
+
+
+def _damage_read_up_to(path: Path, error: Exception, lines: int, text_bytes: int, file_bytes: int) -> str:
+    """The `corrupt_files` example of a compressed file damaged after some text: the decompressor's message, how
+    far the reading got (lines, bytes of text, bytes of the file) and what was kept."""
+    return (f"{path}: {type(error).__name__}: {error}; the damage comes after line {lines:,} ({text_bytes:,} bytes "
+            f"of text, from byte {file_bytes:,} of the file's {path.stat().st_size:,}): the {lines:,} line(s) "
+            "before it were kept (the last possibly cut short); nothing after the damage was read")
 
 
 class _Continued(bytes):
@@ -703,7 +725,8 @@ def _read_lines(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     cut = False  # the last document was cut at the size cap: a split only if more of it follows
     for line in source.lines():
         if line:
-            source.counts.documents_split += cut
+            if cut:
+                source.counts.cut_document(source.where())
             cut = False
             sentences.append(line)
             num_chars += len(line)
@@ -721,7 +744,8 @@ def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     cut = False  # the document was cut at the size cap: a split only if more text follows
     for line in itertools.chain(source.lines(), [""]):
         if line:
-            source.counts.documents_split += cut
+            if cut:
+                source.counts.cut_document(source.where())
             cut = False
             paragraph.append(line)
             num_chars += len(line)
@@ -738,7 +762,8 @@ def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
             if num_chars > MAX_DOCUMENT_CHARS and sentences:
                 yield sentences
                 sentences, num_chars = [], len(tail)
-                source.counts.documents_split += bool(tail)
+                if tail:
+                    source.counts.cut_document(source.where())
                 cut = not tail
         elif paragraph:
             sentences.extend(split_sentences(_join_lines(paragraph)))
@@ -750,13 +775,14 @@ def _read_raw(source: _TextSource, text_field: str) -> Iterator[list[str]]:
     yield sentences  # a raw file is one document
 
 
-def _capped(sentences: list[str], counts: CorpusCounts) -> Iterator[list[str]]:
-    """A document's sentences in parts of about MAX_DOCUMENT_CHARS (cut at sentence boundaries, counted)."""
+def _capped(sentences: list[str], counts: CorpusCounts, where: str) -> Iterator[list[str]]:
+    """A document's sentences in parts of about MAX_DOCUMENT_CHARS (cut at sentence boundaries, counted; `where`:
+    the record, "FILE line 7" or "FILE row 7")."""
     part: list[str] = []
     num_chars = 0
     for sentence in sentences:
         if num_chars > MAX_DOCUMENT_CHARS:
-            counts.documents_split += 1
+            counts.cut_document(where)
             yield part
             part, num_chars = [], 0
         part.append(sentence)
@@ -776,7 +802,7 @@ def _read_jsonl(source: _TextSource, text_field: str) -> Iterator[list[str]]:
         if not sentences:
             source.counts.skip("empty_records", f"{source.where()}: field {text_field!r} is empty")
             continue
-        yield from _capped(sentences, source.counts)
+        yield from _capped(sentences, source.counts, source.where())
 
 
 def _json_text(line: str, text_field: str) -> tuple[str, str | None]:
@@ -835,7 +861,7 @@ def _read_wikiextractor(source: _TextSource, text_field: str) -> Iterator[list[s
             lines.append(line)
             num_chars += len(line)
             if num_chars > MAX_DOCUMENT_CHARS:
-                source.counts.documents_split += 1
+                source.counts.cut_document(source.where())
                 yield document(lines, first)
                 lines, num_chars, first = [], 0, False
         elif line:
@@ -937,7 +963,7 @@ def _table_documents(path: Path, batches, column: int, fraction: Callable[[int],
             if not sentences:
                 counts.skip("empty_records", f"{path} row {row}: the text is empty")
                 continue
-            for part in _capped(sentences, counts):
+            for part in _capped(sentences, counts, f"{path} row {row}"):
                 yield part, fraction(row)
 
 
