@@ -6,6 +6,7 @@ import json
 import pytest
 
 from conftest import shared_path
+from test_cluster_audit22 import corpus  # noqa: F401  (a fixture)
 
 from albertlm.cli.main import main
 
@@ -74,3 +75,22 @@ def test_an_ablation_job_puts_the_callers_thread_count_back(tmp_path, monkeypatc
         assert seen == [1] and torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_part_that_read_other_text_is_refused_when_built_into_a_shared_out(corpus, tmp_path, capsys):
+    """Parts built from other text were refused only when read (`shards.corpus_difference`); building one into
+    an --out holding the other parts was accepted. It is refused after its build, and --out is left as it was."""
+    from conftest import assert_one_error
+    from test_cluster_audit22 import _part
+
+    out = tmp_path / "data"
+    _part([corpus], out, 0)
+    before = sorted(p.name for p in out.iterdir())
+    half = tmp_path / "half.txt"
+    half.write_text("\n".join(corpus.read_text().splitlines()[:60]) + "\n")
+    capsys.readouterr()
+    code = main(["data", "build", "--input", str(half), "--out", str(out), "--max-seq-length", "32",
+                 "--dupe-factor", "1", "--chunk-chars", "2000", "--no-progress", "--num-shards", "2",
+                 "--shard-index", "1", "--tokenizer", str(shared_path("spm", "albert-base-v2_spiece.model"))])
+    assert_one_error(capsys, code, "meta.part-00000-of-00002.json", "read another corpus", "the same --input")
+    assert sorted(p.name for p in out.iterdir()) == before

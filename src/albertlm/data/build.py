@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import json
 import os
 import re
 import shutil
@@ -43,8 +44,9 @@ from albertlm.data.corpus import (FORMATS, JSONL_SUFFIXES, CorpusCounts, Documen
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
-from albertlm.data.shards import (FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter, part_meta_name,
-                                  record_dtype, settings_difference, write_json_atomic)
+from albertlm.data.shards import (CORPUS_ADVICE, FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter,
+                                  corpus_difference, part_meta_name, record_dtype, settings_difference,
+                                  write_json_atomic)
 from albertlm.errors import UserError, read_json_object, stderr_is_terminal
 
 RECORD_BYTES_PER_SHARD = 256 << 20
@@ -595,6 +597,9 @@ def _build(cfg: BuildConfig) -> BuildSummary:
         shutil.rmtree(staging, ignore_errors=True)    # a killed build of this part left it
         staging.mkdir(parents=True)
         summary = _build_into(staging, cfg, ctx, files, started, workers)
+        # what this part read is known now: the parts already in --out must have read the same corpus
+        _check_other_parts(out, cfg, json.loads((staging / _meta_name(cfg)).read_text(encoding="utf-8")),
+                           corpus=True)
         _install(staging, out, replaced)
         fsync_path(out)   # the renames into --out last through a crash (the files were fsynced before them)
     except OSError as exc:            # a full disk or a quota while writing, a read-only or forbidden --out
@@ -981,15 +986,23 @@ def _check_output(out: Path, cfg: BuildConfig, files: list[Path]) -> list[Path]:
     return replaced
 
 
-def _check_other_parts(out: Path, cfg: BuildConfig, meta: dict) -> None:
+def _check_other_parts(out: Path, cfg: BuildConfig, meta: dict, corpus: bool = False) -> None:
     """A part must match the parts already in --out (same tokenizer and settings), or the merged build
-    would mix them."""
+    would mix them. With `corpus` (after the build, when its counts are known), the corpus it read too: every
+    part reads the whole corpus, so a part that read other text (a share of the files) is refused before it
+    is installed."""
     if cfg.part_name is None or not out.is_dir():
         return
     for path in sorted(out.glob("meta.part-*-of-*.json")):
         if path.name == _meta_name(cfg):
             continue
         other = read_json_object(path, "a data build's meta.json", hint="remove it or use another --out")
+        if corpus:
+            difference = corpus_difference(meta, other)
+            if difference:
+                raise UserError(f"--out {out} holds {path.name}, which read another corpus ({difference} there); "
+                                f"{CORPUS_ADVICE}; nothing of this part was written")
+            continue
         difference = settings_difference(meta, other)
         if difference:
             raise UserError(f"--out {out} holds {path.name}, built with other settings ({difference} there); "

@@ -102,9 +102,14 @@ class ShardWriter:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
+    """`path` replaced whole, UTF-8 whatever the locale; the temporary file is on disk before the rename (a crash
+    right after it leaves the new file or the old one, never an empty one)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
