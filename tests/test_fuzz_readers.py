@@ -216,7 +216,9 @@ def test_fuzz_classify_reader(work, suffix, content, regression):
     if isinstance(examples, UserError):
         return
     labels = None if regression else outcome(lambda: classify.label_set(examples))
-    assert not isinstance(labels, UserError)
+    if isinstance(labels, UserError):   # number labels with fractions without --regression: refused, by design
+        assert "is a real number" in str(labels)
+        return
     ids = outcome(lambda: classify.label_ids(examples, labels))
     assert not isinstance(ids, UserError) and len(ids) == len(examples)
 

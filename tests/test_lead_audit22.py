@@ -94,3 +94,19 @@ def test_a_part_that_read_other_text_is_refused_when_built_into_a_shared_out(cor
                  "--shard-index", "1", "--tokenizer", str(shared_path("spm", "albert-base-v2_spiece.model"))])
     assert_one_error(capsys, code, "meta.part-00000-of-00002.json", "read another corpus", "the same --input")
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_classify_regression_predictions_are_written_in_full(tmp_path):
+    """`finetune classify --regression` wrote dev predictions to 4 decimals, so `evaluate classify --predictions`
+    on them gave another Pearson than the run's (0.2128 against 0.2021)."""
+    import numpy as np
+
+    from albertlm.tasks.classify import TextExample
+    from albertlm.tasks.specs import _classify_set
+
+    examples = [TextExample(str(i), f"text {i}", None, float(i), f"f:{i}") for i in range(3)]
+    logits = np.array([[0.012345678], [1.5], [2.00001234]], dtype=np.float64)
+    _classify_set("dev", examples, [], None, labelled=True).write({"logits": logits}, tmp_path)
+    rows = [line.split("\t") for line in (tmp_path / "dev_predictions.tsv").read_text().splitlines()[1:]]
+    assert [float(value) for _, value in rows] == logits[:, 0].tolist()
+    assert rows[1][1] == "1.5000"

@@ -396,6 +396,14 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
                     {"labels": label_list or [], "regression": regression, "columns": vars(columns)}, problems)
 
 
+def _score_text(value) -> str:
+    """A regression prediction as written: 4 decimals where they hold it exactly, else in full (rounded, scoring
+    the file gave another Pearson than the run's own: 0.2128 against 0.2021), as GLUE's STS-B dev files."""
+    value = float(value)
+    text = f"{value:.4f}"
+    return text if float(text) == value else repr(value)
+
+
 def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalSet:
     regression = label_list is None
     gold = classify.label_ids(examples, label_list) if labelled else None
@@ -408,7 +416,7 @@ def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalS
 
     def write(out, out_dir: Path):
         preds = _class_preds(out["logits"], regression)
-        lines = ["id\tprediction"] + [f"{e.guid}\t{p:.4f}" if regression else f"{e.guid}\t{label_list[int(p)]}"
+        lines = ["id\tprediction"] + [f"{e.guid}\t{_score_text(p)}" if regression else f"{e.guid}\t{label_list[int(p)]}"
                                       for e, p in zip(examples, preds)]
         write_text_atomic(out_dir / f"{name}_predictions.tsv", "\n".join(lines) + "\n")
 
