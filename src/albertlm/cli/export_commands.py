@@ -55,13 +55,15 @@ def run(args: argparse.Namespace, command: str) -> int:
         lines += notes
     else:
         model = _load(model_dir, args.encoder)
+    metadata, tokenizer = ({}, None) if tf_source else serving_metadata(model_dir, model)
     # written in a staging directory beside --out and moved into place once complete: a failed export
     # leaves an existing file as it was
     with _staging(out.parent) as staging:
         tmp = staging / out.name
-        report = onnx_export.export_onnx(model, tmp, exporter=args.exporter, opset=args.opset)
+        report = onnx_export.export_onnx(model, tmp, exporter=args.exporter, opset=args.opset, metadata=metadata)
         lines.append(f"exported {type(model).__name__} from {model_dir} to {out} ({report['bytes'] / 1e6:.1f} MB, "
                      f"{report['initializers']} initializers, outputs: {', '.join(report['outputs'])})")
+        lines.append(_serving_line(metadata, model, tokenizer, tf_source))
         if not args.no_verify:
             diffs = onnx_export.compare_with_onnxruntime(model, tmp)
             lines.append("onnxruntime vs PyTorch, max abs difference: "
@@ -81,6 +83,77 @@ def run(args: argparse.Namespace, command: str) -> int:
     if warning:
         print(warning, file=sys.stderr)
     return 0
+
+
+def serving_metadata(model_dir: Path, model) -> tuple[dict[str, str], Path | None]:
+    """(what `albertlm export onnx` adds to the file's metadata, the directory of the tokenizer files) from the
+    checkpoint's directory: the fine-tuning's family, task, label names (id2label, as transformers writes it) or
+    regression, and max_seq_length (task.json, a run's checkpoints/step_N's run_config.json, a transformers
+    tokenizer_config.json's model_max_length), and the names of the tokenizer files a server needs beside the
+    .onnx (`tokenizer_files`; their directory is printed, not stored: a local path means nothing on a server)."""
+    import json
+
+    from albertlm.errors import json_object_or_empty
+    from albertlm.interop.hf import read_labels
+    from albertlm.tokenization.load import find_tokenizer
+
+    info = json_object_or_empty(model_dir / "task.json")
+    if not info and model_dir.parent.name == "checkpoints":   # a fine-tuning run's step: its saved settings
+        saved = json_object_or_empty(model_dir / "run_config.json")
+        info = saved if saved.get("family") else {}
+    meta: dict[str, str] = {}
+    head = type(model).__name__ != "AlbertModel"   # --encoder: the task's head and labels are not in the file
+    if head:
+        meta.update({key: info[key] for key in ("family", "task") if isinstance(info.get(key), str)})
+    length = info.get("max_seq_length")
+    if not isinstance(length, int):
+        length = json_object_or_empty(model_dir / "tokenizer_config.json").get("model_max_length")
+    if isinstance(length, int) and 0 < length <= model.config.max_position_embeddings:
+        meta["max_seq_length"] = str(length)
+    if type(model).__name__ in ("AlbertForSequenceClassification", "AlbertForTokenClassification"):
+        labels = info.get("labels")
+        recorded = read_labels(model_dir)
+        if isinstance(labels, list) and labels:
+            meta["id2label"] = json.dumps({str(i): str(name) for i, name in enumerate(labels)}, ensure_ascii=False)
+            recorded["problem_type"] = "single_label_classification"
+        elif recorded.get("id2label"):
+            meta["id2label"] = json.dumps(recorded["id2label"], ensure_ascii=False)
+        one_score = type(model).__name__ == "AlbertForSequenceClassification" and model.config.num_labels == 1
+        problem = "regression" if info.get("regression") or one_score else recorded.get("problem_type")
+        if problem:
+            meta["problem_type"] = problem
+    tokenizer = find_tokenizer(model_dir)
+    if tokenizer is None and info and model_dir.parent.name == "checkpoints":   # a fine-tuning step: its run's own
+        tokenizer = find_tokenizer(model_dir.parent.parent / "best")
+    if tokenizer is not None:
+        files = ([tokenizer.name] if tokenizer.is_file() else
+                 sorted(p.name for p in tokenizer.iterdir() if p.name in TOKENIZER_FILES or p.suffix == ".model"))
+        if files:
+            meta["tokenizer_files"] = ",".join(files)
+            tokenizer = tokenizer.parent if tokenizer.is_file() else tokenizer
+    return meta, tokenizer if "tokenizer_files" in meta else None
+
+
+TOKENIZER_FILES = ("spiece.model", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _serving_line(metadata: dict[str, str], model, tokenizer: Path | None, tf_source: bool = False) -> str:
+    """What serving needs that the graph does not hold: input length, labels (both in the file's metadata) and
+    the tokenizer files to ship beside it."""
+    said = [f"int64 input_ids, attention_mask, token_type_ids of at most "
+            f"{metadata.get('max_seq_length', model.config.max_position_embeddings)} tokens"]
+    if "id2label" in metadata:
+        import json
+
+        said.append("labels " + ", ".join(json.loads(metadata["id2label"]).values()))
+    if tokenizer is not None:
+        said.append(f"no tokenizer inside: ship {metadata['tokenizer_files'].replace(',', ', ')} from {tokenizer} "
+                    "beside it")
+    elif tf_source:
+        said.append("no tokenizer inside: ship the checkpoint's SentencePiece model (30k-clean.model) beside it")
+    else:
+        said.append("no tokenizer inside, and none found beside the checkpoint")
+    return f"serving: {'; '.join(said)} (in the file's metadata too)"
 
 
 def _written(out, quantized) -> list[str]:

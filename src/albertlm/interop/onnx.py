@@ -4,8 +4,12 @@
     compare_with_onnxruntime(model, "model.onnx")  # max |torch - onnxruntime| per output, on fresh inputs
     quantize_int8("model.onnx", "model.int8.onnx")
 
-- Inputs `input_ids`, `attention_mask`, `token_type_ids` (int64), (batch, sequence) or, for multiple
-  choice, (batch, choices, sequence): every axis is dynamic (sequence up to the model's positions).
+- Inputs `input_ids`, `attention_mask`, `token_type_ids` (int64), (batch_size, sequence_length) or, for
+  multiple choice, (batch_size, num_choices, sequence_length): every axis is dynamic (sequence up to the model's
+  positions). Input, output and axis names are those of optimum's ONNX export of ALBERT, so either file serves.
+- The file's metadata (`session.get_modelmeta().custom_metadata_map`) says what serving needs and the graph
+  does not: the class, max_position_embeddings, vocab_size, type_vocab_size, pad_token_id (`model_metadata`),
+  plus what the caller adds (`albertlm export onnx`: labels, task, max_seq_length, tokenizer files).
 - Each shared weight is stored once: the encoder holds only the unique modules and the exported graph reuses
   their initializers in every layer; identical initializers the exporter may still produce (a transposed
   copy per use) are merged after export (`merge_duplicate_initializers`), so an all-shared 12-layer model
@@ -44,6 +48,7 @@ OUTPUTS = {
     "AlbertForMultipleChoice": ("logits",),
 }
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+BATCH, SEQUENCE, CHOICES = "batch_size", "sequence_length", "num_choices"   # the dynamic axes, as optimum names them
 EXPORTERS = ("torchscript", "dynamo")
 OPSET = 18
 # the lowest opset each exporter can write this model in: attention (scaled_dot_product_attention) needs 14,
@@ -125,16 +130,37 @@ def example_inputs(model: nn.Module, batch: int = 2, length: int = 16, seed: int
     mask = torch.ones(shape, dtype=torch.long)
     mask[-1, ..., length * 2 // 3:] = 0
     types = torch.zeros(shape, dtype=torch.long)
-    types[..., length // 2:] = 1
+    if cfg.type_vocab_size > 1:   # a model of one segment type has no id 1 (its embedding refuses it)
+        types[..., length // 2:] = 1
     return ids, mask * 1, types * mask
 
 
-def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscript", opset: int = OPSET) -> dict:
+def model_metadata(model: nn.Module) -> dict[str, str]:
+    """What serving needs to know of `model` and its graph does not say: its class, how long an input may be,
+    the id ranges and the padding id (the file's metadata_props, all strings)."""
+    cfg = model.config
+    out = {"architecture": type(model).__name__, "max_position_embeddings": cfg.max_position_embeddings,
+           "vocab_size": cfg.vocab_size, "type_vocab_size": cfg.type_vocab_size, "pad_token_id": cfg.pad_token_id}
+    if type(model).__name__ in ("AlbertForSequenceClassification", "AlbertForTokenClassification"):
+        out["num_labels"] = cfg.num_labels
+    return {key: str(value) for key, value in out.items()}
+
+
+def onnx_metadata(path: str | Path) -> dict[str, str]:
+    """The metadata_props of an exported file (what `export_onnx` and `albertlm export onnx` wrote)."""
+    onnx = require_onnx()
+    return {entry.key: entry.value for entry in onnx.load(str(path), load_external_data=False).metadata_props}
+
+
+def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscript", opset: int = OPSET,
+                metadata: dict[str, str] | None = None) -> dict:
     """Write `model` (traced in eval mode, on CPU, fp32; its own mode, device and dtype are left as they were) to
-    `path`; returns {"outputs", "initializers", "merged_initializers", "bytes"}."""
+    `path`, with `model_metadata(model)` and `metadata` (string keys and values) as the file's metadata_props;
+    returns {"outputs", "initializers", "merged_initializers", "bytes"}."""
     onnx = require_onnx()
     check_opset(exporter, opset)
     names = output_names(model)
+    metadata = {**model_metadata(model), **{str(k): str(v) for k, v in (metadata or {}).items()}}
     was_training = model.training
     placed = {(t.device, t.dtype) for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()}
     if len(placed) > 1:   # mixed placement: cannot be put back as it was, so export a copy
@@ -143,7 +169,7 @@ def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscr
         model, placed = copy.deepcopy(model), set()
     model = model.eval().float().cpu()
     try:
-        return _export(onnx, model, names, path, exporter, opset)
+        return _export(onnx, model, names, path, exporter, opset, metadata)
     finally:
         model.train(was_training)
         if placed:        # the caller's model goes back where it was (a bf16 model on a GPU stayed fp32 on CPU)
@@ -151,11 +177,11 @@ def export_onnx(model: nn.Module, path: str | Path, *, exporter: str = "torchscr
             model.to(device=device, dtype=dtype)
 
 
-def _export(onnx, model: nn.Module, names, path, exporter: str, opset: int) -> dict:
+def _export(onnx, model: nn.Module, names, path, exporter: str, opset: int, metadata: dict[str, str]) -> dict:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     args = example_inputs(model)
-    axes = ({0: "batch", 1: "choices", 2: "sequence"} if args[0].dim() == 3 else {0: "batch", 1: "sequence"})
+    axes = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if args[0].dim() == 3 else {0: BATCH, 1: SEQUENCE}
     wrapper = _Outputs(model, names).eval()  # the exporter restores the wrapper's mode, and so the model's, after
     with plain_model_ops(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
@@ -167,6 +193,7 @@ def _export(onnx, model: nn.Module, names, path, exporter: str, opset: int) -> d
             _export_dynamo(wrapper, args, path, names, axes, opset)
     proto = onnx.load(str(path))
     merged = finish_graph(proto)
+    onnx.helper.set_model_props(proto, metadata)
     _save(proto, path)
     return {"outputs": names, "initializers": len(proto.graph.initializer), "merged_initializers": merged,
             "bytes": _size(path)}
@@ -176,10 +203,10 @@ def output_axes(model: nn.Module, output: str) -> dict[int, str]:
     """The dynamic axes of an output: batch, plus sequence (per-token outputs) or choices."""
     kind = type(model).__name__
     if output in ("pooler_output", "sop_logits") or (output == "logits" and kind == "AlbertForSequenceClassification"):
-        return {0: "batch"}
+        return {0: BATCH}
     if kind == "AlbertForMultipleChoice":
-        return {0: "batch", 1: "choices"}
-    return {0: "batch", 1: "sequence"}
+        return {0: BATCH, 1: CHOICES}
+    return {0: BATCH, 1: SEQUENCE}
 
 
 def _export_dynamo(wrapper: nn.Module, args, path: Path, names, axes: dict, opset: int) -> None:
@@ -187,7 +214,7 @@ def _export_dynamo(wrapper: nn.Module, args, path: Path, names, axes: dict, opse
         import onnxscript  # noqa: F401
     except ImportError:
         raise UserError("--exporter dynamo needs onnxscript: pip install 'albertlm[onnx]'") from None
-    dims = {k: torch.export.Dim(v, max=wrapper.model.config.max_position_embeddings) if v == "sequence"
+    dims = {k: torch.export.Dim(v, max=wrapper.model.config.max_position_embeddings) if v == SEQUENCE
             else torch.export.Dim(v) for k, v in axes.items()}
     shapes = {name: dims for name in INPUTS}
     program = torch.onnx.export(wrapper, args, input_names=list(INPUTS), output_names=list(names),
