@@ -59,8 +59,47 @@ def read_vocab(vocab_file: Path) -> dict[str, int]:
     vocab = {token: index for index, token in enumerate(lines)}
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
-        raise UserError(f"{vocab_file} is not a BERT vocab.txt: it lacks {missing}")
+        raise UserError(f"{vocab_file} is not a BERT vocab.txt: it lacks {missing}{_layout_hint(lines, missing)}")
+    if len(vocab) < len(lines):
+        warn_if_tokens_repeat(lines, vocab_file)
     return vocab
+
+
+def _layout_hint(lines: list[str], missing: list[str]) -> str:
+    """Why a file lacks the special tokens, where its layout says: one line (tokens separated by spaces), a
+    token and a score or count a line (a SentencePiece .vocab, a word count), spaces around the tokens."""
+    one_a_line = "a vocab.txt holds one token a line and nothing else"
+    if len(lines) <= 1:
+        return f"; it holds {len(lines)} line(s): {one_a_line}"
+    tabbed = sum(1 for line in lines[:1000] if "\t" in line)
+    if tabbed > min(len(lines), 1000) // 2:
+        return (f"; its lines hold tab-separated fields (line 1: {lines[0]!r}): {one_a_line} (a SentencePiece "
+                ".vocab is not one: give its .model)")
+    stripped = {line.strip() for line in lines}
+    if all(token in stripped for token in missing):
+        spaced = next(line for line in lines if line != line.strip() and line.strip() in missing)
+        return f"; its lines hold spaces around the tokens ({spaced!r}): {one_a_line}"
+    return ""
+
+
+def warn_if_tokens_repeat(lines: list[str], source: Path) -> None:
+    """A token on two lines (a vocab merged from two, a token appended that was already there): BERT and
+    transformers give it the id of its last line, so the earlier line's id is never produced and text meant for
+    a model trained with the earlier id gets another one (past a pretrained model's embeddings when appended).
+    Empty lines are left out (never produced either way). Reads as transformers does; one warning for the file."""
+    first: dict[str, int] = {}
+    repeats: list[tuple[int, int, str]] = []
+    for index, token in enumerate(lines):
+        if token in first and token != "":
+            repeats.append((first[token], index, token))
+        first.setdefault(token, index)
+    if repeats:
+        earlier, later, token = repeats[0]
+        warnings.warn(f"{source}: {len(repeats)} line(s) repeat an earlier token, e.g. line {later + 1} repeats "
+                      f"{token!r} of line {earlier + 1}; BERT and transformers read each such token as the id of "
+                      f"its last line, so id {earlier} (line {earlier + 1}) is never produced; if the later line was "
+                      "added, delete it (a pretrained model knows the token by its earlier id)",
+                      UserWarning, stacklevel=3)
 
 
 def warn_if_hangul_is_decomposed(vocab: dict[str, int], options: WordPieceOptions, source: Path) -> None:
@@ -71,8 +110,13 @@ def warn_if_hangul_is_decomposed(vocab: dict[str, int], options: WordPieceOption
     if hangul >= 100:
         warnings.warn(f"{source} holds {hangul} Hangul tokens but accent stripping (do_lower_case without "
                       "strip_accents=False) decomposes Hangul into jamo and encodes it as [UNK]; load it with "
-                      "do_lower_case=False or strip_accents=False (CLI: -o strip_accents=false)", UserWarning,
+                      f"strip_accents=False: {_CONFIG_ADVICE.format(option='strip_accents')}", UserWarning,
                       stacklevel=3)
+
+
+# how to set an option for every command: data build, pretrain, finetune and convert take no -o
+_CONFIG_ADVICE = ('write {{"{option}": false}} to a tokenizer_config.json beside the vocab.txt (every albertlm '
+                  'command and transformers read it; `albertlm tokenizer` commands also take -o {option}=false)')
 
 
 CASED_TOKENS = 100   # tokens with capitals that make a vocab look cased (an uncased one has none but its specials)
@@ -91,7 +135,8 @@ def warn_if_cased_vocab_is_lowercased(vocab: dict[str, int], options: WordPieceO
         warnings.warn(f"{source} looks cased ({len(cased)} tokens with capitals, e.g. {cased[0]!r}) but is read "
                       "lowercased (do_lower_case, BERT's default where no tokenizer_config.json says otherwise), so "
                       "those tokens are never produced; if the model was trained cased, load it with "
-                      "do_lower_case=False (CLI: -o do_lower_case=false)", UserWarning, stacklevel=3)
+                      f"do_lower_case=False: {_CONFIG_ADVICE.format(option='do_lower_case')}", UserWarning,
+                      stacklevel=3)
 
 
 def build_pipeline(vocab: dict[str, int], options: WordPieceOptions):
