@@ -830,8 +830,10 @@ def _instance_counts_dict(counts: InstanceCounts, ctx: ChunkContext) -> dict:
 def unknown_token_report(instance_counts: dict) -> tuple[str, str | None]:
     """The summary's line about the unknown token, and a warning when its share of the text's tokens is
     UNK_WARN_SHARE or more (else None), from the `counts.instances` of a build's meta ("" and None for a
-    build recorded before these counts existed)."""
-    if "unk_tokens" not in instance_counts:
+    build recorded before these counts existed, and for one without text: a part of a `--num-shards` build that
+    owns none of the corpus's chunks said `unknown tokens (<unk>) 0 of 0 tokens of text (0.00%)`)."""
+    if "unk_tokens" not in instance_counts or not (instance_counts["unk_tokens"]
+                                                    or instance_counts.get("text_tokens")):
         return "", None
     unk, total = instance_counts["unk_tokens"], instance_counts.get("text_tokens", 0)
     name, share = instance_counts.get("unk_token", "unk"), unk / max(total, 1)
@@ -954,9 +956,10 @@ def _meta_name(cfg: BuildConfig) -> str:
 
 def _check_output(out: Path, cfg: BuildConfig, files: list[Path]) -> list[Path]:
     """Refuse an --out that is (or is inside) an input directory, that holds an input file, that is a
-    non-empty directory without a build, or that holds a finished build of this part without `overwrite`.
-    Returns the files of --out the new build replaces (an earlier build of this part, leftovers of a
-    crashed one); nothing is changed yet."""
+    non-empty directory without a build, or that holds a finished build of this part, or parts of another
+    --num-shards (which can never join this part), without `overwrite`. Returns the files of --out the new build
+    replaces (an earlier build of this part, a single build, another --num-shards' parts, leftovers of a crashed
+    one); nothing is changed yet."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
     target = out.resolve()
@@ -977,13 +980,33 @@ def _check_output(out: Path, cfg: BuildConfig, files: list[Path]) -> list[Path]:
                         "empty directory")
     if cfg.part_name is None:
         replaced = [out / n for n in names if _BUILD_FILE.fullmatch(n)]
-    else:    # this part's files, and a single build's (which would hide the parts)
+    else:    # this part's files, a single build's (which would hide the parts) and another --num-shards' parts
         mine = (META_FILE, _meta_name(cfg), f"{cfg.part_name}-shard-", "shard-")
         replaced = [out / n for n in names if _BUILD_FILE.fullmatch(n) and n.startswith(mine)]
+        other = _other_part_files(names, cfg.num_shards)
+        other_metas = [n for n in other if _META_FILE.fullmatch(n)]
+        if other_metas and not cfg.overwrite:    # (its shards alone, without a meta, are a crash's leftovers)
+            k = int(_PART_OF.match(other_metas[0]).group(1))
+            more = ", ..." if len(other_metas) > 1 else ""
+            raise UserError(f"--out {out} holds parts of a {k}-part build ({other_metas[0]}{more}), which a part of "
+                            f"--num-shards {cfg.num_shards} cannot join (num_shards {cfg.num_shards} vs {k} there); "
+                            f"pass --overwrite to remove that build's files (meta.part-*-of-{k:05d}.json and "
+                            f"part-*-of-{k:05d}-shard-*.bin), or use another --out")
+        replaced += [out / n for n in other]
     finished = [p.name for p in replaced if _META_FILE.fullmatch(p.name)]
     if finished and not cfg.overwrite:
         raise UserError(f"{out} already holds a build ({finished[0]}); pass --overwrite or another --out")
     return replaced
+
+
+_PART_OF = re.compile(r"^(?:meta\.)?part-\d{5}-of-(\d{5})")
+
+
+def _other_part_files(names: list[str], num_shards: int) -> list[str]:
+    """The files of `names` that a build of parts of another --num-shards wrote (its part metas and shards, by
+    their exact names): they can never join these parts, so --overwrite removes them."""
+    return sorted(n for n in names if _BUILD_FILE.fullmatch(n) and _PART_OF.match(n)
+                  and int(_PART_OF.match(n).group(1)) != num_shards)
 
 
 def _check_other_parts(out: Path, cfg: BuildConfig, meta: dict, corpus: bool = False) -> None:
@@ -994,8 +1017,8 @@ def _check_other_parts(out: Path, cfg: BuildConfig, meta: dict, corpus: bool = F
     if cfg.part_name is None or not out.is_dir():
         return
     for path in sorted(out.glob("meta.part-*-of-*.json")):
-        if path.name == _meta_name(cfg):
-            continue
+        if path.name == _meta_name(cfg) or (cfg.overwrite and _other_part_files([path.name], cfg.num_shards)):
+            continue    # this part's, or another --num-shards' that --overwrite removes
         other = read_json_object(path, "a data build's meta.json", hint="remove it or use another --out")
         if corpus:
             difference = corpus_difference(meta, other)

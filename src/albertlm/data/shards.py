@@ -125,16 +125,23 @@ def part_meta_name(shard_index: int, num_shards: int) -> str:
 
 
 def read_meta(directory: str | os.PathLike) -> dict:
-    """The dataset's meta: `meta.json`, or the merged metas of a complete `--num-shards K` set of parts.
+    """The dataset's meta: `meta.json`, or the merged metas of a complete `--num-shards K` set of parts (a
+    directory holding both is refused: the parts were ignored without a word).
     Each file is checked (`check_meta`): damage is a UserError naming the file and the field; so are parts
     built with different settings (`settings_difference`)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise UserError(f"not a data directory: {directory}")
     single = directory / META_FILE
+    parts = _part_metas(directory)
+    if single.exists() and parts:     # never written so by a build (each replaces the other): copied together
+        more = ", ..." if len(parts) > 1 else ""
+        raise UserError(f"{directory} holds two builds: {META_FILE} (a single build) and {len(parts)} part meta(s) "
+                        f"({parts[0].name}{more}; copied together by hand?): keep one: remove "
+                        f"{META_FILE} and shard-*.bin, or meta.part-*.json and part-*-shard-*.bin (or rebuild the "
+                        "data into a new directory)")
     if single.exists():
         return _read_meta_file(single)
-    parts = _part_metas(directory)
     if not parts:
         staging = sorted(directory.glob(".building-*"))
         hint = (f" (an unfinished or stopped build left {staging[0].name}; run the build again)" if staging

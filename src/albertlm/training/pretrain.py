@@ -192,11 +192,16 @@ def check_layout(train, world_size: int, resume: bool) -> None:
 
 def data_identity(meta: dict) -> dict:
     """What a resumed run's data must still be (with the batch size and the seed): its sequence length, sentence
-    task and tokenizer, so data rebuilt in place since the run started is refused, not trained on."""
+    task and tokenizer, so data rebuilt in place since the run started is refused, not trained on; and what fixes
+    which instance each example index is: the build's seed and --chunk-chars, and its --num-shards (the parts
+    of a K-part build hold chunks i, i+K, ... each, so the same instances rebuilt with another K come in another
+    order, and a resumed epoch would read some twice and skip others). --records-per-shard only cuts the same
+    sequence into other files: it is not recorded."""
     tokenizer = meta.get("tokenizer") or {}
     found = {"max_seq_length": meta.get("max_seq_length"), "sentence_task": meta.get("sentence_task"),
              "vocab_size": tokenizer.get("vocab_size", meta.get("vocab_size")),
-             "vocab_sha256": tokenizer.get("vocab_sha256")}
+             "vocab_sha256": tokenizer.get("vocab_sha256"), "num_shards": meta.get("num_shards"),
+             "build_seed": meta.get("seed"), "chunk_chars": meta.get("chunk_chars")}
     return {f"data_{k}": v for k, v in found.items() if v is not None}
 
 
@@ -331,7 +336,6 @@ def run_identity(run: RunConfig, datasets: Datasets, run_dir: Path, resume: bool
     meta = datasets.meta
     values["the training data's examples"] = len(datasets.train)
     values.update({f"the training data's {key[len('data_'):]}": value for key, value in data_identity(meta).items()})
-    values["the training data's build seed"] = meta.get("seed")
     values["the training data's shards"] = [(s.get("file"), s.get("num_instances")) for s in meta.get("shards", [])
                                              if isinstance(s, dict)]
     values["the evaluation data's examples"] = len(datasets.eval) if datasets.eval is not None else None
