@@ -110,3 +110,14 @@ def test_classify_regression_predictions_are_written_in_full(tmp_path):
     rows = [line.split("\t") for line in (tmp_path / "dev_predictions.tsv").read_text().splitlines()[1:]]
     assert [float(value) for _, value in rows] == logits[:, 0].tolist()
     assert rows[1][1] == "1.5000"
+
+
+def test_an_empty_parts_summary_says_why_it_holds_nothing(corpus, tmp_path, capsys):
+    """An empty part's summary read `masked 0.00% of 0 tokens; labels ; ...`."""
+    from test_cluster_audit22 import _part
+
+    capsys.readouterr()
+    _part([corpus], tmp_path / "empty", 39, "--num-shards", "40")
+    err = capsys.readouterr().err
+    assert "labels ;" not in err and "masked 0.00% of 0" not in err, err
+    assert "owns none of the corpus's chunks" in err

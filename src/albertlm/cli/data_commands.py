@@ -50,7 +50,7 @@ def format_summary(summary) -> str:
                if corpus.get(k)}
     skipped.update({k: inst[k] for k in ("empty_documents", "dropped_chunks", "long_sentences_cut",
                                          "nsp_same_document") if inst[k]})
-    labels = ", ".join(f"{k}: {v:,}" for k, v in inst["labels"].items())
+    labels = ", ".join(f"{k}: {v:,}" for k, v in inst["labels"].items()) or "none"
     lines = [
         f"wrote {summary.num_instances:,} instances in {summary.num_shards} shard(s) to {summary.out} "
         f"({summary.seconds:.1f} s, {summary.instances_per_second:,.0f} instances/s)",
@@ -59,6 +59,9 @@ def format_summary(summary) -> str:
         f"masked {tokens['masked'] / max(tokens['tokens'], 1):.2%} of {tokens['tokens']:,} tokens; labels {labels}; "
         f"{inst['short_targets']:,} short targets, {inst['one_sentence_chunks']:,} one-sentence chunks cut in two",
     ]
+    if not summary.num_instances:   # only a part can build none (a single build of nothing is an error)
+        lines[2] = ("no instances: this part owns none of the corpus's chunks (fewer --chunk-chars chunks than "
+                    "--num-shards); the set is complete once every part is built")
     from albertlm.data.build import unknown_token_report
 
     unknown, _ = unknown_token_report(inst)
