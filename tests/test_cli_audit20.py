@@ -230,8 +230,9 @@ def test_predict_with_a_fine_tuning_runs_intermediate_checkpoint(tmp_path, capsy
     capsys.readouterr()
     assert main(["predict", "classify", "--model", str(step), "--dev", str(tmp_path / "data.csv"),
                  "--out", str(tmp_path / "pred"), "--no-progress"]) == 0, capsys.readouterr().err
-    predicted = (tmp_path / "pred" / "dev_predictions.tsv").read_text().split()
-    assert set(predicted[3::2]) <= {"neg", "pos"} and len(predicted) == 2 * len(rows)
+    predicted = [line.split("\t") for line in (tmp_path / "pred" / "dev_predictions.tsv").read_text().splitlines()]
+    assert predicted[0] == ["id", "prediction", "p_neg", "p_pos"] and len(predicted) == len(rows)
+    assert {row[1] for row in predicted[1:]} <= {"neg", "pos"}
     from albertlm.cli.task_commands import _task_info
 
     assert _task_info(step)["max_seq_length"] == 24 and "optim" not in _task_info(step)

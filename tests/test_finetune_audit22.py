@@ -154,5 +154,5 @@ def test_a_parquet_of_float_labels_fine_tunes_and_predicts(tmp_path, capsys):
     assert main(["predict", "classify", "--model", str(out), "--test", str(test), "--out", str(tmp_path / "p"),
                  "--no-progress"]) == 0
     lines = (tmp_path / "p" / "test_predictions.tsv").read_text().splitlines()
-    assert lines[0] == "id\tprediction" and len(lines) == 6
+    assert lines[0] == "id\tprediction\tp_0\tp_1" and len(lines) == 6
     assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}

@@ -73,7 +73,8 @@ FAMILY_TEXT = {"glue": "a GLUE task from its official files (--task, --data-dir)
                "race": "RACE multiple-choice reading comprehension (the RACE/ directory)",
                "classify": "your own labelled texts or text pairs (CSV, TSV, JSONL, Parquet, Arrow)"}
 METRIC_TEXT = {"glue": "GLUE's own metric for the task", "squad": "exact match and F1",
-               "race": "accuracy overall, middle and high", "classify": "accuracy and F1, or Pearson and Spearman"}
+               "race": "accuracy overall, middle and high",
+               "classify": "accuracy, macro F1, F1 and MCC, or Pearson and Spearman"}
 COMMAND_TEXT = {"finetune": "trains a pretrained model and keeps the best on dev ({metric}) in OUT/best, with "
                             "metrics.json and prediction files",
                 "predict": "writes the predictions of a fine-tuned model (RUN/best) for a split",
@@ -100,6 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                            "may change)")
             p.add_argument("--overwrite", action="store_true", help="start a new run in an OUT that holds another "
                            "one (its checkpoints, best/ and metrics are removed once everything else has been checked)")
+            if family == "classify":
+                from albertlm.tasks.options import BEST_METRICS   # no torch
+
+                p.add_argument("--best-metric", choices=list(dict.fromkeys(sum(BEST_METRICS.values(), ()))),
+                               help="the dev metric the best model (OUT/best) is kept by: accuracy, macro_f1, mcc "
+                               "or f1 (the second class's, of two classes); pearson or spearman for --regression "
+                               "(default: accuracy, or pearson); recorded in task.json, kept by --resume")
         elif command == "predict":
             p.add_argument("--model", required=True, help="a fine-tuned checkpoint (RUN/best, or RUN)")
             p.add_argument("--out", required=True, help="directory for the prediction files")
@@ -321,6 +329,7 @@ def _finetune(args) -> int:
     if saved is not None and saved.get("family", args.family) != args.family:
         raise UserError(f"--resume: the run in {args.out} fine-tunes {saved['family']}, not {args.family}")
     options = _data(args, saved or {}, resume=saved is not None)
+    best_metric = _best_metric(args, options, saved)
     cfg = _resumed_config(args, saved, options) if saved is not None else _config(args, args.family, options=options)
     # before the model or the data is read: what the loop would refuse once both had loaded
     check_precision(cfg.train.precision, check_backend(cfg.dist.backend, cfg.dist.device))
@@ -330,6 +339,10 @@ def _finetune(args) -> int:
     check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
     tokenizer = _tokenizer(args, model)
     spec = get_family(args.family).build_spec(options, tokenizer, cfg, True, saved or {})
+    if best_metric is not None:
+        from albertlm.tasks.specs import choose_best_metric
+
+        choose_best_metric(spec, best_metric)
     spec.info["max_seq_length"] = cfg.max_seq_length
     log = _after_checks(_using(args.model, model)) if is_main_process() else lambda *a: None
     try:
@@ -348,6 +361,26 @@ def _finetune(args) -> int:
         print(json.dumps(json_safe({"best": metrics["best"], "out": str(args.out), **stopped}), indent=2,
                          allow_nan=False))
     return 0
+
+
+def _best_metric(args, options, saved: dict | None) -> str | None:
+    """classify's `--best-metric`, checked before the data is read (one a regression does not compute, or on
+    `--resume` another than the run keeps its best model by: its best record was chosen by that one). A resumed run
+    keeps its own (a run recorded without one chose by accuracy, or Pearson). None: the family's default."""
+    if args.family != "classify":
+        return None
+    from albertlm.tasks.options import check_best_metric
+
+    given = getattr(args, "best_metric", None)
+    if given:
+        check_best_metric(given, options.regression, 2)   # the number of classes is checked once the labels are read
+    if saved is None:
+        return given
+    kept = saved.get("best_metric") or check_best_metric(None, options.regression, 2)
+    if given and given != kept:
+        raise UserError(f"--resume: the run keeps its best model by {kept}, now --best-metric {given}; drop the "
+                        "option, or start over with --overwrite")
+    return kept
 
 
 def _after_checks(using: str | None):

@@ -127,11 +127,13 @@ def label_name(value) -> str:
 
 def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
                   regression: bool = False, problems: Problems | None = None,
-                  unique_ids: bool = True, texts: bool = True) -> list[TextExample]:
+                  unique_ids: bool = True, texts: bool = True, split: str | None = None) -> list[TextExample]:
     """The rows of a CSV / TSV / JSONL file. With `columns.id`, each row's id must be there, and (with
     `unique_ids`, for a file whose predictions are written or scored by id) no two rows may share one: the
     second row's prediction would replace the first's when a predictions file is scored. `texts=False` (scoring a
-    predictions file) reads no text columns: the examples' texts are empty."""
+    predictions file) reads no text columns: the examples' texts are empty. `split` (train, dev, test) names the
+    split in the `problems` it counts ("empty text (dev)"), as the truncation notes do (one tally for every split
+    counted a file given as both --train and --dev twice, under one name)."""
     path = Path(path)
     problems = problems if problems is not None else Problems()
     examples = []
@@ -140,7 +142,7 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
         where = f"{path}:{lineno}"
         text = _text(_cell(record, columns.text, where, path), columns.text, where) if texts else ""
         if texts and not text.strip():
-            problems.add("empty text", where)
+            problems.add(f"empty text ({split})" if split else "empty text", where)
         pair = (_text(_cell(record, columns.text_pair, where, path), columns.text_pair, where)
                 if columns.text_pair and texts else None)
         label = None
@@ -216,10 +218,16 @@ def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = Non
 
 
 def check_labels(given: Sequence[str]) -> tuple[str, ...]:
-    """A given label set (`--labels`, task.json), its names stripped: no label twice, none empty."""
+    """A given label set (`--labels`, task.json, a transformers config's id2label), its names stripped: no label
+    twice, none empty, none holding a tab or line break (each label names a column of the tab-separated
+    predictions file, `p_<label>`, and is written in its prediction column)."""
     given = [label_name(label) for label in given]
     if any(not label for label in given):
         raise DataError(f"the label set {given} has an empty label (--labels a,b,c: comma-separated names)")
+    broken = next((label for label in given if any(c in label for c in "\t\r\n")), None)
+    if broken is not None:
+        raise DataError(f"the label {broken!r} holds a tab or line break, which the tab-separated predictions file "
+                        "cannot hold; give the label set without them (--labels a,b,c)")
     duplicated = sorted({label for label in given if given.count(label) > 1})
     if duplicated:
         raise DataError(f"the label set lists {duplicated} more than once; give each label once (--labels a,b,c)")

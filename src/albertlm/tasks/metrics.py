@@ -80,7 +80,9 @@ def glue_metrics(task: str, labels: Sequence, preds: Sequence) -> dict[str, floa
 
 
 def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labels: int) -> dict[str, float]:
-    """Accuracy and macro F1 for a user's own multi-class data (and, for two classes, the F1 of class 1).
+    """Accuracy and macro F1 for a user's own multi-class data (and, for two classes, the F1 of class 1), then
+    the Matthews correlation (scikit-learn's, multi-class too; 0 where undefined): the metrics `finetune
+    classify --best-metric` may keep the best model by (`tasks.options.BEST_METRICS`).
 
     Macro F1 averages over the classes that occur in the gold labels or the predictions, as scikit-learn's
     `f1_score(average="macro")` does: a class of the label set that the dev file never uses and the model
@@ -91,6 +93,7 @@ def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labe
            "macro_f1": float(f1_score(labels, preds, average="macro", zero_division=0.0))}
     if num_labels == 2:
         out["f1"] = binary_f1(labels, preds)
+    out["mcc"] = matthews(labels, preds)
     return out
 
 

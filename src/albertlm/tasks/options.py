@@ -77,6 +77,29 @@ class SquadScoreOptions:
     strict: bool = False
 
 
+# the dev metrics `finetune classify --best-metric` may keep the best model by (each is higher-better; metrics.py
+# computes them); the first of each is the default
+BEST_METRICS = {"classes": ("accuracy", "macro_f1", "mcc", "f1"), "regression": ("pearson", "spearman")}
+
+
+def check_best_metric(name: str | None, regression: bool, num_labels: int) -> str:
+    """The metric the best dev model is kept by: `name`, else accuracy (regression: Pearson). One the task does
+    not compute is refused, saying which it does (F1 is the second class's, of two classes only)."""
+    kind = "regression" if regression else "classes"
+    allowed = BEST_METRICS[kind] if regression or num_labels == 2 else BEST_METRICS[kind][:-1]
+    if not name:
+        return allowed[0]
+    if name not in allowed:
+        if regression:
+            what = "a regression (--regression) is scored by"
+        elif name == "f1":
+            what = f"f1 is the second class's, of two classes; {num_labels} classes are scored by"
+        else:
+            what = "classes are scored by"
+        raise UserError(f"--best-metric {name}: {what} {', '.join(allowed)}; choose one of them")
+    return name
+
+
 OPTIONS = {"glue": GlueOptions, "squad": SquadOptions, "race": RaceOptions, "classify": ClassifyOptions}
 ALIASES = {"squad": {"--data": "dev"}, "race": {"--data": "data_dir"}, "classify": {"--data": "dev"}}
 SCORE_OPTIONS = {"squad": SquadScoreOptions}   # extra options of `evaluate <family> --predictions`

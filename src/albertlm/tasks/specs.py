@@ -5,6 +5,7 @@ driver in finetune.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Sequence
@@ -39,6 +40,14 @@ def _pair_features(tokenizer, examples, labels, max_length: int, problems: Probl
 
 def _class_preds(logits: np.ndarray, regression: bool) -> np.ndarray:
     return logits[:, 0] if regression else logits.argmax(-1)
+
+
+def class_probabilities(logits: np.ndarray) -> np.ndarray:
+    """The softmax of each row of class logits, in float64 (shifted by the row's largest logit: no overflow)."""
+    shifted = np.asarray(logits, dtype=np.float64)
+    shifted = shifted - shifted.max(-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(-1, keepdims=True)
 
 
 # -------------------------------------------------------------------------------------------- GLUE
@@ -366,11 +375,13 @@ def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
 
 def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, train_file=None, dev_file=None,
                   test_file=None, regression: bool = False, labels: Sequence[str] | None = None,
-                  training: bool = True) -> TaskSpec:
+                  training: bool = True, best_metric: str | None = None) -> TaskSpec:
+    """`best_metric`: the dev metric a fine-tuning (`training`) keeps the best model by (`choose_best_metric`;
+    None: accuracy, or Pearson for a regression)."""
     problems = Problems()
     # the ids of training rows are never written out, so rows sharing one (augmented copies) are fine there
-    train_examples = (classify.read_examples(train_file, columns, True, regression, problems, unique_ids=False)
-                      if training else [])
+    train_examples = (classify.read_examples(train_file, columns, True, regression, problems, unique_ids=False,
+                                             split="train") if training else [])
     if not regression and not labels:
         if not training:
             raise DataError("the label set is unknown (no task.json beside the model records it): give --labels")
@@ -388,12 +399,38 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
     for name, path, labelled in (("dev", dev_file, True), ("test", test_file, False)):
         if path is None:
             continue
-        examples = classify.read_examples(path, columns, labelled, regression, problems)
+        examples = classify.read_examples(path, columns, labelled, regression, problems, split=name)
         eval_sets.append(_classify_set(name, examples, features(examples, labelled, name), label_list, labelled))
-    return TaskSpec("classify", AlbertForSequenceClassification, {"num_labels": len(label_list or [0])}, train,
+    spec = TaskSpec("classify", AlbertForSequenceClassification, {"num_labels": len(label_list or [0])}, train,
                     eval_sets, "pearson" if regression else "accuracy",
                     torch.float32 if regression else torch.long,
                     {"labels": label_list or [], "regression": regression, "columns": vars(columns)}, problems)
+    return choose_best_metric(spec, best_metric) if training else spec
+
+
+def choose_best_metric(spec: TaskSpec, name: str | None) -> TaskSpec:
+    """Keep a classify run's best dev model by `name` (`tasks.options.BEST_METRICS`: accuracy, macro_f1, mcc, f1
+    of two classes; pearson, spearman of a regression; None: the first), recorded as `best_metric` in task.json
+    and the run's config (a `--resume` keeps it). The dev metrics then list it first, as GLUE's list the task's
+    own: the run's log lines and the metrics it prints lead with the number the model was chosen by."""
+    from albertlm.tasks.options import check_best_metric
+
+    regression = bool(spec.info.get("regression"))
+    name = check_best_metric(name, regression, len(spec.info.get("labels") or []))
+    spec.main_metric = spec.info["best_metric"] = name
+
+    def first(score):
+        if score is None:
+            return None
+
+        def scored(out):
+            metrics = score(out)
+            return {name: metrics[name], **metrics} if name in metrics else metrics
+
+        return scored
+
+    spec.eval_sets = [dataclasses.replace(s, score=first(s.score)) for s in spec.eval_sets]
+    return spec
 
 
 def _score_text(value) -> str:
@@ -416,8 +453,13 @@ def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalS
 
     def write(out, out_dir: Path):
         preds = _class_preds(out["logits"], regression)
-        lines = ["id\tprediction"] + [f"{e.guid}\t{_score_text(p)}" if regression else f"{e.guid}\t{label_list[int(p)]}"
-                                      for e, p in zip(examples, preds)]
+        if regression:
+            lines = ["id\tprediction"] + [f"{e.guid}\t{_score_text(p)}" for e, p in zip(examples, preds)]
+        else:   # each class's probability beside the class predicted (thresholds, calibration, ensembles)
+            probs = class_probabilities(out["logits"])
+            lines = ["\t".join(["id", "prediction", *(f"p_{label}" for label in label_list)])]
+            lines += ["\t".join([e.guid, label_list[int(p)], *(f"{q:.6g}" for q in row)])
+                      for e, p, row in zip(examples, preds, probs)]
         write_text_atomic(out_dir / f"{name}_predictions.tsv", "\n".join(lines) + "\n")
 
     return EvalSet(name, features, score if labelled else None, write)
