@@ -123,9 +123,11 @@ def test_evaluate_prints_strict_json_for_an_infinite_score(tmp_path, capsys):
 def test_a_parquet_of_float_labels_fine_tunes_and_predicts(tmp_path, capsys):
     """The journey end to end with the real albert-base-v2 spiece.model on a tiny random model: training rows in a
     Parquet file whose labels pandas made floats, dev rows as JSONL floats, an unlabelled CSV to predict."""
-    pd = pytest.importorskip("pandas")
-    pytest.importorskip("pyarrow")
+    import csv
     import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     import torch
 
@@ -137,12 +139,14 @@ def test_a_parquet_of_float_labels_fine_tunes_and_predicts(tmp_path, capsys):
     AlbertForPreTraining(ModelConfig(vocab_size=30000, embedding_size=8, hidden_size=16, num_layers=1, num_heads=2,
                                      ffn_size=24, max_position_embeddings=64)).save_pretrained(model)
     shutil.copy(shared_path("spm", "albert-base-v2_spiece.model"), model / "spiece.model")
-    train = pd.read_json(_cola_jsonl(tmp_path / "t.jsonl", 24), lines=True)
-    train["acceptable"] = train["acceptable"].astype(float)
-    train.to_parquet(tmp_path / "train.parquet")
+    rows = [json.loads(line) for line in _cola_jsonl(tmp_path / "t.jsonl", 24).read_text().splitlines()]
+    train = pa.table({"sentence": [r["sentence"] for r in rows],                 # a float64 label column,
+                      "acceptable": pa.array([r["acceptable"] for r in rows], pa.float64())})   # as pandas writes
+    pq.write_table(train, tmp_path / "train.parquet")
     dev = _cola_jsonl(tmp_path / "dev.jsonl", 8, start=100)
     test = tmp_path / "test.csv"
-    train[["sentence"]].head(5).to_csv(test, index=False)
+    with open(test, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([["sentence"]] + [[r["sentence"]] for r in rows[:5]])
     out = tmp_path / "run"
     code = main(["finetune", "classify", "--train", str(tmp_path / "train.parquet"), "--dev", str(dev),
                  "--text-column", "sentence", "--label-column", "acceptable", "--model", str(model), "--out",
