@@ -44,9 +44,9 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     hf_state = hf_format.state_to_hf(state, cfg, sharing_plan(cfg))  # raises for attention / ffn sharing
     if isinstance(model, AlbertModel):  # transformers' bare model has no prefix
         hf_state = {k.removeprefix("albert."): v for k, v in hf_state.items()}
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     config = hf_format.config_to_hf(cfg, name)
+    if labels and labels.get("id2label"):   # before anything is written (a hand-edited labels.json, say)
+        hf_format.check_id2label(labels["id2label"], "the labels' id2label")
     if labels and labels.get("id2label") and len(labels["id2label"]) == cfg.num_labels:  # not another head's
         config["id2label"] = {str(k): v for k, v in labels["id2label"].items()}
         config["label2id"] = {v: int(k) for k, v in labels["id2label"].items()}
@@ -56,6 +56,8 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
         # ours with one label is a regression (MSE); transformers' text-classification pipeline runs a sigmoid over a
         # one-label model unless problem_type says regression (a GLUE STS-B score of 4.2 came out as 0.985)
         config["problem_type"] = "regression"
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     floats = {v.dtype for v in hf_state.values() if v.is_floating_point()}
     if len(floats) == 1:   # what transformers' save_pretrained records (its from_pretrained's dtype="auto" reads it)
         config["dtype"] = str(floats.pop()).removeprefix("torch.")
@@ -90,8 +92,11 @@ def import_hf(directory: str | Path, model_class: type | None = None) -> nn.Modu
     holds must fit its weights (`strict_heads`: an id2label of another length than the classifier's rows is refused,
     not loaded with a random classifier); a `model_class` of the caller's choice loads as `from_pretrained` does."""
     if model_class is None:
+        from albertlm.model.io import read_config
         from albertlm.model.registry import hf_class_name, model_class as class_named
 
+        if json_object_or_empty(Path(directory) / "config.json").get("model_type", "albert") != "albert":
+            read_config(directory)   # another model_type (BERT) is named as such, not by its class or weights
         return class_named(hf_class_name(directory)).from_pretrained(directory, strict_heads=True)
     return model_class.from_pretrained(directory)
 
@@ -105,11 +110,14 @@ def read_labels(directory: Path) -> dict:
     from (its directory, or the run directory of a `best/` or `checkpoints/step_N` inside it)."""
     config = json_object_or_empty(directory / "config.json")
     if config.get("model_type") == "albert":
-        names = config.get("id2label") or {}
+        names = config.get("id2label") if isinstance(config.get("id2label"), dict) else {}
+        hf_format.check_id2label(names, f"{directory / 'config.json'}: id2label")
         default = all(v == f"LABEL_{k}" for k, v in names.items())
         out = {} if default else {"id2label": {str(k): v for k, v in names.items()}}
         return out | ({"problem_type": config["problem_type"]} if config.get("problem_type") else {})
     found = json_object_or_empty(directory / LABELS_FILE)
+    if isinstance(found.get("id2label"), dict):
+        hf_format.check_id2label(found["id2label"], f"{directory / LABELS_FILE}: id2label")
     if found:
         return found
     run_dir = directory.parent.parent if directory.parent.name == "checkpoints" else directory.parent

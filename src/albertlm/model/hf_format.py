@@ -12,6 +12,7 @@ with HF's num_hidden_groups = the number of unique blocks / K (N for `all`, L fo
 """
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -115,6 +116,24 @@ def check_config_types(values: dict[str, Any], spelled: dict[str, str] | None = 
             raise UserError(f"{name} is {value!r}, expected {what.get(str(f.type), str(f.type))}")
 
 
+def check_id2label(id2label: dict[str, Any], where: str = "id2label") -> None:
+    """transformers' `id2label`: class index -> name. Its config reads each key as `int(key)` (a key such as "pos"
+    makes transformers refuse the whole config), and `label2id` maps each name back, so a name must be a string (or
+    a number), not a list, an object, null or true/false. Else a UserError naming the entry; `where` names the field
+    or file. (Read as they were, such names went into labels.json and `convert --to hf` then failed with a
+    traceback building label2id.)"""
+    for key, name in id2label.items():
+        try:
+            index = int(key) if not isinstance(key, bool) else None
+        except (TypeError, ValueError):
+            index = None
+        if index is None:
+            raise UserError(f"{where} has the key {key!r}, which is not a class index: transformers' id2label maps "
+                            'class indices ("0", "1", ...) to names')
+        if not isinstance(name, (str, int, float)) or isinstance(name, bool):
+            raise UserError(f"{where}[{key!r}] is {json.dumps(name, default=repr)}: a class name must be a string")
+
+
 def config_from_hf(data: dict[str, Any]) -> ModelConfig:
     """A transformers `config.json` or google-research `albert_config.json` -> ModelConfig."""
     if not isinstance(data, dict):
@@ -125,6 +144,8 @@ def config_from_hf(data: dict[str, Any]) -> ModelConfig:
         value = data.get(name)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             raise UserError(f"{name} is {value!r}, expected {what}")
+    if data.get("id2label") is not None:
+        check_id2label(data["id2label"])
     google = "model_type" not in data
     if not google and data["model_type"] != "albert":   # e.g. a BERT directory: name it, not its keys
         raise UserError(f"model_type is {data['model_type']!r}: not an ALBERT checkpoint (transformers' ALBERT has "
