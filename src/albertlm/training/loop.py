@@ -531,19 +531,27 @@ class Loop:
         later `--resume` of a finished run evaluated the step again (and logged it again), and a run killed
         before its next save did too. Only trainer_state.pt is rewritten: an evaluation changes no weight. Rank 0
         writes; a failed write stops every rank, as a failed save does."""
-        error = None
+        self._written_by_rank_0(lambda: ckpt.rewrite_train_state(ckpt.step_dir(self.run_dir, self.state.step),
+                                                                 self.state),
+                                f"record the evaluation of step {self.state.step} in its checkpoint")
+        self._saved = self.state.step
+
+    def _written_by_rank_0(self, write: Callable[[], Any], what: str) -> Any:
+        """`write()` on rank 0 (what it returns there; None elsewhere). An error there stops every rank: rank 0
+        with its own error, the others, which learn of it from the all-reduce they wait in (not a hang), with
+        "rank 0 could not WHAT"."""
+        result, error = None, None
         if self.info.is_main:
             try:
-                ckpt.rewrite_train_state(ckpt.step_dir(self.run_dir, self.state.step), self.state)
+                result = write()
             except Exception as exc:  # noqa: BLE001 (re-raised below, after the other ranks know)
                 error = exc
         failed = any_rank(error is not None, self.info.device) if self.info.enabled else error is not None
         if error is not None:
             raise error
         if failed:
-            raise UserError(f"rank 0 could not record the evaluation of step {self.state.step} in its checkpoint "
-                            f"(its error says why); rank {self.info.rank} stopped with it")
-        self._saved = self.state.step
+            raise UserError(f"rank 0 could not {what} (its error says why); rank {self.info.rank} stopped with it")
+        return result
 
     def log_train(self, window: "Window") -> None:
         metrics = {**self.objective.summarize(window.stats), **window.read(),
@@ -598,7 +606,6 @@ class Loop:
     def save(self) -> Path | None:
         """Rank 0 writes; the others wait so no rank races ahead of a checkpoint. A failed save (a full
         disk) stops every rank: the others learn of it from the same all-reduce they wait in, not a hang."""
-        path, error = None, None
         if not self._weights_finite():
             # (every rank holds the same weights, so every rank stops here.) Without gradient clipping, a NaN
             # gradient under a finite loss is seen nowhere else before the next step's loss
@@ -607,18 +614,10 @@ class Loop:
         self.state.optimizer = self.optimizer.state_dict()
         self.state.scaler = self.scaler.state_dict() if self.scaler is not None else {}
         self.state.data = self.data.state_dict(self.state.step)
-        if self.info.is_main:
-            try:
-                path = ckpt.save_checkpoint(self.run_dir, self.raw_model, self.state, self.raw_model.config,
-                                            self.saved_config, self.train.keep_last)
-            except Exception as exc:  # noqa: BLE001 (re-raised below, after the other ranks know)
-                error = exc
-        failed = any_rank(error is not None, self.info.device) if self.info.enabled else error is not None
-        if error is not None:
-            raise error
-        if failed:
-            raise UserError(f"rank 0 could not write the checkpoint of step {self.state.step} (its error says "
-                            f"why); rank {self.info.rank} stopped with it")
+        path = self._written_by_rank_0(
+            lambda: ckpt.save_checkpoint(self.run_dir, self.raw_model, self.state, self.raw_model.config,
+                                         self.saved_config, self.train.keep_last),
+            f"write the checkpoint of step {self.state.step}")
         self._saved, self._saving = self.state.step, False
         if self.logger is not None and path is not None:
             self.logger.note(f"saved {path}")
