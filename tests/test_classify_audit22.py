@@ -172,7 +172,7 @@ def test_empty_text_is_counted_per_split(tmp_path):
 
     tokenizer = load_tokenizer(shared_path("spm", "albert-base-v2_spiece.model"))
     train = _sst2_csv(tmp_path / "train.csv", "train", 6, empty=True)
-    test = tmp_path / "test.jsonl"     # (a CSV line holding only an empty text is a blank line, not a row)
+    test = tmp_path / "test.jsonl"     # (a JSONL row holding an empty text)
     test.write_text('{"text": "a fine film"}\n{"text": ""}\n', encoding="utf-8")
     spec = classify_spec(tokenizer, FinetuneConfig(max_seq_length=32), classify.Columns("text"), train_file=train,
                          dev_file=train, test_file=test)

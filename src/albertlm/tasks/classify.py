@@ -1,6 +1,7 @@
 """A user's own sentence(-pair) data in CSV, TSV (with a header line), JSONL, or Parquet / Arrow (the Hugging Face
-Hub's and `Dataset.save_to_disk`'s files; lines are then row numbers): single-label multi-class classification or
-regression.
+Hub's and `Dataset.save_to_disk`'s files, or a `save_to_disk` folder; lines are then row numbers): single-label
+multi-class classification or regression. A row's default id is its place among the file's rows: a row of empty
+cells between rows (a one-column CSV's `""`) is a row with an empty text, counted as such; blank lines are none.
 
 The label set is the sorted labels of the training file (or given explicitly); a dev/test label outside it
 is an error naming the file and line. Label names are compared in Unicode NFC: a Korean label written

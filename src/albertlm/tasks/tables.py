@@ -132,8 +132,16 @@ def read_tsv(path: str | Path) -> Iterator[tuple[int, list[str]]]:
 
 def read_records(path: str | Path, fmt: str | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, record) of a CSV/TSV with a header line, or of a JSONL file (one object per line); of a Parquet
-    or Arrow file (a Hugging Face Hub export, `Dataset.save_to_disk`), (row number, record)."""
+    or Arrow file (a Hugging Face Hub export, `Dataset.save_to_disk`), (row number, record); of a `save_to_disk`
+    folder (without `fmt`), (row number, record) of the Arrow files its state.json lists, in that order."""
     path = Path(path)
+    if fmt is None and path.is_dir():
+        row = 0
+        for part in saved_dataset_files(path):      # rows numbered through the folder's files, as its dataset's
+            for _, record in _columnar_records(part, "arrow"):
+                row += 1
+                yield row, record
+        return
     fmt = fmt or guess_format(path)
     if fmt in ("parquet", "arrow"):
         if not path.is_file():
@@ -145,6 +153,34 @@ def read_records(path: str | Path, fmt: str | None = None) -> Iterator[tuple[int
             yield from (_jsonl_records(path, handle) if fmt == "jsonl" else _table_records(path, handle, fmt))
         except UnicodeDecodeError:
             raise _not_utf8(path) from None
+
+
+def saved_dataset_files(folder: Path) -> list[Path]:
+    """The Arrow files of a `datasets` `Dataset.save_to_disk` folder, in the order its state.json lists them (the
+    dataset's row order: save_to_disk writes a shuffled or selected dataset's rows in their order). A DatasetDict's
+    folder (dataset_dict.json) is refused naming its splits' folders; any other folder is refused as not a file
+    (it was "cannot tell the format from the suffix")."""
+    splits_file, state_file = folder / "dataset_dict.json", folder / "state.json"
+    if splits_file.is_file():
+        splits = read_json(splits_file).get("splits") or []
+        named = ", ".join(str(folder / str(split)) for split in splits) or "its split folders"
+        raise DataError(f"{folder}: a datasets DatasetDict folder (save_to_disk); give one split's folder: {named}")
+    if not state_file.is_file():
+        raise DataError(f"{folder}: a folder, not a file (a datasets save_to_disk folder holds state.json); give a "
+                        ".csv, .tsv, .jsonl, .parquet or .arrow file")
+    state = read_json(state_file)
+    entries = state.get("_data_files")
+    names = [entry.get("filename") for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise DataError(f"{state_file}: lists no data files (_data_files); is this a datasets save_to_disk folder?")
+    if state.get("_indices_data_files"):   # rows in another order than the files' (datasets before 2.0)
+        raise DataError(f"{folder}: saved with an indices mapping; save it again with "
+                        "datasets.load_from_disk(FOLDER).flatten_indices().save_to_disk(NEW_FOLDER)")
+    files = [folder / name for name in names]
+    missing = [file.name for file in files if not file.is_file()]
+    if missing:
+        raise DataError(f"{state_file}: lists data files that are not in the folder: {', '.join(missing[:3])}")
+    return files
 
 
 def _jsonl_records(path: Path, handle) -> Iterator[tuple[int, dict]]:
@@ -218,12 +254,24 @@ def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
         twice = next((name for k, name in enumerate(header) if name.strip() and name in header[:k]), None)
         if twice is not None:   # `text,text,label`: a record keeps one of the two columns, silently
             raise DataError(f"{path}:{reader.line_num}: the header names the column {twice!r} twice")
+        empty: list[tuple[int, dict]] = []   # rows of empty cells, kept when a row with text follows
         for row in rows:
             lineno = reader.line_num
             if not any(cell.strip() for cell in row):
-                continue
+                if len(header) == 1 and row:
+                    # a one-column file's `""` (or spaces) is a row with an empty text, not a blank line (csv
+                    # gives [] for that): skipping it shifted every later row's number, the default id
+                    yield lineno, dict(zip(header, row))
+                elif len(row) == len(header):
+                    empty.append((lineno, dict(zip(header, row))))
+                continue   # a blank line, or a line of spaces in a file of several columns
             if len(row) != len(header):
                 raise DataError(f"{path}:{lineno}: {len(row)} fields, the header has {len(header)}")
+            # a row of empty cells (`,,`) between rows is one of the file's rows (its text is empty, counted as
+            # such); only those after the last row with text (the rows a spreadsheet's export may end with) are
+            # left out, which shifts no row
+            yield from empty
+            empty.clear()
             yield lineno, dict(zip(header, row))
     except csv.Error as exc:  # e.g. a field over csv's size limit, an unterminated quote at the end
         raise DataError(f"{path}:{reader.line_num}: {exc}") from None
