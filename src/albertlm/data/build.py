@@ -15,7 +15,8 @@ Streaming and parallel, yet deterministic:
 - NSP negatives come from the other documents of the same chunk plus excerpts (64 sentences) of the
   previous chunk's last 8 documents: a bounded buffer of recent documents.
 - the tokenizer's unknown token is counted per chunk in the workers (`count_unknown`) and summed: the summary
-  reports its share of the text's tokens and the characters behind it, and warns at UNK_WARN_SHARE;
+  reports its share of the text's tokens and the characters behind it, and warns at UNK_WARN_SHARE (in
+  `unknown_token_warning`'s words, shared with fine-tuning's features: decomposed Hangul is told to convert to NFC);
 - Ctrl-C (or any error) ends the worker processes at once; they ignore SIGINT themselves, so one line is printed;
 - text inputs that are tables of tab-separated columns (a GLUE/classification .tsv) are built as text, after one
   warning line that names them and the command that extracts the text column (`tabular_inputs`).
@@ -30,6 +31,7 @@ import re
 import shutil
 import sys
 import time
+import unicodedata
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -56,6 +58,9 @@ NEGATIVE_DOCUMENTS, NEGATIVE_SENTENCES = 8, 64  # NSP: excerpts of the previous 
 UNK_SAMPLE_SENTENCES = 64  # per chunk: sentences holding the unknown token whose characters are looked at
 UNK_KEPT_CHARACTERS = 20   # the most frequent unknown characters kept in meta.json
 UNK_WARN_SHARE = 0.005     # the build warns when this share of the text's tokens (or more) is unknown
+# conjoining Hangul jamo: what a syllable becomes in NFD (as macOS writes file names, and some editors text); a
+# vocabulary of syllables encodes none of them
+CONJOINING_JAMO = range(0x1100, 0x1200)
 TABLE_SNIFF_BYTES, TABLE_SNIFF_LINES = 1 << 14, 20   # what `table_columns` looks at of each text input
 # column names of GLUE / classification / SQuAD-style tables, lowercased: a first line holding one is a header
 TABLE_HEADER_NAMES = frozenset({
@@ -148,7 +153,7 @@ class ChunkContext:
     vocab: MaskingVocab | None = None
     random_ids: np.ndarray | None = None
     vocab_sha256: str = ""
-    unknown_characters: dict = field(default_factory=dict, repr=False)  # character -> encodes to unk alone
+    unknown_characters: dict = field(default_factory=dict, repr=False)  # tally_unknown_characters's cache
 
     def load(self, num_threads: int | None = None) -> "ChunkContext":
         from albertlm.tokenization import load_tokenizer
@@ -282,19 +287,37 @@ def count_unknown(tokens: np.ndarray, lengths: list[int], sentences: list[str], 
     hit = np.unique(np.searchsorted(ends, np.flatnonzero(unknown), side="right"))
     for sentence_index in hit.tolist():
         if counts.unk_sentences < UNK_SAMPLE_SENTENCES:
-            _tally_unknown_characters(sentences[sentence_index], ctx, counts)
+            tally_unknown_characters(sentences[sentence_index], ctx.tokenizer, ctx.unknown_characters,
+                                     counts.unk_characters)
         counts.unk_sentences += 1
 
 
-def _tally_unknown_characters(sentence: str, ctx: ChunkContext, counts: InstanceCounts) -> None:
-    cache = ctx.unknown_characters
-    new = sorted(set(sentence) - cache.keys())
+def tally_unknown_characters(text: str, tokenizer, cache: dict, tally: dict) -> None:
+    """Count into `tally` the characters of `text` that the tokenizer encodes to its unknown token on their own
+    (`cache`: character -> whether it does, filled as characters are first seen; one batch call per text).
+    Decomposed Hangul is looked at composed (NFC) when the tokenizer composes it itself (SentencePiece's NFKC): its
+    jamo are then not what the vocabulary lacks, and the warning does not tell to convert the text to NFC.
+    Shared with the fine-tuning features' check (tasks.features.UnknownTally)."""
+    if any(ord(char) in CONJOINING_JAMO for char in text) and _composes_hangul(tokenizer, cache):
+        text = unicodedata.normalize("NFC", text)
+    new = sorted(set(text) - cache.keys())
     if new:
-        for char, ids in zip(new, ctx.tokenizer.encode_batch(new)):
-            cache[char] = ctx.tokenizer.unk_id in ids
-    for char in set(sentence):
+        for char, ids in zip(new, tokenizer.encode_batch(new)):
+            cache[char] = tokenizer.unk_id in ids
+    for char in set(text):
         if cache[char]:
-            counts.unk_characters[char] = counts.unk_characters.get(char, 0) + sentence.count(char)
+            tally[char] = tally.get(char, 0) + text.count(char)
+
+
+_COMPOSES = ""   # the key, in a tally_unknown_characters cache, of whether the tokenizer composes decomposed Hangul
+
+
+def _composes_hangul(tokenizer, cache: dict) -> bool:
+    """Whether the tokenizer encodes decomposed Hangul (U+1100 U+1161) as the syllable it spells (U+AC00)."""
+    if _COMPOSES not in cache:
+        decomposed, composed = tokenizer.encode_batch(["\u1100\u1161", "\uac00"])
+        cache[_COMPOSES] = list(decomposed) == list(composed)
+    return cache[_COMPOSES]
 
 
 def _other_document_picker(pool: list[TokenizedDocument], position: int):
@@ -847,10 +870,23 @@ def unknown_token_report(instance_counts: dict) -> tuple[str, str | None]:
             f"{_show_character(char)} {count:,}" for char, count in chars[:10])
     if share < UNK_WARN_SHARE:
         return line, None
+    return line, unknown_token_warning(share, name, chars)
+
+
+def unknown_token_warning(share: float, name: str, chars: list[tuple[str, int]]) -> str:
+    """The warning for text whose tokens are `share` the unknown token `name`; `chars`: the characters the
+    vocabulary lacks with their counts, most frequent first (a sample; may be empty). When most of them are
+    conjoining Hangul jamo the text is decomposed Hangul, and the advice is to convert it to NFC. Used by `data
+    build` and by the fine-tuning / prediction features (tasks.features.UnknownTally)."""
     which = (" (" + " ".join(_show_character(char, code=False) for char, _ in chars[:8])
              + (" ..." if len(chars) > 8 else "") + ")") if chars else ""
-    return line, (f"{share:.2%} of the text's tokens are the unknown token {name}{which}: the model never sees "
-                  "what they were; normalize those characters or use a tokenizer that covers them")
+    jamo = sum(count for char, count in chars if len(char) == 1 and ord(char) in CONJOINING_JAMO)
+    if 2 * jamo > sum(count for _, count in chars):
+        advice = "decomposed Hangul (NFD, as macOS writes it): convert the text to NFC"
+    else:
+        advice = "normalize those characters or use a tokenizer that covers them"
+    return f"{share:.2%} of the text's tokens are the unknown token {name}{which}: the model never sees what they " \
+           f"were; {advice}"
 
 
 def _show_character(char: str, code: bool = True) -> str:

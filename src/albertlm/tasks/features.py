@@ -66,14 +66,63 @@ def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str | None
     return pairs, num_truncated
 
 
-class _CountingTokenizer:
+UNK_WARN_SHARE = 0.05      # a split whose text's tokens are this share (or more) the unknown token is warned of
+UNK_SAMPLE_TEXTS = 64      # texts holding the unknown token whose characters are looked at (per split)
+
+
+class UnknownTally:
+    """The tokenizer's unknown token in the texts of one split, as `data build` counts it in a corpus: a Korean
+    file saved by macOS (decomposed Hangul) or a vocabulary for another language turns most of the text into
+    `[UNK]`, and the model predicts from nothing without a word. Counts the texts' tokens and unknown ones, keeps
+    the first text holding one, and, for the first UNK_SAMPLE_TEXTS such texts, which characters encode to it on
+    their own (`data.build.tally_unknown_characters`)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.unk_id = getattr(tokenizer, "unk_id", None)
+        self.tokens = self.unknown = self.texts_with = 0
+        self.first: str | None = None
+        self.characters: dict[str, int] = {}
+        self._cache: dict[str, bool] = {}
+
+    def add(self, texts: Sequence[str], encoded: Sequence[Sequence[int]]) -> None:
+        from albertlm.data.build import tally_unknown_characters
+
+        for text, ids in zip(texts, encoded):
+            self.tokens += len(ids)
+            found = (ids if isinstance(ids, list) else list(ids)).count(self.unk_id) if self.unk_id is not None else 0
+            if not found:
+                continue
+            self.unknown += found
+            self.first = self.first if self.first is not None else text
+            if self.texts_with < UNK_SAMPLE_TEXTS:
+                tally_unknown_characters(text, self.tokenizer, self._cache, self.characters)
+            self.texts_with += 1
+
+    def warning(self, what: str) -> str | None:
+        """One line naming the split `what` when UNK_WARN_SHARE or more of its tokens are unknown (else None), in
+        `data build`'s words (`data.build.unknown_token_warning`: decomposed Hangul is told to convert to NFC)."""
+        from albertlm.data.build import unknown_token_warning
+
+        share = self.unknown / max(self.tokens, 1)
+        if not self.unknown or share < UNK_WARN_SHARE:
+            return None
+        name = self.tokenizer.id_to_token(self.unk_id)
+        chars = sorted(self.characters.items(), key=lambda item: (-item[1], item[0]))
+        first = self.first if len(self.first) <= 60 else self.first[:57] + "..."
+        return (f"{what}: {unknown_token_warning(share, name, chars)} ({self.unknown:,} of {self.tokens:,} tokens, "
+                f"in {self.texts_with:,} text(s); first: {first!r})")
+
+
+class _WatchedTokenizer:
     """A tokenizer whose batch calls advance a progress bar by the texts they encode (in chunks, so that the bar
-    moves during one large call); everything else is the tokenizer's own."""
+    moves during one large call) and/or count the unknown token (`UnknownTally`); everything else is the
+    tokenizer's own."""
 
     CHUNK = 4096
 
-    def __init__(self, tokenizer, bar) -> None:
-        self._tokenizer, self._bar = tokenizer, bar
+    def __init__(self, tokenizer, bar=None, unknown: UnknownTally | None = None) -> None:
+        self._tokenizer, self._bar, self._unknown = tokenizer, bar, unknown
 
     def __getattr__(self, name: str):
         return getattr(self._tokenizer, name)
@@ -82,27 +131,39 @@ class _CountingTokenizer:
         texts = list(texts)
         out: list[list[int]] = []
         for start in range(0, len(texts), self.CHUNK):
-            out += self._tokenizer.encode_batch(texts[start:start + self.CHUNK])
-            self._bar.update(len(texts[start:start + self.CHUNK]))
+            chunk = texts[start:start + self.CHUNK]
+            encoded = self._tokenizer.encode_batch(chunk)
+            out += encoded
+            if self._unknown is not None:
+                self._unknown.add(chunk, encoded)
+            if self._bar is not None:
+                self._bar.update(len(chunk))
         return out
 
 
 @contextlib.contextmanager
-def tokenizing(tokenizer, what: str, show: bool = True):
+def tokenizing(tokenizer, what: str, show: bool = True, warnings: list[str] | None = None):
     """The tokenizer to build a task's features with, showing how many texts are tokenized (`tokenize RACE train:
     351,468 texts`): reading and tokenizing a full RACE or SQuAD set takes a minute or two. Drawn on stderr when it
     is a terminal and `show` (`--no-progress` hides it), as the evaluation's bar, and cleared when done, so that
-    an error stays the only line; elsewhere (a log, a pipe) the tokenizer as it is."""
+    an error stays the only line; elsewhere (a log, a pipe) no bar. With `warnings`, the unknown token is counted
+    in the texts encoded, and a line naming `what` is appended when UNK_WARN_SHARE or more of their tokens are
+    unknown (`UnknownTally`; the spec's warnings are printed once the run or prediction has worked)."""
     from albertlm.errors import reports_here
     from albertlm.training.metrics import _terminal
 
-    if not (show and _terminal() and reports_here()):   # under torchrun, one bar per machine (its first rank)
-        yield tokenizer
-        return
-    from tqdm.auto import tqdm
+    unknown = UnknownTally(tokenizer) if warnings is not None else None
+    with contextlib.ExitStack() as stack:
+        bar = None
+        if show and _terminal() and reports_here():   # under torchrun, one bar per machine (its first rank)
+            from tqdm.auto import tqdm
 
-    with tqdm(unit="text", desc=f"tokenize {what}", dynamic_ncols=True, leave=False, unit_scale=True) as bar:
-        yield _CountingTokenizer(tokenizer, bar)
+            bar = stack.enter_context(tqdm(unit="text", desc=f"tokenize {what}", dynamic_ncols=True, leave=False,
+                                           unit_scale=True))
+        yield tokenizer if bar is None and unknown is None else _WatchedTokenizer(tokenizer, bar, unknown)
+    line = unknown.warning(what) if unknown is not None else None
+    if line:
+        warnings.append(line)
 
 
 def bucket_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator | None,

@@ -26,11 +26,12 @@ from albertlm.training.checkpoint import write_text_atomic
 
 
 def _pair_features(tokenizer, examples, labels, max_length: int, problems: Problems, where: str,
-                   show: bool = False) -> list[Feature]:
+                   show: bool = False, warnings: list[str] | None = None) -> list[Feature]:
     """Features of GLUE / classify examples; each one truncated is a problem naming its file and line. `show`:
-    the tokenizing is shown on a terminal (features.tokenizing)."""
+    the tokenizing is shown on a terminal; `warnings`: a line naming `where` is added when much of its text is
+    the unknown token (features.tokenizing)."""
     cut: list[int] = []
-    with tokenizing(tokenizer, where, show) as counted:
+    with tokenizing(tokenizer, where, show, warnings) as counted:
         pairs, _ = encode_pairs(counted, [e.text_a for e in examples], [e.text_b for e in examples], max_length, cut)
     for i in cut:
         problems.add(f"truncated to {max_length} tokens ({where})", examples[i].where)
@@ -68,7 +69,7 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
     def features(path: Path, examples, labelled: bool):
         labels = glue.label_ids(task, examples) if labelled else None
         return _pair_features(tokenizer, examples, labels, cfg.max_seq_length, problems, path.name,
-                              cfg.train.progress)
+                              cfg.train.progress, warnings)
 
     _check_distinct_outputs(task, files)
     train_path = files["train"][0] if training else None
@@ -213,6 +214,7 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     settings = settings or squad.SquadSettings(max_seq_length=cfg.max_seq_length)
     problems = Problems()
     info = {"version": version, "settings": vars(settings)}
+    warnings: list[str] = []
 
     def read(path, split: str):
         """The split's examples and features; what was tolerated is counted per split (`(train)`, `(dev)`), as
@@ -224,7 +226,7 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
         if version.startswith("1") and unanswerable and (said or len(unanswerable) < len(examples)):
             raise DataError(f"{path}: question {(said or unanswerable)[0]} has no answer ({len(unanswerable)} such); "
                             "SQuAD v1.1 needs one for every question: use --version 2.0")
-        with tokenizing(tokenizer, f"SQuAD {split}", cfg.train.progress) as counted:
+        with tokenizing(tokenizer, f"SQuAD {split}", cfg.train.progress, warnings) as counted:
             features = squad.build_features(counted, examples, settings, split == "train", found)
         for kind, n in found.counts.items():
             named = f"{kind} ({split})"
@@ -243,7 +245,7 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
         eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features, info,
                                          0.0 if null_threshold is None else float(null_threshold)))
     return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
-                    info, problems, outputs=SPANS)
+                    info, problems, outputs=SPANS, warnings=warnings)
 
 
 def _squad_eval_set(version: str, tokenizer, settings, examples, features, info: dict,
@@ -299,7 +301,7 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
     if training:
         train_examples = race.read_race(root, "train", levels)
         _note_missing_levels("train", train_examples, levels, warnings)
-        with tokenizing(tokenizer, "RACE train", show) as counted:
+        with tokenizing(tokenizer, "RACE train", show, warnings) as counted:
             train = race.build_features(counted, train_examples, cfg.max_seq_length, max_qa_length, problems,
                                         "train")
     eval_sets = []
@@ -319,7 +321,7 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
         else:
             examples = race.read_race(root, split, levels, answers=False)
             _check_answered(split, examples)
-            with tokenizing(tokenizer, f"RACE {split}", show) as counted:
+            with tokenizing(tokenizer, f"RACE {split}", show, warnings) as counted:
                 features = race.build_features(counted, examples, cfg.max_seq_length, max_qa_length, problems,
                                                split)
         if (split != "train" or not training) and all(e.label is not None for e in examples):
@@ -389,10 +391,12 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
             raise DataError("the label set is unknown: give --labels or a training file")
         labels = classify.label_set(train_examples)
     label_list = None if regression else list(classify.check_labels(labels))
+    warnings: list[str] = []
 
     def features(examples, labelled: bool, name: str):
         ids = classify.label_ids(examples, label_list) if labelled else None
-        return _pair_features(tokenizer, examples, ids, cfg.max_seq_length, problems, name, cfg.train.progress)
+        return _pair_features(tokenizer, examples, ids, cfg.max_seq_length, problems, name, cfg.train.progress,
+                              warnings)
 
     train = features(train_examples, True, "train") if training else []
     eval_sets = []
@@ -404,7 +408,8 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
     spec = TaskSpec("classify", AlbertForSequenceClassification, {"num_labels": len(label_list or [0])}, train,
                     eval_sets, "pearson" if regression else "accuracy",
                     torch.float32 if regression else torch.long,
-                    {"labels": label_list or [], "regression": regression, "columns": vars(columns)}, problems)
+                    {"labels": label_list or [], "regression": regression, "columns": vars(columns)}, problems,
+                    warnings=warnings)
     return choose_best_metric(spec, best_metric) if training else spec
 
 
