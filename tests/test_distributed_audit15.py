@@ -136,7 +136,7 @@ DRIVER = textwrap.dedent('''
         else:
             from albertlm.training import pretrain
 
-            def broken(run):
+            def broken(run, **_):
                 raise UserError("cannot read the starting weights (AUDIT)")
 
             pretrain.build_model = broken
