@@ -174,11 +174,15 @@ def test_mrpc_from_msr_paraphrase_train_says_it_has_no_dev_set(pretrained, tmp_p
     tokenizer, cfg = _tokenizer(pretrained), FinetuneConfig(max_seq_length=16)
     alone = glue_spec("mrpc", tokenizer, cfg, data_dir=msr.parent)
     assert len(alone.train) == 4076
-    assert len(alone.warnings) == 1 and "no dev file was given" in alone.warnings[0] and "--dev" in alone.warnings[0]
+    def told(spec) -> list[str]:   # the tiny test tokenizer knows few English words: its [UNK] warning aside
+        return [line for line in spec.warnings if "unknown token" not in line]
+
+    said = told(alone)
+    assert len(said) == 1 and "no dev file was given" in said[0] and "--dev" in said[0]
     dev = _msr_dev(tmp_path / "dev.tsv", msr, 40)
     spec = glue_spec("mrpc", tokenizer, cfg, train_file=msr, dev_files=[dev])
     assert len(spec.train) == 4076 - 40 and spec.problems.counts[MSR_DEV_PAIR] == 40
-    assert "40 of the 4076 pairs" in spec.warnings[0]
+    assert "40 of the 4076 pairs" in told(spec)[0]
     # transformers' tokenized copy of GLUE's dev rows has other texts: the pairs are known by their ids
     fixture = shared_path("glue_samples", "MRPC", "dev.tsv")
     spec = glue_spec("mrpc", tokenizer, cfg, train_file=msr, dev_files=[fixture])
@@ -186,4 +190,4 @@ def test_mrpc_from_msr_paraphrase_train_says_it_has_no_dev_set(pretrained, tmp_p
     # GLUE's own train.tsv (any file but the original one) is trained on as given
     train = _msr_dev(tmp_path / "train.tsv", msr, 60)
     spec = glue_spec("mrpc", tokenizer, cfg, train_file=train, dev_files=[dev])
-    assert len(spec.train) == 60 and not spec.warnings
+    assert len(spec.train) == 60 and not told(spec)
