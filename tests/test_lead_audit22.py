@@ -7,6 +7,7 @@ import pytest
 
 from conftest import shared_path
 from test_cluster_audit22 import corpus  # noqa: F401  (a fixture)
+from test_unk_audit22 import korean  # noqa: F401  (a fixture)
 
 from albertlm.cli.main import main
 
@@ -121,3 +122,19 @@ def test_an_empty_parts_summary_says_why_it_holds_nothing(corpus, tmp_path, caps
     err = capsys.readouterr().err
     assert "labels ;" not in err and "masked 0.00% of 0" not in err, err
     assert "owns none of the corpus's chunks" in err
+
+
+def test_tokenizer_encode_tells_decomposed_hangul_to_convert_to_nfc(korean, monkeypatch, capsys):
+    """`tokenizer encode` on macOS-decomposed Korean said only "N [UNK] token(s) ... characters the vocabulary does
+    not hold", where data build and fine-tuning now say to convert the text to NFC; NFC text is not told so."""
+    import unicodedata
+
+    from test_tokenizer_cli import _run
+    from test_unk_audit22 import _kornli
+
+    text = "\n".join(row[0] for row in _kornli(8)) + "\n"
+    vocab = str(korean / "model")
+    _, _, err = _run(["tokenizer", "encode", "-t", vocab], monkeypatch, capsys, unicodedata.normalize("NFD", text))
+    assert "[UNK] token(s)" in err and "convert the text to NFC" in err, err
+    _, _, err = _run(["tokenizer", "encode", "-t", vocab], monkeypatch, capsys, text + "\U0001F600\n")
+    assert "[UNK] token(s)" in err and "NFC" not in err, err

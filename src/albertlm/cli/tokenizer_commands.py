@@ -336,11 +336,11 @@ def _batches(lines, size: int = BATCH_LINES):
 def _encode(args: argparse.Namespace) -> int:
     tokenizer = _load(args)
     out = sys.stdout
-    unknown = UnknownCount(tokenizer.unk_id)
+    unknown = UnknownCount(tokenizer)
     done = 0   # lines written
     for batch in _batches(_stdin_lines()):
-        for ids, types in _encode_batch(tokenizer, batch, args.pair, args.special, done + 1):
-            unknown.add(ids)
+        for line, (ids, types) in zip(batch, _encode_batch(tokenizer, batch, args.pair, args.special, done + 1)):
+            unknown.add(ids, line)
             record = {"input_ids": ids, "token_type_ids": types} if args.token_types else ids
             out.write(json.dumps(record, separators=(",", ":")) + "\n")
         done += len(batch)
@@ -354,20 +354,34 @@ class UnknownCount:
     """The <unk> ids `encode` wrote: text the vocabulary cannot spell (emoji, Han in a Korean model, jamo)
     that `decode` drops, so the user hears of it once, on stderr, instead of finding characters missing."""
 
-    def __init__(self, unk_id: int):
-        self.unk_id, self.tokens, self.lines, self.first, self.seen = unk_id, 0, 0, 0, 0
+    SAMPLE_LINES = 64   # lines holding <unk> whose characters are looked at (`data.build.tally_unknown_characters`)
 
-    def add(self, ids) -> None:
+    def __init__(self, tokenizer):
+        self.tokenizer, self.unk_id = tokenizer, tokenizer.unk_id
+        self.tokens, self.lines, self.first, self.seen = 0, 0, 0, 0
+        self.characters: dict[str, int] = {}
+        self._cache: dict = {}
+
+    def add(self, ids, text: str = "") -> None:
         self.seen += 1
         count = sum(1 for i in ids if i == self.unk_id)
         if count:
             self.tokens += count
             self.lines += 1
             self.first = self.first or self.seen
+            if text and self.lines <= self.SAMPLE_LINES:
+                from albertlm.data.build import tally_unknown_characters
+
+                tally_unknown_characters(text, self.tokenizer, self._cache, self.characters)
 
     def note(self, unk: str) -> str:
+        """One line; decomposed Hangul (macOS's NFD) is told to convert to NFC, as `data build` and fine-tuning
+        say it (`data.build.decomposed_hangul`)."""
+        from albertlm.data.build import NFC_ADVICE, decomposed_hangul
+
+        advice = f"; {NFC_ADVICE}" if self.characters and decomposed_hangul(list(self.characters.items())) else ""
         return (f"note: {self.tokens:,} {unk} token(s) in {self.lines:,} of {self.seen:,} lines (first: line "
-                f"{self.first}): characters the vocabulary does not hold; decode drops them")
+                f"{self.first}): characters the vocabulary does not hold; decode drops them{advice}")
 
 
 def _encode_batch(tokenizer, lines: list[str], pair: bool, special: bool, first_line: int = 1):

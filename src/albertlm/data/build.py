@@ -873,6 +873,16 @@ def unknown_token_report(instance_counts: dict) -> tuple[str, str | None]:
     return line, unknown_token_warning(share, name, chars)
 
 
+NFC_ADVICE = "decomposed Hangul (NFD, as macOS writes it): convert the text to NFC"
+
+
+def decomposed_hangul(chars: list[tuple[str, int]]) -> bool:
+    """Whether most of the unknown characters `chars` (with their counts) are conjoining Hangul jamo: the text is
+    decomposed Hangul, which the vocabulary holds composed."""
+    jamo = sum(count for char, count in chars if len(char) == 1 and ord(char) in CONJOINING_JAMO)
+    return 2 * jamo > sum(count for _, count in chars)
+
+
 def unknown_token_warning(share: float, name: str, chars: list[tuple[str, int]]) -> str:
     """The warning for text whose tokens are `share` the unknown token `name`; `chars`: the characters the
     vocabulary lacks with their counts, most frequent first (a sample; may be empty). When most of them are
@@ -880,9 +890,8 @@ def unknown_token_warning(share: float, name: str, chars: list[tuple[str, int]])
     build` and by the fine-tuning / prediction features (tasks.features.UnknownTally)."""
     which = (" (" + " ".join(_show_character(char, code=False) for char, _ in chars[:8])
              + (" ..." if len(chars) > 8 else "") + ")") if chars else ""
-    jamo = sum(count for char, count in chars if len(char) == 1 and ord(char) in CONJOINING_JAMO)
-    if 2 * jamo > sum(count for _, count in chars):
-        advice = "decomposed Hangul (NFD, as macOS writes it): convert the text to NFC"
+    if decomposed_hangul(chars):
+        advice = NFC_ADVICE
     else:
         advice = "normalize those characters or use a tokenizer that covers them"
     return f"{share:.2%} of the text's tokens are the unknown token {name}{which}: the model never sees what they " \
