@@ -7,8 +7,10 @@ inference) the activation inside the GEMM (`model/fused.py`). Parameters, state-
 those of the plain model (tests compare both paths, forward and backward); `remove_fast_paths` undoes it.
 
 `choose_fast_path(device, precision)` is the probe, per dtype:
-- bf16 (autocast): only where oneDNN has bf16 GEMMs (`torch.ops.mkldnn._is_mkldnn_bf16_supported()`: AVX-512
-  with bf16 instructions, or AMX). On an AVX2-only CPU the fused bf16 linear cannot even be built.
+- bf16 (autocast): only where bf16 GEMMs run in hardware (`fused.bf16_supported()`: oneDNN has bf16 GEMMs,
+  `torch.ops.mkldnn._is_mkldnn_bf16_supported()`, and the CPU has bf16 instructions, AVX512_BF16 or AMX). On an
+  AVX2-only CPU the fused bf16 linear cannot even be built; on AVX-512 without bf16 instructions oneDNN emulates
+  it, as slow as the plain ops there (2.4x slower than fp32), and bf16 gets the emulation warning.
 - fp32: only on CPUs whose ATen kernels run AVX-512 (`torch.backends.cpu.get_cpu_capability()`). With AVX2
   MKL's `addmm` was faster than the fused oneDNN linear in our A/B runs (docs/model.md, Speed).
 - anything else (CUDA, fp16, no oneDNN, a torch without the private ops): the plain model.

@@ -7,8 +7,9 @@ region, which costs a lot more than its bytes when other processes share the cor
 sizes they took as long as the matmuls in bf16 (torch.profiler, benchmarks/model_speed.py).
 
 The model never calls these: `model/fast_paths.py` swaps them in from outside, only where a probe of this
-CPU and torch build says the dtype is supported (and pays). Each call still checks its inputs and takes the
-plain ops for anything else (CUDA tensors, another dtype, active dropout), so a swapped model never crashes.
+CPU and torch build says the dtype is supported (and pays: bf16 only with bf16 instructions, `bf16_supported`).
+Each call still checks its inputs and takes the plain ops for anything else (CUDA tensors, another dtype, active
+dropout), so a swapped model never crashes.
 Under bf16 autocast the weights are cast to bf16 as autocast would, once per `cast_once()` scope (one model
 forward, opened by the fast paths' forward hooks), so a weight shared by 12 layers is cast once.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from typing import Iterator
 
 import torch
@@ -26,12 +28,50 @@ AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "
 
 
 def bf16_supported() -> bool:
-    """oneDNN bf16 GEMMs need AVX-512 (bf16 instructions) or AMX; on AVX2-only CPUs they fail to build."""
+    """bf16 GEMMs run in hardware here: oneDNN builds them (`onednn_bf16`) and the CPU has bf16 instructions
+    (`cpu_bf16_instructions`). On AVX-512 without bf16 instructions (Skylake to Ice Lake) oneDNN builds them too
+    but emulates them with fp32 FMAs, 2.4x slower than fp32 (albert-base sizes, measured under
+    ONEDNN_MAX_CPU_ISA=AVX512_CORE): there bf16 is emulated as on AVX2, no fused path, and a warning."""
+    return onednn_bf16() and cpu_bf16_instructions()
+
+
+def onednn_bf16() -> bool:
+    """oneDNN builds bf16 GEMMs (`torch.ops.mkldnn._is_mkldnn_bf16_supported()`): on x86 from AVX-512 on, with
+    bf16 instructions or without; on AVX2-only CPUs they fail to build."""
     probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     try:
         return bool(probe()) if probe is not None else False
     except Exception:  # an older or newer torch without the probe behaves as "not supported"
         return False
+
+
+# oneDNN's names of the x86 instruction sets without bf16 instructions (ONEDNN_MAX_CPU_ISA holds oneDNN below them)
+ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
+
+
+def isa_limit_without_bf16() -> str | None:
+    """ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) where it names an instruction set without bf16 instructions."""
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    return isa if isa.strip().upper() in ISAS_WITHOUT_BF16 else None
+
+
+def cpu_bf16_instructions() -> bool:
+    """Whether an x86 CPU has bf16 instructions oneDNN uses (AVX512_BF16, AMX-BF16, AVX-NE-CONVERT; from torch's
+    cpuinfo) and ONEDNN_MAX_CPU_ISA does not hold oneDNN below them. Elsewhere (ARM) oneDNN's own probe already
+    asks the CPU for bf16, so this says True; so does a torch that cannot tell (the probe alone decides)."""
+    try:
+        caps = dict(torch.cpu.get_capabilities())
+    except Exception:  # an older torch without get_capabilities: its private queries
+        try:
+            caps = {"avx512_bf16": torch.cpu._is_avx512_bf16_supported(),
+                    "amx_bf16": torch.cpu._is_amx_tile_supported()}
+        except Exception:
+            return True
+    if "avx512_bf16" not in caps:  # not x86
+        return True
+    if isa_limit_without_bf16() is not None:
+        return False
+    return any(bool(caps.get(name)) for name in ("avx512_bf16", "amx_bf16", "avx_ne_convert", "avx10_1"))
 
 
 BF16 = AVAILABLE and bf16_supported()

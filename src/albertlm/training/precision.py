@@ -46,11 +46,12 @@ def enable_activation_checkpointing(model: nn.Module) -> nn.Module:
 
 
 def prepare_model(model: nn.Module, *, precision: str, device: torch.device, activation_checkpointing: bool = False,
-                  fast_paths: str = "auto") -> nn.Module:
+                  fast_paths: str = "auto", warn: bool = True) -> nn.Module:
     """In place, before `.to(device)`: activation checkpointing, and (`fast_paths="auto"`) the CPU fast paths
     where `model.fast_paths.choose_fast_path` says this CPU supports them ("off": the plain model, e.g. for
     torch.compile), and on a GPU with flash attention the packed attention kernel (`enable_packed_attention`).
-    bf16 on a CPU without bf16 hardware gets a one-line warning: it runs, emulated and slow."""
+    bf16 on a CPU without bf16 hardware gets a one-line warning: it runs, emulated and slow (`warn=False`: a
+    process that said it already, fine-tuning's best model after its run)."""
     from albertlm.model.albert import enable_packed_attention, packed_attention_supported
     from albertlm.model.fast_paths import apply_fast_paths
 
@@ -58,7 +59,8 @@ def prepare_model(model: nn.Module, *, precision: str, device: torch.device, act
         raise UserError(f"fast_paths must be auto or off, not {fast_paths!r}")
     if activation_checkpointing:
         enable_activation_checkpointing(model)
-    warn_emulated_bf16(precision, device)
+    if warn:
+        warn_emulated_bf16(precision, device)
     if fast_paths == "auto":
         apply_fast_paths(model, device, precision)
     if packed_attention_supported(device):  # flash attention over the real tokens when the padding is skipped
@@ -68,14 +70,20 @@ def prepare_model(model: nn.Module, *, precision: str, device: torch.device, act
 
 def warn_emulated_bf16(precision: str, device: torch.device | str) -> None:
     """bf16 on a CPU without bf16 hardware: one line on stderr (the first rank's) saying it runs emulated, slower
-    than fp32. Training says it through `prepare_model`; inference (`predict`, `evaluate`) calls it itself."""
+    than fp32. Training, `predict` and `evaluate` say it through `prepare_model`."""
     if precision == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16() and reports_here():
-        print("albertlm: warning: this CPU has no bf16 instructions (AVX-512 BF16 or AMX); --precision bf16 "
-              "runs emulated and is slower than fp32 here", file=sys.stderr, flush=True)
+        from albertlm.model.fused import isa_limit_without_bf16
+
+        limit = isa_limit_without_bf16()
+        why = (f"ONEDNN_MAX_CPU_ISA={limit} keeps oneDNN from bf16 instructions" if limit else
+               "this CPU has no bf16 instructions (AVX-512 BF16 or AMX)")
+        print(f"albertlm: warning: {why}; --precision bf16 runs emulated and is slower than fp32 here",
+              file=sys.stderr, flush=True)
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 matmuls in hardware (what oneDNN reports)."""
+    """Whether this CPU computes bf16 matmuls in hardware: oneDNN has bf16 GEMMs and the CPU bf16 instructions
+    (`model.fused.bf16_supported`; oneDNN alone also says yes on AVX-512 without them, where it emulates bf16)."""
     from albertlm.model import fused
 
     return fused.bf16_supported()
