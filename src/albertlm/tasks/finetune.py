@@ -34,7 +34,7 @@ from albertlm.training.checkpoint import TrainState
 from albertlm.training.distributed import DistInfo, failing_together, init_distributed, pick_device
 from albertlm.training.loop import Batch, Loop, StepData
 from albertlm.training.metrics import _terminal
-from albertlm.training.precision import autocast, check_precision, warn_emulated_bf16
+from albertlm.training.precision import autocast, check_precision, prepare_model
 from albertlm.training.trainer import build_loop, callers_rng_kept, open_logger, seed_everything
 
 TASK_FILE = "task.json"  # beside the best checkpoint: what `predict` / `evaluate` need to know
@@ -548,7 +548,7 @@ def _train_and_write(spec: TaskSpec, loop: Loop, tokenizer, cfg: FinetuneConfig,
     # its files are written from the best model so far, marked "budget" (a `--resume` finishes and replaces them)
     extra = loop.state.extra
     _write_json(out_dir / "train_log.json", {"losses": extra.get("losses", []), "history": extra.get("history", [])})
-    best_model = spec.model_class.from_pretrained(out_dir / "best")
+    best_model = inference_model(spec, out_dir / "best", cfg, pick_device(cfg.dist.device), warn=False)
     tests = write_test_predictions(spec, best_model, tokenizer, cfg, out_dir)
     if restored is not None and extra.get("best") is restored:
         rewrite_dev_predictions(spec, best_model, tokenizer, cfg, out_dir)
@@ -622,6 +622,16 @@ def check_task_head(model_class: type, family: str, model_dir: str | Path) -> No
                         "and give RUN/best")
 
 
+def inference_model(spec: TaskSpec, model_dir: str | Path, cfg: FinetuneConfig, device: torch.device,
+                    warn: bool = True) -> nn.Module:
+    """A fine-tuned checkpoint on `device`, prepared as fine-tuning prepared it (`prepare_model`: the CPU fast paths
+    this CPU gets, the packed attention on a GPU; the bf16-emulation warning): predictions and scores then come
+    from the same kernels as the run's dev evaluations. With the plain ops instead, bf16 rounds differently and a
+    near tie flips (a SQuAD v2 run's recorded best exact 42.86 read 50.0 from `evaluate --model RUN/best`)."""
+    return prepare_model(spec.model_class.from_pretrained(model_dir), precision=cfg.train.precision,
+                         device=device, warn=warn).to(device)
+
+
 def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: FinetuneConfig,
                    out_dir: str | Path | None) -> dict:
     """Score a fine-tuned checkpoint on the labelled eval sets (and write prediction files if out_dir);
@@ -634,8 +644,7 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
                         f"predictions with `albertlm predict {spec.family} ... --out DIR`")
     device = pick_device(cfg.dist.device)
     check_precision(cfg.train.precision, device)    # fp16 is CUDA's, as for finetune and evaluate on pretraining data
-    warn_emulated_bf16(cfg.train.precision, device)
-    model = spec.model_class.from_pretrained(model_dir).to(device)
+    model = inference_model(spec, model_dir, cfg, device)
     metrics: dict[str, Any] = {}
     for eval_set in spec.eval_sets:
         outputs = predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
