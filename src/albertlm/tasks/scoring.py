@@ -11,21 +11,29 @@ from albertlm.tasks.tables import read_records
 
 
 def score_squad(opts, predictions: str, score_opts=None, warn=None) -> dict:
-    """`warn(line)` gets `SquadEvaluation.warning()` when gold questions have no prediction."""
+    """`warn(line)` gets `SquadEvaluation.warning()` when gold questions have no prediction, and each of its
+    `notes()` (predictions for ids not in the gold file, gold answers not in their context, a v1.1 file scored
+    as v2.0). No `opts.version` ("") means the version the gold file shows (`squad.detect_version`)."""
     na_probs = score_opts.na_probs if score_opts is not None else ""
     na_prob_thresh = score_opts.na_prob_thresh if score_opts is not None else 1.0
     strict = bool(getattr(score_opts, "strict", False))
     if not opts.dev:
         raise UserError("give the gold file with --data DEV.json")
-    version = squad.check_version_name(opts.version)
+    if opts.version:
+        version = squad.check_version_name(opts.version)
+    else:   # read twice (once here): the version decides whether --na-probs may be given
+        version = squad.resolve_version(None, [(opts.dev, squad.read_squad(opts.dev, anchored=False))])
     if na_probs and version == "1.1":   # read, then ignored: v1.1 scores every question as answerable
         raise UserError(f"--na-probs {na_probs}: null odds are SQuAD v2.0's (v1.1 has no unanswerable questions); "
                         "leave --na-probs out, or score with --version 2.0")
-    result = squad.evaluate_files(opts.dev, predictions, opts.version, na_probs or None, na_prob_thresh,
+    result = squad.evaluate_files(opts.dev, predictions, version, na_probs or None, na_prob_thresh,
                                   strict=strict)
     warning = result.warning()
     if warning and warn is not None:
         warn(f"{predictions}: {warning}")
+    for note in result.notes():
+        if warn is not None:
+            warn(note if note.startswith(str(opts.dev)) else f"{predictions}: {note}")
     return result.metrics
 
 

@@ -31,6 +31,9 @@ class SquadExample:
     # the file itself says the question has no answer (v2.0's `"is_impossible": true`): a labelled question, unlike
     # one that merely lacks answers (a file to predict on, whose questions have `"answers": []`)
     said_unanswerable: bool = False
+    # what the file says of its version (`detect_version`), not part of the question: left out of comparisons
+    marked: bool = field(default=False, compare=False)     # the record has v2.0's "is_impossible" (true or false)
+    file_version: str = field(default="", compare=False)   # the file's top-level "version" ("1.1", "2.0"; "" none)
 
     @property
     def labelled(self) -> bool:
@@ -63,13 +66,20 @@ class SquadSettings:
 # ------------------------------------------------------------------------------------------ reading
 
 
-def read_squad(path: str | Path, problems: Problems | None = None) -> list[SquadExample]:
+def read_squad(path: str | Path, problems: Problems | None = None, anchored: bool = True) -> list[SquadExample]:
     """Examples of an official SQuAD file (nested data/paragraphs/qas) or of the flat layout
     (`{"data": [{id, question, context, answers: {text: [...], answer_start: [...]}}]}`), also as a bare list of
     those records or as JSON lines, one record a line (what `datasets`' `Dataset.to_json` writes).
 
     Every field is checked for its type where it is read; a file that breaks the format is a DataError
-    naming the file, the place (`data[3].paragraphs[0]`, a question id) and what is wrong."""
+    naming the file, the place (`data[3].paragraphs[0]`, a question id) and what is wrong.
+
+    `anchored=False` (scoring a predictions file, which reads the gold texts only, as the official scripts do):
+    an answer whose text is nowhere in its context is kept as it is and counted in `problems`, not an error
+    (training needs its place in the context; the official scripts score it by its text).
+
+    Each example's `file_version` is the file's own top-level "version" ("1.1", "2.0"; "" for none or another),
+    which `detect_version` reads."""
     path = Path(path)
     data = _squad_document(path)
     articles = data.get("data")
@@ -82,20 +92,30 @@ def read_squad(path: str | Path, problems: Problems | None = None) -> list[Squad
         if not isinstance(article, dict):
             raise DataError(f"{path}: {where} is {_kind(article)}, expected an object (an article or a question)")
         if "paragraphs" in article:
-            examples += _article_examples(path, article, where, problems)
+            examples += _article_examples(path, article, where, problems, anchored)
         elif "question" in article or "id" in article:
-            examples.append(_flat_example(path, article, where, problems))
+            examples.append(_flat_example(path, article, where, problems, anchored))
         else:
             raise DataError(f"{path}: {where} has neither 'paragraphs' (the official SQuAD layout) nor "
                             "'id'/'question' (the flat layout)")
     if not examples:
         raise DataError(f"{path}: no questions in the file (its 'data' list holds no 'qas')")
     seen: set[str] = set()
+    declared = _declared_version(data.get("version"))
     for example in examples:
         if example.qid in seen:
             raise DataError(f"{path}: question id {example.qid!r} appears more than once")
         seen.add(example.qid)
+        example.file_version = declared
     return examples
+
+
+def _declared_version(value) -> str:
+    """The top-level "version" of a SQuAD file as a version name: the official files say "1.1" and "v2.0" (the
+    transformers fixture says 2); "" for none or any other value."""
+    text = str(value).strip().lower().lstrip("v") if isinstance(value, (str, int, float)) and \
+        not isinstance(value, bool) else ""
+    return {"1.1": "1.1", "2": "2.0", "2.0": "2.0"}.get(text, "")
 
 
 def _squad_document(path: Path) -> dict:
@@ -151,7 +171,8 @@ def _qid(path: Path, record: dict, where: str) -> str:
     return str(_field(path, record, "id", (str, int), where, "a question id (a string)"))
 
 
-def _article_examples(path: Path, article: dict, where: str, problems: Problems) -> list[SquadExample]:
+def _article_examples(path: Path, article: dict, where: str, problems: Problems,
+                      anchored: bool = True) -> list[SquadExample]:
     paragraphs = _field(path, article, "paragraphs", list, where, "a list of paragraphs")
     title = str(article.get("title") or "")
     examples = []
@@ -167,11 +188,11 @@ def _article_examples(path: Path, article: dict, where: str, problems: Problems)
         for q, qa in enumerate(qas):
             if not isinstance(qa, dict):
                 raise DataError(f"{path}: {here}.qas[{q}] is {_kind(qa)}, expected a question object")
-            examples.append(_nested_example(path, title, context, qa, f"{here}.qas[{q}]", problems))
+            examples.append(_nested_example(path, title, context, qa, f"{here}.qas[{q}]", problems, anchored))
     return examples
 
 
-def _nested_example(path, title, context, qa, where, problems) -> SquadExample:
+def _nested_example(path, title, context, qa, where, problems, anchored: bool = True) -> SquadExample:
     qid = _qid(path, qa, where)
     where = f"question {shown(qid)}"
     question = _field(path, qa, "question", str, where, "the question text (a string)")
@@ -184,8 +205,9 @@ def _nested_example(path, title, context, qa, where, problems) -> SquadExample:
                         "{\"text\": ..., \"answer_start\": ...} objects")
     answers = _answer_objects(path, raw, where)
     answers = [] if impossible else answers
-    return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems),
-                        bool(impossible) or not answers, title, said_unanswerable=bool(impossible))
+    return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems, anchored),
+                        bool(impossible) or not answers, title, said_unanswerable=bool(impossible),
+                        marked="is_impossible" in qa)
 
 
 def _answer_objects(path: Path, raw: list, where: str) -> list[tuple[str, int]]:
@@ -213,7 +235,7 @@ def _offset(path: Path, value, where: str) -> int:
     return value
 
 
-def _flat_example(path, record, where, problems) -> SquadExample:
+def _flat_example(path, record, where, problems, anchored: bool = True) -> SquadExample:
     qid = _qid(path, record, where)
     where = f"question {shown(qid)}"
     context = _field(path, record, "context", str, where, "the paragraph text (a string)")
@@ -242,19 +264,28 @@ def _flat_example(path, record, where, problems) -> SquadExample:
     if not isinstance(impossible, bool) and impossible not in (0, 1):
         raise DataError(f"{path}: {where}: 'is_impossible' is {impossible!r}, expected true or false")
     answers = [] if impossible else answers
-    return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems),
-                        bool(impossible) or not answers, str(title or ""), said_unanswerable=bool(impossible))
+    return SquadExample(qid, question, context, _check_answers(path, qid, context, answers, problems, anchored),
+                        bool(impossible) or not answers, str(title or ""), said_unanswerable=bool(impossible),
+                        marked="is_impossible" in record)
 
 
-def _check_answers(path, qid, context, answers, problems) -> list[tuple[str, int]]:
+NOT_IN_CONTEXT = "answer not in its context (scored by its text)"
+
+
+def _check_answers(path, qid, context, answers, problems, anchored: bool = True) -> list[tuple[str, int]]:
     """An answer whose text is not at its offset is re-anchored to the nearest occurrence (counted);
-    one whose text is nowhere in the context is an error naming the question id."""
+    one whose text is nowhere in the context is an error naming the question id (`anchored`), or kept as it is
+    and counted (scoring, which reads the text only)."""
     checked = []
     for text, start in answers:
         if context[start:start + len(text)] == text:
             checked.append((text, start))
             continue
         hits = [i for i in _find_all(context, text)]
+        if not hits and not anchored:
+            problems.add(NOT_IN_CONTEXT, f"{path.name}:{shown(qid)}")
+            checked.append((text, start))
+            continue
         if not hits:
             raise DataError(f"{path}: question {shown(qid)}: answer {text!r} at offset {start} does not match the "
                             f"context there ({context[start:start + len(text)]!r}) and is not in the context")
@@ -298,6 +329,59 @@ def check_version(examples: Sequence[SquadExample], version: str, path: str | Pa
     if unanswerable and (labelled or len(unanswerable) < len(examples)):
         raise DataError(f"{path}: {len(unanswerable)} of {len(examples)} questions have no answer (e.g. "
                         f"{shown(unanswerable[0])}), which SQuAD v1.1 does not allow: a v2.0 file? use --version 2.0")
+
+
+def detect_version(examples: Sequence[SquadExample]) -> tuple[str | None, str]:
+    """The SQuAD version a file's own contents show, and why; (None, why not) where they show none.
+
+    v2.0: a question marked `"is_impossible": true`, or a labelled file with a question without answers (v1.1 has
+    none), or the file saying "v2.0", or questions carrying v2.0's `is_impossible` field at all (every question of
+    the official v2.0 files has it). v1.1: the file saying "1.1", or a labelled file whose every question has an
+    answer and none has the `is_impossible` field (the official v1.1 files, `datasets`' "squad" export). A file
+    without any answers (new questions to predict) shows none."""
+    examples = list(examples)
+    said = next((e.qid for e in examples if e.said_unanswerable), None)
+    if said is not None:
+        return "2.0", f"question {shown(said)} is marked is_impossible"
+    labelled = any(e.labelled for e in examples)
+    empty = next((e.qid for e in examples if not e.answers), None)
+    if labelled and empty is not None:
+        return "2.0", f"question {shown(empty)} has no answer"
+    declared = next((e.file_version for e in examples if e.file_version), "")
+    if declared:
+        return declared, f"the file's \"version\" is {declared}"
+    if any(e.marked for e in examples):
+        return "2.0", "its questions have v2.0's is_impossible field"
+    if labelled:
+        return "1.1", "every question has an answer and none has v2.0's is_impossible field"
+    return None, "no question has an answer or an is_impossible field, and the file names no version"
+
+
+def resolve_version(version: str | None, files: Sequence[tuple[str | Path, Sequence[SquadExample]]]) -> str:
+    """The version to use: the one given ("1.1" or "2.0"), or with none ("" or None) the one the files show
+    (`detect_version`). Files that show none, or show different versions, are a UserError asking for --version."""
+    if version not in (None, ""):
+        return check_version_name(version)
+    shown_by = [(path, *detect_version(examples)) for path, examples in files]
+    found = {v for _, v, _ in shown_by if v is not None}
+    if len(found) == 1:
+        return found.pop()
+    if not found:
+        path, _, why = shown_by[0] if shown_by else ("", None, "no file to read")
+        raise UserError(f"{path}: which SQuAD version? {why}; give --version 1.1 or --version 2.0")
+    what = "; ".join(f"{path} looks like v{v} ({why})" for path, v, why in shown_by if v is not None)
+    raise UserError(f"the SQuAD files disagree: {what}; give --version 1.1 or --version 2.0")
+
+
+def version_note(version: str, examples: Sequence[SquadExample], path: str | Path) -> str | None:
+    """A warning where a version given contradicts what the file shows without doubt (its own "version" field, or
+    no is_impossible field on any of its answered questions): `--version 2.0`, the CLI's default, on a v1.1 file
+    scores it by the v2.0 script and predicts null answers ('') for some of its questions."""
+    detected, why = detect_version(examples)
+    if detected is None or detected == version or version != "2.0":
+        return None     # a v2.0 file given as v1.1 is an error (check_version), not a warning
+    return (f"{path} looks like a SQuAD v1.1 file ({why}) and is read as v2.0 (--version 2.0): no-answer "
+            "predictions ('') are allowed and scored by the v2.0 script; give --version 1.1 if it is v1.1")
 
 
 # ------------------------------------------------------------------------------ tokens and offsets
@@ -509,6 +593,9 @@ class ExamplePrediction:
     best: SpanPrediction                  # best non-null span ("" if none is valid)
     null_score: float                     # min over windows of start[CLS] + end[CLS]
     nbest: list[SpanPrediction] = field(default_factory=list)
+    null_start_logit: float = 0.0         # start[CLS] and end[CLS] of the window giving null_score
+    null_end_logit: float = 0.0
+    n_best_size: int = 0                  # the n-best list's length asked for (0: as long as `nbest`)
 
     @property
     def score_diff(self) -> float:
@@ -566,14 +653,16 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[Feature], s
     out = {}
     for index, feature_ids in by_example.items():
         example = examples[index]
-        spans, null_score = [], float("inf")
+        spans, null_score, null_logits = [], float("inf"), (0.0, 0.0)
         for i in feature_ids:
             sl, el = np.asarray(start_logits[i]), np.asarray(end_logits[i])
-            null_score = min(null_score, float(sl[0] + el[0]))
+            if float(sl[0] + el[0]) < null_score:   # the first window of the lowest, as BERT's strict `<`
+                null_score, null_logits = float(sl[0] + el[0]), (float(sl[0]), float(el[0]))
             spans += _window_spans(features[i], sl, el, tokens[example.context], example.context, settings)
         spans = _distinct_texts(spans)
         best = spans[0] if spans else SpanPrediction("", null_score)
-        out[example.qid] = ExamplePrediction(best, null_score, spans[: settings.n_best_size])
+        out[example.qid] = ExamplePrediction(best, null_score, spans[: settings.n_best_size], *null_logits,
+                                             settings.n_best_size)
     return out
 
 
@@ -590,17 +679,29 @@ def _distinct_texts(spans: list[SpanPrediction]) -> list[SpanPrediction]:
     return out
 
 
-def nbest_json(predictions: dict[str, ExamplePrediction]) -> dict[str, list[dict]]:
+def nbest_json(predictions: dict[str, ExamplePrediction], version: str | None = None) -> dict[str, list[dict]]:
     """nbest_predictions.json in BERT `run_squad`'s layout: per question its n-best answers, best first, each with
     `text`, `probability` (softmax of the scores over that list), `start_logit`, `end_logit`, and `score` (their
-    sum). Tools that read BERT's file (ensembling, calibration) take `probability` and the logits."""
+    sum). Tools that read BERT's file (ensembling, calibration) take `probability` and the logits.
+
+    For v2.0 the list holds the no-answer entry too, as BERT's `--version_2_with_negative` and transformers'
+    `postprocess_qa_predictions` write it: text "", the `[CLS]` logits of the window with the lowest null score,
+    in its place by score among the n best (appended after them when it ranks lower), its probability in the same
+    softmax. v1.1 (and `version` None) lists spans only, as BERT's v1.1 file."""
+    with_null = version is not None and not str(version).startswith("1")
     out = {}
     for qid, p in predictions.items():
-        scores = np.asarray([s.score for s in p.nbest] or [0.0], dtype=np.float64)
+        entries = list(p.nbest)
+        if with_null:
+            null = SpanPrediction("", p.null_score, start_logit=p.null_start_logit, end_logit=p.null_end_logit)
+            ranked = sorted([*entries, null], key=lambda s: -s.score)   # stable: a span tied with null first
+            limit = max(p.n_best_size or len(entries), 1)
+            entries = ranked[:limit] if any(s is null for s in ranked[:limit]) else [*entries[:limit], null]
+        scores = np.asarray([s.score for s in entries] or [0.0], dtype=np.float64)
         probs = np.exp(scores - scores.max())
         probs /= probs.sum()
         out[qid] = [{"text": s.text, "probability": float(q), "start_logit": s.start_logit, "end_logit": s.end_logit,
-                     "score": s.score} for s, q in zip(p.nbest, probs)]
+                     "score": s.score} for s, q in zip(entries, probs)]
     return out
 
 
@@ -617,20 +718,49 @@ def null_odds(predictions: dict[str, ExamplePrediction]) -> dict[str, float]:
 
 
 def tune_threshold(golds: dict[str, list[str]], predictions: dict[str, ExamplePrediction]) -> dict:
-    """The null threshold that maximises dev F1 (official `find_best_thresh` over best-span texts),
-    and the official v2.0 metrics at that threshold."""
-    from albertlm.tasks.metrics import squad_v2_scores
+    """The null threshold that maximises dev F1 (the official `find_best_thresh` over best-span texts, ties
+    aside: see `best_threshold`), and the official v2.0 metrics at that threshold."""
+    from albertlm.tasks.metrics import squad_v2_raw_scores, squad_v2_scores
 
     spans = {qid: p.best.text for qid, p in predictions.items()}
-    sweep = squad_v2_scores(golds, spans, na_probs=null_odds(predictions))
-    threshold = sweep["best_f1_thresh"]
+    odds = null_odds(predictions)
+    exact_raw, f1_raw = squad_v2_raw_scores(golds, spans)
+    best_exact, exact_threshold = best_threshold(golds, spans, exact_raw, odds)
+    best_f1, threshold = best_threshold(golds, spans, f1_raw, odds)
     final = squad_v2_scores(golds, final_predictions(predictions, "2.0", threshold))
     # best_f1_thresh (= null_threshold) as the official script names it: fine-tuning and `evaluate --model` printed
     # every key of its output but that one
-    final.update({"null_threshold": threshold, "best_exact": sweep["best_exact"],
-                  "best_exact_thresh": sweep["best_exact_thresh"], "best_f1": sweep["best_f1"],
-                  "best_f1_thresh": threshold})
+    final.update({"null_threshold": threshold, "best_exact": best_exact, "best_exact_thresh": exact_threshold,
+                  "best_f1": best_f1, "best_f1_thresh": threshold})
     return final
+
+
+def best_threshold(golds: dict[str, list[str]], spans: dict[str, str], scores: dict[str, float],
+                   odds: dict[str, float]) -> tuple[float, float]:
+    """(best score in %, its threshold) over every question: the official `find_best_thresh` sweep (from "every
+    answer null" up through the sorted odds), stepping over questions of equal odds together.
+
+    A prediction is null where its odds exceed the threshold (`final_predictions`, the official script's
+    `apply_no_ans_threshold`), so questions of equal odds are answered or nulled together. The official sweep
+    steps one question at a time and keeps a best reached half-way through a tie: its `best_f1` is then a score
+    that no threshold gives, and which one it reports depends on the order of the questions in the file. Without
+    ties the two are the same. "Every answer null" is one below the lowest odds (0.0 when they are all positive,
+    as the official script's start; see `metrics.find_best_threshold`)."""
+    has_answer = {qid: bool(answers) for qid, answers in golds.items()}
+    current = best = float(sum(1 for qid in scores if not has_answer[qid]))
+    lowest = min((odds[qid] for qid in scores), default=0.0)
+    best_at = 0.0 if lowest > 0.0 else lowest - 1.0
+    order = sorted(scores, key=lambda qid: odds[qid])
+    i = 0
+    while i < len(order):
+        value = odds[order[i]]
+        while i < len(order) and odds[order[i]] == value:     # every question of these odds answers at once
+            qid = order[i]
+            current += scores[qid] if has_answer[qid] else (-1.0 if spans[qid] else 0.0)
+            i += 1
+        if current > best:
+            best, best_at = current, value
+    return 100.0 * best / max(len(scores), 1), best_at
 
 
 def read_predictions(path: str | Path) -> dict[str, str]:
@@ -668,6 +798,8 @@ class SquadEvaluation:
     version: str = "2.0"
     strict: bool = False
     unknown: int = 0         # predicted ids that are not gold questions (ignored, as the official scripts do)
+    extra: list[str] = field(default_factory=list)   # the first few of those ids
+    remarks: list[str] = field(default_factory=list)  # other lines for stderr (see `notes`)
 
     def warning(self, limit: int = 5) -> str | None:
         """One line for stderr when questions lack a prediction (None when none does)."""
@@ -682,8 +814,23 @@ class SquadEvaluation:
             how = "left out of the scores, as the official v2.0 script does (strict scoring counts them as wrong)"
         return f"no prediction for {len(self.missing)} of {self.num_questions} questions ({first}); they are {how}"
 
+    def notes(self) -> list[str]:
+        """Lines for stderr beside `warning()`: predictions for ids that are not questions of the gold file (ignored,
+        as the official scripts ignore them: another file's predictions, partly matching, scored without a word),
+        gold answers not in their context, a version that contradicts the file."""
+        lines = list(self.remarks)
+        if self.unknown:
+            lines.append(f"{_count(self.unknown, 'prediction')} for question ids that are not in the gold file (e.g. "
+                         f"{', '.join(map(shown, self.extra))}): ignored, as the official script does")
+        return lines
 
-def evaluate_files(data: str | Path, predictions: str | Path, version: str = "2.0",
+
+def _count(n: int, thing: str) -> str:
+    """'1 prediction', '3 predictions'."""
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+def evaluate_files(data: str | Path, predictions: str | Path, version: str | None = "2.0",
                    na_probs: str | Path | None = None, na_prob_thresh: float = 1.0,
                    strict: bool = False) -> SquadEvaluation:
     """Score a predictions.json against a SQuAD file with the official metric of `version`.
@@ -691,12 +838,24 @@ def evaluate_files(data: str | Path, predictions: str | Path, version: str = "2.
     Checked first, each a DataError naming the file: the gold file's format and version (v1.1 on a v2.0
     file), a predictions file matching none of the gold ids, null odds missing for a predicted question.
     v1.1 scores a missing question as wrong (its official script); v2.0 leaves it out (its official script)
-    unless `strict`. The caller prints `warning()` on stderr."""
+    unless `strict`. The caller prints `warning()` and `notes()` on stderr.
+
+    `version` None (or "") is the one the gold file shows (`detect_version`; a UserError where it shows none).
+    A gold answer that is not in its context is scored by its text, as the official scripts do (counted in the
+    notes: it stopped scoring)."""
     from albertlm.tasks.metrics import squad_v1_scores, squad_v2_scores
 
-    version = check_version_name(version)
-    examples = read_squad(data)
+    if version not in (None, ""):
+        version = check_version_name(version)
+    found = Problems()
+    examples = read_squad(data, found, anchored=False)
+    version = resolve_version(version, [(data, examples)])
     check_version(examples, version, data)
+    remarks = [note] if (note := version_note(version, examples, data)) else []
+    if found.counts.get(NOT_IN_CONTEXT):
+        remarks.append(f"{data}: {_count(found.counts[NOT_IN_CONTEXT], 'gold answer')} not in its context (e.g. "
+                       f"{', '.join(found.examples[NOT_IN_CONTEXT])}): scored by the text, as the official "
+                       "script does")
     golds = gold_answers(examples)
     preds = read_predictions(predictions)
     matched = sum(1 for qid in preds if qid in golds)
@@ -714,4 +873,5 @@ def evaluate_files(data: str | Path, predictions: str | Path, version: str = "2.
         metrics = squad_v1_scores(golds, preds)
     else:
         metrics = squad_v2_scores(golds, preds, odds, na_prob_thresh, strict=strict)
-    return SquadEvaluation(metrics, missing, len(golds), str(version), strict, len(preds) - matched)
+    extra = [qid for qid in preds if qid not in golds]
+    return SquadEvaluation(metrics, missing, len(golds), str(version), strict, len(extra), extra[:3], remarks)
