@@ -40,6 +40,9 @@ class GlueTask:
     # the exact field count of a labelled row, where a wider row means another task's file read in a layout
     # that would still parse (CoLA's `source<TAB>label<TAB>*<TAB>sentence` read as SST-2 trains on the source)
     train_fields: int | None = None
+    # the most fields with text a test-layout row has, where another task's test file would parse in it: an MNLI
+    # test file given to `--task ax` was predicted on its promptID and pairID columns and written as AX.tsv
+    test_fields: int | None = None
 
     @property
     def num_labels(self) -> int:
@@ -67,7 +70,7 @@ TASKS: dict[str, GlueTask] = {t.name: t for t in [
     # the diagnostic set, predicted with an MNLI model: diagnostic.tsv to submit, diagnostic-full.tsv (the labelled
     # release: four category columns, Domain, Premise, Hypothesis, Label) to score it (Matthews corr., GLUE's R3)
     GlueTask("ax", ("contradiction", "entailment", "neutral"), Columns(5, 6, 7, None), Columns(1, 2, None),
-             "diagnostic", "AX.tsv", ("diagnostic-full.tsv",), ("diagnostic.tsv", "AX.tsv")),
+             "diagnostic", "AX.tsv", ("diagnostic-full.tsv",), ("diagnostic.tsv", "AX.tsv"), test_fields=3),
 ]}
 ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "diagnostic": "ax"}
 SUBMISSION_NAMES = {("mnli", "test_mismatched.tsv"): "MNLI-mm.tsv"}
@@ -106,9 +109,10 @@ def _is_label(task: GlueTask, cell: str) -> bool:
 
 # the cells a GLUE header line has where a row has its label, its first field or its first text: a first row
 # whose label is not a label is a header only when it reads like one (a row with label "2" or "entailed" is an
-# error naming its line, not a header dropped without a word)
+# error naming its line, not a header dropped without a word). diagnostic-full.tsv's header starts with `Lexical
+# Semantics`: given to `--test` it was a row, and its category columns were predicted on as the texts
 HEADER_LABELS = ("label", "labels", "gold_label", "score", "quality", "is_duplicate", "acceptability", "class")
-HEADER_FIRST = ("index", "id", "idx", "guid", "quality", "sentence", "pairid")
+HEADER_FIRST = ("index", "id", "idx", "guid", "quality", "sentence", "pairid", "lexical semantics")
 HEADER_TEXTS = ("sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
                 "hypothesis", "text", "text_a", "#1 string", "#2 string")
 
@@ -173,13 +177,15 @@ def _parse_label(task: GlueTask, cell: str, where: str) -> str | float:
 
 
 def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = True,
-                  problems: Problems | None = None) -> list[Example]:
+                  problems: Problems | None = None, skip_option: str | None = None) -> list[Example]:
     """Examples of one GLUE file. A row with too few fields, or with more than the file's header names (a tab
     inside a text: its texts would be cut at the tab and another column read as the second text), is an error
     naming the file and line, unless `problems` is given and the file is labelled: then it is skipped and
     counted there. A test file's row is never skipped (`has_labels` False): the GLUE server takes a submission
     only with a prediction for every test row. A file without a single example (empty, or only a header) is an
-    error: found when the file is read, before any training."""
+    error: found when the file is read, before any training. `skip_option`: the option that skips such rows (the
+    CLI's `--skip-bad-rows`), named in the error of a labelled file read without `problems` (QQP's older train.tsv
+    has questions cut in two by a line break: 4 fields, then 3)."""
     task = get_task(task) if isinstance(task, str) else task
     path = Path(path)
     cols = task.train if has_labels else task.test
@@ -200,22 +206,28 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
             needed = max(i if i >= 0 else -i - 1 for i in (cols.text_a, cols.text_b, cols.label, cols.guid)
                          if i is not None) + 1
             exact = task.train_fields if cols is task.train else None
-            if header:
-                continue
+            most = task.test_fields if cols is task.test else None
+        if most is not None and any(cell.strip() for cell in cells[most:]):  # the header line too
+            raise DataError(_too_wide(task, where, cells, most))
+        if n == 0 and header:
+            continue
         # (empty fields past the header's, trailing tabs, cut no text: read as before)
         wide = widest is not None and any(cell.strip() for cell in cells[widest:])
         if len(cells) < needed or (exact is not None and len(cells) != exact) or wide:
             if problems is None or not has_labels:
                 kept = "" if problems is None else NO_TEST_SKIP
+                skip = (f"; {skip_option} skips such training and dev rows (counted in the notes)"
+                        if skip_option and has_labels and problems is None else "")
                 if len(cells) >= needed and exact is not None and len(cells) != exact:
                     raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name}'s layout has "
                                     f"{exact} (another task's file?){kept}")
                 if wide:
                     raise DataError(f"{where}: {len(cells)} tab-separated fields, the header line has {widest} "
-                                    f"(a tab inside a text?){kept}")
+                                    f"(a tab inside a text?){kept or skip}")
                 raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}"
                                 + (_export_hint(path) or
-                                   (_test_layout_hint(task, cells, header_cells) if has_labels else "")) + kept)
+                                   (_test_layout_hint(task, cells, header_cells) if has_labels else "") or skip)
+                                + kept)
             problems.add("malformed row skipped", where)
             skipped += 1
             continue
@@ -232,6 +244,14 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
         why = f"all {skipped} rows are malformed" if skipped else "the file is empty or holds only a header line"
         raise DataError(f"{path}: no examples ({why})")
     return examples
+
+
+def _too_wide(task: GlueTask, where: str, cells: list[str], most: int) -> str:
+    """A test-layout row with text past the fields the task's test file has (`GlueTask.test_fields`)."""
+    if task.name == "ax":
+        return (f"{where}: {len(cells)} tab-separated fields, GLUE's diagnostic.tsv has 3 (index, sentence1, "
+                "sentence2); an MNLI test file is predicted with --task mnli (MNLI-m.tsv / MNLI-mm.tsv)")
+    return f"{where}: {len(cells)} tab-separated fields, {task.name}'s test layout has {most} (another task's file?)"
 
 
 def _export_hint(path: Path) -> str:

@@ -63,8 +63,7 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
     files = _glue_files(task, data_dir, train_file, dev_files, test_files, training)
 
     def read(path: Path, labelled: bool):
-        reader = glue.get_task("ax") if _is_diagnostic(path) else task  # AX rides along with MNLI
-        return glue.read_examples(reader, path, labelled, tolerate)
+        return glue.read_examples(_reader(task, path), path, labelled, tolerate, skip_option="--skip-bad-rows")
 
     def features(path: Path, examples, labelled: bool):
         labels = glue.label_ids(task, examples) if labelled else None
@@ -72,6 +71,8 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
                               cfg.train.progress, warnings)
 
     _check_distinct_outputs(task, files)
+    for path in (path for paths in files.values() for path in paths):   # a misplaced diagnostic set: before reading
+        _reader(task, path)
     train_path = files["train"][0] if training else None
     train_examples = read(train_path, True) if training else []
     dev = [(path, read(path, True)) for path in files["dev"]]
@@ -79,8 +80,10 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
     train = []
     if training:
         train_examples = _msr_train(task, train_path, train_examples, dev, problems, warnings)
+        warnings.extend(_wnli_adversarial(task, train_examples, dev))
         train = features(train_path, train_examples, True)
-    eval_sets = [_glue_dev_set(task, path, examples, features(path, examples, True)) for path, examples in dev]
+    eval_sets = [_glue_dev_set(task, path, examples, features(path, examples, True), _reader(task, path).name)
+                 for path, examples in dev]
     for path in files["test"]:
         examples = read(path, False)
         eval_sets.append(_glue_test_set(task, path, examples, features(path, examples, False)))
@@ -125,6 +128,29 @@ def _msr_train(task, path: Path, examples, dev, problems: Problems, warnings: li
     return kept
 
 
+def _wnli_adversarial(task, train_examples, dev) -> list[str]:
+    """WNLI's dev set is adversarial (GLUE): its pairs share their first sentence with training pairs of the other
+    label, so a model that fits the training set scores below the majority class there, and the best model is
+    kept by that score. A line per dev file where that holds, with the majority class's score beside it."""
+    if task.name != "wnli" or not train_examples:
+        return []
+    labels_of: dict[str, set] = {}
+    for e in train_examples:
+        labels_of.setdefault(e.text_a.strip(), set()).add(e.label)
+    majority = max(sorted(task.labels), key=[e.label for e in train_examples].count)
+    lines = []
+    for path, examples in dev:
+        flipped = sum(1 for e in examples if e.label not in labels_of.get(e.text_a.strip(), {e.label}))
+        if flipped:
+            right = sum(1 for e in examples if e.label == majority) / len(examples)
+            lines.append(f"{path.name}: {flipped} of its {len(examples)} pairs share their first sentence with "
+                         "training pairs of the other label only, as in GLUE's adversarial WNLI dev set: a model that "
+                         "fits the training set scores below the majority class there, and best/ is kept by that "
+                         f"score; the training set's majority class ({majority}) scores {right:.1%} on it, and GLUE's "
+                         "baselines submit the majority class for WNLI's test set (65.1%)")
+    return lines
+
+
 def _glue_files(task, data_dir, train_file, dev_files, test_files, training: bool) -> dict[str, list[Path]]:
     found = {}
     for split, given in (("train", [train_file] if train_file else None), ("dev", dev_files), ("test", test_files)):
@@ -144,6 +170,21 @@ def _glue_files(task, data_dir, train_file, dev_files, test_files, training: boo
 
 def _is_diagnostic(path: Path) -> bool:
     return path.name.lower().startswith(("diagnostic", "ax"))
+
+
+def _reader(task, path: Path):
+    """The task whose layout and labels a file is read in: the diagnostic set's (by the file's name) for MNLI and
+    AX, which ride along together, else the task's own. The diagnostic set given to another task is refused: its
+    three MNLI classes are no classes of that task's model (an RTE model's `--test diagnostic.tsv` wrote AX.tsv
+    with its two classes named contradiction and entailment, and scoring diagnostic-full.tsv was a KeyError)."""
+    if not _is_diagnostic(path):
+        return task
+    if task.name not in ("mnli", "ax"):
+        raise DataError(f"{path}: by its name GLUE's diagnostic set (AX), which is predicted and scored in MNLI's "
+                        f"three classes with an MNLI model, not for --task {task.name}: `albertlm predict glue --task "
+                        f"ax --model MNLI_RUN/best --test diagnostic.tsv` (a {task.name} file under this name: "
+                        "rename it)")
+    return glue.get_task("ax")
 
 
 def _submission_name(task, path: Path) -> str:
@@ -176,12 +217,14 @@ def _split_name(path: Path) -> str:
     return path.stem.replace("val", "dev")
 
 
-def _glue_dev_set(task, path: Path, examples, features) -> EvalSet:
+def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = None) -> EvalSet:
+    """`scored_as`: the task whose metrics score the file (`ax` for the diagnostic set beside MNLI's dev files: its
+    Matthews correlation, GLUE's R3, as `--task ax` scores it; MNLI's accuracy alone before)."""
     labels = glue.label_ids(task, examples)
     name = _split_name(path)
 
     def score(out):
-        return glue_metrics(task.name, labels, _class_preds(out["logits"], task.is_regression))
+        return glue_metrics(scored_as or task.name, labels, _class_preds(out["logits"], task.is_regression))
 
     def write(out, out_dir: Path):
         glue.write_submission(task, examples, _class_preds(out["logits"], task.is_regression),
