@@ -45,3 +45,64 @@ def test_evaluate_runs_the_kernels_finetuning_ran(tmp_path, monkeypatch):
     assert seen, "run_evaluation predicted nothing"
     swapped = [type(m).__name__ for m in seen[0].modules() if isinstance(m, fast_paths.FusedFeedForward)]
     assert swapped, "evaluate ran the plain model, not the one fine-tuning prepared"
+
+
+# ------------------------------------------------------------------- SQuAD: the version the data shows
+
+def _squad_dev_spec(tmp_path, version: str, gold):
+    from albertlm.config.task import FinetuneConfig
+    from albertlm.tasks import specs
+
+    return specs.squad_spec(version, _TOKENIZER(), FinetuneConfig(max_seq_length=128), dev_file=gold, training=False)
+
+
+def _TOKENIZER():
+    from albertlm.tokenization import load_tokenizer
+    from conftest import shared_path
+
+    return load_tokenizer(shared_path("spm", "albert-base-v2_spiece.model"))
+
+
+def test_squad_without_version_takes_the_files_own_and_writes_the_null_in_nbest(tmp_path):
+    """`--version` defaulted to 2.0: a v1.1 user who left it out was trained and scored as v2.0 (null answers, a
+    tuned threshold). With none given the files' own version is used, and where they show none it is asked for;
+    a v2.0 run's nbest_predictions.json lists the null answer, as BERT's does."""
+    import json
+
+    import numpy as np
+
+    from albertlm.errors import UserError
+    from albertlm.tasks.registry import paper_recipe_name
+    from albertlm.tasks.options import SquadOptions
+    from conftest import shared_path
+    from test_squad_audit23 import _v11
+
+    v11 = _v11(tmp_path / "v11.json")
+    v20 = shared_path("squad", "dev-v2.0-small.json")
+    assert _squad_dev_spec(tmp_path, "", v11).info["version"] == "1.1"
+    spec = _squad_dev_spec(tmp_path, "", v20)
+    assert spec.info["version"] == "2.0"
+    assert SquadOptions().version == ""
+    assert paper_recipe_name("squad", SquadOptions(dev=str(v11))) == "squad1.1"
+    assert paper_recipe_name("squad", SquadOptions(dev=str(v20))) == "squad2.0"
+    new = tmp_path / "new.json"   # questions without answers and no version: which one is asked
+    data = json.loads(v11.read_text(encoding="utf-8"))
+    data.pop("version")
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                qa["answers"] = []
+    new.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(UserError, match="give --version 1.1 or --version 2.0"):
+        _squad_dev_spec(tmp_path, "", new)
+    # the run's n-best file: v2.0 lists "" with the [CLS] score, v1.1 spans only
+    for gold, has_null in ((v20, True), (v11, False)):
+        spec = _squad_dev_spec(tmp_path, "", gold)
+        (dev,) = spec.eval_sets
+        rng = np.random.default_rng(0)
+        out = {key: [rng.normal(size=len(f.input_ids)) for f in dev.features] for key in ("start_logits", "end_logits")}
+        out_dir = tmp_path / f"out_{has_null}"
+        out_dir.mkdir()
+        dev.write(out, out_dir)
+        nbest = json.loads((out_dir / "nbest_predictions.json").read_text(encoding="utf-8"))
+        assert all(("" in [e["text"] for e in entries]) == has_null for entries in nbest.values())

@@ -216,8 +216,9 @@ def test_the_version_a_file_shows(tmp_path):
 
 
 def test_a_v1_1_file_scored_without_a_version_is_scored_as_v1_1(tmp_path, capsys):
-    """No version: the gold file's own (v1.1 metrics, a missing prediction scores 0 as evaluate-v1.1.py); the
-    CLI's default --version 2.0 on a v1.1 file says what it does, in one warning line."""
+    """No version: the gold file's own (v1.1 metrics, a missing prediction scores 0 as evaluate-v1.1.py), also for
+    the CLI, whose --version has no default; `--version 2.0` given on a v1.1 file says what it does, in one
+    warning line."""
     gold = _v11(tmp_path / "v11.json")
     data = json.loads(gold.read_text(encoding="utf-8"))["data"]
     ids = [q["id"] for a in data for p in a["paragraphs"] for q in p["qas"]]
@@ -226,6 +227,9 @@ def test_a_v1_1_file_scored_without_a_version_is_scored_as_v1_1(tmp_path, capsys
     assert result.version == "1.1" and result.metrics["exact_match"] == official_v1(data, {
         qid: "Normans" for qid in ids[:-1]})["exact_match"]
     assert main(["evaluate", "squad", "--data", str(gold), "--predictions", str(preds)]) == 0
+    out, err = _err_lines(capsys)
+    assert "exact_match" in out and not [line for line in err if "looks like a SQuAD v1.1 file" in line], err
+    assert main(["evaluate", "squad", "--version", "2.0", "--data", str(gold), "--predictions", str(preds)]) == 0
     _, err = _err_lines(capsys)
     note = [line for line in err if "looks like a SQuAD v1.1 file" in line]
     assert len(note) == 1 and "give --version 1.1" in note[0] and "version\" is 1.1" in note[0], err

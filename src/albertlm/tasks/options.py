@@ -23,7 +23,7 @@ class GlueOptions:
 
 @dataclass
 class SquadOptions:
-    version: Literal["1.1", "2.0"] = "2.0"  # SQuAD 1.1 (every question answerable) or 2.0 (some are not)
+    version: Literal["", "1.1", "2.0"] = ""  # SQuAD 1.1 (every question answerable) or 2.0 (some are not); default: the version the data shows
     train: str = ""                      # SQuAD train JSON
     dev: str = ""                        # SQuAD dev JSON (official or flat layout)
     doc_stride: int = 128                # tokens between the starts of a long context's windows

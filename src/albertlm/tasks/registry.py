@@ -26,6 +26,14 @@ def _squad_spec(o: SquadOptions, tokenizer, cfg, training: bool, info: dict):
     return specs.squad_spec(o.version, tokenizer, cfg, o.train or None, o.dev or None, settings, training, **tuned)
 
 
+def _squad_version(o: SquadOptions) -> str:
+    """The version given, or the one the data files show (`--recipe paper` picks google's recipe for it)."""
+    if o.version:
+        return o.version
+    files = [path for path in (o.train, o.dev) if path]
+    return squad.resolve_version(None, [(path, squad.read_squad(path, anchored=False)) for path in files])
+
+
 def _race_spec(o: RaceOptions, tokenizer, cfg, training: bool, info: dict):
     if not o.data_dir:
         raise UserError("the following arguments are required: --data-dir/--data")
@@ -143,7 +151,7 @@ FAMILIES: dict[str, TaskFamily] = {f.name: f for f in (
                data_flags="--dev FILE, --test FILE or --data-dir DIR", recorded=_glue_recorded,
                canonical=_glue_canonical),
     TaskFamily("squad", SquadOptions, _noting_lengths("squad", _squad_spec), scoring.score_squad,
-               paper_recipe=lambda o: "squad2.0" if o.version.startswith("2") else "squad1.1",
+               paper_recipe=lambda o: "squad2.0" if _squad_version(o).startswith("2") else "squad1.1",
                data_flags="--dev FILE (or --data FILE)", recorded=_squad_recorded),
     TaskFamily("race", RaceOptions, _noting_lengths("race", _race_spec), scoring.score_race,
                paper_recipe=lambda o: "race-v2",

@@ -252,18 +252,30 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
                settings: squad.SquadSettings | None = None, training: bool = True,
                null_threshold: float | None = None) -> TaskSpec:
     """`null_threshold`: v2.0's no-answer threshold for a file without answers to tune it on (the one the
-    fine-tuning run tuned on its dev set, recorded in task.json); a labelled dev file tunes its own."""
-    version = squad.check_version_name(version)
+    fine-tuning run tuned on its dev set, recorded in task.json); a labelled dev file tunes its own.
+    `version` "" (none given): the version the files show (`squad.resolve_version`; a UserError where they show
+    none or disagree)."""
+    if version:   # a version given is checked before any file is read
+        version = squad.check_version_name(version)
     settings = settings or squad.SquadSettings(max_seq_length=cfg.max_seq_length)
     problems = Problems()
-    info = {"version": version, "settings": vars(settings)}
     warnings: list[str] = []
+    if training and train_file is None:
+        raise DataError("SQuAD fine-tuning needs --train FILE (the official train JSON)")
+    # read first: the version the files show decides how they are checked and scored. A dev file's gold answers
+    # are only scored, by their text, so one missing from its context is kept (as the official scripts score it)
+    raw = {split: (path, Problems()) for split, path in (("train", train_file if training else None),
+                                                          ("dev", dev_file)) if path is not None}
+    examples_of = {split: squad.read_squad(path, found, anchored=split == "train")
+                   for split, (path, found) in raw.items()}
+    version = squad.resolve_version(version, [(raw[split][0], examples_of[split]) for split in raw])
+    info = {"version": version, "settings": vars(settings)}
 
-    def read(path, split: str):
+    def read(split: str):
         """The split's examples and features; what was tolerated is counted per split (`(train)`, `(dev)`), as
         GLUE's and RACE's are: one tally for both counted a file given as train and dev twice, under one name."""
-        found = Problems()
-        examples = squad.read_squad(path, found)
+        path, found = raw[split]
+        examples = examples_of[split]
         unanswerable = [e.qid for e in examples if e.is_impossible]
         said = [e.qid for e in examples if e.said_unanswerable]
         if version.startswith("1") and unanswerable and (said or len(unanswerable) < len(examples)):
@@ -279,12 +291,10 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
 
     train = []
     if training:
-        if train_file is None:
-            raise DataError("SQuAD fine-tuning needs --train FILE (the official train JSON)")
-        _, train = read(train_file, "train")
+        _, train = read("train")
     eval_sets = []
     if dev_file is not None:
-        examples, features = read(dev_file, "dev")
+        examples, features = read("dev")
         eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features, info,
                                          0.0 if null_threshold is None else float(null_threshold)))
     return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
@@ -320,7 +330,7 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
             write_text_atomic(out_dir / "null_odds.json", json.dumps(squad.null_odds(preds), indent=2) + "\n")
         else:   # an earlier v2.0 prediction's odds would sit beside these predictions as theirs
             (out_dir / "null_odds.json").unlink(missing_ok=True)
-        nbest = squad.nbest_json(preds)
+        nbest = squad.nbest_json(preds, version)
         write_text_atomic(out_dir / "nbest_predictions.json", json.dumps(nbest, ensure_ascii=False) + "\n")
 
     return EvalSet("dev", features, score if labelled else None, write)
