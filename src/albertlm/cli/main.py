@@ -72,21 +72,31 @@ def _option_key(option: str) -> str:
     return option.lstrip("-").replace("-", "_").rsplit(".", 1)[-1]
 
 
+NEVER_MEANT = ("-h", "--help", "--version")   # no mistyped option means these (`predict --lr` -> --help)
+
+
 def nearest_option(word: str, options: list[str]) -> str | None:
     """The option an unknown `word` most likely meant: one with the same last part (or that part's usual name
-    elsewhere, `OPTION_SYNONYMS`), the shortest spelling first; else the closest by spelling."""
+    elsewhere, `OPTION_SYNONYMS`), the shortest spelling first; else the closest by spelling, compared without
+    the dashes (with them, `--gpu` was 60% like `--out` and was offered it); else the one option it begins
+    (`--in` -> `--input`)."""
     key = _option_key(word)
     key = OPTION_SYNONYMS.get(key, key)
-    same = sorted((o for o in options if o.startswith("--") and _option_key(o) == key), key=len)
+    bodies = {o[2:]: o for o in options if o.startswith("--") and o not in NEVER_MEANT}
+    same = sorted((o for o in bodies.values() if _option_key(o) == key), key=len)
     if same:
         return same[0]
-    close = difflib.get_close_matches(word, options, n=1)
-    return close[0] if close else None
+    stem = word.lstrip("-")
+    close = difflib.get_close_matches(stem, list(bodies), n=1)
+    if close:
+        return bodies[close[0]]
+    begun = [o for body, o in bodies.items() if len(stem) >= 2 and body.startswith(stem)]
+    return begun[0] if len(begun) == 1 else None
 
 
 def _all_options(parser: argparse.ArgumentParser) -> list[str]:
     """The parser's option strings and its subcommands' (argparse reports a subcommand's unknown argument
-    through the top parser: `finetune glue --dropout` must search glue's options)."""
+    through the top parser: `finetune glue --dropout` must search glue's options; `_chosen_parser` picks it)."""
     options = []
     for action in parser._actions:
         options += action.option_strings
@@ -96,7 +106,19 @@ def _all_options(parser: argparse.ArgumentParser) -> list[str]:
     return options
 
 
-NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")   # -1, -1.5, -.5, -1e-3, -2.5E+4
+def _chosen_parser(parser: argparse.ArgumentParser, args: list[str]) -> argparse.ArgumentParser:
+    """The subcommand's parser that `args` reach (`classify ...` of `finetune`: classify's), else `parser`: an
+    unknown option is looked up among the options of the command given, not of its siblings (`predict classify
+    --out-dir` was offered glue's --data-dir, `data build --jobs` stats' --json)."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    words = [w for w in args if not w.startswith("-")]
+    if subparsers and words and words[0] in subparsers[0].choices:
+        return _chosen_parser(subparsers[0].choices[words[0]], args[args.index(words[0]) + 1:])
+    return parser
+
+
+# -1, -1.5, -.5, -1e-3, -2.5E+4, and -inf, -nan (float's words), so that the config says what is wrong with them
+NEGATIVE_NUMBER = re.compile(r"^-((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|(?i:inf|infinity|nan))$")
 
 
 class Parser(argparse.ArgumentParser):
@@ -114,7 +136,7 @@ class Parser(argparse.ArgumentParser):
             other_rank_says(f"{self.prog}: error: {message}")
             raise SystemExit(2)
         if message.startswith("unrecognized arguments:"):
-            options = _all_options(self)
+            options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
             for word in message.split(":", 1)[1].split():
                 # `-lr 0.1` (one dash, as some tools spell options) is looked up as `--lr`
                 close = nearest_option(word.split("=")[0], options) if re.match(r"--?[A-Za-z]", word) else None
@@ -127,7 +149,22 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         if args is not None:
             args = self._lone_bool_flags(list(args))
-        return super().parse_known_args(args, namespace)
+            self._given = args            # for `error`: which subcommand the words chose
+        known, extras = super().parse_known_args(args, namespace)
+        self._refuse_empty_out(known)
+        return known, extras
+
+    def _refuse_empty_out(self, namespace: argparse.Namespace) -> None:
+        """`--out ""` (a script's `--out "$OUT"` with OUT unset) is refused: it was the current directory, so a
+        run, a tokenizer or a data build was written among whatever files were there."""
+        for action in self._actions:
+            if "--out" not in action.option_strings:
+                continue
+            value = getattr(namespace, action.dest, None)
+            for given in value if isinstance(value, list) else [value]:
+                text = given[-1] if isinstance(given, tuple) else given    # config options record (flag, value)
+                if isinstance(text, str) and not text.strip():
+                    self.error(f"argument --out: {text!r} is empty; give a path ('.' for the current directory)")
 
     def _lone_bool_flags(self, args: list[str]) -> list[str]:
         """A bool option takes an optional value (`--progress`, `--progress false`), and argparse gives it the
@@ -244,6 +281,44 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         _say(f"albertlm {command}: interrupted", linger=False)
         return 130
+    except (MemoryError, RuntimeError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        _say(f"albertlm {command}: error: {_memory_line(exc)}")
+        return 2
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is the host or a GPU running out of memory: Python's MemoryError, torch's OutOfMemoryError
+    (CUDA), or the CPU allocator's RuntimeError (a model or batch too big for the machine: `--model.vocab_size
+    100000000000` was a traceback of torch's internals)."""
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(exc)
+    return "can't allocate memory" in text or "out of memory" in text.lower()
+
+
+def _memory_line(exc: BaseException) -> str:
+    """One line for an out-of-memory error: how much was asked when the message says, and what needs less."""
+    text = one_line(exc) if str(exc) else ""
+    asked = re.search(r"allocate (\d+) bytes", text)
+    if asked:                        # the CPU allocator's words, past its source location: the size asked
+        text = f"{_bytes(int(asked.group(1)))} asked of the allocator at once"
+    return (f"out of memory{': ' + text if text else ''}; a smaller model, --batch-size or --micro-batch-size "
+            "(or shorter sequences) needs less")
+
+
+def _bytes(count: int) -> str:
+    """12800000000000 -> '12.8 TB'."""
+    size = float(count)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000:
+            return f"{size:.3g} {unit}"
+        size /= 1000
+    return f"{size:,.0f} PB"
 
 
 def _say(line: str, linger: bool = True) -> None:

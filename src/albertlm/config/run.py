@@ -18,6 +18,10 @@ from albertlm.config.overrides import build, check_choices, check_keys, check_ty
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 SEED_LIMIT = 2**32                      # seeds are 32-bit unsigned (numpy, sentencepiece)
+STEP_LIMIT = 2**63                      # steps are counted in int64 (torch, numpy)
+# --dist.timeout_minutes past this overflowed datetime.timedelta when the process group formed (a traceback
+# on every rank under torchrun); 10**9 minutes (1900 years) is as good as no timeout
+TIMEOUT_MINUTES_LIMIT = 10**9
 # the `train.*` / `dist.*` settings a resumed run (pretraining or fine-tuning) may change: its length, and how
 # it is run and logged, not what it learns
 RESUME_MAY_CHANGE = frozenset({
@@ -144,7 +148,15 @@ class TrainConfig(Config):
                               f"multiple of {step}, or another --micro-batch-size")
 
     def total_steps(self, steps_per_epoch: int) -> int:
-        return self.max_steps or max(1, round(self.epochs * steps_per_epoch))
+        """max_steps, or epochs x steps_per_epoch (at least 1). A product past what a step counter holds is a
+        ConfigError (`--epochs 1e308` was an OverflowError traceback once the model was built)."""
+        if self.max_steps:
+            return self.max_steps
+        steps = self.epochs * steps_per_epoch
+        if not steps < STEP_LIMIT:          # also inf
+            raise ConfigError(f"train.epochs={self.epochs:g}: {self.epochs:g} epochs of {steps_per_epoch} steps are "
+                              "more steps than a run can count; give fewer --epochs (or --max-steps)")
+        return max(1, round(steps))
 
 
 def _processes(world_size: int) -> str:
@@ -175,7 +187,8 @@ class DistConfig(Config):
         check_choices(self, "dist.")
         require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "dist.device",
                 self.device, "must be auto, cpu, cuda or cuda:N")
-        require(self.timeout_minutes >= 1, "dist.timeout_minutes", self.timeout_minutes, "must be >= 1")
+        require(1 <= self.timeout_minutes <= TIMEOUT_MINUTES_LIMIT, "dist.timeout_minutes", self.timeout_minutes,
+                f"must be in [1, {TIMEOUT_MINUTES_LIMIT:,}]")
 
 
 @dataclass
