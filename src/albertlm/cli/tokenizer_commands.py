@@ -137,6 +137,22 @@ def _existing_tokenizer(out: Path) -> list[str]:
     return [name for name in TOKENIZER_FILES if (out / name).exists()]
 
 
+def _check_out_outside_inputs(out: Path, inputs: list[str], files: list[Path]) -> None:
+    """Refuse an --out that is (or is inside) an input directory, or holds an input file, as `data build` does.
+    The first training there worked, but the next one (--overwrite, another --vocab-size) read the earlier
+    tokenizer as training text: spiece.vocab's "piece<TAB>score" lines trained into the model, and its
+    tokenizer_config.json stopped an auto-detected run with a JSON-lines error naming neither --out nor the cause."""
+    target = out.resolve()
+    for item in inputs:
+        directory = Path(item).resolve()
+        if directory.is_dir() and (target == directory or directory in target.parents):
+            raise UserError(f"--out {out} is inside the input directory {item}: a later training would read this "
+                            "tokenizer's files as text; pick an --out outside the inputs")
+    for path in files:
+        if target in path.resolve().parents:
+            raise UserError(f"--out {out} holds the input file {path}; pick an --out outside the inputs")
+
+
 def _line_reader(fmt: str, text_field: str, counts):
     """A file -> its sentences, read as `albertlm data build` reads it (formats, compression, damage).
 
@@ -180,8 +196,9 @@ def _train(args: argparse.Namespace) -> int:
 
     _check_train_args(args)
     files = find_input_files(args.input)
-    check_inputs(files, args.format, args.text_field)   # and that the text files are UTF-8
     out = Path(args.out)
+    _check_out_outside_inputs(out, args.input, files)
+    check_inputs(files, args.format, args.text_field)   # and that the text files are UTF-8
     existing = _existing_tokenizer(out)
     if existing and not args.overwrite:
         raise UserError(f"--out {out} already holds a tokenizer ({existing[0]}); pass --overwrite to replace it, "
@@ -194,6 +211,7 @@ def _train(args: argparse.Namespace) -> int:
     check_counts = CorpusCounts()
     check_lines = _line_reader(args.format, args.text_field, check_counts)
     created = not out.exists()
+    stats: dict = {}   # sentences read and trained on (SentencePiece)
     staging = out / ".training-tokenizer"
     start = time.perf_counter()
     try:
@@ -203,7 +221,7 @@ def _train(args: argparse.Namespace) -> int:
             _train_wordpiece(args, files, staging, read_lines, check_lines, check_counts.describe_skipped)
         else:
             _train_sentencepiece(args, files, staging, read_lines, check_lines, long_sentences,
-                                 check_counts.describe_skipped)
+                                 check_counts.describe_skipped, stats)
         for name in existing:
             (out / name).unlink()
         for path in staging.iterdir():
@@ -219,8 +237,8 @@ def _train(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(out)
     seconds = time.perf_counter() - start
     megabytes = sum(f.stat().st_size for f in files) / 1e6
-    print(f"trained {args.kind} V={tokenizer.vocab_size} on {len(files)} file(s), {megabytes:.1f} MB, "
-          f"in {seconds:.1f} s -> {args.out}")
+    print(f"trained {args.kind} V={tokenizer.vocab_size} on {len(files)} file(s), {megabytes:.1f} MB"
+          f"{_sentences(stats, args)}, in {seconds:.1f} s -> {args.out}")
     print(f"special ids: pad={tokenizer.pad_id} unk={tokenizer.unk_id} cls={tokenizer.cls_id} "
           f"sep={tokenizer.sep_id} mask={tokenizer.mask_id}; options: {tokenizer.options}")
     skipped = {k: getattr(counts, k) for k in ("empty_files", "binary_files", "corrupt_files", "bad_json_lines",
@@ -246,8 +264,22 @@ BPE_WARNING = ("warning: transformers 5's AlbertTokenizer reads every spiece.mod
                "(--model-type unigram for a model transformers reads alike)")
 
 
+def _sentences(stats: dict, args: argparse.Namespace) -> str:
+    """', 412,345 sentences (a random sample of 50,000 trained on)' for the summary: the sample used to be said
+    only on a terminal, before the training, so a log of a short run never said whether the corpus was sampled."""
+    if not stats:
+        return ""
+    read, trained = stats["sentences_read"], stats["sentences_trained"]
+    if trained >= read:
+        return f", {read:,} sentences"
+    if args.no_shuffle:
+        return f", the first {trained:,} sentences (--no-shuffle, --input-sentence-size {args.input_sentence_size:,})"
+    return (f", {read:,} sentences (a random sample of {trained:,} trained on, --input-sentence-size "
+            f"{args.input_sentence_size:,})")
+
+
 def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None,
-                         long_sentences: list[int] | None = None, explain_empty=None):
+                         long_sentences: list[int] | None = None, explain_empty=None, stats: dict | None = None):
     from albertlm.tokenization.sentencepiece import SentencePieceTrainOptions, train_sentencepiece
 
     train = SentencePieceTrainOptions(
@@ -261,7 +293,7 @@ def _train_sentencepiece(args: argparse.Namespace, files: list[Path], out: Path,
     terminal = stderr_is_terminal()
     return train_sentencepiece(files, out, train, options, show_progress=terminal, log_progress=not terminal,
                                verbose=args.verbose, read_lines=read_lines, check_lines=check_lines,
-                               on_cut=on_cut, explain_empty=explain_empty)
+                               on_cut=on_cut, explain_empty=explain_empty, stats=stats)
 
 
 def _train_wordpiece(args: argparse.Namespace, files: list[Path], out: Path, read_lines, check_lines=None,

@@ -677,14 +677,26 @@ class LogProgress:
 
 
 def _announce_training(lines: Iterable[str], read: list[int], bar, train: SentencePieceTrainOptions,
-                       show_progress: bool) -> Iterator[str]:
+                       show_progress: bool, first: int = 0) -> Iterator[str]:
     """`lines` (the sample), then (when `show_progress`, or reading in a log took long: `LogProgress.late`) one
     stderr line once they are all read (`read[0]` sentences): reading takes seconds, sentencepiece's training
-    after it minutes to hours on a big sample, and showed nothing until it ended."""
+    after it minutes to hours on a big sample, and showed nothing until it ended. `read[1]` is then the number
+    of sentences trained on.
+
+    `first` > 0 (`--no-shuffle` with a sample size): sentencepiece takes the first `first` sentences and stops
+    asking for more, so the line is said as the last of them is given (it was never said, the bar stayed up)."""
     count = 0
     for count, line in enumerate(lines, start=1):
+        if count == first:
+            _say_training(read, count, bar, train, show_progress, " (--no-shuffle: the first ones)")
         yield line
-    sample = f" (a sample of {count:,})" if count < read[0] else ""
+    if count != first or not first:
+        _say_training(read, count, bar, train, show_progress, f" (a sample of {count:,})" if count < read[0] else "")
+
+
+def _say_training(read: list[int], count: int, bar, train: SentencePieceTrainOptions, show_progress: bool,
+                  sample: str) -> None:
+    read[1:] = [count]
     line = (f"read {read[0]:,} sentences{sample}; training the {train.model_type} model (V={train.vocab_size}, "
             f"{train.num_threads or _default_threads()} threads) shows no progress until it ends "
             "(--verbose: sentencepiece's log)")
@@ -693,6 +705,52 @@ def _announce_training(lines: Iterable[str], read: list[int], bar, train: Senten
         print(line, file=sys.stderr, flush=True)
     elif isinstance(bar, LogProgress):
         bar.announce(line)
+
+
+class _Relay:
+    """The sentences for sentencepiece's trainer, keeping what the reading raised (`error`). sentencepiece turns
+    an exception raised by its iterator into a RuntimeError whose last line is a source location: where it reads
+    the sentences itself (`--input-sentence-size 0`, `--no-shuffle`), a reader's UserError (an unreadable file)
+    became `sentencepiece training failed:   .../sentencepiece.py(615): iter_training_lines`, and Ctrl-C such an
+    error with exit 2. The caller raises `error` instead."""
+
+    def __init__(self, lines: Iterable[str]):
+        self._lines, self.error = iter(lines), None
+
+    def __iter__(self) -> "_Relay":
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self._lines)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_TOO_FEW = re.compile(r"smaller than required_chars\. (\d+) vs (\d+)\.")
+
+
+def _explain_failure(message: str, train: SentencePieceTrainOptions, sentences: int) -> str:
+    """What sentencepiece's two vocabulary-size failures mean for the user, in our flags' words, appended to its
+    sentence (kept: `experiments.runner` reads its numbers). They said "Please set it to a value <= 2354" or
+    "800 vs 1394" without saying which option, why, or that the numbers are the corpus's limits."""
+    read = f"the {sentences:,} sentences read" if sentences else "the input"
+    too_high = _TOO_HIGH.search(message)
+    if too_high:
+        limit = int(too_high.group(2))
+        return (f" (--vocab-size {train.vocab_size} is more than this corpus can fill: {read} give at most {limit:,} "
+                f"{train.model_type} pieces; train on more text, or pass --vocab-size {limit} or less)")
+    too_few = _TOO_FEW.search(message)
+    if too_few:
+        needed, meta = int(too_few.group(2)), len(SPECIAL_PIECES) + len(train.user_defined_symbols)
+        return (f" (every character --character-coverage {train.character_coverage} keeps needs a piece of its own: "
+                f"{needed - meta:,} characters of this corpus and {meta} special and user-defined pieces make "
+                f"{needed:,}; a useful vocabulary is a few times that)")
+    return ""
 
 
 def fit_bytes(text: str, limit: int) -> list[str]:
@@ -741,7 +799,7 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                         check_lines: LineReader | None = None,
                         on_cut: Callable[[], None] | None = None,
                         explain_empty: Callable[[], str] | None = None,
-                        log_progress: bool = False) -> SentencePieceTokenizer:
+                        log_progress: bool = False, stats: dict | None = None) -> SentencePieceTokenizer:
     """Train a unigram model the ALBERT way into `out_dir` (spiece.model, spiece.vocab, tokenizer_config.json).
 
     Special ids: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no BOS/EOS. Lines (`read_lines(file)`, plain
@@ -752,7 +810,8 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     Lines longer than `train.max_sentence_length` bytes are cut to fit (`on_cut()` per line, see
     `iter_training_lines`) rather than skipped by sentencepiece. `show_progress`: a byte bar on a terminal and a
     line when sentencepiece's training starts; else `log_progress`: plain lines for a log once reading has taken
-    long (`LogProgress`), and one when the training ends.
+    long (`LogProgress`), and one when the training ends. `stats`, when given, is filled with the number of
+    sentences read (`sentences_read`) and trained on (`sentences_trained`: fewer when sampled).
     """
     import sentencepiece as spm
     from tqdm import tqdm
@@ -780,7 +839,8 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                          read)
         if sampled:
             lines = _drain(sample_lines(lines, train.input_sentence_size, train.seed))
-        lines = _announce_training(lines, read, bar, train, show_progress)
+        first = train.input_sentence_size if not train.shuffle_input_sentence else 0
+        lines = _Relay(_announce_training(lines, read, bar, train, show_progress, first))
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=lines,
@@ -793,15 +853,20 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
                 num_threads=train.num_threads or _default_threads(),
                 minloglevel=0 if verbose else 2, **extra)
         except RuntimeError as exc:  # e.g. "Vocabulary size is too large. Please set it to a value <= 841."
+            if lines.error is not None:   # raised while reading: the reader's own error, or Ctrl-C
+                raise lines.error from None
             message = str(exc).strip().splitlines()[-1]
             # "INTERNAL: src/trainer_interface.cc(744) [(a) == (b)] Vocabulary size ..." -> its sentence
             message = re.sub(r"^[A-Z_]+: \S+\.cc\(\d+\) \[.*?\] ?", "", message) or message
             message = message.replace("vocab_size or decrease character_coverage with --character_coverage option",
                                       f"--vocab-size or decrease --character-coverage (down to "
                                       f"{MIN_CHARACTER_COVERAGE})")   # the CLI's flags, not spm_train's
-            raise UserError(f"sentencepiece training failed: {message}") from None
+            raise UserError(f"sentencepiece training failed: {message}{_explain_failure(message, train, read[0])}") \
+                from None
     if isinstance(bar, LogProgress):
         bar.finished(f"training the {train.model_type} model")
+    if stats is not None:
+        stats.update(sentences_read=read[0], sentences_trained=read[1] if len(read) > 1 else read[0])
     _reproducible_model(out_dir / MODEL_FILE, train.shuffle_input_sentence)
     save_directory(out_dir, out_dir / MODEL_FILE, MODEL_FILE, transformers_config(options))
     return SentencePieceTokenizer(out_dir / MODEL_FILE, options)
