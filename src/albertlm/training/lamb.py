@@ -7,6 +7,12 @@ For each tensor w with gradient g (no bias correction in the reference; `bias_co
     w = w - lr r u
 Every step is a handful of `torch._foreach_*` calls over a whole group (one kernel launch per op per group).
 
+The trust ratio is per TF variable in the reference. A tensor of ours that holds k of google's variables stacked
+along dim 0 (the attention's fused (3H, H) Q/K/V weight: google's query, key and value kernels) is given to the
+optimizer in `trust_ratio_splits` ({tensor: k}, `trust_ratio_splits(model)`), and gets one ratio per row block, as
+google's three variables do. One ratio over the three moved them by other amounts: at initialisation Q's and K's
+gradients are far smaller than V's, so their normalised steps were a fraction of google's.
+
 Under fp16 loss scaling the optimizer takes the scaler's `found_inf` itself (`_step_supports_amp_scaling`, as
 torch's fused Adam does), so a step with an overflowed gradient is skipped on the device: the moments and the
 weights are left exactly as they were, and the host never waits to learn whether it was skipped (GradScaler's
@@ -15,14 +21,16 @@ default path reads `found_inf` with `.item()` before every step, a sync between 
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import torch
 from torch import nn
 
 
 class Lamb(torch.optim.Optimizer):
-    """Groups may set `weight_decay` and `trust_ratio` (bool); the caller decides which tensors go where."""
+    """Groups may set `weight_decay` and `trust_ratio` (bool); the caller decides which tensors go where.
+    `trust_ratio_splits`: {tensor: k} for tensors that stack k of the reference's variables along dim 0, each
+    of which gets its own trust ratio (not part of the state dict: the model says it, `trust_ratio_splits`)."""
 
     # GradScaler.step hands this optimizer `found_inf` and `grad_scale` (attributes set for the call) instead of
     # reading found_inf on the host and skipping the call.
@@ -30,7 +38,7 @@ class Lamb(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.01, trust_ratio: bool = True,
-                 bias_correction: bool = False):
+                 bias_correction: bool = False, trust_ratio_splits: Mapping[torch.Tensor, int] | None = None):
         # written `not x > 0` so that NaN is refused too (`nan <= 0` is False: a NaN lr made every weight NaN at
         # the first step); betas must be a pair, as torch's optimizers check (one beta failed at the first step)
         if (not lr > 0 or not eps > 0 or not weight_decay >= 0 or len(tuple(betas)) != 2
@@ -40,6 +48,11 @@ class Lamb(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_ratio=trust_ratio,
                         bias_correction=bias_correction)
         super().__init__(params, defaults)
+        self.trust_ratio_splits = dict(trust_ratio_splits or {})
+        for tensor, k in self.trust_ratio_splits.items():
+            if k < 1 or tensor.shape[0] % k:
+                raise ValueError(f"trust_ratio_splits: a tensor of shape {tuple(tensor.shape)} does not split "
+                                 f"into {k} equal blocks along dim 0")
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -103,10 +116,19 @@ class Lamb(torch.optim.Optimizer):
         if group["weight_decay"]:
             torch._foreach_add_(update, params, alpha=group["weight_decay"])
         if group["trust_ratio"]:
-            torch._foreach_mul_(update, _trust_ratios(params, update))
+            splits = [self.trust_ratio_splits.get(p, 1) for p in params]
+            update = [u.contiguous() if k > 1 else u for u, k in zip(update, splits)]   # so blocks are views
+            pieces_w = [w for p, k in zip(params, splits) for w in _blocks(p, k)]
+            pieces_u = [u for t, k in zip(update, splits) for u in _blocks(t, k)]   # views: scaled in place
+            torch._foreach_mul_(pieces_u, _trust_ratios(pieces_w, pieces_u))
         if keep is not None:
             torch._foreach_mul_(update, keep)                            # 0 on a skipped step: w unchanged
         torch._foreach_add_(params, update, alpha=-group["lr"])
+
+
+def _blocks(tensor: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """The tensor itself, or its k equal blocks along dim 0 (views when it is contiguous)."""
+    return [tensor] if k == 1 else list(tensor.reshape(k, -1).unbind(0))
 
 
 def _trust_ratios(params: list[torch.Tensor], update: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -138,6 +160,14 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def trust_ratio_splits(model: nn.Module) -> dict[torch.Tensor, int]:
+    """The tensors of `model` that hold several of google-research's variables: each attention's fused QKV weight
+    (google's query, key and value kernels) -> 3. Its bias is exempt from the trust ratio anyway."""
+    from albertlm.model.albert import Attention
+
+    return {m.qkv.weight: 3 for m in model.modules() if isinstance(m, Attention) and m.qkv.weight.requires_grad}
+
+
 def build_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
     """LAMB or AdamW from an `OptimConfig`, with the same decay exemptions for both."""
     groups = [g for g in param_groups(model, optim.weight_decay) if g["params"]]
@@ -148,4 +178,5 @@ def build_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
         on_cuda = all(p.is_cuda for g in groups for p in g["params"])
         kind = {"fused": True} if on_cuda else {"foreach": True}
         return torch.optim.AdamW(groups, lr=optim.lr, betas=betas, eps=optim.eps, **kind)
-    return Lamb(groups, lr=optim.lr, betas=betas, eps=optim.eps, bias_correction=optim.bias_correction)
+    return Lamb(groups, lr=optim.lr, betas=betas, eps=optim.eps, bias_correction=optim.bias_correction,
+                trust_ratio_splits=trust_ratio_splits(model))

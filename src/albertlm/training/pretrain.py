@@ -39,7 +39,8 @@ STAT_NAMES = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sop_loss_sum", "sop_c
 
 class PretrainingObjective:
     """Masked-LM cross entropy weighted by `masked_lm_weights`, plus sentence-order (or NSP) cross entropy,
-    each averaged over the whole global batch. Examples labelled -100 have no sentence task.
+    each averaged over the whole global batch (the MLM sum divided by the weights' sum + 1e-5, as google's
+    `run_pretraining.py`). Examples labelled -100 have no sentence task.
     `skip_padding`: pass the batch's `token_index` to the model, whose per-token layers then run on the real
     tokens only (the same results; the padded slots' work is saved). Off under CUDA-graph compile modes."""
 
@@ -61,7 +62,8 @@ class PretrainingObjective:
         out = model(**inputs)
         mlm = _mlm_sums(out["prediction_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"])
         sop = _sentence_sums(out["sop_logits"], batch["sentence_order_label"])
-        loss = mlm[0] / denominators[0].clamp(min=1e-5) + sop[0] / denominators[1].clamp(min=1)
+        # google's get_masked_lm_output: weighted sum / (sum of weights + 1e-5), over the whole global batch
+        loss = mlm[0] / (denominators[0] + 1e-5) + sop[0] / denominators[1].clamp(min=1)
         return loss, torch.stack(list(mlm) + list(sop)).detach()
 
     def summarize(self, stats: torch.Tensor) -> dict[str, float]:

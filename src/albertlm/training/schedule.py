@@ -7,8 +7,10 @@ from __future__ import annotations
 
 
 def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, power: float = 1.0) -> float:
-    """Warmup ramps (step+1)/warmup * lr (the reference starts at 0; we skip the wasted zero step);
-    after it, lr * (1 - step/total)^power, as the reference decays over the whole run, not after warmup."""
+    """Warmup ramps (step+1)/warmup * lr, so the last warmup update has the full lr; after it, lr * (1 -
+    step/total)^power, as the reference decays over the whole run, not after warmup. The reference's warmup is
+    step/warmup * lr: its first update has rate 0 (it only fills the Adam moments) and every warmup update is lr/warmup
+    below ours; from the end of the warmup on the two are the same (docs/training.md)."""
     if step < warmup_steps:
         return base_lr * (step + 1) / warmup_steps
     remaining = max(0.0, 1.0 - step / max(1, total_steps))
