@@ -18,6 +18,7 @@ from torch import nn
 from albertlm.errors import UserError, json_object_or_empty
 from albertlm.model import hf_format
 from albertlm.model.albert import AlbertModel, sharing_plan
+from albertlm.model.io import LABELLED, model_labels
 from albertlm.model.registry import architecture_from_weights  # noqa: F401 (its home was here)
 
 # our class name -> transformers class name (they match; listed so an unknown class fails clearly)
@@ -27,8 +28,12 @@ HF_ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", 
 
 def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = None) -> Path:
     """Write `model` (any albertlm Albert* class) as a transformers directory. `labels`: a classifier's
-    {"id2label": {"0": name, ...}, "problem_type": ...} for config.json (default names LABEL_i; a sequence
-    classifier with one label, ours a regression, says problem_type "regression" unless `labels` says otherwise)."""
+    {"id2label": {"0": name, ...}, "problem_type": ...} for config.json; by default the model's own `labels` (those
+    `from_pretrained` read from its checkpoint: a transformers config's id2label and problem_type, our labels.json,
+    a fine-tuning run's task.json), else transformers' names LABEL_i (a sequence classifier with one label, ours a
+    regression, says problem_type "regression" unless `labels` says otherwise). Labels given here must fit the
+    classifier (as many names as num_labels, a problem_type transformers knows), else a UserError before anything
+    is written."""
     from safetensors.torch import save_file
 
     name = type(model).__name__
@@ -38,6 +43,10 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     if name in ("AlbertForPreTraining", "AlbertForQuestionAnswering"):
         # transformers sizes the SOP head and the QA head (start, end) by num_labels; ours are always 2 wide
         cfg = cfg.replace(num_labels=2)
+    if labels:   # before anything is written (a hand-edited labels.json, say)
+        labels = hf_format.check_labels(labels, "export_hf labels", cfg.num_labels if name in LABELLED else None)
+    elif labels is None:
+        labels = model_labels(model)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     if isinstance(model, AlbertModel):
         state = {"albert." + k: v for k, v in state.items()}
@@ -45,8 +54,6 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     if isinstance(model, AlbertModel):  # transformers' bare model has no prefix
         hf_state = {k.removeprefix("albert."): v for k, v in hf_state.items()}
     config = hf_format.config_to_hf(cfg, name)
-    if labels and labels.get("id2label"):   # before anything is written (a hand-edited labels.json, say)
-        hf_format.check_id2label(labels["id2label"], "the labels' id2label")
     if labels and labels.get("id2label") and len(labels["id2label"]) == cfg.num_labels:  # not another head's
         config["id2label"] = {str(k): v for k, v in labels["id2label"].items()}
         config["label2id"] = {v: int(k) for k, v in labels["id2label"].items()}
@@ -57,13 +64,16 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
         # one-label model unless problem_type says regression (a GLUE STS-B score of 4.2 came out as 0.985)
         config["problem_type"] = "regression"
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     floats = {v.dtype for v in hf_state.values() if v.is_floating_point()}
     if len(floats) == 1:   # what transformers' save_pretrained records (its from_pretrained's dtype="auto" reads it)
         config["dtype"] = str(floats.pop()).removeprefix("torch.")
-    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    save_file({k: v.contiguous() for k, v in hf_state.items()}, directory / "model.safetensors",
-              metadata={"format": "pt"})
+    try:   # a path that is a file, a read-only folder: one line, not FileExistsError's traceback
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        save_file({k: v.contiguous() for k, v in hf_state.items()}, directory / "model.safetensors",
+                  metadata={"format": "pt"})
+    except OSError as exc:
+        raise UserError(f"cannot write {directory}: {exc.strerror or exc}") from None
     from albertlm.model.io import mode_like, remove_earlier_weights
 
     mode_like(directory / "model.safetensors", directory / "config.json")
@@ -101,33 +111,8 @@ def import_hf(directory: str | Path, model_class: type | None = None) -> nn.Modu
     return model_class.from_pretrained(directory)
 
 
-LABELS_FILE = "labels.json"   # a transformers classifier's label names and problem type, kept by albertlm
-
-
-def read_labels(directory: Path) -> dict:
-    """{"id2label": {...}, "problem_type": ...} for a classifier: from a transformers config, our labels.json
-    (written by a conversion from transformers), or the task.json of the albertlm fine-tuning run it came
-    from (its directory, or the run directory of a `best/` or `checkpoints/step_N` inside it)."""
-    config = json_object_or_empty(directory / "config.json")
-    if config.get("model_type") == "albert":
-        names = config.get("id2label") if isinstance(config.get("id2label"), dict) else {}
-        hf_format.check_id2label(names, f"{directory / 'config.json'}: id2label")
-        default = all(v == f"LABEL_{k}" for k, v in names.items())
-        out = {} if default else {"id2label": {str(k): v for k, v in names.items()}}
-        return out | ({"problem_type": config["problem_type"]} if config.get("problem_type") else {})
-    found = json_object_or_empty(directory / LABELS_FILE)
-    if isinstance(found.get("id2label"), dict):
-        hf_format.check_id2label(found["id2label"], f"{directory / LABELS_FILE}: id2label")
-    if found:
-        return found
-    run_dir = directory.parent.parent if directory.parent.name == "checkpoints" else directory.parent
-    task = next((t for t in (json_object_or_empty(d / "task.json") for d in (directory, run_dir)) if t), {})
-    if task.get("regression"):
-        return {"problem_type": "regression"}
-    if task.get("labels"):
-        return {"id2label": {str(i): str(name) for i, name in enumerate(task["labels"])},
-                "problem_type": "single_label_classification"}
-    return {}
+# a classifier's labels: read where the model class is (the model layer), named here as before
+from albertlm.model.io import LABELS_FILE, read_labels  # noqa: E402,F401
 
 
 # -- tokenizer files and the model card: an exported directory that works as a whole ------------------------

@@ -122,6 +122,9 @@ def check_id2label(id2label: dict[str, Any], where: str = "id2label") -> None:
     a number), not a list, an object, null or true/false. Else a UserError naming the entry; `where` names the field
     or file. (Read as they were, such names went into labels.json and `convert --to hf` then failed with a
     traceback building label2id.)"""
+    if not isinstance(id2label, dict):   # a list of names: `.items()` was an AttributeError traceback
+        raise UserError(f"{where} is {type(id2label).__name__} {json.dumps(id2label, default=repr)[:80]}: give an "
+                        'object mapping class indices to names, {"0": "negative", "1": "positive"}, as transformers')
     for key, name in id2label.items():
         try:
             index = int(key) if not isinstance(key, bool) else None
@@ -132,6 +135,39 @@ def check_id2label(id2label: dict[str, Any], where: str = "id2label") -> None:
                             'class indices ("0", "1", ...) to names')
         if not isinstance(name, (str, int, float)) or isinstance(name, bool):
             raise UserError(f"{where}[{key!r}] is {json.dumps(name, default=repr)}: a class name must be a string")
+
+
+# transformers' PretrainedConfig.problem_type: any other value made its sequence classifiers compute no loss at all
+# (their forward tests these three and falls through), so a misspelt one exported a model that trained on nothing
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
+def check_labels(labels: Any, where: str = "labels", num_labels: int | None = None) -> dict[str, Any]:
+    """A classifier's labels as `read_labels` gives them and `export_hf(labels=...)` takes them, {"id2label":
+    {"0": name, ...}, "label2id": ..., "problem_type": ...}, checked: an object, an index -> name `id2label`
+    (`check_id2label`), a `problem_type` transformers knows, and with `num_labels` (the head's width) an id2label
+    naming that many classes and no single-label classification of one output (transformers' config refuses that).
+    Returns them with string keys and without label2id (transformers writes it from id2label). Else a UserError."""
+    if not isinstance(labels, dict):
+        raise UserError(f"{where} is {type(labels).__name__}: give {{\"id2label\": {{\"0\": name, ...}}, "
+                        '"problem_type": ...} (what albertlm.interop.hf.read_labels returns)')
+    out: dict[str, Any] = {}
+    if labels.get("id2label") is not None:
+        check_id2label(labels["id2label"], f"{where}: id2label")
+        out["id2label"] = {str(int(k)): v for k, v in labels["id2label"].items()}
+        if num_labels is not None and len(out["id2label"]) != num_labels:
+            raise UserError(f"{where}: id2label names {len(out['id2label'])} classes, the classifier has "
+                            f"{num_labels} outputs (num_labels): these are another head's names")
+    problem = labels.get("problem_type")
+    if problem is not None:
+        if problem not in PROBLEM_TYPES:
+            raise UserError(f"{where}: problem_type is {problem!r}: transformers knows {', '.join(PROBLEM_TYPES)} "
+                            "(with another value its classifier computes no loss)")
+        if problem == "single_label_classification" and num_labels == 1:
+            raise UserError(f"{where}: problem_type single_label_classification with one output (num_labels 1): "
+                            "transformers refuses that config; a one-output head is a regression")
+        out["problem_type"] = problem
+    return out
 
 
 def config_from_hf(data: dict[str, Any]) -> ModelConfig:

@@ -10,6 +10,7 @@ head weights the checkpoint lacks are freshly initialised, heads it has but the 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 from pathlib import Path
@@ -18,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from albertlm.config import ModelConfig
-from albertlm.errors import UserError, read_json_object
+from albertlm.config import ConfigError, ModelConfig
+from albertlm.errors import UserError, json_object_or_empty, read_json_object
 from albertlm.model import hf_format
 
 log = logging.getLogger("albertlm.model")
@@ -45,6 +46,11 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
         hint = ("" if Path(directory).exists() else " (no such file or directory here: albertlm reads local "
                 "directories and downloads nothing; fetch a Hub model first, e.g. with `hf download NAME "
                 "--local-dir DIR`)")
+        if Path(directory).is_file():
+            hint = " (a file: give the directory that holds the model's config.json)"
+        elif _tf_checkpoint_here(Path(directory)):
+            hint = (" (a google-research TF checkpoint: import it with albertlm.interop.tf.import_tf_checkpoint(path), "
+                    "or convert it once with `albertlm convert DIR OUT`)")
         raise UserError(f"no {CONFIG} in {directory}: not a model directory{hint}")
     data = read_json_object(path, "a model config")
     try:
@@ -56,6 +62,15 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
         raise UserError(f"{path}: {exc}") from None
     _warn_defaulted(path, data)
     return config, False
+
+
+def _tf_checkpoint_here(directory: Path) -> bool:
+    """Whether `directory` holds what `import_tf_checkpoint` reads: google's albert_config.json, a TF checkpoint's
+    `.index` file or `checkpoint` state file, or a TF-Hub module's variables/."""
+    if not directory.is_dir():
+        return False
+    return ((directory / "albert_config.json").is_file() or (directory / "checkpoint").is_file()
+            or (directory / "variables").is_dir() or any(directory.glob("*.ckpt*.index")))
 
 
 _WARNED: set[str] = set()  # config files already warned about (a command reads its model's config several times)
@@ -367,11 +382,13 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
         raise UserError(f"cannot save to {directory}: the weights are on the meta device (shapes, no values: "
                         f"{on_meta[0]}{' and more' if len(on_meta) > 1 else ''}); load or initialise them first, "
                         "e.g. model.to_empty(device='cpu') then load_state_dict")
+    labels = model_labels(model)   # names of another head: refused before anything is written
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, directory / WEIGHTS, metadata={"format": "pt", "albertlm_class": type(model).__name__})
     config.to_json(directory / CONFIG)
     mode_like(directory / WEIGHTS, directory / CONFIG)
+    write_labels(labels, directory)
     remove_earlier_weights(directory)
     return directory
 
@@ -388,8 +405,10 @@ def mode_like(path: Path, reference: Path) -> None:
         pass
 
 
-def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: str, strict_heads: bool = False) -> None:
-    """Load a full-model state (backbone under `albert.`) into `model` whose backbone is under `prefix`.
+def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: str,
+                    strict_heads: bool = False) -> list[str]:
+    """Load a full-model state (backbone under `albert.`) into `model` whose backbone is under `prefix`; returns the
+    names of the model's tensors the checkpoint did not give (missing, or of another shape), which keep their values.
     Backbone weights must match exactly; heads (and the pooler, which some heads lack) may differ: a head weight
     of another shape is freshly initialised, or with `strict_heads` a UserError (the checkpoint's own class, whose
     config does not fit its weights: that head would come back random)."""
@@ -424,6 +443,7 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
         log.warning("freshly initialised weights (not in the checkpoint): %s", ", ".join(missing))
     if unexpected:
         log.info("ignored checkpoint weights of other heads: %s", ", ".join(unexpected))
+    return reshaped + missing
 
 
 def to_full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -448,14 +468,148 @@ def loading_dtype(dtype: torch.dtype | str | None, directory: str | Path) -> tor
     return dtype
 
 
+LABELS_FILE = "labels.json"   # a classifier's label names and problem type beside an albertlm checkpoint
+LABELLED = ("AlbertForSequenceClassification", "AlbertForTokenClassification")   # the classes whose labels travel
+
+
+def read_labels(directory: str | Path) -> dict:
+    """{"id2label": {...}, "problem_type": ...} for a classifier: from a transformers config, our labels.json
+    (written by `save_pretrained` or a conversion from transformers), or the task.json of the albertlm fine-tuning
+    run it came from (its directory, or the run directory of a `best/` or `checkpoints/step_N` inside it). Names
+    that are not index -> name, or a problem_type transformers does not know, are a UserError naming the file."""
+    directory = Path(directory)
+    config = json_object_or_empty(directory / CONFIG)
+    if config.get("model_type") == "albert":
+        names = config.get("id2label") if isinstance(config.get("id2label"), dict) else {}
+        hf_format.check_id2label(names, f"{directory / CONFIG}: id2label")
+        default = all(v == f"LABEL_{k}" for k, v in names.items())
+        out = {} if default else {"id2label": {str(k): v for k, v in names.items()}}
+        out |= {"problem_type": config["problem_type"]} if config.get("problem_type") else {}
+        return hf_format.check_labels(out, str(directory / CONFIG))
+    found = json_object_or_empty(directory / LABELS_FILE)
+    if found:
+        return hf_format.check_labels(found, str(directory / LABELS_FILE))
+    run_dir = directory.parent.parent if directory.parent.name == "checkpoints" else directory.parent
+    task = next((t for t in (json_object_or_empty(d / "task.json") for d in (directory, run_dir)) if t), {})
+    if task.get("regression"):
+        return {"problem_type": "regression"}
+    if task.get("labels"):
+        return {"id2label": {str(i): str(name) for i, name in enumerate(task["labels"])},
+                "problem_type": "single_label_classification"}
+    return {}
+
+
+def model_labels(model: nn.Module) -> dict[str, Any]:
+    """A sequence or token classifier's `labels`, checked against its head ({} for other classes or none)."""
+    labels = getattr(model, "labels", None) if type(model).__name__ in LABELLED else None
+    return hf_format.check_labels(labels, f"{type(model).__name__}.labels", model.config.num_labels) if labels else {}
+
+
+def write_labels(labels: dict[str, Any], directory: Path) -> None:
+    """labels.json beside a saved classifier: its `model_labels` (from `from_pretrained`, or set by the caller), so
+    a transformers classifier's names and problem type survive `save_pretrained` -> `from_pretrained` ->
+    `export_hf`. A model without them removes a labels.json an earlier save left there (another model's names)."""
+    path = directory / LABELS_FILE
+    if labels:
+        path.write_text(json.dumps(labels, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    elif path.is_file():
+        path.unlink()
+        log.warning("%s: removed the earlier model's %s (this model names no labels)", directory, LABELS_FILE)
+
+
+# transformers' from_pretrained keywords that albertlm's does not need: it reads local files only, runs no code
+# from the directory, and loads one tensor at a time
+ACCEPTED_KEYWORDS = ("local_files_only", "trust_remote_code", "low_cpu_mem_usage")
+REFUSED_KEYWORDS = {   # transformers' keyword -> what albertlm does instead
+    **dict.fromkeys(("revision", "cache_dir", "token", "use_auth_token", "force_download", "proxies", "subfolder",
+                     "resume_download", "mirror"),
+                    "albertlm reads a local directory and downloads nothing (fetch it first, e.g. `hf download NAME "
+                    "--revision REV --local-dir DIR`)"),
+    "config": "albertlm reads the directory's config.json: give the fields to change as keywords "
+              "(num_labels=3, hidden_dropout=0.1)",
+    "ignore_mismatched_sizes": "albertlm freshly initialises head weights of another shape (with a warning), as "
+                               "ignore_mismatched_sizes=True does; strict_heads=True refuses them",
+    "output_attentions": "albertlm's forwards return no attention probabilities (output_hidden_states=True is a "
+                         "forward argument)",
+    "output_hidden_states": "give output_hidden_states=True to the forward call",
+    "attn_implementation": "albertlm picks its attention kernels itself (docs/model.md)",
+    "use_safetensors": "albertlm reads the weights file transformers' from_pretrained reads (model.safetensors "
+                       "first), a pickle with weights_only=True",
+    "quantization_config": "albertlm loads floating weights (dtype=); quantise with torch or `albertlm export onnx "
+                           "--quantize int8`",
+    "load_in_8bit": "albertlm loads floating weights (dtype=); quantise with torch or `albertlm export onnx "
+                    "--quantize int8`",
+    "load_in_4bit": "albertlm loads floating weights (dtype=); quantise with torch or `albertlm export onnx "
+                    "--quantize int8`",
+    "max_memory": "albertlm loads the whole model onto one device (device_map='cuda:0', or model.to(device))",
+    "offload_folder": "albertlm loads the whole model onto one device (device_map='cuda:0', or model.to(device))",
+}
+
+
+def loading_keywords(overrides: dict[str, Any]) -> tuple[torch.device | None, dict[str, Any] | None]:
+    """Take transformers' loading keywords out of `overrides` (the rest are config fields): (the device
+    `device_map` names, or None; the labels given as id2label / label2id / problem_type, or None). A keyword albertlm
+    cannot honour is a ConfigError saying what it does instead."""
+    for name in ACCEPTED_KEYWORDS:
+        overrides.pop(name, None)
+    if overrides.get("ignore_mismatched_sizes") is True:   # what albertlm does anyway
+        del overrides["ignore_mismatched_sizes"]
+    refused = [name for name in overrides if name in REFUSED_KEYWORDS]
+    if refused:
+        name = refused[0]
+        raise ConfigError(f"from_pretrained({name}=...) is transformers' keyword: {REFUSED_KEYWORDS[name]}")
+    device = None
+    if "device_map" in overrides:
+        where = overrides.pop("device_map")
+        if isinstance(where, int) and not isinstance(where, bool):
+            where = f"cuda:{where}"
+        try:
+            device = torch.device(where) if where is not None else None
+        except (TypeError, RuntimeError):   # "auto", "balanced", a dict of modules
+            raise ConfigError(f"device_map={where!r}: albertlm loads the whole model onto one device; give one "
+                              "(device_map='cuda:0', 'cpu'), or call model.to(device)") from None
+    given = {name: overrides.pop(name) for name in ("id2label", "label2id", "problem_type") if name in overrides}
+    if not given:
+        return device, None
+    label2id = given.pop("label2id", None)
+    if label2id is not None:
+        if not isinstance(label2id, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                     for v in label2id.values()):
+            raise ConfigError(f"label2id={label2id!r}: give an object mapping names to class indices, "
+                              '{"negative": 0, "positive": 1}')
+        inverse = {str(v): k for k, v in label2id.items()}
+        if given.get("id2label") is None:
+            given["id2label"] = inverse
+        elif hf_format.check_labels(given, "from_pretrained")["id2label"] != inverse:
+            raise ConfigError("id2label and label2id name other classes: give id2label alone (label2id is its inverse)")
+    labels = hf_format.check_labels(given, "from_pretrained")
+    if "id2label" in labels:   # transformers: num_labels follows id2label
+        if overrides.setdefault("num_labels", len(labels["id2label"])) != len(labels["id2label"]):
+            raise ConfigError(f"num_labels={overrides['num_labels']} but id2label names {len(labels['id2label'])} "
+                              "classes")
+    return device, labels
+
+
 class PretrainedMixin:
     """`save_pretrained(dir)` / `Cls.from_pretrained(dir, **config_overrides)` for our model classes.
     `base_prefix` is where the AlbertModel lives in the class ("" for AlbertModel itself)."""
 
     base_prefix = "albert."
     config: ModelConfig
+    # a sequence or token classifier's {"id2label": {"0": name, ...}, "problem_type": ...}: the checkpoint's, from
+    # `from_pretrained`, or set by the caller; `save_pretrained` keeps it in labels.json, `export_hf` in config.json
+    labels: dict[str, Any] | None = None
 
-    def save_pretrained(self, directory: str | Path) -> Path:
+    def save_pretrained(self, directory: str | Path, *, safe_serialization: bool = True, **kwargs: Any) -> Path:
+        """model.safetensors + config.json (the ModelConfig), and labels.json for a classifier with `labels`.
+        transformers' keywords: safe_serialization=True (the only format written) is accepted; the others
+        (max_shard_size, push_to_hub, ...) are a ConfigError, not a TypeError (`export_hf` writes a transformers
+        directory)."""
+        if safe_serialization is not True or kwargs:
+            name = next(iter(kwargs), "safe_serialization")
+            raise ConfigError(f"save_pretrained({name}=...) is transformers' keyword: albertlm's save_pretrained "
+                              "writes one model.safetensors + config.json, locally (albertlm.interop.hf.export_hf "
+                              "writes a transformers directory)")
         return save_checkpoint(self, self.config, directory)
 
     def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
@@ -474,23 +628,81 @@ class PretrainedMixin:
         `model.train()` to train it; the training loops do). `overrides`: config fields. `dtype` (or its older
         name `torch_dtype`): a torch dtype, or "auto" for the one the weights are stored in; float32 by default.
         `strict_heads`: a head weight the checkpoint holds in another shape than this class of its config is
-        a UserError, not freshly initialised (loading the class a checkpoint holds: `load_saved_model`)."""
+        a UserError, not freshly initialised (loading the class a checkpoint holds: `load_saved_model`).
+        transformers' keywords: `id2label` / `label2id` / `problem_type` set the classifier's `labels` (and
+        num_labels), `device_map` one device to load onto, `local_files_only` / `trust_remote_code` /
+        `low_cpu_mem_usage` change nothing; the rest are a ConfigError saying what albertlm does instead.
+        A sequence or token classifier loaded without a num_labels keyword carries the checkpoint's labels
+        (`read_labels`: id2label, problem_type) as `model.labels`, which `save_pretrained` and `export_hf` write.
+        The caller's torch random stream is left as it was, unless the checkpoint lacks weights the class has:
+        only those are drawn from it (as transformers does), so a seed still fixes a new head."""
         if dtype is not None and torch_dtype is not None:
             raise UserError("give dtype or torch_dtype (its older name), not both")
+        device, given_labels = loading_keywords(overrides)
         config, is_hf = read_config(directory)
         dtype = loading_dtype(dtype if dtype is not None else torch_dtype, directory)
         state = read_state(directory)
-        model = cls(config.replace(**overrides) if overrides else config)
+        with torch.random.fork_rng(devices=_initialised_cuda_devices()):   # every weight is about to be replaced
+            model = cls(config.replace(**overrides) if overrides else config)
         try:  # a mismatch names the checkpoint: the caller may be loading several
             if is_hf:  # transformers' layer-per-group keys follow the config and plan the model was built with
                 plan = model.get_submodule(cls.base_prefix + "encoder").plan
                 state = hf_format.state_from_hf(state, model.config, plan)  # overrides included (the E->H projection)
             else:
                 state = to_full_state(state)
-            load_state_into(model, state, cls.base_prefix, strict_heads)
+            fresh = load_state_into(model, state, cls.base_prefix, strict_heads)
         except UserError as exc:
             raise UserError(f"{directory}: {exc}") from None
-        return (model.to(dtype) if dtype is not None else model).eval()
+        if cls.__name__ in LABELLED:   # (read_labels names the file of a bad entry)
+            labels = _checkpoint_labels(directory, model.config.num_labels, "num_labels" in overrides)
+            if given_labels is not None:   # problem_type= alone keeps the checkpoint's names, as transformers
+                labels = hf_format.check_labels({**labels, **given_labels}, "from_pretrained", model.config.num_labels)
+            model.labels = labels
+        init_fresh(model, fresh)
+        model = model.to(dtype) if dtype is not None else model
+        if device is not None:
+            try:
+                model = model.to(device)
+            except (RuntimeError, AssertionError) as exc:   # "Torch not compiled with CUDA enabled", no such device
+                raise UserError(f"device_map={str(device)!r}: {_first_line(exc)}") from None
+        return model.eval()
+
+
+def _initialised_cuda_devices() -> list[int]:
+    """The CUDA devices whose random streams a model built now could draw from (torch.set_default_device('cuda')):
+    those of an initialised CUDA context (none otherwise, and no context is created to find out)."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+
+
+def _checkpoint_labels(directory: str | Path, num_labels: int, sized_by_caller: bool) -> dict[str, Any]:
+    """The labels a classifier loaded from `directory` carries: the checkpoint's (`read_labels`), unless the caller
+    sized the head (a num_labels keyword: a head for another task, whose names the checkpoint does not know, such as
+    fine-tuning's, which may put the rows in its task's order); names of another number of classes are dropped."""
+    if sized_by_caller:
+        return {}
+    labels = read_labels(directory)
+    if len(labels.get("id2label") or {}) not in (0, num_labels):
+        labels = {k: v for k, v in labels.items() if k != "id2label"}
+    return labels
+
+
+def init_fresh(model: nn.Module, names: list[str]) -> None:
+    """Initialise the weights `names` a checkpoint did not give as the model's constructor does (`init_weights`),
+    drawing from the caller's random stream in the model's parameter order: a Linear or Embedding weight normal(0,
+    std), biases zero, LayerNorm weights one; any other tensor keeps its constructed value."""
+    wanted = set(names)
+    std = model.config.initializer_range
+    with torch.no_grad():
+        for module_name, module in model.named_modules():
+            for name, param in module.named_parameters(recurse=False):
+                if f"{module_name}.{name}".lstrip(".") not in wanted:
+                    continue
+                if name == "weight" and isinstance(module, (nn.Linear, nn.Embedding)):
+                    param.normal_(mean=0.0, std=std)
+                elif name == "weight" and isinstance(module, nn.LayerNorm):
+                    param.fill_(1.0)
+                elif name == "bias" and isinstance(module, (nn.Linear, nn.LayerNorm)):
+                    param.zero_()
 
 
 # ------------------------------------------------------------------------------------ finding checkpoints
