@@ -4,99 +4,230 @@
     albertlm export onnx runs/base --out encoder.onnx --encoder       # the backbone only (hidden states, pooled)
     albertlm export onnx runs/rte/best --out rte.onnx --quantize int8 # also rte.int8.onnx
     albertlm export onnx albert_base/ --out albert.onnx               # google's TF checkpoint, read as convert does
+    albertlm export onnx runs/rte/best --out rte-onnx/ --fp16         # a serving directory (optimum, transformers.js)
+
+--out FILE.onnx writes that file (and FILE.int8.onnx / FILE.fp16.onnx); any other --out is a directory that
+optimum's ORTModelFor*.from_pretrained and transformers.js load as they are: onnx/model.onnx (+ model_quantized.onnx,
+model_fp16.onnx), config.json (transformers' AlbertConfig: model_type, architectures, id2label) and the tokenizer
+files (tokenizer.json, tokenizer_config.json, spiece.model / vocab.txt).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from pathlib import Path
 
 
+# the serving directory's layout: transformers.js reads onnx/model{,_quantized,_fp16}.onnx by default, and
+# optimum's ORTModel finds onnx/model.onnx (it looks for the standard name model.onnx in any folder)
+ONNX_FOLDER = "onnx"
+DIRECTORY_MODELS = {"fp32": "model.onnx", "int8": "model_quantized.onnx", "fp16": "model_fp16.onnx"}
+# optimum's class and transformers.js's pipeline task for each exported class (the serving line names them)
+SERVING = {"AlbertModel": ("ORTModelForFeatureExtraction", "feature-extraction"),
+           "AlbertForMaskedLM": ("ORTModelForMaskedLM", "fill-mask"),
+           "AlbertForSequenceClassification": ("ORTModelForSequenceClassification", "text-classification"),
+           "AlbertForTokenClassification": ("ORTModelForTokenClassification", "token-classification"),
+           "AlbertForQuestionAnswering": ("ORTModelForQuestionAnswering", "question-answering"),
+           "AlbertForMultipleChoice": ("ORTModelForMultipleChoice", None)}
+# names a file was meant by: refused as --out rather than made into a directory of that name
+FILE_SUFFIXES = (".data", ".bin", ".pt", ".pth", ".safetensors", ".json", ".txt", ".ort", ".onnx.data")
+
+
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     sub = parser.add_subparsers(dest="target", required=True, metavar="{onnx}")
     p = sub.add_parser("onnx", help="ONNX for ONNX Runtime: dynamic batch/sequence axes, shared weights stored once")
+    _name_the_format_first(parser)
     p.add_argument("model", metavar="MODEL", help="model directory (ours or transformers'), a run directory, or a "
                    "google-research TF checkpoint (as `albertlm convert` takes it, albert_config.json beside it)")
-    p.add_argument("--out", required=True, metavar="FILE.onnx", help="output file")
+    p.add_argument("--out", required=True, metavar="FILE.onnx|DIR",
+                   help="a file name ending in .onnx: that file; anything else: a serving directory (made if "
+                        "missing) holding onnx/model.onnx, config.json and the tokenizer files, which optimum's "
+                        "ORTModelFor*.from_pretrained and transformers.js load as they are")
+    p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer to ship (a directory, spiece.model, vocab.txt "
+                   "or tokenizer.json) instead of the one found beside MODEL")
     p.add_argument("--encoder", action="store_true",
                    help="export the backbone only (last_hidden_state, pooler_output), whatever head it has")
     p.add_argument("--quantize", choices=("none", "int8"), default="none",
-                   help="also write FILE.int8.onnx with int8 dynamic quantisation of the matmul weights")
+                   help="also write FILE.int8.onnx (DIR/onnx/model_quantized.onnx) with int8 dynamic quantisation "
+                        "of the matmul weights")
+    p.add_argument("--fp16", action="store_true",
+                   help="also write FILE.fp16.onnx (DIR/onnx/model_fp16.onnx): float16 weights and compute for GPUs, "
+                        "the same int64 inputs and float32 outputs")
     p.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
                    help="torch.onnx's TorchScript exporter (fast) or the torch.export-based one")
     p.add_argument("--opset", type=int, default=18,
                    help="ONNX opset (default 18; torchscript: 14 to 20, dynamo: 18 and up, as this torch allows)")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime-vs-PyTorch check")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --out file (and FILE.int8.onnx with --quantize int8)")
+                   help="replace an existing --out file (and FILE.int8.onnx / FILE.fp16.onnx when asked), or the "
+                        "files of an earlier export in --out DIR")
+
+
+def _name_the_format_first(parser: argparse.ArgumentParser) -> None:
+    """`albertlm export --out m.onnx MODEL` (no `onnx`) said "argument {onnx}: invalid choice: 'm.onnx'": the
+    error now says what the command looks like."""
+    error = parser.error
+
+    def named(message: str):
+        if message.startswith("argument {onnx}: invalid choice") or message.endswith("required: {onnx}"):
+            message = ("name the format first: albertlm export onnx MODEL --out FILE.onnx (or --out DIR); "
+                       + message.split(": ", 1)[1])
+        error(message)
+
+    parser.error = named
 
 
 def run(args: argparse.Namespace, command: str) -> int:
     from albertlm.cli.infer_commands import make_parent
-    from albertlm.errors import UserError
     from albertlm.interop import onnx as onnx_export
     from albertlm.tasks.inference import resolve_checkpoint
 
     onnx_export.require_onnx()
     onnx_export.check_opset(args.exporter, args.opset)          # before anything is read
+    out = Path(args.out)
+    directory = _is_directory_out(out)
+    tokenizer_given = _given_tokenizer(args.tokenizer)
     tf_source = _is_tf_checkpoint(Path(args.model))
     model_dir = Path(args.model) if tf_source else resolve_checkpoint(args.model)
-    out = Path(args.out)
-    if out.suffix != ".onnx":
-        raise UserError(f"--out {out}: the file name must end in .onnx")
-    quantized = out.with_suffix(".int8.onnx") if args.quantize == "int8" else None
-    _check_outputs([out] + ([quantized] if quantized else []), args.overwrite)   # before the model is loaded
-    make_parent(out, "--out")
-    lines, warning = [], None
+    names = _output_names(out, directory, args.quantize == "int8", args.fp16)
+    if directory:
+        _check_directory(out, model_dir, names, args.overwrite)
+    else:
+        _check_outputs([out.parent / n for n in names.values()], args.overwrite)
+    make_parent(out, "--out")   # its folder, where the staging folder goes: before the model is loaded, one line
+    lines, warnings_ = [], []
     if tf_source:   # google's checkpoint read as convert reads it; what the import did is said first
         model, notes = _load_tf(model_dir, args.encoder)
         lines += notes
     else:
         model = _load(model_dir, args.encoder)
-    metadata, tokenizer = ({}, None) if tf_source else serving_metadata(model_dir, model)
+    loaded = type(model).__name__
+    if directory:   # what a fill-mask server loads: no ORTModel or transformers.js class takes the SOP output
+        model = onnx_export.masked_lm_of(model)
+        _check_config_expressible(model, out)
+    metadata, tokenizer = serving_metadata(model_dir, model, tf_source, tokenizer_given)
     # written in a staging directory beside --out and moved into place once complete: a failed export
-    # leaves an existing file as it was
+    # leaves existing files as they were
     with _staging(out.parent) as staging:
-        tmp = staging / out.name
-        report = onnx_export.export_onnx(model, tmp, exporter=args.exporter, opset=args.opset, metadata=metadata)
-        lines.append(f"exported {type(model).__name__} from {model_dir} to {out} ({report['bytes'] / 1e6:.1f} MB, "
-                     f"{report['initializers']} initializers, outputs: {', '.join(report['outputs'])})")
-        lines.append(_serving_line(metadata, model, tokenizer, tf_source))
+        files = {kind: staging / name for kind, name in names.items()}
+        files["fp32"].parent.mkdir(parents=True, exist_ok=True)
+        report = onnx_export.export_onnx(model, files["fp32"], exporter=args.exporter, opset=args.opset,
+                                         metadata=metadata)
+        source = f"{loaded} from {model_dir}" + (f" (its masked-LM head, as {type(model).__name__})"
+                                                 if loaded != type(model).__name__ else "")
+        lines.append(f"exported {source} to {out / names['fp32'] if directory else out} "
+                     f"({report['bytes'] / 1e6:.1f} MB, {report['initializers']} initializers, "
+                     f"outputs: {', '.join(report['outputs'])})")
         if not args.no_verify:
-            diffs = onnx_export.compare_with_onnxruntime(model, tmp)
-            lines.append("onnxruntime vs PyTorch, max abs difference: "
-                         + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
-            if max(diffs.values()) > 1e-3:
-                warning = "albertlm export: warning: the ONNX outputs differ from PyTorch by more than 1e-3"
-        if quantized is not None:
-            size = onnx_export.quantize_int8(tmp, staging / quantized.name)["bytes"]
-            lines.append(f"int8 dynamic quantisation: {quantized} ({size / 1e6:.1f} MB); measure its accuracy on "
-                         "your dev set (docs/interop.md has our SST-2 numbers)")
-        for name in _written(out, quantized):
-            _remove_stale(out.parent / name, staging / name)
-        for path in sorted(staging.iterdir()):
-            os.replace(path, out.parent / path.name)
+            diffs = onnx_export.compare_with_onnxruntime(model, files["fp32"])
+            lines.append("onnxruntime vs PyTorch, max abs difference: " + _differences(diffs))
+            if not max(diffs.values()) <= 1e-3:
+                warnings_.append("the ONNX outputs differ from PyTorch by more than 1e-3")
+        if "int8" in files:
+            size = onnx_export.quantize_int8(files["fp32"], files["int8"])["bytes"]
+            lines.append(f"int8 dynamic quantisation: {_shown(out, directory, names['int8'])} ({size / 1e6:.1f} MB); "
+                         "measure its accuracy on your dev set (docs/interop.md has our SST-2 numbers)")
+        if "fp16" in files:
+            size = onnx_export.convert_fp16(files["fp32"], files["fp16"])["bytes"]
+            line = f"float16: {_shown(out, directory, names['fp16'])} ({size / 1e6:.1f} MB, float32 outputs)"
+            if not args.no_verify:
+                diffs = onnx_export.compare_with_onnxruntime(model, files["fp16"])
+                line += "; onnxruntime (CPU) vs PyTorch fp32, max abs difference: " + _differences(diffs)
+                if not all(math.isfinite(v) for v in diffs.values()):
+                    warnings_.append("the float16 outputs are not finite where PyTorch's are: values past "
+                                     "float16's range (65504); serve the fp32 file")
+            lines.append(line)
+        if directory:
+            lines += _write_serving_files(staging, model, model_dir, metadata, tokenizer, tokenizer_given)
+            lines.append(_serving_directory_line(out, model, staging, names))
+        else:
+            lines.append(_serving_line(metadata, model, tokenizer, tf_source))
+        target = out if directory else out.parent
+        if directory:
+            target.mkdir(exist_ok=True)
+        _install(staging, target, names, directory, args.overwrite)
     for line in lines:
         print(line)
-    if warning:
-        print(warning, file=sys.stderr)
+    for warning in warnings_:
+        print(f"albertlm export: warning: {warning}", file=sys.stderr)
     return 0
 
 
-def serving_metadata(model_dir: Path, model) -> tuple[dict[str, str], Path | None]:
+def _check_config_expressible(model, out: Path) -> None:
+    """The serving directory's config.json is transformers' AlbertConfig, which shares attention and FFN together:
+    a model sharing only one of them is refused before the export (its .onnx file alone exports)."""
+    from albertlm.errors import UserError
+    from albertlm.interop.hf import hf_export_config
+
+    try:
+        hf_export_config(model.config)
+    except UserError as exc:
+        raise UserError(f"--out {out}: the serving directory's config.json is transformers': {exc}; "
+                        "export to a FILE.onnx instead") from None
+
+
+def _differences(diffs: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
+
+
+def _shown(out: Path, directory: bool, name: str) -> Path:
+    return out / name if directory else out.parent / name
+
+
+def _is_directory_out(out: Path) -> bool:
+    """--out FILE.onnx (any case) is a file; anything else a serving directory, unless it names a file that is
+    there or has a suffix a file was meant by (`--out model.bin`), which is one line."""
+    from albertlm.errors import UserError
+
+    if out.suffix.lower() == ".onnx":
+        return False
+    if out.is_file() or (out.exists() and not out.is_dir()):
+        raise UserError(f"--out {out}: an existing file; give a file name ending in .onnx, or a directory")
+    if not out.is_dir() and out.name.lower().endswith(FILE_SUFFIXES):
+        raise UserError(f"--out {out}: give a file name ending in .onnx, or a directory (without a file suffix "
+                        "such as this one) for the serving layout")
+    return True
+
+
+def _given_tokenizer(path: str | None) -> Path | None:
+    from albertlm.errors import UserError
+
+    if path is None:
+        return None
+    if not Path(path).exists():
+        raise UserError(f"--tokenizer {path}: no such file or directory")
+    return Path(path)
+
+
+def _output_names(out: Path, directory: bool, int8: bool, fp16: bool) -> dict[str, str]:
+    """{"fp32", "int8", "fp16": path relative to the directory the files go in (--out DIR, or FILE's folder)}."""
+    if directory:
+        names = {kind: f"{ONNX_FOLDER}/{name}" for kind, name in DIRECTORY_MODELS.items()}
+    else:
+        base = out.name[:-len(".onnx")]
+        names = {"fp32": out.name, "int8": f"{base}.int8.onnx", "fp16": f"{base}.fp16.onnx"}
+    return {k: v for k, v in names.items() if k == "fp32" or (k == "int8" and int8) or (k == "fp16" and fp16)}
+
+def serving_metadata(model_dir: Path, model, tf_source: bool = False,
+                     given: Path | None = None) -> tuple[dict[str, str], Path | None]:
     """(what `albertlm export onnx` adds to the file's metadata, the directory of the tokenizer files) from the
     checkpoint's directory: the fine-tuning's family, task, label names (id2label, as transformers writes it) or
     regression, and max_seq_length (task.json, a run's checkpoints/step_N's run_config.json, a transformers
     tokenizer_config.json's model_max_length), and the names of the tokenizer files a server needs beside the
-    .onnx (`tokenizer_files`; their directory is printed, not stored: a local path means nothing on a server)."""
+    .onnx (`tokenizer_files`; their directory is printed, not stored: a local path means nothing on a server).
+    `given`: --tokenizer, instead of the one found; a TF checkpoint (`tf_source`) gives only its tokenizer."""
     import json
 
     from albertlm.errors import json_object_or_empty
     from albertlm.interop.hf import read_labels
     from albertlm.tokenization.load import find_tokenizer
 
+    if tf_source:   # google's tarball: 30k-clean.model beside the checkpoint (a prefix's folder)
+        base = model_dir if model_dir.is_dir() else model_dir.parent
+        return _tokenizer_files({}, given if given is not None else find_tokenizer(base))
     info = json_object_or_empty(model_dir / "task.json")
     if not info and model_dir.parent.name == "checkpoints":   # a fine-tuning run's step: its saved settings
         saved = json_object_or_empty(model_dir / "run_config.json")
@@ -122,9 +253,14 @@ def serving_metadata(model_dir: Path, model) -> tuple[dict[str, str], Path | Non
         problem = "regression" if info.get("regression") or one_score else recorded.get("problem_type")
         if problem:
             meta["problem_type"] = problem
-    tokenizer = find_tokenizer(model_dir)
+    tokenizer = given if given is not None else find_tokenizer(model_dir)
     if tokenizer is None and info and model_dir.parent.name == "checkpoints":   # a fine-tuning step: its run's own
         tokenizer = find_tokenizer(model_dir.parent.parent / "best")
+    return _tokenizer_files(meta, tokenizer)
+
+
+def _tokenizer_files(meta: dict[str, str], tokenizer: Path | None) -> tuple[dict[str, str], Path | None]:
+    """`meta` with `tokenizer_files` (the names of the tokenizer's files), and the folder they are in."""
     if tokenizer is not None:
         files = ([tokenizer.name] if tokenizer.is_file() else
                  sorted(p.name for p in tokenizer.iterdir() if p.name in TOKENIZER_FILES or p.suffix == ".model"))
@@ -156,14 +292,6 @@ def _serving_line(metadata: dict[str, str], model, tokenizer: Path | None, tf_so
     return f"serving: {'; '.join(said)} (in the file's metadata too)"
 
 
-def _written(out, quantized) -> list[str]:
-    """Every file a model may be written as: FILE, and FILE.data when its weights are over protobuf's limit."""
-    names = [out.name, out.name + ".data"]
-    if quantized is not None:
-        names += [quantized.name, quantized.name + ".data"]
-    return names
-
-
 def _check_outputs(paths, overwrite: bool) -> None:
     from albertlm.errors import UserError
 
@@ -175,10 +303,103 @@ def _check_outputs(paths, overwrite: bool) -> None:
                 raise UserError(f"--out: {each} already exists; pass --overwrite to replace it, or another --out")
 
 
-def _remove_stale(old, new) -> None:
-    """--overwrite: a FILE.data the new export does not write (an earlier, bigger model's) would be stale."""
-    if old.is_file() and not new.exists():
-        old.unlink()
+# every file a serving directory's export may write (the models' .data companions too): what --overwrite replaces,
+# and what an earlier export left that this one does not write (another tokenizer's spiece.model) is removed
+SERVING_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "spiece.model", "vocab.txt", *(f"{ONNX_FOLDER}/{name}{data}" for name in DIRECTORY_MODELS.values()
+                                                for data in ("", ".data")))
+CHECKPOINT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                    "pytorch_model.bin.index.json", "task.json", "run_config.json")
+
+
+def _check_directory(out: Path, model_dir: Path, names: dict[str, str], overwrite: bool) -> None:
+    """--out DIR: not the model's own directory, nor one holding a PyTorch checkpoint (its config.json would be
+    replaced by the serving one), and an earlier export's files are replaced only with --overwrite."""
+    from albertlm.errors import UserError
+
+    if not out.is_dir():
+        return
+    if model_dir.exists() and out.resolve() == model_dir.resolve():
+        raise UserError(f"--out {out}: the model's own directory; give another directory for the ONNX files")
+    held = next((name for name in CHECKPOINT_FILES if (out / name).exists()), None)
+    if held:
+        raise UserError(f"--out {out} holds a checkpoint ({held}), whose config.json the serving directory would "
+                        "replace; give another directory")
+    for name in names.values():
+        if (out / name).is_dir():
+            raise UserError(f"--out: {out / name} is a directory")
+    found = [name for name in SERVING_FILES if (out / name).is_file()]
+    if found and not overwrite:
+        raise UserError(f"--out {out} already holds an export ({', '.join(found[:3])}"
+                        f"{', ...' if len(found) > 3 else ''}); pass --overwrite to replace it, or another --out")
+
+
+def _install(staging: Path, target: Path, names: dict[str, str], directory: bool, overwrite: bool) -> None:
+    """Move the staged files into `target` (--out DIR, or FILE's folder); with --overwrite, an earlier export's
+    files this one does not write are removed first (a bigger model's FILE.data; in a directory, another
+    tokenizer's files or a model_quantized.onnx not asked for this time), so nothing stale stays beside the new."""
+    written = {str(path.relative_to(staging)) for path in staging.rglob("*") if path.is_file()}
+    if directory:
+        ours = set(SERVING_FILES) if overwrite else set()
+    else:
+        ours = {name + data for name in names.values() for data in ("", ".data")}
+    for name in sorted(ours - written):
+        old = target / name
+        if old.is_file():
+            old.unlink()
+    for name in sorted(written):
+        (target / name).parent.mkdir(exist_ok=True)
+        os.replace(staging / name, target / name)
+
+
+def _write_serving_files(staging: Path, model, model_dir: Path, metadata: dict[str, str], tokenizer: Path | None,
+                         given: Path | None) -> list[str]:
+    """config.json (transformers' AlbertConfig, as `convert --to hf` writes it: model_type, architectures, the
+    labels and problem type in the .onnx's metadata) and the tokenizer files beside onnx/; lines to print."""
+    import json
+    import shutil
+
+    from albertlm.interop.hf import complete_export, export_hf
+
+    labels = {}
+    if "id2label" in metadata:
+        labels["id2label"] = json.loads(metadata["id2label"])
+    if "problem_type" in metadata:
+        labels["problem_type"] = metadata["problem_type"]
+    scratch = staging / ".hf"
+    export_hf(model, scratch, labels or None)   # its config.json; its weights are not wanted (the graph holds them)
+    config = json.loads((scratch / "config.json").read_text(encoding="utf-8"))
+    shutil.rmtree(scratch)
+    config["dtype"] = "float32"   # the graph's (model.onnx), whatever the checkpoint was saved in
+    (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    source = given if given is not None and given.is_file() else tokenizer
+    if source is None:
+        return ["tokenizer: none found beside the checkpoint (--tokenizer names one): the directory has no "
+                "tokenizer files, which optimum's pipelines and transformers.js need"]
+    notes = complete_export(model, staging, model_dir if model_dir.is_dir() else None, source)
+    (staging / "README.md").unlink(missing_ok=True)   # a model card whose snippet loads PyTorch weights: not here
+    if "max_seq_length" in metadata and (staging / "tokenizer_config.json").is_file():   # the length fine-tuned with
+        path = staging / "tokenizer_config.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps({**data, "model_max_length": int(metadata["max_seq_length"])}, indent=2) + "\n",
+                        encoding="utf-8")
+    return [line for line in notes if not line.startswith("model card:")]
+
+
+def _serving_directory_line(out: Path, model, staging: Path, names: dict[str, str]) -> str:
+    """How the directory is loaded: optimum's class, transformers.js's task, what each needs that is missing."""
+    optimum_class, task = SERVING.get(type(model).__name__, (None, None))
+    said = [f"{out} loads as it is in optimum: {optimum_class}.from_pretrained(\"{out}\")"]
+    if not (staging / "tokenizer.json").is_file():
+        said.append("not in transformers.js, which needs a tokenizer.json (none could be written)")
+    elif task:
+        others = [f"'{dtype}' ({name})" for kind, dtype in (("int8", "q8"), ("fp16", "fp16"))
+                  if (name := names.get(kind, "").rsplit("/", 1)[-1])]
+        said.append(f"in transformers.js: pipeline('{task}', '{out}', {{ dtype: 'fp32' }})"
+                    + (f", or dtype {' / '.join(others)}" if others else ""))
+    else:
+        said.append("transformers.js has no multiple-choice pipeline: run its model class on the onnx/ files")
+    return "serving: " + "; ".join(said)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
     export_onnx(model, "model.onnx")            # any albertlm Albert* model; see OUTPUTS for what comes out
     compare_with_onnxruntime(model, "model.onnx")  # max |torch - onnxruntime| per output, on fresh inputs
     quantize_int8("model.onnx", "model.int8.onnx")
+    convert_fp16("model.onnx", "model.fp16.onnx")   # float16 weights and compute, int64 inputs, float32 outputs
 
 - Inputs `input_ids`, `attention_mask`, `token_type_ids` (int64), (batch_size, sequence_length) or, for
   multiple choice, (batch_size, num_choices, sequence_length): every axis is dynamic (sequence up to the model's
@@ -20,6 +21,10 @@
 - Exporters: "torchscript" (torch.onnx's TorchScript exporter, the default while torch ships it: about 1 s
   for a small model) or "dynamo" (torch.export-based, torch's default since 2.9; about 20x slower to run
   here, needs onnxscript). Both are tested against onnxruntime.
+
+- `albertlm export onnx MODEL --out DIR` (cli/export_commands.py) writes the directory optimum's ORTModelFor*
+  and transformers.js load as they are: onnx/model.onnx (+ model_quantized.onnx, model_fp16.onnx), config.json,
+  tokenizer files; a pretraining model is served as its masked LM there (`masked_lm_of`).
 
 Needs the `onnx` extra: `pip install 'albertlm[onnx]'` (onnx, onnxruntime, onnxscript).
 """
@@ -377,6 +382,43 @@ def untie_shared_initializers(proto) -> int:
                 node.input[k] = copy.name
                 copies += 1
     return copies
+
+
+def convert_fp16(path: str | Path, out: str | Path) -> dict:
+    """A float16 copy of an exported file (onnxruntime.transformers.float16, as optimum's fp16 optimisation):
+    weights and compute in float16, the int64 inputs as they were and the outputs cast back to float32
+    (`keep_io_types`), so serving code written for the fp32 file reads it unchanged. Made for GPUs (CUDA, WebGPU);
+    onnxruntime's CPU provider runs it too, with casts around the ops it has no float16 kernel for. Constants past
+    float16's range (the attention mask's large negative fill) are clamped to it. The metadata is kept, with
+    `dtype` float16 added."""
+    onnx = require_onnx()
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    proto = onnx.load(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # its "values clamped to float16's range" notes
+        proto = convert_float_to_float16(proto, keep_io_types=True, disable_shape_infer=True)
+    merged = merge_duplicate_initializers(proto)
+    meta = {entry.key: entry.value for entry in proto.metadata_props}
+    onnx.helper.set_model_props(proto, {**meta, "dtype": "float16"})
+    out = Path(out)
+    _save(proto, out)
+    return {"bytes": _size(out), "merged_initializers": merged}
+
+
+def masked_lm_of(model: nn.Module) -> nn.Module:
+    """An `AlbertForPreTraining`'s masked-LM half as an `AlbertForMaskedLM` (same weights, no pooler, no SOP head):
+    what fill-mask servers (optimum's ORTModelForMaskedLM, transformers.js) load, `logits` (B, T, V). Another class
+    is returned as it is."""
+    if type(model).__name__ != "AlbertForPreTraining":
+        return model
+    from albertlm.model.heads import AlbertForMaskedLM
+
+    mlm = AlbertForMaskedLM(model.config)
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith(("sop_head.", "albert.pooler."))}
+    mlm.load_state_dict(state)
+    first = next(model.parameters())
+    return mlm.to(device=first.device, dtype=first.dtype).train(model.training)
 
 
 def _drop_unused_initializers(proto) -> None:
