@@ -106,3 +106,23 @@ def test_squad_without_version_takes_the_files_own_and_writes_the_null_in_nbest(
         dev.write(out, out_dir)
         nbest = json.loads((out_dir / "nbest_predictions.json").read_text(encoding="utf-8"))
         assert all(("" in [e["text"] for e in entries]) == has_null for entries in nbest.values())
+
+
+def test_predict_into_an_out_that_is_a_file_is_refused_before_the_work(tmp_path, capsys):
+    """`predict classify --out FILE` ran the whole prediction, then stopped with the raw `[Errno 17] File exists`."""
+    from albertlm.cli.main import main
+
+    model_dir = tmp_path / "pretrained"
+    model_dir.mkdir()
+    save_tiny_pretrained(model_dir)
+    head = tmp_path / "head"
+    AlbertForSequenceClassification.from_pretrained(model_dir, num_labels=2).save_pretrained(head)
+    (head / "vocab.txt").write_text((model_dir / "vocab.txt").read_text())
+    (tmp_path / "test.tsv").write_text("text\ngood film\nbad plot\n")
+    taken = tmp_path / "taken.txt"
+    taken.write_text("keep me\n")
+    code = main(["predict", "classify", "--model", str(head), "--test", str(tmp_path / "test.tsv"),
+                 "--labels", "neg,pos", "--out", str(taken), "--no-progress"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code != 0 and len(err) == 1 and "exists and is not a directory" in err[0], err
+    assert taken.read_text() == "keep me\n"

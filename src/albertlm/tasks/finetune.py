@@ -642,6 +642,8 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
         # `evaluate --model` on data without answers or labels (a test file) ran the model and printed {}
         raise UserError("nothing to score: the data given has no answers or labels (a test file?); write its "
                         f"predictions with `albertlm predict {spec.family} ... --out DIR`")
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():   # before the work, not after
+        raise UserError(f"--out {out_dir} exists and is not a directory; give a directory for the prediction files")
     device = pick_device(cfg.dist.device)
     check_precision(cfg.train.precision, device)    # fp16 is CUDA's, as for finetune and evaluate on pretraining data
     model = inference_model(spec, model_dir, cfg, device)
