@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from albertlm.config.task import FinetuneConfig, finetune_optim, finetune_train
 from albertlm.model import fast_paths, fused
 from albertlm.model.heads import AlbertForSequenceClassification
 from albertlm.tasks import finetune
 from albertlm.tokenization import load_tokenizer
 from conftest import save_tiny_pretrained
 from test_fast_paths import pretend_cpu
+from test_numerics_audit19 import classifier_on_a_dev_file
 
 
 @pytest.fixture(autouse=True)
@@ -21,22 +21,13 @@ def test_evaluate_runs_the_kernels_finetuning_ran(tmp_path, monkeypatch):
     """`finetune` evaluates its dev set on the model `prepare_model` prepared (the CPU fast paths where this CPU
     gets them); `predict` / `evaluate --model RUN/best` loaded the plain model, whose bf16 rounds differently, and
     a near tie flipped (a SQuAD v2 run's recorded best exact 42.86 read 50.0). Both now run the same kernels."""
-    from albertlm.tasks import specs
-    from albertlm.tasks.classify import Columns
-
     if not fused.AVAILABLE:
         pytest.skip("this torch build has no oneDNN linear ops")
     pretend_cpu(monkeypatch, "AVX512", False)   # fp32 takes the fused path on any CPU with oneDNN
     model_dir = tmp_path / "pretrained"
     model_dir.mkdir()
     save_tiny_pretrained(model_dir)
-    tokenizer = load_tokenizer(model_dir)
-    head = tmp_path / "head"
-    AlbertForSequenceClassification.from_pretrained(model_dir, num_labels=2).save_pretrained(head)
-    (tmp_path / "dev.tsv").write_text("text\tlabel\ngood film\tpos\nbad plot\tneg\n")
-    cfg = FinetuneConfig(finetune_optim(), finetune_train(precision="fp32", progress=False), max_seq_length=16)
-    spec = specs.classify_spec(tokenizer, cfg, Columns("text"), dev_file=tmp_path / "dev.tsv", labels=["neg", "pos"],
-                               training=False)
+    spec, head, tokenizer, cfg = classifier_on_a_dev_file(model_dir, tmp_path, "fp32")
     seen = []
     real_predict = finetune.predict
     monkeypatch.setattr(finetune, "predict", lambda model, *a, **k: seen.append(model) or real_predict(model, *a, **k))
@@ -49,15 +40,15 @@ def test_evaluate_runs_the_kernels_finetuning_ran(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------- SQuAD: the version the data shows
 
-def _squad_dev_spec(tmp_path, version: str, gold):
+def _squad_dev_spec(version: str, gold):
     from albertlm.config.task import FinetuneConfig
     from albertlm.tasks import specs
 
-    return specs.squad_spec(version, _TOKENIZER(), FinetuneConfig(max_seq_length=128), dev_file=gold, training=False)
+    return specs.squad_spec(version, _albert_tokenizer(), FinetuneConfig(max_seq_length=128), dev_file=gold,
+                            training=False)
 
 
-def _TOKENIZER():
-    from albertlm.tokenization import load_tokenizer
+def _albert_tokenizer():
     from conftest import shared_path
 
     return load_tokenizer(shared_path("spm", "albert-base-v2_spiece.model"))
@@ -79,8 +70,8 @@ def test_squad_without_version_takes_the_files_own_and_writes_the_null_in_nbest(
 
     v11 = _v11(tmp_path / "v11.json")
     v20 = shared_path("squad", "dev-v2.0-small.json")
-    assert _squad_dev_spec(tmp_path, "", v11).info["version"] == "1.1"
-    spec = _squad_dev_spec(tmp_path, "", v20)
+    assert _squad_dev_spec("", v11).info["version"] == "1.1"
+    spec = _squad_dev_spec("", v20)
     assert spec.info["version"] == "2.0"
     assert SquadOptions().version == ""
     assert paper_recipe_name("squad", SquadOptions(dev=str(v11))) == "squad1.1"
@@ -94,10 +85,10 @@ def test_squad_without_version_takes_the_files_own_and_writes_the_null_in_nbest(
                 qa["answers"] = []
     new.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(UserError, match="give --version 1.1 or --version 2.0"):
-        _squad_dev_spec(tmp_path, "", new)
+        _squad_dev_spec("", new)
     # the run's n-best file: v2.0 lists "" with the [CLS] score, v1.1 spans only
     for gold, has_null in ((v20, True), (v11, False)):
-        spec = _squad_dev_spec(tmp_path, "", gold)
+        spec = _squad_dev_spec("", gold)
         (dev,) = spec.eval_sets
         rng = np.random.default_rng(0)
         out = {key: [rng.normal(size=len(f.input_ids)) for f in dev.features] for key in ("start_logits", "end_logits")}

@@ -112,21 +112,29 @@ def test_the_span_loss_over_the_real_tokens_ignores_the_padding_and_keeps_transf
     torch.testing.assert_close(on_padding, beyond)
 
 
-def test_predict_in_bf16_on_a_cpu_without_bf16_says_it_runs_emulated(model_dir, tmp_path, monkeypatch, capsys):
-    """`finetune --precision bf16` warned that this CPU emulates bf16 (slower than fp32); `predict` / `evaluate
-    --model` with the same option ran it silently."""
+def classifier_on_a_dev_file(model_dir, tmp_path, precision: str):
+    """A two-class head on the tiny pretrained model (tmp_path/head) and the classify spec of a two-row dev file:
+    (spec, head, tokenizer, cfg) for `finetune.run_evaluation`."""
     from albertlm.tasks import specs
     from albertlm.tasks.classify import Columns
-    from albertlm.training import precision
 
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
     tokenizer = load_tokenizer(model_dir)
     head = tmp_path / "head"
     AlbertForSequenceClassification.from_pretrained(model_dir, num_labels=2).save_pretrained(head)
     (tmp_path / "dev.tsv").write_text("text\tlabel\ngood film\tpos\nbad plot\tneg\n")
-    cfg = FinetuneConfig(finetune_optim(), finetune_train(precision="bf16", progress=False), max_seq_length=16)
+    cfg = FinetuneConfig(finetune_optim(), finetune_train(precision=precision, progress=False), max_seq_length=16)
     spec = specs.classify_spec(tokenizer, cfg, Columns("text"), dev_file=tmp_path / "dev.tsv", labels=["neg", "pos"],
                                training=False)
+    return spec, head, tokenizer, cfg
+
+
+def test_predict_in_bf16_on_a_cpu_without_bf16_says_it_runs_emulated(model_dir, tmp_path, monkeypatch, capsys):
+    """`finetune --precision bf16` warned that this CPU emulates bf16 (slower than fp32); `predict` / `evaluate
+    --model` with the same option ran it silently."""
+    from albertlm.training import precision
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    spec, head, tokenizer, cfg = classifier_on_a_dev_file(model_dir, tmp_path, "bf16")
     capsys.readouterr()
     metrics = finetune.run_evaluation(spec, head, tokenizer, cfg, None)
     assert 0.0 <= metrics["dev"]["accuracy"] <= 1.0
