@@ -357,19 +357,15 @@ def _write_serving_files(staging: Path, model, model_dir: Path, metadata: dict[s
     """config.json (transformers' AlbertConfig, as `convert --to hf` writes it: model_type, architectures, the
     labels and problem type in the .onnx's metadata) and the tokenizer files beside onnx/; lines to print."""
     import json
-    import shutil
 
-    from albertlm.interop.hf import complete_export, export_hf
+    from albertlm.interop.hf import complete_export, hf_config
 
     labels = {}
     if "id2label" in metadata:
         labels["id2label"] = json.loads(metadata["id2label"])
     if "problem_type" in metadata:
         labels["problem_type"] = metadata["problem_type"]
-    scratch = staging / ".hf"
-    export_hf(model, scratch, labels or None)   # its config.json; its weights are not wanted (the graph holds them)
-    config = json.loads((scratch / "config.json").read_text(encoding="utf-8"))
-    shutil.rmtree(scratch)
+    config = hf_config(model, labels or None)   # export_hf's config.json, no weights (the graph holds them)
     config["dtype"] = "float32"   # the graph's (model.onnx), whatever the checkpoint was saved in
     (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     source = given if given is not None and given.is_file() else tokenizer

@@ -36,33 +36,13 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     is written."""
     from safetensors.torch import save_file
 
-    name = type(model).__name__
-    if name not in HF_ARCHITECTURES:
-        raise UserError(f"cannot export {name} to transformers (one of {', '.join(HF_ARCHITECTURES)})")
-    cfg = hf_export_config(model.config)
-    if name in ("AlbertForPreTraining", "AlbertForQuestionAnswering"):
-        # transformers sizes the SOP head and the QA head (start, end) by num_labels; ours are always 2 wide
-        cfg = cfg.replace(num_labels=2)
-    if labels:   # before anything is written (a hand-edited labels.json, say)
-        labels = hf_format.check_labels(labels, "export_hf labels", cfg.num_labels if name in LABELLED else None)
-    elif labels is None:
-        labels = model_labels(model)
+    _, cfg, config = _config_of(model, labels)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     if isinstance(model, AlbertModel):
         state = {"albert." + k: v for k, v in state.items()}
     hf_state = hf_format.state_to_hf(state, cfg, sharing_plan(cfg))  # raises for attention / ffn sharing
     if isinstance(model, AlbertModel):  # transformers' bare model has no prefix
         hf_state = {k.removeprefix("albert."): v for k, v in hf_state.items()}
-    config = hf_format.config_to_hf(cfg, name)
-    if labels and labels.get("id2label") and len(labels["id2label"]) == cfg.num_labels:  # not another head's
-        config["id2label"] = {str(k): v for k, v in labels["id2label"].items()}
-        config["label2id"] = {v: int(k) for k, v in labels["id2label"].items()}
-    if labels and labels.get("problem_type"):
-        config["problem_type"] = labels["problem_type"]
-    elif name == "AlbertForSequenceClassification" and cfg.num_labels == 1:
-        # ours with one label is a regression (MSE); transformers' text-classification pipeline runs a sigmoid over a
-        # one-label model unless problem_type says regression (a GLUE STS-B score of 4.2 came out as 0.985)
-        config["problem_type"] = "regression"
     directory = Path(directory)
     floats = {v.dtype for v in hf_state.values() if v.is_floating_point()}
     if len(floats) == 1:   # what transformers' save_pretrained records (its from_pretrained's dtype="auto" reads it)
@@ -79,6 +59,38 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     mode_like(directory / "model.safetensors", directory / "config.json")
     remove_earlier_weights(directory)   # an earlier pytorch_model.bin or shards: not a second model beside this one
     return directory
+
+
+def hf_config(model: nn.Module, labels: dict | None = None) -> dict:
+    """The config.json `export_hf` writes for `model` (labels as there), without converting or writing weights
+    (the ONNX serving directory's config: the graph holds the weights)."""
+    return _config_of(model, labels)[2]
+
+
+def _config_of(model: nn.Module, labels: dict | None) -> tuple[str, object, dict]:
+    """(class name, the config exported, transformers' config.json for it with the labels); refusals first."""
+    name = type(model).__name__
+    if name not in HF_ARCHITECTURES:
+        raise UserError(f"cannot export {name} to transformers (one of {', '.join(HF_ARCHITECTURES)})")
+    cfg = hf_export_config(model.config)
+    if name in ("AlbertForPreTraining", "AlbertForQuestionAnswering"):
+        # transformers sizes the SOP head and the QA head (start, end) by num_labels; ours are always 2 wide
+        cfg = cfg.replace(num_labels=2)
+    if labels:   # before anything is written (a hand-edited labels.json, say)
+        labels = hf_format.check_labels(labels, "export_hf labels", cfg.num_labels if name in LABELLED else None)
+    elif labels is None:
+        labels = model_labels(model)
+    config = hf_format.config_to_hf(cfg, name)
+    if labels and labels.get("id2label") and len(labels["id2label"]) == cfg.num_labels:  # not another head's
+        config["id2label"] = {str(k): v for k, v in labels["id2label"].items()}
+        config["label2id"] = {v: int(k) for k, v in labels["id2label"].items()}
+    if labels and labels.get("problem_type"):
+        config["problem_type"] = labels["problem_type"]
+    elif name == "AlbertForSequenceClassification" and cfg.num_labels == 1:
+        # ours with one label is a regression (MSE); transformers' text-classification pipeline runs a sigmoid over a
+        # one-label model unless problem_type says regression (a GLUE STS-B score of 4.2 came out as 0.985)
+        config["problem_type"] = "regression"
+    return name, cfg, config
 
 
 def hf_export_config(cfg):
