@@ -5,7 +5,8 @@
       -> pretrain a small ALBERT (AdamW; `albertlm pretrain` defaults to LAMB) -> evaluate -> plot
 
 Nothing is downloaded. `python -m albertlm.demo --quick` runs a one-minute version (used by the tests);
-`--out DIR` chooses where everything goes (default ./demo_run).
+`--out DIR` chooses where everything goes (default ./demo_run; with --quick ./demo_run/quick, so a smoke run
+leaves the full demo's results in place).
 """
 from __future__ import annotations
 
@@ -230,10 +231,13 @@ def unigram_baseline(train_dir: Path, eval_dir: Path) -> tuple[float, str]:
 # ------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m albertlm.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="demo_run", help="directory for everything the demo writes")
+    parser.add_argument("--out", help="directory for everything the demo writes (default: demo_run; with --quick "
+                        f"{QUICK_OUT})")
     parser.add_argument("--quick", action="store_true", help="a one-minute smoke version")
     args = parser.parse_args(argv)
-    out = Path(args.out).resolve()
+    # the smoke version has its own default: in demo_run it replaced the full demo's run (its checkpoint, curves and
+    # summary.json) with ten steps' worth, and a model fine-tuned from demo_run/run lost the checkpoint it names
+    out = Path(args.out or (QUICK_OUT if args.quick else "demo_run")).resolve()
     try:
         return run_demo(out, args.quick)
     except UserError as exc:
@@ -249,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-DEMO_NAMES = {"corpus", "tokenizer", "data", "run", "probe", "summary.json"}   # all a demo writes in --out
+QUICK_OUT = "demo_run/quick"   # --quick's default --out, inside the full demo's (which leaves it alone)
+# all a demo writes in --out, and the quick demo's folder inside the full demo's
+DEMO_NAMES = {"corpus", "tokenizer", "data", "run", "probe", "summary.json", Path(QUICK_OUT).name}
 
 
 def run_demo(out: Path, quick: bool) -> int:
@@ -325,10 +331,22 @@ def run_demo(out: Path, quick: bool) -> int:
 def _plan(size: DemoSize, steps: int, seconds: float, minutes: float) -> str:
     """What the probe's speed makes of the pretraining: the steps that fit `minutes`, or, on a machine so slow
     that even `size.min_steps` do not fit, how long those take (the time budget then stops the run early)."""
+    per_step = _seconds_text(seconds, steps)
     if steps * seconds <= minutes * 60:
-        return f"{seconds:.2f} s/step here, so {steps} steps of {size.batch_size} sequences fit {minutes:g} min"
-    return (f"{seconds:.2f} s/step here, so even the demo's fewest steps, {steps} of {size.batch_size} sequences, "
+        return f"{per_step} s/step here, so {steps} steps of {size.batch_size} sequences fit {minutes:g} min"
+    return (f"{per_step} s/step here, so even the demo's fewest steps, {steps} of {size.batch_size} sequences, "
             f"take about {steps * seconds / 60:.1f} min, over the {minutes:g} min they were to fit")
+
+
+def _seconds_text(seconds: float, steps: int) -> str:
+    """`seconds` with two decimals, or as many more (up to four) as keep `steps` times the printed number within
+    3 s of the time it was fitted with: two decimals printed "0.13 s/step here, so 3575 steps of 32 sequences fit
+    7.5 min" for 0.1259 s, and 3575 x 0.13 s is 7.75 min."""
+    for decimals in (2, 3):
+        text = f"{seconds:.{decimals}f}"
+        if abs(float(text) - seconds) * steps <= 3.0:
+            return text
+    return f"{seconds:.4f}"
 
 
 def recorded_evaluation(run_dir: Path, step: int) -> dict | None:
