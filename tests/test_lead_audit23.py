@@ -117,3 +117,24 @@ def test_predict_into_an_out_that_is_a_file_is_refused_before_the_work(tmp_path,
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code != 0 and len(err) == 1 and "exists and is not a directory" in err[0], err
     assert taken.read_text() == "keep me\n"
+
+
+def test_finetune_resume_with_another_model_is_refused(tmp_path, capsys):
+    """`finetune --resume --model B` on a run started from A went on silently (B's tokenizer fed the saved weights
+    other ids, run_config named B while best/ kept A's tokenizer). Refused in one line; the same model resumes."""
+    import shutil
+
+    from conftest import assert_one_error
+    from test_classify_audit22 import _finetune
+
+    a = tmp_path / "model_a"
+    a.mkdir()
+    save_tiny_pretrained(a)
+    b = tmp_path / "model_b"
+    shutil.copytree(a, b)
+    out = tmp_path / "run"
+    assert _finetune(a, tmp_path, out) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    code = _finetune(b, tmp_path, out, "--resume", "--max-steps", "3")
+    assert_one_error(capsys, code, "--resume", "started from --model", str(b))
+    assert _finetune(a, tmp_path, out, "--resume", "--max-steps", "3") == 0, capsys.readouterr().err

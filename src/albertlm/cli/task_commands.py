@@ -334,6 +334,8 @@ def _finetune(args) -> int:
     # before the model or the data is read: what the loop would refuse once both had loaded
     check_precision(cfg.train.precision, check_backend(cfg.dist.backend, cfg.dist.device))
     model = _model(args.model)
+    if saved is not None:
+        _check_resumed_model(args.out, saved, model)
     if not args.resume:      # --overwrite would remove the checkpoint the run starts from
         check_out_keeps_source(args.out, args.model, model, "--model", RUN_FILES)
     check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
@@ -361,6 +363,20 @@ def _finetune(args) -> int:
         print(json.dumps(json_safe({"best": metrics["best"], "out": str(args.out), **stopped}), indent=2,
                          allow_nan=False))
     return 0
+
+
+def _check_resumed_model(out: str, saved: dict, model: Path) -> None:
+    """`finetune --resume --model B` on a run started from A trained on silently (B's tokenizer feeding the saved
+    weights other ids; best/ kept A's): refused where the run's recorded model is still there and is another one
+    (a run whose model has moved since resumes from the one given)."""
+    import os
+
+    started = saved.get("model")
+    if not started or not Path(started).exists():
+        return
+    if not os.path.samefile(started, model):
+        raise UserError(f"--resume: the run in {out} was started from --model {started}, now {model}; a resumed run "
+                        "keeps its model (give that one, or start over with --overwrite)")
 
 
 def _best_metric(args, options, saved: dict | None) -> str | None:
