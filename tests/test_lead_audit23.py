@@ -138,3 +138,25 @@ def test_finetune_resume_with_another_model_is_refused(tmp_path, capsys):
     code = _finetune(b, tmp_path, out, "--resume", "--max-steps", "3")
     assert_one_error(capsys, code, "--resume", "started from --model", str(b))
     assert _finetune(a, tmp_path, out, "--resume", "--max-steps", "3") == 0, capsys.readouterr().err
+
+
+def test_the_diagnostic_set_beside_mnli_is_scored_from_a_predictions_file(tmp_path, capsys):
+    """`evaluate glue --task mnli --dev diagnostic-full.tsv --predictions F` read the gold file as MNLI's ("8
+    tab-separated fields, mnli needs 10"); it is scored as `--task ax` scores it, with the Matthews correlation."""
+    import json
+
+    from sklearn.metrics import matthews_corrcoef
+
+    from albertlm.cli.main import main
+    from test_glue_audit17 import _diagnostic_full
+
+    full, gold = _diagnostic_full(tmp_path / "diagnostic-full.tsv")
+    guess = ["contradiction", "entailment", "entailment", "entailment", "neutral", "neutral"]
+    preds = tmp_path / "diagnostic-full_predictions.tsv"
+    preds.write_text("index\tprediction\n" + "".join(f"{i}\t{p}\n" for i, p in enumerate(guess)))
+    code = main(["evaluate", "glue", "--task", "mnli", "--dev", str(full), "--predictions", str(preds)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    scored = json.loads(out)
+    assert scored["mcc"] == pytest.approx(matthews_corrcoef(gold, guess))
+    assert scored["accuracy"] == pytest.approx(sum(g == p for g, p in zip(gold, guess)) / len(gold))

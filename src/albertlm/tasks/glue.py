@@ -389,3 +389,23 @@ def read_predictions(task: GlueTask, path: str | Path) -> dict[str, str | float]
         lines[index] = lineno
         out[index] = _parse_label(task, cells[1], f"{path}:{lineno}")
     return out
+
+
+def is_diagnostic(path: Path) -> bool:
+    """GLUE's diagnostic set (AX), by the file's name (diagnostic.tsv, diagnostic-full.tsv, AX.tsv)."""
+    return path.name.lower().startswith(("diagnostic", "ax"))
+
+
+def file_task(task: GlueTask, path: Path) -> GlueTask:
+    """The task whose layout and labels a file is read in: the diagnostic set's (by the file's name) for MNLI and
+    AX, which ride along together, else the task's own. The diagnostic set given to another task is refused: its
+    three MNLI classes are no classes of that task's model (an RTE model's `--test diagnostic.tsv` wrote AX.tsv
+    with its two classes named contradiction and entailment, and scoring diagnostic-full.tsv was a KeyError)."""
+    if not is_diagnostic(path):
+        return task
+    if task.name not in ("mnli", "ax"):
+        raise DataError(f"{path}: by its name GLUE's diagnostic set (AX), which is predicted and scored in MNLI's "
+                        f"three classes with an MNLI model, not for --task {task.name}: `albertlm predict glue --task "
+                        f"ax --model MNLI_RUN/best --test diagnostic.tsv` (a {task.name} file under this name: "
+                        "rename it)")
+    return get_task("ax")

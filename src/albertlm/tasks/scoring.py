@@ -66,6 +66,8 @@ def score_glue(opts, predictions: str, score_opts=None, warn=None) -> dict:
                             f"({', '.join(Path(path).name for path in dev)}); give the one with --dev FILE")
         dev = named
     _check_mnli_split(dev[0], predictions)
+    # the diagnostic set beside MNLI's dev files is read in its own layout and scored as --task ax (MCC)
+    task = glue.file_task(task, Path(dev[0]))
     examples = glue.read_examples(task, dev[0])
     preds = glue.read_predictions(task, predictions)
     keys = [str(i) for i in range(len(examples))]

@@ -63,7 +63,7 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
     files = _glue_files(task, data_dir, train_file, dev_files, test_files, training)
 
     def read(path: Path, labelled: bool):
-        return glue.read_examples(_reader(task, path), path, labelled, tolerate, skip_option="--skip-bad-rows")
+        return glue.read_examples(glue.file_task(task, path), path, labelled, tolerate, skip_option="--skip-bad-rows")
 
     def features(path: Path, examples, labelled: bool):
         labels = glue.label_ids(task, examples) if labelled else None
@@ -72,7 +72,7 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
 
     _check_distinct_outputs(task, files)
     for path in (path for paths in files.values() for path in paths):   # a misplaced diagnostic set: before reading
-        _reader(task, path)
+        glue.file_task(task, path)
     train_path = files["train"][0] if training else None
     train_examples = read(train_path, True) if training else []
     dev = [(path, read(path, True)) for path in files["dev"]]
@@ -82,7 +82,7 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
         train_examples = _msr_train(task, train_path, train_examples, dev, problems, warnings)
         warnings.extend(_wnli_adversarial(task, train_examples, dev))
         train = features(train_path, train_examples, True)
-    eval_sets = [_glue_dev_set(task, path, examples, features(path, examples, True), _reader(task, path).name)
+    eval_sets = [_glue_dev_set(task, path, examples, features(path, examples, True), glue.file_task(task, path).name)
                  for path, examples in dev]
     for path in files["test"]:
         examples = read(path, False)
@@ -168,29 +168,10 @@ def _glue_files(task, data_dir, train_file, dev_files, test_files, training: boo
     return found
 
 
-def _is_diagnostic(path: Path) -> bool:
-    return path.name.lower().startswith(("diagnostic", "ax"))
-
-
-def _reader(task, path: Path):
-    """The task whose layout and labels a file is read in: the diagnostic set's (by the file's name) for MNLI and
-    AX, which ride along together, else the task's own. The diagnostic set given to another task is refused: its
-    three MNLI classes are no classes of that task's model (an RTE model's `--test diagnostic.tsv` wrote AX.tsv
-    with its two classes named contradiction and entailment, and scoring diagnostic-full.tsv was a KeyError)."""
-    if not _is_diagnostic(path):
-        return task
-    if task.name not in ("mnli", "ax"):
-        raise DataError(f"{path}: by its name GLUE's diagnostic set (AX), which is predicted and scored in MNLI's "
-                        f"three classes with an MNLI model, not for --task {task.name}: `albertlm predict glue --task "
-                        f"ax --model MNLI_RUN/best --test diagnostic.tsv` (a {task.name} file under this name: "
-                        "rename it)")
-    return glue.get_task("ax")
-
-
 def _submission_name(task, path: Path) -> str:
     """The GLUE server's file name for a test file's predictions: AX.tsv for the diagnostic set, MNLI-mm.tsv
     for a mismatched MNLI test file (by its name: `test_mismatched.tsv`, `mnli_test_mismatched.tsv`, ...)."""
-    if _is_diagnostic(path):
+    if glue.is_diagnostic(path):
         return "AX.tsv"
     if task.name == "mnli" and "mismatched" in path.name.lower():
         return "MNLI-mm.tsv"
