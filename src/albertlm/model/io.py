@@ -535,14 +535,11 @@ REFUSED_KEYWORDS = {   # transformers' keyword -> what albertlm does instead
     "attn_implementation": "albertlm picks its attention kernels itself (docs/model.md)",
     "use_safetensors": "albertlm reads the weights file transformers' from_pretrained reads (model.safetensors "
                        "first), a pickle with weights_only=True",
-    "quantization_config": "albertlm loads floating weights (dtype=); quantise with torch or `albertlm export onnx "
-                           "--quantize int8`",
-    "load_in_8bit": "albertlm loads floating weights (dtype=); quantise with torch or `albertlm export onnx "
-                    "--quantize int8`",
-    "load_in_4bit": "albertlm loads floating weights (dtype=); quantise with torch or `albertlm export onnx "
-                    "--quantize int8`",
-    "max_memory": "albertlm loads the whole model onto one device (device_map='cuda:0', or model.to(device))",
-    "offload_folder": "albertlm loads the whole model onto one device (device_map='cuda:0', or model.to(device))",
+    **dict.fromkeys(("quantization_config", "load_in_8bit", "load_in_4bit"),
+                    "albertlm loads floating weights (dtype=); quantise with torch or `albertlm export onnx "
+                    "--quantize int8`"),
+    **dict.fromkeys(("max_memory", "offload_folder"),
+                    "albertlm loads the whole model onto one device (device_map='cuda:0', or model.to(device))"),
 }
 
 
