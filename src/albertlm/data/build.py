@@ -41,8 +41,9 @@ from typing import Iterable, Iterator, Literal
 import numpy as np
 
 from albertlm.config.run import SEED_LIMIT
-from albertlm.data.corpus import (FORMATS, JSONL_SUFFIXES, CorpusCounts, Document, check_inputs, compression_of,
-                                  find_input_files, inner_name, open_text_stream, read_documents, table_format)
+from albertlm.data.corpus import (CSV_SUFFIXES, FORMATS, JSONL_SUFFIXES, CorpusCounts, Document, check_inputs,
+                                  compression_of, find_input_files, inner_name, open_text_stream, read_documents,
+                                  table_format)
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
@@ -86,8 +87,8 @@ class BuildConfig:
     seed: int = 12345                    # same seed, same bytes
     num_shards: int = 1                  # split the build into K parts (one per machine)
     shard_index: int = 0                 # which part this run builds
-    format: Literal["auto", "lines", "raw", "jsonl", "wikiextractor", "parquet", "arrow"] = "auto"  # input format; .gz/.bz2/.xz/.zst text is decompressed (docs/data.md)
-    text_field: str = "text"             # JSONL field / Parquet or Arrow column holding the text
+    format: Literal["auto", "lines", "raw", "jsonl", "wikiextractor", "parquet", "arrow", "csv"] = "auto"  # input format; .gz/.bz2/.xz/.zst text is decompressed (docs/data.md)
+    text_field: str = "text"             # JSONL field / CSV, Parquet or Arrow column holding the text
     chunk_chars: int = 500_000           # characters per work unit
     records_per_shard: int | None = None  # instances per shard file; none = about 256 MB per shard
     overwrite: bool = False              # replace an earlier build in --out
@@ -949,7 +950,7 @@ def table_columns(head: bytes, complete: bool) -> TableShape | None:
 
 
 def tabular_inputs(files: Iterable[Path], fmt: str = "auto") -> list[tuple[Path, TableShape]]:
-    """The text inputs that `table_columns` finds to be tables (JSONL, WikiExtractor, Parquet, Arrow and
+    """The text inputs that `table_columns` finds to be tables (JSONL, CSV, WikiExtractor, Parquet, Arrow and
     binary files are not looked at). Reads the first TABLE_SNIFF_BYTES of each (decompressed)."""
     if fmt not in ("auto", "lines", "raw"):
         return []
@@ -957,8 +958,9 @@ def tabular_inputs(files: Iterable[Path], fmt: str = "auto") -> list[tuple[Path,
     for path in map(Path, files):
         with open(path, "rb") as handle:
             magic = handle.read(8)
-        named_jsonl = fmt == "auto" and inner_name(path).suffix.lower() in JSONL_SUFFIXES
-        if table_format(path, magic) is not None or named_jsonl:
+        # JSON lines and CSV files (by their names) are read by their own readers, the text of one field a document
+        named_rows = fmt == "auto" and inner_name(path).suffix.lower() in JSONL_SUFFIXES + CSV_SUFFIXES
+        if table_format(path, magic) is not None or named_rows:
             continue
         stream, raw = open_text_stream(path, compression_of(magic), lambda exc: None)
         try:

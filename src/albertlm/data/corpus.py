@@ -12,7 +12,10 @@ Formats (``--format``):
   ``--text-field`` column is one document, split like ``raw``. Read one record batch at a time.
 - ``arrow``: an Arrow IPC stream or file, as ``datasets.Dataset.save_to_disk`` writes them
   (``data-00000-of-00001.arrow``); rows as for ``parquet``, one record batch at a time.
-- ``auto`` (default): Parquet and Arrow by their magic bytes; ``.jsonl``/``.json``/``.ndjson`` -> jsonl; a file
+- ``csv``: comma-separated values with a header line (``Dataset.to_csv``, pandas, spreadsheets; quoted fields
+  may hold commas, quotes and line breaks); each row's ``--text-field`` column is one document, split like ``raw``.
+- ``auto`` (default): Parquet and Arrow by their magic bytes; ``.jsonl``/``.json``/``.ndjson`` -> jsonl;
+  ``.csv`` -> csv (it was read as text: the header, quotes and every column built into the data); a file
   starting with ``<doc`` -> wikiextractor; a file most of whose first lines are JSON objects -> jsonl (whatever its
   name: WikiExtractor ``--json`` writes ``wiki_00``); otherwise ``raw`` if most lines hold several sentences, else
   ``lines``.
@@ -36,6 +39,7 @@ Arrow file without that column, a JSONL file none of whose first records has it)
 from __future__ import annotations
 
 import bz2
+import csv
 import gzip
 import html
 import io
@@ -51,13 +55,17 @@ from typing import Callable, Iterator, Sequence
 
 from albertlm.errors import UserError
 
-FORMATS = ("auto", "lines", "raw", "jsonl", "wikiextractor", "parquet", "arrow")
+FORMATS = ("auto", "lines", "raw", "jsonl", "wikiextractor", "parquet", "arrow", "csv")
 TABLE_FORMATS = ("parquet", "arrow")
 COMPRESSIONS = {"gz": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00", "zst": b"\x28\xb5\x2f\xfd"}
 COMPRESSED_SUFFIXES = {".gz": "gz", ".gzip": "gz", ".bz2": "bz2", ".xz": "xz", ".zst": "zst", ".zstd": "zst"}
 TABLE_SUFFIXES = (".parquet", ".arrow")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")   # read as JSON lines by --format auto, whatever they hold
-TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".ndjson", ".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd")
+CSV_SUFFIXES = (".csv",)                          # read as CSV (a header line, then rows) by --format auto
+TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".ndjson", ".csv", ".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd")
+# csv's default limit on one field (131072 characters) is below a long article. Ours keeps memory bounded: an
+# unclosed quote would otherwise read the rest of a many-GB file into one field (it ends the file as a bad row)
+CSV_FIELD_LIMIT = 4 * 10_000_000
 _ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Arrow IPC stream
 
 # A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start (see
@@ -364,6 +372,8 @@ def detect_format(path: Path, head: bytes) -> str:
     the name without a compression suffix."""
     if path.suffix.lower() in JSONL_SUFFIXES:
         return "jsonl"
+    if path.suffix.lower() in CSV_SUFFIXES:
+        return "csv"
     text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
     if text.lstrip().startswith("<doc"):
         return "wikiextractor"
@@ -650,14 +660,22 @@ class _TextSource:
         for raw in (self.stream if whole else self._pieces(MAX_LINE_BYTES)):
             if not isinstance(raw, _Continued):
                 self.line_number += 1
-            if self.line_number == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM):]  # a UTF-8 byte order mark (Windows tools) is not text: JSON, <doc> follow it
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                self.counts.skip("invalid_utf8_lines", f"{self.path} line {self.line_number}")
-                line = raw.decode("utf-8", errors="replace")
-            yield line.strip()
+            yield self._decoded(raw).strip()
+
+    def text_lines(self) -> Iterator[str]:
+        """Whole decoded lines with their line ends, for the csv module (a quoted field may span lines)."""
+        for raw in self.stream:
+            self.line_number += 1
+            yield self._decoded(raw)
+
+    def _decoded(self, raw: bytes) -> str:
+        if self.line_number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM):]  # a UTF-8 byte order mark (Windows tools) is not text: JSON, <doc> follow it
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.counts.skip("invalid_utf8_lines", f"{self.path} line {self.line_number}")
+            return raw.decode("utf-8", errors="replace")
 
     def _pieces(self, limit: int) -> Iterator[bytes]:
         """The file's lines as bytes, a line longer than `limit` bytes cut into pieces of at most `limit`: at
@@ -871,7 +889,65 @@ def _read_wikiextractor(source: _TextSource, text_field: str) -> Iterator[list[s
         yield document(lines, first)
 
 
-_READERS = {"lines": _read_lines, "raw": _read_raw, "jsonl": _read_jsonl, "wikiextractor": _read_wikiextractor}
+def _csv_rows(source: _TextSource) -> Iterator[list[str]]:
+    """The rows of a CSV file, each read under CSV_FIELD_LIMIT. The limit is the csv module's, process-wide: it is
+    raised for one row at a time and put back before the row is handed on (a caller's own CSV reading keeps the
+    limit it set). A row the csv module cannot read ends the file (`bad_rows`, naming the line)."""
+    reader = csv.reader(source.text_lines())
+    while True:
+        before = csv.field_size_limit(max(CSV_FIELD_LIMIT, csv.field_size_limit()))
+        try:
+            row = next(reader, None)
+        except csv.Error as exc:
+            source.counts.skip("bad_rows", f"{source.where()}: {exc}; the rest of the file was not read")
+            return
+        finally:
+            csv.field_size_limit(before)
+        if row is None:
+            return
+        yield row
+
+
+def _csv_column(header: list[str], text_field: str, path: Path) -> int:
+    """The header's column holding the documents (surrounding spaces ignored: `id, text`); a UserError naming the
+    file and its columns when there is none."""
+    names = [name.strip() for name in header]
+    if text_field.strip() in names:
+        return names.index(text_field.strip())
+    shown = ", ".join(repr(name) for name in names[:12])
+    used = next((sep for sep in (";", "\t", "|") if sep in names[0]), None) if len(names) == 1 else None
+    named = "tabs" if used == "\t" else repr(used)
+    hint = (f"; the header looks separated by {named}, but a CSV file is read comma-separated: save it with commas"
+            if used is not None else "")
+    raise UserError(f"{path} has no column {text_field!r} in its header line (columns: {shown}); choose one with "
+                    f"--text-field (the first line of a CSV file names its columns){hint}")
+
+
+def _read_csv(source: _TextSource, text_field: str) -> Iterator[list[str]]:
+    """CSV rows after the header line; each row's `text_field` cell is a document, split like `raw`. A row too
+    short to hold the column is skipped (`bad_rows`), an empty cell counted (`empty_records`); blank lines are
+    no rows."""
+    rows = _csv_rows(source)
+    header = next((row for row in rows if any(cell.strip() for cell in row)), None)   # blank lines before it
+    if header is None:
+        return
+    column = _csv_column(header, text_field, source.path)
+    for row in rows:
+        if not row:
+            continue        # a blank line (a row of empty cells, `,,`, is a row with an empty text)
+        if len(row) <= column:
+            source.counts.skip("bad_rows", f"{source.where()}: {len(row)} field(s), no column {text_field!r} (the "
+                                           f"header has {len(header)})")
+            continue
+        sentences = _text_sentences(row[column])
+        if not sentences:
+            source.counts.skip("empty_records", f"{source.where()}: column {text_field!r} is empty")
+            continue
+        yield from _capped(sentences, source.counts, source.where())
+
+
+_READERS = {"lines": _read_lines, "raw": _read_raw, "jsonl": _read_jsonl, "wikiextractor": _read_wikiextractor,
+            "csv": _read_csv}
 
 
 # -- Parquet and Arrow -------------------------------------------------------------------------------------
@@ -1024,14 +1100,19 @@ def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "te
         else:
             compression = compression_of(magic)
             _check_encoding(path, compression)
-            if fmt == "jsonl" or (fmt == "auto" and _guessed_format(path, compression) == "jsonl"):
+            guessed = fmt if fmt != "auto" else _guessed_format(path, compression)
+            if guessed == "jsonl":
                 _check_jsonl(path, compression, text_field)
+            elif guessed == "csv":
+                _check_csv(path, compression, text_field)
 
 
 def _guessed_format(path: Path, compression: str | None) -> str:
     """What `--format auto` reads a text file as (by its name, else its head)."""
     if inner_name(path).suffix.lower() in JSONL_SUFFIXES:
         return "jsonl"
+    if inner_name(path).suffix.lower() in CSV_SUFFIXES:
+        return "csv"
     head, _ = _read_head(path, compression)
     return detect_format(inner_name(path), head) if head.strip() and b"\x00" not in head else "lines"
 
@@ -1069,3 +1150,17 @@ def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
         raise UserError(f"{path} is not JSON lines: none of its first {lines} line(s) is a JSON object ({first_bad}); "
                         "if it holds one JSON document (an array of records, pretty-printed JSON), write one object "
                         "per line (datasets: to_json(path, lines=True))")
+
+
+def _check_csv(path: Path, compression: str | None, text_field: str) -> None:
+    """A CSV file whose header line names `text_field` (else a UserError listing its columns); an empty file is
+    left to the reader, which skips it as one."""
+    stream, raw = open_text_stream(path, compression, lambda exc: None)
+    try:
+        rows = _csv_rows(_TextSource(path, stream, CorpusCounts()))
+        header = next((row for row in rows if any(cell.strip() for cell in row)), None)
+    finally:
+        stream.close()
+        raw.close()
+    if header is not None:
+        _csv_column(header, text_field, path)

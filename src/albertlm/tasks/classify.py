@@ -4,10 +4,11 @@ multi-class classification or regression. A row's default id is its place among 
 cells between rows (a one-column CSV's `""`) is a row with an empty text, counted as such; blank lines are none.
 
 The label set is the sorted labels of the training file (or given explicitly); a dev/test label outside it
-is an error naming the file and line. Label names are compared in Unicode NFC: a Korean label written
-decomposed (NFD, as macOS tools often save it) is the same class as its precomposed spelling. A label
-holds no comma, tab or line break (label sets are recorded and given comma-separated; predictions are
-written tab-separated).
+is an error naming the file and line. A file whose every label is -1 (what Hugging Face `datasets` writes for a
+row without a label: a test split) is refused as training, dev or gold data. Label names are compared in Unicode
+NFC: a Korean label written decomposed (NFD, as macOS tools often save it) is the same class as its precomposed
+spelling. A label holds no comma, tab or line break (label sets are recorded and given comma-separated;
+predictions are written tab-separated).
 
 Column names are matched exactly, else by their stripped NFC spelling (`text, label`; an NFD Korean header);
 a column that is not there is an error suggesting the nearest name, or the separator a one-column header
@@ -120,6 +121,13 @@ def _label(value, column: str, where: str) -> str:
     raise DataError(f"{where}: label {value!r} in column {column!r} is not a class name (a string or an integer)")
 
 
+# Hugging Face `datasets` writes -1 where a ClassLabel column has no label: every row of GLUE's and most Hub
+# datasets' test splits (Dataset.to_parquet / to_json / to_csv keep it)
+NO_LABEL = "-1"
+NO_LABEL_HINT = (", which Hugging Face datasets writes for a row without a label (a test split): such a file is "
+                 "predicted (--test), not trained on or scored")
+
+
 def label_name(value) -> str:
     """A label as compared and stored: its text stripped, in NFC (NFD "모순" and precomposed "모순" are one
     class; the error "label '모순' is not in the label set ['모순', ...]" named two spellings that look alike)."""
@@ -161,6 +169,10 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
         examples.append(TextExample(guid, text, pair, label, where))
     if not examples:
         raise DataError(f"{path}: no rows")
+    if with_labels and columns.label and all(label_name(e.label) == NO_LABEL or e.label == -1.0 for e in examples):
+        # a Hugging Face test split: trained as one class "-1" (a warning), scored as a dev or gold file (accuracy
+        # 0 against labels no row has), without a word that the file holds no labels
+        raise DataError(f"{examples[0].where}: every label in column {columns.label!r} is -1{NO_LABEL_HINT}")
     return examples
 
 
@@ -253,6 +265,7 @@ def label_ids(examples: Sequence[TextExample], labels: Sequence[str] | None) -> 
     for e in examples:
         name = label_name(e.label)
         if name not in index:
-            raise DataError(f"{e.where}: label {e.label!r} is not in the label set {list(labels)}")
+            hint = NO_LABEL_HINT if name == NO_LABEL else ""
+            raise DataError(f"{e.where}: label {e.label!r} is not in the label set {list(labels)}{hint}")
         out.append(index[name])
     return out

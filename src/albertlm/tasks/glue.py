@@ -6,7 +6,9 @@ header, the others do; MNLI has matched and mismatched dev/test; MRPC can also b
 re-split files with and without a header both work (e.g. a headerless `val.tsv`). The diagnostic set (AX) is
 predicted from `diagnostic.tsv` (`index, sentence1, sentence2`) and scored from the labelled
 `diagnostic-full.tsv` (`Lexical Semantics, Predicate-Argument Structure, Logic, Knowledge, Domain, Premise,
-Hypothesis, Label`), which GLUE publishes beside it.
+Hypothesis, Label`), which GLUE publishes beside it. A Hugging Face `datasets` export of a task (Parquet, Arrow, a
+save_to_disk folder, JSON lines, CSV, or a tab-separated to_csv naming `idx`) is refused with the `classify`
+options that read its columns.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from albertlm.tasks.tables import DataError, Problems, read_tsv, shown
+from albertlm.tasks.tables import DataError, Problems, columnar_format, read_tsv, shown
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     has questions cut in two by a line break: 4 fields, then 3)."""
     task = get_task(task) if isinstance(task, str) else task
     path = Path(path)
+    _refuse_datasets_file(task, path)
     cols = task.train if has_labels else task.test
     if task.name == "mrpc" and not has_labels and is_msr_file(path):
         cols = MSR_TEST
@@ -198,6 +201,11 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     for n, (lineno, cells) in enumerate(read_tsv(path)):
         where = f"{path}:{lineno}"
         if n == 0:
+            if [cell.strip().lstrip("\ufeff").lower() for cell in cells] in _hf_headers(task):
+                raise DataError(f"{where}: the header line names Hugging Face datasets' columns "
+                                f"({', '.join(cell.strip() for cell in cells)}), not GLUE's layout"
+                                + _datasets_hint(task) + " (export it with to_parquet or to_json: a tab-separated "
+                                "to_csv quotes the texts that hold a quote, and .tsv files are read unquoted)")
             header = _is_header(task, cols, cells)
             header_cells = cells if header else None
             widest = len(cells) if header else None
@@ -225,7 +233,7 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
                     raise DataError(f"{where}: {len(cells)} tab-separated fields, the header line has {widest} "
                                     f"(a tab inside a text?){kept or skip}")
                 raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}"
-                                + (_export_hint(path) or
+                                + (_export_hint(task, path) or
                                    (_test_layout_hint(task, cells, header_cells) if has_labels else "") or skip)
                                 + kept)
             problems.add("malformed row skipped", where)
@@ -254,14 +262,69 @@ def _too_wide(task: GlueTask, where: str, cells: list[str], most: int) -> str:
     return f"{where}: {len(cells)} tab-separated fields, {task.name}'s test layout has {most} (another task's file?)"
 
 
-def _export_hint(path: Path) -> str:
+def _export_hint(task: GlueTask, path: Path) -> str:
     """For a file that is not GLUE's TSV by its suffix (a JSON lines or CSV export, as Hugging Face `datasets`'
-    to_json / to_csv write): the family that reads it."""
+    to_json / to_csv write): the family that reads it, with the options that read `datasets`' columns."""
     if path.suffix.lower() not in (".jsonl", ".json", ".ndjson", ".csv"):
         return ""
     return (f" (a {path.suffix} file: `glue` reads GLUE's own tab-separated files, as download_glue_data.py "
             "writes them; a CSV or JSON lines export, e.g. Hugging Face datasets', is read by `classify` with "
-            "--text-column / --text-pair-column / --label-column)")
+            f"{_classify_options(task)}{_label_meaning(task)})")
+
+
+# the text columns Hugging Face `datasets` gives each GLUE task (glue/<task>), followed by `label` and `idx`
+HF_COLUMNS: dict[str, tuple[str, ...]] = {
+    "cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"),
+    "qqp": ("question1", "question2"), "stsb": ("sentence1", "sentence2"), "mnli": ("premise", "hypothesis"),
+    "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2"),
+    "ax": ("premise", "hypothesis"),
+}
+# the class names of `datasets`' label numbers where they are not GLUE's 0 / 1 (its MNLI order is not GLUE's)
+HF_LABELS: dict[str, tuple[str, ...]] = {"mnli": ("entailment", "neutral", "contradiction"), "qnli": NLI2,
+                                          "rte": NLI2, "ax": ("entailment", "neutral", "contradiction")}
+
+
+def _hf_headers(task: GlueTask) -> list[list[str]]:
+    """The header lines `Dataset.to_csv(sep="\t")` writes for the task's splits: with datasets' `idx` column, which
+    no GLUE header has (SST-2's own is `sentence, label`)."""
+    texts = list(HF_COLUMNS[task.name])
+    return [texts + ["label", "idx"], ["idx"] + texts + ["label"]]
+
+
+def _classify_options(task: GlueTask) -> str:
+    """The `finetune classify` options that read a Hugging Face `datasets` export of the task (its column names;
+    GLUE's metric as --best-metric; STS-B's --regression)."""
+    texts = HF_COLUMNS[task.name]
+    options = f"--text-column {texts[0]}" + (f" --text-pair-column {texts[1]}" if len(texts) > 1 else "")
+    options += " --label-column label --id-column idx"
+    return options + {"cola": " --best-metric mcc", "mrpc": " --best-metric f1", "qqp": " --best-metric f1",
+                      "stsb": " --regression"}.get(task.name, "")
+
+
+def _label_meaning(task: GlueTask) -> str:
+    """What `datasets`' label numbers mean where they are not GLUE's own labels (MNLI, QNLI, RTE, AX)."""
+    names = HF_LABELS.get(task.name)
+    return (f"; its labels are datasets' numbers, {', '.join(f'{i} {name}' for i, name in enumerate(names))}"
+            if names else "")
+
+
+def _datasets_hint(task: GlueTask) -> str:
+    """What reads a Hugging Face `datasets` export of the task: `classify`, with the task's column names (the
+    files hold datasets' label numbers, -1 in a test split)."""
+    return (f"; `glue` reads GLUE's own tab-separated files (download_glue_data.py); a Hugging Face datasets export "
+            f"of glue/{task.name} is read by `albertlm finetune classify --train FILE --dev FILE --test FILE "
+            f"{_classify_options(task)}`{_label_meaning(task)}")
+
+
+def _refuse_datasets_file(task: GlueTask, path: Path) -> None:
+    """A Parquet / Arrow file or a `save_to_disk` folder given to `glue`: the Hugging Face datasets layout, read by
+    `classify` (it was "a Parquet file, not text", with advice to save it as JSON lines, which `glue` refuses too)."""
+    if path.is_dir() and (path / "state.json").is_file():
+        raise DataError(f"{path}: a datasets save_to_disk folder, not a GLUE file{_datasets_hint(task)}")
+    kind = columnar_format(path) if path.is_file() else None
+    if kind is not None:
+        raise DataError(f"{path}: a{'n' if kind == 'arrow' else ''} {kind.capitalize()} file, not text; `classify` "
+                        f"reads Parquet and Arrow files named .parquet / .arrow{_datasets_hint(task)}")
 
 
 # why --skip-bad-rows stops at a test row (a submission missing a row is rejected by the GLUE server)
