@@ -132,6 +132,7 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_minute
             raise UserError(_join_failure(exc, rank, world_size, timeout_minutes)) from None
         joined_group()
         _in_group["group"] = True
+        _in_group["timeout_minutes"] = timeout_minutes
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
 
 
@@ -312,6 +313,21 @@ def lost_peer(exc: BaseException) -> bool:
     return isinstance(exc, dist.DistError) or any(marker in text for marker in PEER_GONE)
 
 
+def timed_out(exc: BaseException) -> bool:
+    """Whether a collective gave up waiting for the other ranks (gloo: "Timed out waiting 1800000ms for recv
+    operation to complete"), rather than finding one of them gone."""
+    return isinstance(exc, RuntimeError) and "timed out" in str(exc).lower()
+
+
+def waited_too_long() -> str:
+    """What a collective that timed out means, in the user's terms (`timed_out`)."""
+    minutes = _in_group.get("timeout_minutes")
+    limit = f"--dist.timeout_minutes={minutes:g}" if isinstance(minutes, (int, float)) else "--dist.timeout_minutes"
+    return (f"no word from the other processes for {limit}: one of them is stuck, or was busy longer than that with "
+            "work only it does (rank 0's dev evaluation while fine-tuning, a checkpoint written to a slow file "
+            "system), or its machine went away; if such work takes that long, raise --dist.timeout_minutes")
+
+
 def _store():
     try:
         return dist.distributed_c10d._get_default_store() if dist.is_initialized() else None
@@ -433,6 +449,12 @@ def failing_together(info: DistInfo, where: Callable[[], str] = lambda: "") -> I
             raise
         _peer_gone(main)
         messages = peer_failures(info)
+        if not messages and timed_out(exc):
+            # this rank gave up waiting: it says so, and leaves it for the rank it waited for, which torchrun
+            # stops next (`loop.stop_on_signals` then says it at once); it was taken for a process killed outright
+            said = waited_too_long()
+            tell_peers(info, UserError(said), where())
+            raise PeerFailed(f"rank {info.rank} stopped{where()}: {said}") from None
         said = "; ".join(messages) if messages else (
             "another process of the run stopped without a message (killed, or out of memory?)")
         raise PeerFailed(f"{said}; rank {info.rank} stopped too{where()}") from None

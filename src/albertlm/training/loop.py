@@ -30,8 +30,8 @@ from torch import nn
 from albertlm.config.run import TrainConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import (DistInfo, all_reduce_sum, any_rank, failing_together, peer_failures,
-                                           reports_here)
+from albertlm.training.distributed import (DistInfo, PeerFailed, all_reduce_sum, any_rank, failing_together,
+                                           peer_failures, reports_here)
 from albertlm.training.precision import autocast
 from albertlm.training.schedule import lr_at, set_lr
 
@@ -40,6 +40,9 @@ Batch = dict[str, torch.Tensor]
 # `TrainState.extra` key of a checkpoint saved while its step's evaluation was interrupted (a second Ctrl-C during
 # it): the step whose evaluation the resumed run does first (`Loop._redo_evaluation`)
 UNEVALUATED = "unevaluated_step"
+# key of the micro-batch a rank trains on, weighted 0, at a step whose global batch left it no examples
+# (`StepData`): it joins DDP's gradient all-reduce and adds nothing to the gradient, the loss or the counts
+STAND_IN = "_albertlm_stand_in"
 
 
 class TrainingDiverged(UserError):
@@ -76,7 +79,15 @@ def shuffled_batches(num_examples: int, batch_size: int, seed: int) -> Callable[
 class StepData:
     """The one sampler. A deterministic global order (`epoch_batches(epoch)`: the global batches of an
     epoch), this rank's contiguous share of each, cut into at most `micro_batches` micro-batches. The
-    position is just the step number, which makes resuming exact.
+    position is just the step number, which makes resuming exact, with any number of processes: the global
+    batches, and so the steps of an epoch, do not depend on it.
+
+    A global batch with fewer examples than processes (a fine-tuning epoch's last bucket batch) leaves some
+    ranks no share: each of those reads the batch's first example as a stand-in (`STAND_IN`), whose loss the
+    loop weights 0, so that every rank still meets the others in DDP's gradient all-reduce. Such a batch was
+    skipped: under torchrun its examples were never trained on (every epoch), an epoch had fewer steps than
+    with one process (`--epochs` ran another schedule), and a run resumed on another number of processes went on
+    from another place in the data.
 
     The dataset is indexed by plain indices, or by `(epoch, index)` keys when `epoch_keys` is set (a
     dynamically masked `data.loader.PretrainingDataset` draws new masks per epoch)."""
@@ -97,32 +108,45 @@ class StepData:
                             f"({self.identity.get('batch_size')}); lower --batch-size or build more data")
 
     def batches(self, epoch: int) -> list[np.ndarray]:
-        """The epoch's global batches; one with fewer examples than processes (a fine-tuning tail) is skipped."""
-        return [b for b in self.epoch_batches(epoch) if len(b) >= self.world_size]
+        """The epoch's global batches (the same for any number of processes)."""
+        return self.epoch_batches(epoch)
 
-    def plan(self, start_step: int) -> Iterator[list[list]]:
-        """For each step from `start_step` on, this rank's micro-batches as lists of dataset keys."""
+    def _shares(self, start_step: int) -> Iterator[tuple[list[list], bool]]:
+        """For each step from `start_step` on, (this rank's micro-batches as lists of dataset keys, whether they
+        are a stand-in: the global batch's first example, for a rank the batch left no share)."""
         step, cached = start_step, (-1, [])
         while True:
             epoch, k = divmod(step, self.steps_per_epoch)
             if cached[0] != epoch:
                 cached = (epoch, self.batches(epoch))
-            mine = np.array_split(cached[1][k], self.world_size)[self.rank]
-            parts = np.array_split(mine, min(self.micro_batches, len(mine)))
-            yield [[(epoch, int(i)) if self.epoch_keys else int(i) for i in part] for part in parts]
+            batch = cached[1][k]
+            mine = np.array_split(batch, self.world_size)[self.rank]
+            stand_in = len(mine) == 0
+            parts = [batch[:1]] if stand_in else np.array_split(mine, min(self.micro_batches, len(mine)))
+            yield [[(epoch, int(i)) if self.epoch_keys else int(i) for i in part] for part in parts], stand_in
             step += 1
 
+    def plan(self, start_step: int) -> Iterator[list[list]]:
+        """For each step from `start_step` on, this rank's micro-batches as lists of dataset keys ([] for a step
+        whose global batch leaves this rank no share: it trains on a stand-in weighted 0, see the class)."""
+        for parts, stand_in in self._shares(start_step):
+            yield [] if stand_in else parts
+
     def steps(self, start_step: int) -> Iterator[list[Batch]]:
-        """Yields, for every optimizer step from `start_step` on, this rank's list of collated micro-batches."""
-        sizes = (len(parts) for parts in self.plan(start_step))
+        """Yields, for every optimizer step from `start_step` on, this rank's list of collated micro-batches (a
+        stand-in's one micro-batch carries `STAND_IN`, which `Loop.train_step` takes out)."""
+        layout = ((len(parts), stand_in) for parts, stand_in in self._shares(start_step))
         loader = torch.utils.data.DataLoader(
-            self.dataset, batch_sampler=(part for parts in self.plan(start_step) for part in parts),
+            self.dataset, batch_sampler=(part for parts, _ in self._shares(start_step) for part in parts),
             collate_fn=self.collate, num_workers=self.num_workers,
             generator=torch.Generator().manual_seed(0),     # never draws from the global RNG
             prefetch_factor=4 if self.num_workers else None)
         it = iter(loader)
-        for size in sizes:
-            yield [next(it) for _ in range(size)]
+        for size, stand_in in layout:
+            micro_batches = [next(it) for _ in range(size)]
+            if stand_in:
+                micro_batches[0][STAND_IN] = True
+            yield micro_batches
 
     def state_dict(self, step: int) -> dict:
         return {"step": step, "num_examples": len(self.dataset), **self.identity}
@@ -295,7 +319,7 @@ class Loop:
                     fetched.append(next(batches))
 
         try:
-            with stop_on_signals(self.info) as request:
+            with stop_on_signals(self.info, lambda: f" at step {self.state.step + 1}") as request:
                 with window.paused():
                     redone = self._redo_evaluation()
                 if redone and self.state.step >= self.plan.total_steps and request.name is not None:
@@ -415,7 +439,10 @@ class Loop:
         queued and before the host waits for it (the loop reads the next batch there)."""
         lr = self.plan.lr_at(self.state.step)
         set_lr(self.optimizer, lr)
-        denominators = all_reduce_sum(self.objective.denominators(micro_batches))
+        # a rank the global batch left no examples trains on a stand-in (`StepData`), weighted 0 throughout
+        stand_in = bool(micro_batches[0].pop(STAND_IN, False)) if micro_batches else False
+        weight = 0.0 if stand_in else 1.0
+        denominators = all_reduce_sum(self.objective.denominators(micro_batches) * weight)
         stats, tokens = None, torch.zeros((), device=self.info.device)
         for i, batch in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
@@ -423,12 +450,14 @@ class Loop:
             with sync:
                 with autocast(self.train.precision, self.info.device):
                     loss, micro_stats = self.objective.forward(self.model, batch, denominators)
-                loss = loss * self.info.world_size   # DDP averages gradients over ranks; we want the sum
+                loss = loss * (self.info.world_size * weight)   # DDP averages gradients over ranks; we want the sum
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
+            if stand_in:
+                micro_stats = torch.zeros_like(micro_stats)
             stats = micro_stats if stats is None else stats + micro_stats
-            tokens = tokens + count_tokens(batch)
+            tokens = tokens + count_tokens(batch) * weight
         # the examples counted on the host (shapes), put on the device by a fill: no copy, no sync
-        examples = tokens.new_full((1,), float(sum(len(b["input_ids"]) for b in micro_batches)))
+        examples = tokens.new_full((1,), weight * float(sum(len(b["input_ids"]) for b in micro_batches)))
         summed = all_reduce_sum(torch.cat([stats, tokens.to(stats)[None], examples.to(stats)]))   # one all-reduce
         self._updating = True                # until the loop counts the step (see `_run`)
         grad_norm = self._clip_and_update()
@@ -675,12 +704,16 @@ def _say_in_handler(line: str) -> None:
 
 
 @contextlib.contextmanager
-def stop_on_signals(info: DistInfo | None = None):
+def stop_on_signals(info: DistInfo | None = None, where: Callable[[], str] = lambda: ""):
     """SIGINT (Ctrl-C) and SIGTERM (a scheduler, `kill`, torchrun's shutdown) ask the loop to stop after the
     step in progress, save and return; a second signal raises KeyboardInterrupt at once. Outside the main
-    thread (no signal handlers there) only the caller's KeyboardInterrupt stops the loop. The SIGTERM torchrun
-    sends because another rank failed is not announced as a stop to save (`info`: the run's ranks): that rank's
-    error is said instead, once this rank's next collective fails."""
+    thread (no signal handlers there) only the caller's KeyboardInterrupt stops the loop.
+
+    The signal torchrun sends because another rank failed (`info`: the run's ranks; that rank left its message,
+    `distributed.tell_peers`) stops this rank at once with that message (`PeerFailed`; `where()` says at which
+    step): no collective can succeed any more, and waiting for the next one to fail let work that only this
+    rank does (rank 0's dev evaluation while fine-tuning, which can take longer than torchrun's 30-second grace
+    before it kills) end in a kill -9 that said nothing."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
@@ -691,8 +724,11 @@ def stop_on_signals(info: DistInfo | None = None):
             if relayed_twice(request, signum):
                 return
             raise KeyboardInterrupt
+        told = peer_failures(info, wait_s=0) if info is not None and info.enabled else []
+        if told:
+            raise PeerFailed(f"{'; '.join(told)}; rank {info.rank} stopped too{where()}")
         request.name, request.signum, request.at = signal.Signals(signum).name, signum, time.monotonic()
-        if reports_here() and not (info is not None and info.enabled and peer_failures(info, wait_s=0)):
+        if reports_here():
             _say_in_handler(f"{request.name}: stopping after this step to save a checkpoint (send it again to "
                             "stop at once, without saving this step)")
 
