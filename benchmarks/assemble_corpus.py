@@ -165,7 +165,7 @@ def stdlib_docs():
 
 
 # ---------------------------------------------------------------------------------------------- assemble
-def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text: Path | None = None,
+def assemble(out: Path, shared_text: Path | None, usr_share_doc: Path | None, task_text: Path | None = None,
              task_words_per_doc: int = 0) -> dict:
     from albertlm.data.corpus import split_sentences
 
@@ -173,7 +173,8 @@ def assemble(out: Path, shared_text: Path, usr_share_doc: Path | None, task_text
     seen: set[bytes] = set()
     files = {split: (out / f"{split}.txt").open("w", encoding="utf-8") for split in ("train", "heldout")}
     stats: dict = {}
-    sources = [("shared_text", shared_text_documents(shared_text)), ("python_stdlib", stdlib_docs())]
+    sources = [("shared_text", shared_text_documents(shared_text))] if shared_text is not None else []
+    sources.append(("python_stdlib", stdlib_docs()))
     if usr_share_doc is not None and usr_share_doc.is_dir():
         sources.append(("usr_share_doc", packaged_doc_documents(usr_share_doc)))
     for source, documents in sources:
@@ -258,10 +259,29 @@ def count_tokens(out: Path, tokenizer: str) -> dict:
     return summary["tokens"]
 
 
+SHARED_TEXT_PARTS = ("gutenberg/*.txt", "wikitext-2-raw/*.raw", "wiki_text/wiki_*")   # what shared_text_documents reads
+
+
+def missing_sources(args: argparse.Namespace) -> str | None:
+    """What is missing of the folders the corpus is read from (the defaults are ../shared/data's, read from the
+    repository root), said before anything is written; None when each is there or skipped ('')."""
+    where = f"(from {Path.cwd()}: run from the repository root, beside ../shared, or give the folder)"
+    if args.shared_text:
+        root = Path(args.shared_text)
+        if not root.is_dir():
+            return (f"--shared-text {root}: no such folder {where}; '' leaves the Gutenberg, WikiText-2 and "
+                    "wiki_text documents out")
+        if not any(any(root.glob(part)) for part in SHARED_TEXT_PARTS):
+            return f"--shared-text {root} holds none of {', '.join(SHARED_TEXT_PARTS)}"
+    if args.task_text and not Path(args.task_text).is_dir():
+        return f"--task-text {args.task_text}: no such folder {where}; '' leaves the GLUE training text out"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="corpus/en", help="output directory (train.txt, heldout.txt, sources.json)")
-    p.add_argument("--shared-text", default="../shared/data/text", help="the shared text folder")
+    p.add_argument("--shared-text", default="../shared/data/text", help="the shared text folder ('' = skip)")
     p.add_argument("--usr-share-doc", default="/usr/share/doc", help="packaged documentation ('' = skip)")
     p.add_argument("--task-text", default="../shared/data/glue",
                    help="GLUE folder whose training files' text (no labels) joins the training part ('' = skip)")
@@ -271,7 +291,15 @@ def main(argv: list[str] | None = None) -> int:
                         "removed the downstream gain)")
     p.add_argument("--count-tokens", metavar="TOKENIZER", help="also count tokens with this tokenizer")
     args = p.parse_args(argv)
-    summary = assemble(Path(args.out), Path(args.shared_text), Path(args.usr_share_doc) if args.usr_share_doc else None,
+    problem = missing_sources(args)
+    if problem:      # the corpus was written without them, exit 0, `shared_text: {}` its only sign
+        print(f"assemble_corpus.py: error: {problem}", file=sys.stderr)
+        return 2
+    if args.usr_share_doc and not Path(args.usr_share_doc).is_dir():
+        print(f"assemble_corpus.py: warning: --usr-share-doc {args.usr_share_doc}: no such folder; the corpus has no "
+              "packaged documentation (the committed report's had this machine's)", file=sys.stderr)
+    summary = assemble(Path(args.out), Path(args.shared_text) if args.shared_text else None,
+                       Path(args.usr_share_doc) if args.usr_share_doc else None,
                        Path(args.task_text) if args.task_text else None, args.task_words_per_doc)
     if args.count_tokens:
         summary["tokens"] = count_tokens(Path(args.out), args.count_tokens)

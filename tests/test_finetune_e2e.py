@@ -70,7 +70,7 @@ def test_glue_sst2(model_dir, tmp_path, capsys):
     assert code == 0
     _losses_fall(out)
     metrics = _best_dir_is_complete(out)
-    assert metrics["best"]["train"]["accuracy"] > 0.7 and metrics["test_predictions"] == ["test:test.tsv"]
+    assert metrics["best"]["train"]["accuracy"] > 0.7 and metrics["test_predictions"] == {"test:test.tsv": [str(out / "submission" / "SST-2.tsv")]}
     submission = (out / "submission" / "SST-2.tsv").read_text().splitlines()
     assert submission[0] == "index\tprediction" and len(submission) == 13
     assert all(line.split("\t")[1] in ("0", "1") for line in submission[1:])

@@ -199,7 +199,7 @@ def test_checkpoint_discovery_and_model_registry(model_dir, tmp_path):
         (tmp_path / "run" / "checkpoints" / f"step_{step:08d}").mkdir(parents=True)
     (tmp_path / "run" / "checkpoints" / ".tmp-step_00000020-1").mkdir()
     assert resolve_checkpoint(tmp_path / "run").name == "step_00000012"
-    with pytest.raises(UserError, match="not a model directory"):
+    with pytest.raises(UserError, match="nothing: no such model directory .*downloads nothing"):
         resolve_checkpoint(tmp_path / "nothing")
     assert saved_class_name(model_dir) == "AlbertForPreTraining"
     assert type(load_saved_model(model_dir)) is MODEL_CLASSES["AlbertForPreTraining"]

@@ -132,7 +132,9 @@ def test_evaluating_a_model_on_a_file_without_answers_is_refused(qa_model, tmp_p
     with pytest.raises(UserError, match="nothing to score.*albertlm predict squad"):
         run_evaluation(spec, qa_model, tokenizer, cfg, None)
     metrics = run_evaluation(spec, qa_model, tokenizer, cfg, tmp_path / "out")
-    assert metrics["predictions_written"] == ["dev"]
+    out = tmp_path / "out"
+    assert metrics["predictions_written"] == {"dev": [str(out / "predictions.json"), str(out / "null_odds.json"),
+                                                      str(out / "nbest_predictions.json")]}
     assert set(json.loads((tmp_path / "out" / "predictions.json").read_text())) == {"q1", "q2"}
 
 

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     if command == "fill-mask":
         parser.add_argument("text", nargs="*", metavar="TEXT",
                             help="text with [MASK] (several allowed); none or '-': one text per line of stdin")
-        parser.add_argument("--top-k", type=int, default=5, help="predictions per [MASK]")
+        parser.add_argument("--top-k", type=int, default=5, metavar="K", help="predictions per [MASK] (default 5)")
         parser.add_argument("--json", action="store_true", help="one JSON object per text (JSON lines)")
     else:
         parser.add_argument("--input", required=True, metavar="FILE", help="one text per line ('-': stdin)")
@@ -27,11 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="mean of the last hidden states over the tokens, or the [CLS] state")
-        parser.add_argument("--max-length", type=int, default=None, help="truncate longer texts (default: the "
-                            "model's positions)")
+        parser.add_argument("--max-length", type=int, default=None, metavar="N",
+                            help="truncate longer texts (default: the model's positions)")
         parser.add_argument("--normalize", action="store_true", help="L2-normalise each embedding")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
+    parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (default 32)")
     parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer (default: beside the model, or its run's)")
     parser.add_argument("--device", default="auto", metavar="{auto,cpu,cuda,cuda:N}",
                         help="auto: cuda if available; cuda:N picks one GPU of several")

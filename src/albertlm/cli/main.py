@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "params": ("albertlm.cli.model_commands", "parameter counts of the presets (the paper's tables)"),
     "info": ("albertlm.cli.model_commands", "show a checkpoint's config and parameter count"),
     "convert": ("albertlm.cli.convert_commands", "convert checkpoints: transformers <-> albertlm, TF -> albertlm"),
-    "tokenizer": ("albertlm.cli.tokenizer_commands", "train, encode and decode with SentencePiece / WordPiece"),
+    "tokenizer": ("albertlm.cli.tokenizer_commands", "train, encode, decode and describe (info) SentencePiece / WordPiece tokenizers"),
     "data": ("albertlm.cli.data_commands", "build, inspect and summarise pretraining data"),
     "pretrain": ("albertlm.cli.train_commands", "pretrain MLM + SOP/NSP from scratch or a checkpoint"),
     "evaluate": ("albertlm.cli.train_commands", "evaluate a checkpoint on pretraining data, or a task (glue/squad/race/classify)"),
@@ -132,8 +132,11 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str):
+        # `albertlm <command>: error:` as every other error says it (a subcommand's parser said `albertlm predict
+        # glue: error:` for its usage errors, `albertlm predict: error:` for the rest)
+        prog = " ".join(self.prog.split()[:2])
         if not reports_here():              # under torchrun every rank parses the same argv: rank 0 says it
-            other_rank_says(f"{self.prog}: error: {message}")
+            other_rank_says(f"{prog}: error: {message}")
             raise SystemExit(2)
         if message.startswith("unrecognized arguments:"):
             options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
@@ -143,7 +146,7 @@ class Parser(argparse.ArgumentParser):
                 if close:
                     message += f" (did you mean {close}?)"
                     break
-        print(f"{self.prog}: error: {message}", file=sys.stderr)   # one line, no usage block
+        print(f"{prog}: error: {message}", file=sys.stderr)   # one line, no usage block
         raise SystemExit(2)
 
     def parse_known_args(self, args=None, namespace=None):

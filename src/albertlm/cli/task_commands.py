@@ -21,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from albertlm.config.overrides import (Options, add_options, build, command_line_values, flatten, given_values,
-                                       leaf_keys, read_options)
+from albertlm.config.overrides import (GivenValues, Options, add_options, build, command_line_values, flatten,
+                                       given_values, leaf_keys, read_options)
 from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError, json_object_or_empty
@@ -85,7 +85,7 @@ COMMAND_TEXT = {"finetune": "trains a pretrained model and keeps the best on dev
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     sub = parser.add_subparsers(dest="family", metavar="{glue,squad,race,classify}", required=True)
     for family in FAMILIES:
-        p = sub.add_parser(family, help=f"{command} {family}",
+        p = sub.add_parser(family, help=FAMILY_TEXT[family],
                            description=f"albertlm {command} {family}: {FAMILY_TEXT[family]}; "
                            f"{COMMAND_TEXT[command].format(metric=METRIC_TEXT[family])} (docs/finetuning.md)")
         add_options(p, data_options(family))
@@ -176,8 +176,9 @@ def _resumed_config(args, saved: dict, options) -> FinetuneConfig:
     recipe = _recipe(args, args.family, options)
     asked = {k: v for k, v in flatten(recipe.to_dict()).items()
              if k not in ("train.max_steps", "train.epochs")} if recipe else {}
-    asked.update(given_values(args, flags))
-    cfg = build(base, asked)
+    given = given_values(args, flags)
+    asked.update(given)
+    cfg = build(base, GivenValues(asked, given.files))   # a refused value a --config file set names the file
     for key in keys:
         was, now = _get(base, key), _get(cfg, key)
         if was != now and key not in RESUME_MAY_CHANGE:

@@ -18,7 +18,8 @@ BATCH_LINES = 4096  # lines per native encode_batch call
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     sub = parser.add_subparsers(dest="action", metavar="{train,encode,decode,info}", required=True)
-    _add_train(sub.add_parser("train", help="train a SentencePiece unigram model (or a WordPiece vocab)"))
+    train = "train a SentencePiece unigram model (or a WordPiece vocab)"
+    _add_train(sub.add_parser("train", help=train, description=f"{train} on text files (docs/tokenization.md)"))
     for name, text in (("encode", "read lines on stdin, print one JSON list of ids per line"),
                        ("decode", "read JSON lists of ids on stdin, print one text per line"),
                        ("info", "print a tokenizer's file, kind, algorithm, vocabulary size, special ids and "
@@ -44,8 +45,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                         "line, or paragraphs), JSONL, WikiExtractor, Parquet, Arrow, compressed (.gz/.bz2/.xz/.zst)")
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="input format, as for `albertlm data build` (default: auto, see docs/data.md)")
-    p.add_argument("--text-field", default="text", help="JSONL field / Parquet or Arrow column holding the text")
-    p.add_argument("--vocab-size", type=int, default=30000, help="vocabulary size (default 30000, as ALBERT)")
+    p.add_argument("--text-field", default="text", metavar="NAME",
+                   help="JSONL field / Parquet or Arrow column holding the text")
+    p.add_argument("--vocab-size", type=int, default=30000, metavar="N",
+                   help="vocabulary size (default 30000, as ALBERT)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (spiece.model or vocab.txt)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a tokenizer already in --out (all of its files), once the new one is trained")
@@ -54,10 +57,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lowercase", action="store_true", help="lowercase text (ALBERT's English models do)")
     p.add_argument("--strip-accents", action="store_true",
                    help="NFKD + drop accents (café -> cafe); ALBERT's English models do. Off by default")
-    p.add_argument("--character-coverage", type=float, default=0.99995,
+    p.add_argument("--character-coverage", type=float, default=0.99995, metavar="X",
                    help="share of characters the vocabulary must cover, in [0.98, 1]; the rarest others "
                         "become <unk> (default 0.99995, as ALBERT; 0.9995 is usual for Chinese or Japanese)")
-    p.add_argument("--input-sentence-size", type=int, default=10_000_000,
+    p.add_argument("--input-sentence-size", type=int, default=10_000_000, metavar="N",
                    help="sentences sampled from the input for training (0 = all, else at least 101; default 10M "
                         "as ALBERT)")
     p.add_argument("--no-shuffle", action="store_true", help="take the first sentences instead of a random sample")
@@ -65,9 +68,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="SentencePiece algorithm: unigram (ALBERT) or BPE (default: unigram)")
     p.add_argument("--user-defined-symbols", default="", metavar="A,B,...",
                    help="pieces always kept whole (ALBERT used '(,),\",-,.,–,£,€'; see docs/tokenization.md)")
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--threads", type=int, default=0, metavar="N",
                    help="SentencePiece training threads, at most 1024 (default 0: all usable cores, at most 8)")
-    p.add_argument("--seed", type=int, default=12345,
+    p.add_argument("--seed", type=int, default=12345, metavar="N",
                    help="seed of the --input-sentence-size sample: same input, seed and --threads, same model "
                         "(default 12345)")
     p.add_argument("--verbose", action="store_true", help="show sentencepiece's own log")

@@ -209,7 +209,31 @@ def coerce(value: Any, kind: Any, key: str) -> Any:
 
 def build(base: Any, values: dict[str, Any], prefix: str = "") -> Any:
     """A new config: `base` (an instance, or a class whose defaults are used) with dotted `values` set;
-    the config's own `__post_init__` validates the result."""
+    the config's own `__post_init__` validates the result. Where `values` came from `given_values`, a value the
+    checks refuse that a --config file set is said with the file's name (`optim.lr=-1.0: must be positive` did not
+    say which of the run's sources held it)."""
+    try:
+        return _build(base, values, prefix)
+    except UserError as exc:
+        path = _file_of(str(exc), getattr(values, "files", {}))
+        if path is None:
+            raise
+        raise type(exc)(f"{path}: {exc}") from None
+
+
+def _file_of(message: str, files: dict[str, str]) -> str | None:
+    """The --config file that set a key the message names (`key=value`: the configs' `require`; a section's own
+    checks name its fields without the section, `hidden_size=64: must be divisible by num_heads=5`)."""
+    if not files or message.startswith(tuple(f"{path}:" for path in files.values())):
+        return None
+    for named in re.findall(r"([A-Za-z_][\w.]*)=", message):
+        for key, path in files.items():
+            if key == named or key.endswith("." + named):
+                return path
+    return None
+
+
+def _build(base: Any, values: dict[str, Any], prefix: str = "") -> Any:
     cls = base if isinstance(base, type) else type(base)
     kwargs: dict[str, Any] = {}
     missing = []
@@ -218,7 +242,7 @@ def build(base: Any, values: dict[str, Any], prefix: str = "") -> Any:
         sub = {k[len(f.name) + 1:]: v for k, v in values.items() if k.startswith(f.name + ".")}
         if is_section(kind):
             current = getattr(base, f.name) if not isinstance(base, type) else _default(f)
-            kwargs[f.name] = build(current, sub, f"{prefix}{f.name}.") if sub else current
+            kwargs[f.name] = _build(current, sub, f"{prefix}{f.name}.") if sub else current
         elif f.name in values:
             kwargs[f.name] = coerce(values[f.name], kind, prefix + f.name)
         elif not isinstance(base, type):
@@ -405,8 +429,11 @@ def add_options(parser: argparse.ArgumentParser, options: Options) -> None:
             continue
         section = key.rsplit(".", 1)[0] if "." in key else ""
         if section not in groups:
-            title = f"{section} options" if section else (options.title or "options")
-            groups[section] = parser.add_argument_group(title, field_doc(cls, section) if section else None)
+            if section or options.title:
+                title = f"{section} options" if section else options.title
+                groups[section] = parser.add_argument_group(title, field_doc(cls, section) if section else None)
+            else:   # the command's own options: a second group titled "options" printed that heading twice
+                groups[section] = parser._optionals
         default, required = _shown_default(cls, defaults, key)
         names = [short[key]] if key in short else []
         names += [option_name(key), *alias.get(key, [])]
@@ -478,9 +505,24 @@ def command_line_values(args: argparse.Namespace, options: Options) -> dict[str,
 def file_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
     """The values of the --config files, a later file's winning (each with what its keys imply)."""
     out: dict[str, Any] = {}
-    for path in _config_files(args, options):
-        out.update(implied(options.config, read_config_file(options.config, path)))
+    for _, values in _file_layers(args, options):
+        out.update(values)
     return out
+
+
+def _file_layers(args: argparse.Namespace, options: Options) -> list[tuple[str, dict[str, Any]]]:
+    """(path, its values with what its keys imply) of each --config file, in the order given."""
+    return [(str(path), implied(options.config, read_config_file(options.config, path)))
+            for path in _config_files(args, options)]
+
+
+class GivenValues(dict):
+    """`given_values`' dotted key -> value, with `files`: the --config file each key that the command line does not
+    set came from, so that `build` names the file of a value the config's checks refuse."""
+
+    def __init__(self, values: dict[str, Any], files: dict[str, str]):
+        super().__init__(values)
+        self.files = files
 
 
 def _config_files(args: argparse.Namespace, options: Options) -> list[str]:
@@ -494,7 +536,14 @@ def given_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
     also wins over what a file sets for the field that defers to it: `--train.epochs 2` over a file's
     `train.max_steps` trains 2 epochs."""
     cls = options.config
-    return {**file_values(args, options), **implied(cls, command_line_values(args, options))}
+    out: dict[str, Any] = {}
+    files: dict[str, str] = {}
+    for path, values in _file_layers(args, options):
+        out.update(values)
+        files.update(dict.fromkeys(values, path))
+    line = implied(cls, command_line_values(args, options))
+    out.update(line)
+    return GivenValues(out, {key: path for key, path in files.items() if key not in line})
 
 
 def read_options(args: argparse.Namespace, options: Options, base: Any = None) -> Any:

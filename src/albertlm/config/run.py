@@ -22,6 +22,9 @@ STEP_LIMIT = 2**63                      # steps are counted in int64 (torch, num
 # --dist.timeout_minutes past this overflowed datetime.timedelta when the process group formed (a traceback
 # on every rank under torchrun); 10**9 minutes (1900 years) is as good as no timeout
 TIMEOUT_MINUTES_LIMIT = 10**9
+# DataLoader worker processes per rank: each is a fork of the training process, so `--data.num_workers 100000`
+# started forking until the machine ran out of processes or memory; no data loading here needs more than this
+NUM_WORKERS_LIMIT = 256
 # the `train.*` / `dist.*` settings a resumed run (pretraining or fine-tuning) may change: its length, and how
 # it is run and logged, not what it learns
 RESUME_MAY_CHANGE = frozenset({
@@ -172,7 +175,8 @@ class DataConfig(Config):
 
     def __post_init__(self) -> None:
         check_types(self, "data.")
-        require(self.num_workers >= 0, "data.num_workers", self.num_workers, "must be >= 0")
+        require(0 <= self.num_workers <= NUM_WORKERS_LIMIT, "data.num_workers", self.num_workers,
+                f"must be in [0, {NUM_WORKERS_LIMIT}] (worker processes per rank)")
 
 
 @dataclass

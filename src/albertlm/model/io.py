@@ -38,14 +38,17 @@ def init_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
 
 
+# what a model path that does not exist is told (a Hub name given as --model, `albert-base-v2`)
+DOWNLOADS_NOTHING = ("albertlm reads local directories and downloads nothing; fetch a Hub model first, e.g. with "
+                     "`hf download NAME --local-dir DIR`")
+
+
 def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
     """(config, is_transformers_format) of a checkpoint directory. A damaged config.json (not JSON, not an
     object, a field of the wrong type or out of range) is a UserError naming the file and the field."""
     path = Path(directory) / CONFIG
     if not path.is_file():
-        hint = ("" if Path(directory).exists() else " (no such file or directory here: albertlm reads local "
-                "directories and downloads nothing; fetch a Hub model first, e.g. with `hf download NAME "
-                "--local-dir DIR`)")
+        hint = "" if Path(directory).exists() else f" (no such file or directory here: {DOWNLOADS_NOTHING})"
         if Path(directory).is_file():
             hint = " (a file: give the directory that holds the model's config.json)"
         elif _tf_checkpoint_here(Path(directory)):
@@ -722,13 +725,24 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
+def resolve_checkpoint(path: str | Path, best: bool = False) -> Path:
     """A model directory (ours or transformers': it has config.json) is itself; a training run directory
-    (pretraining or fine-tuning) means its newest checkpoint."""
+    (pretraining or fine-tuning) means its newest checkpoint, or with `best` a fine-tuning run's best model
+    (`best/`, what predict and the inference commands read). A path that is none of them is a UserError saying
+    what it is (a file, nothing: albertlm downloads nothing, a TF checkpoint to convert)."""
     path = Path(path)
     if (path / CONFIG).is_file():
         return path
-    latest = latest_checkpoint(path) if path.is_dir() else None
+    if path.is_file():
+        raise UserError(f"{path}: a file, not a model directory (give the directory holding {CONFIG} and the "
+                        "weights, or a run directory)")
+    if not path.is_dir():
+        raise UserError(f"{path}: no such model directory ({DOWNLOADS_NOTHING})")
+    if best and (path / "best" / CONFIG).is_file():     # a fine-tuning run (it also has checkpoints/)
+        return path / "best"
+    latest = latest_checkpoint(path)
     if latest is None:
-        raise UserError(f"{path}: not a model directory (no {CONFIG}) nor a training run with checkpoints")
+        hint = (" (a google-research TF checkpoint: convert it once with `albertlm convert DIR OUT`)"
+                if _tf_checkpoint_here(path) else "")
+        raise UserError(f"{path}: not a model directory (no {CONFIG}) nor a training run with checkpoints{hint}")
     return latest

@@ -45,7 +45,7 @@ class EvalSet:
     name: str
     features: list[Feature]
     score: Callable[[dict[str, np.ndarray]], dict[str, float]] | None  # None: no labels (test)
-    write: Callable[[dict[str, np.ndarray], Path], None] | None = None  # prediction files
+    write: Callable[[dict[str, np.ndarray], Path], list[Path]] | None = None  # prediction files: their paths
 
 
 @dataclass(frozen=True)
@@ -408,17 +408,16 @@ def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: F
     return loop
 
 
-def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: Path) -> list[str]:
-    """Predictions of the (best) model for every unlabelled eval set; returns the files written."""
+def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: Path) -> dict[str, list[str]]:
+    """Predictions of the (best) model for every unlabelled eval set; returns {eval set: the paths written}."""
     device = pick_device(cfg.dist.device)
     model.to(device)
-    written = []
+    written: dict[str, list[str]] = {}
     for eval_set in spec.eval_sets:
         if eval_set.score is None and eval_set.write is not None:
             outputs = predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
                               device, cfg.train.precision, cfg.train.progress)
-            eval_set.write(outputs, out_dir)
-            written.append(eval_set.name)
+            written[eval_set.name] = [str(path) for path in eval_set.write(outputs, out_dir)]
     return written
 
 
@@ -655,8 +654,9 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
             metrics[eval_set.name] = eval_set.score(outputs)
         if out_dir is not None and eval_set.write is not None:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
-            eval_set.write(outputs, Path(out_dir))
-            metrics.setdefault("predictions_written", []).append(eval_set.name)
+            paths = eval_set.write(outputs, Path(out_dir))
+            # the files to open, by eval set (`test:test_matched.tsv` -> submission/MNLI-m.tsv): not the names alone
+            metrics.setdefault("predictions_written", {})[eval_set.name] = [str(path) for path in paths]
     if spec.problems.counts:
         metrics["problems"] = spec.problems.to_dict()
     return metrics

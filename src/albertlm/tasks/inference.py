@@ -30,27 +30,12 @@ TOKENIZER_FILES = ("spiece.model", "vocab.txt", "tokenizer.json")
 
 
 # -- finding the model and its tokenizer -------------------------------------------------------------------
-# Private stand-ins for arch's `albertlm.model.io.resolve_checkpoint` and
-# `albertlm.tokenization.load.find_tokenizer` (another branch): one function each, swapped at merge.
 def resolve_checkpoint(path: str | Path) -> Path:
     """A model directory -> itself; a pretraining run -> its newest checkpoint; a fine-tuning output
     directory -> its best checkpoint (`best/`)."""
-    from albertlm.training.checkpoint import latest_checkpoint
+    from albertlm.model.io import resolve_checkpoint as resolve
 
-    path = Path(path)
-    if (path / "config.json").is_file():
-        return path
-    if path.is_file():
-        raise UserError(f"{path}: a file, not a model directory (give the directory holding config.json and the "
-                        "weights, or a run directory)")
-    if not path.is_dir():
-        raise UserError(f"{path}: no such model directory")
-    if (path / "best" / "config.json").is_file():   # a fine-tuning run (it also has checkpoints/)
-        return path / "best"
-    latest = latest_checkpoint(path)
-    if latest is None:
-        raise UserError(f"{path}: not a model directory (no config.json) nor a run with checkpoints")
-    return latest
+    return resolve(path, best=True)
 
 
 def find_tokenizer(model_dir: str | Path) -> Path | None:

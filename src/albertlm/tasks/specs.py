@@ -207,9 +207,10 @@ def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = 
     def score(out):
         return glue_metrics(scored_as or task.name, labels, _class_preds(out["logits"], task.is_regression))
 
-    def write(out, out_dir: Path):
-        glue.write_submission(task, examples, _class_preds(out["logits"], task.is_regression),
-                              out_dir / f"{name}_predictions.tsv")
+    def write(out, out_dir: Path) -> list[Path]:
+        path = out_dir / f"{name}_predictions.tsv"
+        glue.write_submission(task, examples, _class_preds(out["logits"], task.is_regression), path)
+        return [path]
 
     return EvalSet(name, features, score, write)
 
@@ -217,11 +218,12 @@ def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = 
 def _glue_test_set(task, path: Path, examples, features) -> EvalSet:
     file_name = _submission_name(task, path)
 
-    def write(out, out_dir: Path):
+    def write(out, out_dir: Path) -> list[Path]:
         (out_dir / "submission").mkdir(parents=True, exist_ok=True)
+        path = out_dir / "submission" / file_name
         glue.write_submission(task if file_name != "AX.tsv" else glue.get_task("ax"), examples,
-                              _class_preds(out["logits"], task.is_regression),
-                              out_dir / "submission" / file_name, by_guid=True)
+                              _class_preds(out["logits"], task.is_regression), path, by_guid=True)
+        return [path]
 
     return EvalSet(f"test:{path.name}", features, None, write)
 
@@ -303,16 +305,20 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
         state["threshold"] = info["null_threshold"] = metrics["null_threshold"]
         return metrics
 
-    def write(out, out_dir: Path):
+    def write(out, out_dir: Path) -> list[Path]:
         preds = predictions(out)
         final = squad.final_predictions(preds, version, state["threshold"])
-        write_text_atomic(out_dir / "predictions.json", json.dumps(final, indent=2, ensure_ascii=False) + "\n")
+        written = [out_dir / "predictions.json"]
+        write_text_atomic(written[0], json.dumps(final, indent=2, ensure_ascii=False) + "\n")
         if not version.startswith("1"):
-            write_text_atomic(out_dir / "null_odds.json", json.dumps(squad.null_odds(preds), indent=2) + "\n")
+            written.append(out_dir / "null_odds.json")
+            write_text_atomic(written[-1], json.dumps(squad.null_odds(preds), indent=2) + "\n")
         else:   # an earlier v2.0 prediction's odds would sit beside these predictions as theirs
             (out_dir / "null_odds.json").unlink(missing_ok=True)
         nbest = squad.nbest_json(preds, version)
-        write_text_atomic(out_dir / "nbest_predictions.json", json.dumps(nbest, ensure_ascii=False) + "\n")
+        written.append(out_dir / "nbest_predictions.json")
+        write_text_atomic(written[-1], json.dumps(nbest, ensure_ascii=False) + "\n")
+        return written
 
     return EvalSet("dev", features, score if labelled else None, write)
 
@@ -396,12 +402,15 @@ def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
     def score(out):
         return race.race_metrics(examples, out["logits"].argmax(-1))
 
-    def write(out, out_dir: Path):
+    def write(out, out_dir: Path) -> list[Path]:
         preds = out["logits"].argmax(-1)
         letters = {e.qid: race.LETTERS[int(p)] for e, p in zip(examples, preds)}
-        write_text_atomic(out_dir / f"{split}_predictions.json", json.dumps(letters, indent=2) + "\n")
+        written = [out_dir / f"{split}_predictions.json"]
+        write_text_atomic(written[0], json.dumps(letters, indent=2) + "\n")
         if not selects and labelled:  # test: its accuracy is reported once, from the best model
-            write_text_atomic(out_dir / f"{split}_metrics.json", json.dumps(score(out), indent=2) + "\n")
+            written.append(out_dir / f"{split}_metrics.json")
+            write_text_atomic(written[-1], json.dumps(score(out), indent=2) + "\n")
+        return written
 
     return EvalSet(split, features, score if selects and labelled else None, write)
 
@@ -490,7 +499,7 @@ def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalS
             return regression_metrics(gold, preds)
         return classification_metrics(gold, preds, len(label_list))
 
-    def write(out, out_dir: Path):
+    def write(out, out_dir: Path) -> list[Path]:
         preds = _class_preds(out["logits"], regression)
         if regression:
             lines = ["id\tprediction"] + [f"{e.guid}\t{_score_text(p)}" for e, p in zip(examples, preds)]
@@ -500,5 +509,6 @@ def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalS
             lines += ["\t".join([e.guid, label_list[int(p)], *(f"{q:.6g}" for q in row)])
                       for e, p, row in zip(examples, preds, probs)]
         write_text_atomic(out_dir / f"{name}_predictions.tsv", "\n".join(lines) + "\n")
+        return [out_dir / f"{name}_predictions.tsv"]
 
     return EvalSet(name, features, score if labelled else None, write)
