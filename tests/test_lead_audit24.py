@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from albertlm.data import corpus
+from conftest import save_tiny_pretrained
 from test_formats_audit24 import _documents
 
 
@@ -17,3 +18,60 @@ def test_an_unclosed_csv_quote_ends_the_file_as_a_bad_row_not_a_field_holding_th
     assert documents == [["A good row.", "It reads."]]
     assert counts.bad_rows == 1 and "the rest of the file was not read" in counts.examples["bad_rows"]
     assert corpus.CSV_FIELD_LIMIT <= 10 * corpus.MAX_DOCUMENT_CHARS
+
+
+def test_adamweightdecay_is_googles_fine_tuning_optimizer_and_the_paper_recipes_use_it():
+    """`--optim.name adamweightdecay` builds google-research's AdamWeightDecayOptimizer (no bias correction; decay
+    added to the update; the same exemptions), checked against test_google_finetune_audit24's transcription of it
+    on a layer with a decayed weight and an exempt bias; `--recipe paper` picks it (torch's bias-corrected AdamW
+    took steps about half google's over the RTE / MRPC recipes). Asking it for bias correction is refused."""
+    import pytest
+    import torch
+
+    from albertlm.config.run import OptimConfig
+    from albertlm.errors import UserError
+    from albertlm.tasks import recipes
+    from albertlm.training.lamb import build_optimizer
+    from test_google_finetune_audit24 import GoogleAdamWeightDecay
+
+    generator = torch.Generator().manual_seed(0)
+    model = torch.nn.Linear(3, 5).double()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    grads = [{k: torch.randn(v.shape, generator=generator, dtype=torch.float64) for k, v in start.items()}
+             for _ in range(6)]
+    optimizer = build_optimizer(model, OptimConfig(name="adamweightdecay", lr=1e-2, weight_decay=0.01, eps=1e-6))
+    google = {"output_weights": start["weight"].clone(), "output_bias": start["bias"].clone()}
+    reference = GoogleAdamWeightDecay(1e-2)
+    for g in grads:
+        model.weight.grad, model.bias.grad = g["weight"].clone(), g["bias"].clone()
+        optimizer.step()
+        reference.apply_gradients([(g["weight"], ("output_weights", google["output_weights"])),
+                                   (g["bias"], ("output_bias", google["output_bias"]))])
+    torch.testing.assert_close(model.weight.data, google["output_weights"], rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(model.bias.data, google["output_bias"], rtol=1e-12, atol=1e-15)
+
+    for task in ("rte", "mrpc", "sst2", "squad2.0", "race-v2"):
+        assert recipes.recipe(task).optim.name == "adamweightdecay"
+    with pytest.raises(UserError, match="optim.bias_correction.*adamweightdecay has none"):
+        OptimConfig(name="adamweightdecay", bias_correction=True)
+
+
+def test_a_run_started_with_the_recipes_old_optimizer_resumes_without_recipe_and_is_refused_with_it(tmp_path,
+                                                                                                      capsys):
+    """docs/finetuning.md's note: a run that a recipe started on torch's AdamW (the recipes' optimizer until they
+    took google's) is refused when resumed with `--recipe` given again (the recipe's `optim.name` differs, named),
+    and resumes without it, keeping the recorded optimizer."""
+    import json
+
+    from conftest import assert_one_error
+    from test_classify_audit22 import _finetune
+
+    (tmp_path / "tiny").mkdir()
+    model = save_tiny_pretrained(tmp_path / "tiny")
+    out = tmp_path / "run"
+    assert _finetune(model, tmp_path, out, "--recipe", "sst2", "--optim.name", "adamw") == 0, capsys.readouterr().err
+    capsys.readouterr()
+    code = _finetune(model, tmp_path, out, "--recipe", "sst2", "--resume", "--max-steps", "3")
+    assert_one_error(capsys, code, "optim.name")
+    assert _finetune(model, tmp_path, out, "--resume", "--max-steps", "3") == 0, capsys.readouterr().err
+    assert json.loads((out / "metrics.json").read_text())["config"]["optim"]["name"] == "adamw"

@@ -45,13 +45,16 @@ def require_finite(config: Any, prefix: str) -> None:
 @dataclass
 class OptimConfig(Config):
     IMPLIES: ClassVar[dict] = {"warmup_ratio": {"warmup_steps": -1}}
-    name: Literal["lamb", "adamw"] = "lamb"  # LAMB (the paper's pretraining optimizer) or AdamW (fine-tuning)
+    # LAMB (the paper's pretraining optimizer), AdamW (torch's, bias-corrected: fine-tuning's default) or
+    # adamweightdecay (google-research's fine-tuning AdamWeightDecayOptimizer: Adam without bias correction; the
+    # paper recipes' choice)
+    name: Literal["lamb", "adamw", "adamweightdecay"] = "lamb"
     lr: float = 0.00176                 # peak learning rate (paper: LAMB, 0.00176 for batch 4096)
     weight_decay: float = 0.01          # not applied to LayerNorm weights and biases
     beta1: float = 0.9                  # first-moment decay
     beta2: float = 0.999                # second-moment decay
     eps: float = 1e-6                   # added to the second-moment root
-    bias_correction: bool = False       # LAMB only: google-research LAMB has none; AdamW always corrects
+    bias_correction: bool = False       # LAMB only: google-research LAMB has none; adamw always corrects, adamweightdecay never
     clip_norm: float = 1.0              # clip the global gradient norm to this; 0 = off
     warmup_steps: int = 3125            # linear warmup from 0 to lr; -1 = warmup_ratio x total steps
     warmup_ratio: float = 0.0           # share of the total steps spent warming up, when warmup_steps is -1
@@ -67,6 +70,8 @@ class OptimConfig(Config):
             value = getattr(self, name)
             require(0 <= value < 1, f"optim.{name}", value, "must be in [0, 1)")
         require(self.eps > 0, "optim.eps", self.eps, "must be positive")
+        require(not (self.bias_correction and self.name == "adamweightdecay"), "optim.bias_correction",
+                self.bias_correction, "google's adamweightdecay has none (torch's bias-corrected Adam is adamw)")
         require(self.clip_norm >= 0, "optim.clip_norm", self.clip_norm, "must be >= 0 (0 = off)")
         require(self.warmup_steps >= -1, "optim.warmup_steps", self.warmup_steps,
                 "must be >= 0 (or -1 = warmup_ratio x total steps)")

@@ -49,6 +49,8 @@ def recipe(name: str) -> FinetuneConfig:
     if key not in PAPER_TABLE:
         raise UserError(f"unknown recipe {name!r}; choose from {', '.join(PAPER_TABLE)}")
     lr, batch, dropout, cls_dropout, steps, warmup, max_len = PAPER_TABLE[key]
-    return FinetuneConfig(finetune_optim(lr=lr, warmup_steps=warmup), finetune_train(batch_size=batch, max_steps=steps),
+    # google's fine-tuning optimizer (AdamWeightDecayOptimizer: no bias correction), as the table's runs had it
+    return FinetuneConfig(finetune_optim(name="adamweightdecay", lr=lr, warmup_steps=warmup),
+                          finetune_train(batch_size=batch, max_steps=steps),
                           max_seq_length=max_len, hidden_dropout=dropout, attention_dropout=dropout,
                           classifier_dropout=cls_dropout)

@@ -169,9 +169,16 @@ def trust_ratio_splits(model: nn.Module) -> dict[torch.Tensor, int]:
 
 
 def build_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
-    """LAMB or AdamW from an `OptimConfig`, with the same decay exemptions for both."""
+    """LAMB, AdamW or google's AdamWeightDecay from an `OptimConfig`, with the same decay exemptions for all."""
     groups = [g for g in param_groups(model, optim.weight_decay) if g["params"]]
     betas = (optim.beta1, optim.beta2)
+    if optim.name == "adamweightdecay":
+        # google-research's optimization.AdamWeightDecayOptimizer (run_classifier, run_squad, run_race): Adam's
+        # moments without bias correction, eps added to sqrt(v), the decay added to the update. That is this LAMB
+        # with no trust ratio anywhere (tests/test_google_finetune_audit24.py); its steps early in a run are several
+        # times torch AdamW's (docs/finetuning.md)
+        return Lamb([{**g, "trust_ratio": False} for g in groups], lr=optim.lr, betas=betas, eps=optim.eps,
+                    bias_correction=False)
     if optim.name == "adamw":
         # On CUDA torch's fused kernel: one launch per step, and under fp16 loss scaling it takes found_inf on
         # the device (no sync in GradScaler.step). Elsewhere foreach (the CPU numbers of every recorded run).
