@@ -325,11 +325,17 @@ def _add_evaluate(p: argparse.ArgumentParser) -> None:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from albertlm.config.overrides import read_options
-    from albertlm.training.evaluate import evaluate_checkpoint
+    from albertlm.training.distributed import world_size_from_env
+    from albertlm.training.evaluate import evaluate_checkpoint, evaluate_under_torchrun
 
     o = read_options(args, EVALUATE)
-    metrics = evaluate_checkpoint(args.checkpoint, o.data, o.batch_size, o.max_batches, o.precision, device=o.device,
-                                  progress=o.progress)
+    # under torchrun the processes share the batches and rank 0 alone prints the numbers (each process evaluated
+    # all of the data and printed them: W copies, W JSON objects with --json)
+    run = evaluate_under_torchrun if world_size_from_env() > 1 else evaluate_checkpoint
+    metrics = run(args.checkpoint, o.data, o.batch_size, o.max_batches, o.precision, device=o.device,
+                  progress=o.progress)
+    if metrics is None:                  # another rank than 0 under torchrun
+        return 0
     if args.json:
         print(json.dumps(metrics))
     else:

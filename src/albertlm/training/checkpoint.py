@@ -126,7 +126,9 @@ def save_checkpoint(run_dir: str | Path, model: nn.Module, state: TrainState, mo
     except Exception as exc:  # OSError; safetensors and torch.save wrap write errors in their own types
         shutil.rmtree(tmp, ignore_errors=True)         # frees the space; it never looked complete
         last = latest_checkpoint(run_dir)
-        kept = f"the newest complete checkpoint is {last}" if last else "no checkpoint was saved before"
+        # the checkpoint still usable, and what continues from it (the steps trained since it are trained again)
+        kept = (f"the newest complete checkpoint is {last}, which `--resume` goes on from" if last
+                else "no checkpoint was saved before")
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
         raise UserError(f"{final}: cannot write the checkpoint ({reason}; is the disk full?); {kept}") from exc
     prune_checkpoints(run_dir, keep_last)

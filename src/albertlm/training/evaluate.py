@@ -41,6 +41,31 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
         return _evaluate_checkpoint(checkpoint, data, batch_size, max_batches, precision, info, progress)
 
 
+def evaluate_under_torchrun(checkpoint: str | Path, data: str | Path, batch_size: int = 32, max_batches: int = 0,
+                            precision: str = "fp32", device: str = "auto", progress: bool = False) -> dict | None:
+    """`albertlm evaluate` launched by torchrun (WORLD_SIZE > 1): the processes form a group, each evaluates its
+    share of the batches (batch j on rank j % W, `loop.eval_micro_batches`, as pretraining's evaluations), the
+    sums are added up over the ranks, and rank 0 gets the numbers of the whole data (the others get None, and
+    print nothing). Before, every process evaluated all of the data on its own and printed the numbers: W times
+    the work, W copies of the result (with --json, W objects on stdout). `device` auto (and cuda) is each
+    process's own GPU (cuda:LOCAL_RANK), else the CPU; an error on one rank stops every rank with its line
+    (`distributed.failing_together`). Not for a program that runs under torchrun itself and evaluates on one
+    rank: `evaluate_checkpoint` is, and meets no other process."""
+    from albertlm.training.distributed import failing_together, init_distributed, launch_settings, shutdown
+    from albertlm.training.trainer import callers_rng_kept
+
+    if device == "cuda":                 # each process its own GPU, as auto picks (cuda alone is GPU 0 for all)
+        device = f"cuda:{launch_settings()[2]}"
+    try:
+        info = init_distributed("auto", device)
+        with failing_together(info, lambda: " while evaluating"), callers_rng_kept(info.device):
+            metrics = _evaluate_checkpoint(checkpoint, data, batch_size, max_batches, precision, info,
+                                           progress and info.is_main)
+    finally:
+        shutdown()
+    return metrics if info.is_main else None
+
+
 def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: int, max_batches: int,
                          precision: str, info, progress: bool) -> dict:
     from albertlm.data.loader import collate
@@ -80,8 +105,10 @@ def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: i
         torch.cuda.default_generators[index].manual_seed(0)
     batches = eval_micro_batches(dataset, collate, batch_size, info, max_batches)
     if progress:
-        total = math.ceil(len(dataset) / batch_size)
-        batches = show_progress(batches, min(total, max_batches) if max_batches else total)
+        count = math.ceil(len(dataset) / batch_size)
+        count = min(count, max_batches) if max_batches else count
+        # this process's batches: under torchrun, those of rank r of W are r, r + W, ... (`eval_micro_batches`)
+        batches = show_progress(batches, len(range(info.rank, count, info.world_size)))
     objective = CountingObjective()
     metrics = evaluate(model, batches, objective, precision, info)
     if not has_sentence_head and "sop_loss" in metrics:   # a random head's numbers: not the model's

@@ -19,7 +19,8 @@ LOOP_KEYS = ("lr", "grad_norm", "tokens_per_s", "data_wait_frac", "window_s", "t
 
 class MetricsLogger:
     """`log(step, split, metrics)` appends one JSON line and the TensorBoard scalars `split/name`;
-    `advance(step, loss)` moves the progress bar (step, loss, tokens/s, ETA). The bar is drawn when `progress`
+    `advance(step, loss)` moves the progress bar (step, loss, tokens/s, ETA; when `--train.max_minutes` ends the
+    run first, also when the budget ends). The bar is drawn when `progress`
     is on and stderr is a terminal (tqdm's own rule for "no terminal", as the other commands' bars); without it,
     each training record is also one plain line on stdout (`step 20/1000 train: loss ...`), so a run under
     nohup or a batch scheduler shows its loss between evaluations. `finish(summary)` ends the run: the summary
@@ -88,16 +89,26 @@ class MetricsLogger:
             parts.append(f"grad_norm {float(metrics['grad_norm']):.3g}")
         if "tokens_per_s" in metrics:
             parts.append(f"{float(metrics['tokens_per_s']):,.0f} tok/s")
-        done = step - self._start_step
-        if 0 < done and step < self.max_steps:
-            now = time.monotonic()
-            eta = (now - self._started) / done * (self.max_steps - step)
-            if now + eta > self.deadline:   # the time budget stops the run first (and saves it for --resume)
-                parts.append(f"time budget ends in {duration(max(0.0, self.deadline - now))} "
-                             f"(at this pace the run needs {duration(eta)} more)")
+        left = self._time_left(step)
+        if left is not None:
+            eta, budget = left
+            if budget is not None:   # the time budget stops the run first (and saves it for --resume)
+                parts.append(f"time budget ends in {duration(budget)} (at this pace the run needs {duration(eta)} "
+                             "more)")
             else:
                 parts.append(f"ETA {duration(eta)}")
         return f"step {step}/{self.max_steps} train: " + ", ".join(parts)
+
+    def _time_left(self, step: int) -> tuple[float, float | None] | None:
+        """(seconds the run needs after `step` at this invocation's pace: a resumed run's own steps, not the ones
+        it resumed at; the seconds left of `--train.max_minutes` when it ends first, else None), or None before
+        the first step and at the last."""
+        done = step - self._start_step
+        if not (0 < done and step < self.max_steps):
+            return None
+        now = time.monotonic()
+        eta = (now - self._started) / done * (self.max_steps - step)
+        return eta, max(0.0, self.deadline - now) if now + eta > self.deadline else None
 
     def finish(self, summary: dict, record: bool = True) -> None:
         """The run's end (`loop.Loop.summary`): its record in metrics.jsonl (`split` "summary", not in
@@ -121,7 +132,13 @@ class MetricsLogger:
     def advance(self, step: int, loss: float, tokens_per_s: float) -> None:
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
-            self.bar.set_postfix_str(f"loss {loss:.4f}, {tokens_per_s:,.0f} tok/s", refresh=False)
+            postfix = f"loss {loss:.4f}, {tokens_per_s:,.0f} tok/s"
+            left = self._time_left(step) if math.isfinite(self.deadline) else None
+            if left is not None and left[1] is not None:
+                # the bar's own ETA is the whole run's: under --train.max_minutes that ends first, it said 1h56m
+                # for the demo's 8-minute budget (as the log lines did, fixed before)
+                postfix += f", time budget ends in {duration(left[1])}"
+            self.bar.set_postfix_str(postfix, refresh=False)
 
     def note(self, message: str) -> None:
         if self.bar is not None:

@@ -42,20 +42,31 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     if Path(run_dir).is_file() and Path(run_dir).name == "metrics.jsonl":   # the file named instead of its run
         run_dir = Path(run_dir).parent
     records = read_metrics(run_dir)
+    path = Path(run_dir) / "metrics.jsonl"
     if not records:
-        raise UserError(f"no metrics in {run_dir} (expected {Path(run_dir) / 'metrics.jsonl'})")
-    default = not out
-    out = Path(out) if out else Path(run_dir) / "curves.png"
-    image_format = check_image_path(out)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+        if path.is_file():   # a run killed before its first record (or while writing it): not a missing file
+            raise UserError(f"{path} holds no record yet (a run writes one every --log-every steps and at each "
+                            "evaluation; a half-written last line is skipped)")
+        raise UserError(f"no metrics in {run_dir} (expected {path})")
     named = {key for _, series in PANELS for split, key, _ in series if split == "eval"}
     task_metrics = sorted({k for r in records if r["split"] == "eval" for k in r
                            if "/" in k and k not in named and is_score(k, r[k])})
     panels = [(title, series + [("eval", k, f"eval {k}") for k in task_metrics] if title == "accuracy" else series)
               for title, series in PANELS]   # fine-tuning's dev metrics ("dev/accuracy") join the accuracy panel
-    for ax, (title, series) in zip(axes.flat, panels):
-        for split, key, label in series:
-            points = [(r["step"], r[key]) for r in records if r["split"] == split and key in r]
+    drawn = [[(label, split, [(r["step"], r[key]) for r in records if r["split"] == split and key in r])
+              for split, key, label in series] for _, series in panels]
+    if not any(points for lines in drawn for _, _, points in lines):
+        # only the run's summary (a run with --log-every 0 and no --eval-data) or compile records: the image was
+        # four empty panels, written without a word
+        kinds = ", ".join(sorted({str(r["split"]) for r in records}))
+        raise UserError(f"{path} holds no training or evaluation numbers to draw (only {kinds} records: a run "
+                        "with --log-every 0 logs no training records)")
+    default = not out
+    out = Path(out) if out else Path(run_dir) / "curves.png"
+    image_format = check_image_path(out)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for ax, (title, _), lines in zip(axes.flat, panels, drawn):
+        for label, split, points in lines:
             if points:
                 xs, ys = zip(*points)
                 # a lone point (a short run logs training once) is a line of no length: drawn as a marker
