@@ -75,3 +75,41 @@ def test_a_run_started_with_the_recipes_old_optimizer_resumes_without_recipe_and
     assert_one_error(capsys, code, "optim.name")
     assert _finetune(model, tmp_path, out, "--resume", "--max-steps", "3") == 0, capsys.readouterr().err
     assert json.loads((out / "metrics.json").read_text())["config"]["optim"]["name"] == "adamw"
+
+
+class _Killed(BaseException):
+    """A kill -9 between two steps: nothing after it runs (no handler, no record, no save)."""
+
+
+def test_a_run_killed_between_a_save_and_the_next_record_logs_every_step_once_after_resume(tmp_path, monkeypatch):
+    """--save-every 3 with --log-every 4: a run killed at step 6's save resumes from step 3, where its window of
+    steps 1-3 had been in no record (the record at 4, covering 1-4, is dropped as past the checkpoint; the resumed
+    window starts at 4). A record is now also written at a save between records, so the resumed run's training
+    records are the uninterrupted run's, value for value."""
+    from test_train_audit16 import _loop, _records
+
+    settings = dict(max_steps=8, save_every=3, log_every=4)
+    whole = tmp_path / "whole"
+    assert _loop(whole, **settings).run() == "done"
+
+    killed = tmp_path / "killed"
+    loop = _loop(killed, **settings)
+    save = loop.save
+
+    def dies_at_step_6():
+        if loop.state.step == 6:
+            raise _Killed
+        save()
+
+    monkeypatch.setattr(loop, "save", dies_at_step_6)
+    import pytest
+    with pytest.raises(_Killed):
+        loop.run()
+    loop.logger.close()
+    assert _loop(killed, resume=True, **settings).run() == "done"
+
+    def train(run):
+        return [(r["step"], round(r["loss"], 6)) for r in _records(run) if r["split"] == "train"]
+
+    assert [step for step, _ in train(whole)] == [3, 4, 6, 8]
+    assert train(killed) == train(whole)

@@ -511,13 +511,17 @@ class Loop:
 
     def after_step(self, window: "Window") -> None:
         step, final = self.state.step, self.state.step == self.plan.total_steps
-        if self.train.log_every and (step % self.train.log_every == 0 or final):
+        logging = bool(self.train.log_every) and (step % self.train.log_every == 0 or final)
+        saving = bool(self.train.save_every and step % self.train.save_every == 0) or final
+        if logging or (saving and self.train.log_every and window.steps):
+            # also at a save between records (--save-every not a multiple of --log-every): a run killed after it
+            # resumes from this step with a new window, so the steps since the last record would be in no record
             self.log_train(window)
         # evaluating and saving are not training: their time is left out of the window's tokens/s
         if self.evaluate_fn is not None and (step % self.plan.eval_every == 0 or final):
             with window.paused():
                 self._evaluate()
-        if (self.train.save_every and step % self.train.save_every == 0) or final:
+        if saving:
             with window.paused():
                 self.state.rng = ckpt.capture_rng()
                 self.save()
