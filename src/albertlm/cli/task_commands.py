@@ -310,7 +310,21 @@ def _transformers_labels(model_dir: Path) -> dict:
 # -------------------------------------------------------------------------------------------- run
 def run(args, command: str) -> int:
     args.command = command
+    if command != "finetune":
+        _one_process(command)
     return {"finetune": _finetune, "predict": _predict, "evaluate": _evaluate}[command](args)
+
+
+def _one_process(command: str) -> None:
+    """predict / evaluate have no distributed path: under torchrun every process ran the whole prediction, printed
+    the metrics and wrote the same files. Refused on every rank before anything is read; the first rank says it
+    (`cli.main`), the others wait for torchrun to end them (`errors.other_rank_says`)."""
+    import os
+
+    size = os.environ.get("WORLD_SIZE", "").strip()
+    if size.isdecimal() and int(size) > 1:
+        raise UserError(f"run {command} in one process, without torchrun (WORLD_SIZE={int(size)}: every process "
+                        f"would run the whole {command}, print its metrics and write the same files)")
 
 
 def _finetune(args) -> int:
@@ -347,7 +361,8 @@ def _finetune(args) -> int:
 
         choose_best_metric(spec, best_metric)
     spec.info["max_seq_length"] = cfg.max_seq_length
-    log = _after_checks(_using(args.model, model)) if is_main_process() else lambda *a: None
+    log = _after_checks(_using(args.model, model), _version_shown(args, options, spec.info)) if is_main_process() \
+        else lambda *a: None
     try:
         metrics = run_finetune(spec, model, tokenizer, cfg, args.out, resume=args.resume, overwrite=args.overwrite,
                                log=log)
@@ -400,18 +415,34 @@ def _best_metric(args, options, saved: dict | None) -> str | None:
     return kept
 
 
-def _after_checks(using: str | None):
-    """The run's log (stdout, rank 0), saying first on stderr which checkpoint a run directory stood for: its
-    first line comes once run_finetune has loaded the model and checked the run, so a refused run's error
-    is its only line on stderr."""
+def _after_checks(using: str | None, first: str | None = None):
+    """The run's log (stdout, rank 0), saying first on stderr which checkpoint a run directory stood for, and
+    on stdout the line `first` (the SQuAD version the data showed): its first line comes once run_finetune has
+    loaded the model and checked the run, so a refused run's error is its only line on stderr."""
     pending = [using] if using else []
+    heading = [first] if first else []
 
     def log(*parts) -> None:
         while pending:
             print(pending.pop(), file=sys.stderr, flush=True)
+        while heading:
+            print(heading.pop(), flush=True)
         print(*parts, flush=True)
 
     return log
+
+
+def _version_shown(args, options, info: dict) -> str | None:
+    """`finetune squad` without --version: the line that says which version the files showed (it trained silently
+    by it; a v2.0 export of answerable questions only, e.g. the first rows of `squad_v2`'s train split as Parquet
+    or JSON lines, has nothing that shows v2.0 and is read as v1.1). None where --version was given (or recorded)."""
+    if args.family != "squad" or getattr(options, "version", "") or not info.get("version"):
+        return None
+    version = str(info["version"])
+    line = f"SQuAD v{version}: the version the data shows (no --version given"
+    if version.startswith("1"):     # a v2.0 file may show no more than this: v2.0 is never read as v1.1 by mistake
+        return f"{line}; a part of a v2.0 set whose questions all have answers shows it too: give --version 2.0 then)"
+    return f"{line})"
 
 
 def _saved_run(out: str) -> dict | None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature
-from albertlm.tasks.tables import DataError, Problems, read_json, read_records, shown
+from albertlm.tasks.tables import DataError, Problems, columnar_format, read_json, read_records, shown
 
 
 @dataclass
@@ -69,7 +69,9 @@ class SquadSettings:
 def read_squad(path: str | Path, problems: Problems | None = None, anchored: bool = True) -> list[SquadExample]:
     """Examples of an official SQuAD file (nested data/paragraphs/qas) or of the flat layout
     (`{"data": [{id, question, context, answers: {text: [...], answer_start: [...]}}]}`), also as a bare list of
-    those records or as JSON lines, one record a line (what `datasets`' `Dataset.to_json` writes).
+    those records or as JSON lines, one record a line (what `datasets`' `Dataset.to_json` writes), or as the rows
+    of a Parquet or Arrow file or a `Dataset.save_to_disk` folder (`rajpurkar/squad` / `squad_v2` from the Hugging
+    Face Hub: `to_parquet`, its own Parquet files), read by `tables.read_records` as `classify` reads them.
 
     Every field is checked for its type where it is read; a file that breaks the format is a DataError
     naming the file, the place (`data[3].paragraphs[0]`, a question id) and what is wrong.
@@ -81,14 +83,15 @@ def read_squad(path: str | Path, problems: Problems | None = None, anchored: boo
     Each example's `file_version` is the file's own top-level "version" ("1.1", "2.0"; "" for none or another),
     which `detect_version` reads."""
     path = Path(path)
-    data = _squad_document(path)
+    rows = _dataset_rows(path)
+    data = {"data": rows} if rows is not None else _squad_document(path)
     articles = data.get("data")
     if not isinstance(articles, list):
         raise DataError(f"{path}: expected an object with a 'data' list (the SQuAD format)")
     problems = problems if problems is not None else Problems()
     examples = []
     for a, article in enumerate(articles):
-        where = f"data[{a}]"
+        where = f"data[{a}]" if rows is None else f"row {a + 1}"   # a table's rows are numbered from 1
         if not isinstance(article, dict):
             raise DataError(f"{path}: {where} is {_kind(article)}, expected an object (an article or a question)")
         if "paragraphs" in article:
@@ -116,6 +119,25 @@ def _declared_version(value) -> str:
     text = str(value).strip().lower().lstrip("v") if isinstance(value, (str, int, float)) and \
         not isinstance(value, bool) else ""
     return {"1.1": "1.1", "2": "2.0", "2.0": "2.0"}.get(text, "")
+
+
+def _dataset_rows(path: Path) -> list[dict] | None:
+    """The rows of a Hugging Face `datasets` export in Arrow or Parquet (`rajpurkar/squad`, `squad_v2`: columns id,
+    title, context, question, answers {text: [...], answer_start: [...]}; v2.0's unanswerable questions have
+    empty lists): a Parquet or Arrow file (by its suffix or its first bytes), or a `save_to_disk` folder (a
+    DatasetDict's folder is refused naming its splits). None for any other path, read as JSON: these were
+    refused as "a Parquet file, not text" and "not a file". Read as `classify` reads them (`read_records`)."""
+    if path.is_dir():
+        if not ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
+            return None         # a folder of something else: read_json's "not a file"
+        rows = [record for _, record in read_records(path)]
+    elif path.is_file() and (fmt := columnar_format(path)) is not None:
+        rows = [record for _, record in read_records(path, fmt)]
+    else:
+        return None
+    if not rows:
+        raise DataError(f"{path}: no rows (no questions)")
+    return rows
 
 
 def _squad_document(path: Path) -> dict:

@@ -6,7 +6,9 @@ Every problem that stops a run names the file and line; problems a run can live 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -74,7 +76,8 @@ COLUMNAR = {".parquet": "parquet", ".arrow": "arrow"}   # read by read_records (
 
 def columnar_format(path: Path) -> str | None:
     """"parquet" / "arrow" for a Parquet or Arrow IPC file (the Hugging Face Hub's and `save_to_disk`'s
-    formats): by the name, else by the first bytes (a Parquet file named .tsv)."""
+    formats): by the name, else by the first bytes (a Parquet file named .tsv; an Arrow stream, as `save_to_disk`
+    writes, begins with the continuation marker 0xFFFFFFFF, which no UTF-8 text does: it was "not UTF-8 text")."""
     if path.suffix.lower() in COLUMNAR:
         return COLUMNAR[path.suffix.lower()]
     try:
@@ -82,16 +85,27 @@ def columnar_format(path: Path) -> str | None:
             magic = handle.read(6)
     except OSError:
         return None
-    return "parquet" if magic.startswith(b"PAR1") else "arrow" if magic == b"ARROW1" else None
+    if magic.startswith(b"PAR1"):
+        return "parquet"
+    return "arrow" if magic == b"ARROW1" or magic.startswith(b"\xff\xff\xff\xff") else None
 
 
 def check_not_columnar(path: Path) -> None:
-    """A Parquet / Arrow file read as text is refused by name, with the way on: it was "not UTF-8 text"."""
+    """A Parquet / Arrow file read as text is refused by name, with the way on: it was "not UTF-8 text". The way
+    to JSON lines is the one that reads this file: pandas' read_parquet fails on Arrow, pyarrow's open_file on an
+    Arrow stream (what `save_to_disk` writes) and open_stream on an Arrow file (it said "a Arrow file" too)."""
     kind = columnar_format(path)
-    if kind is not None:
-        raise DataError(f"{path}: a {kind.capitalize()} file, not text; `classify` reads Parquet and Arrow files "
-                        f"named .parquet / .arrow, the other readers text (save it as JSON lines with pandas: "
-                        "pandas.read_parquet(FILE).to_json('x.jsonl', orient='records', lines=True))")
+    if kind is None:
+        return
+    if kind == "parquet":
+        table = "pandas.read_parquet(FILE)"
+    else:
+        with path.open("rb") as handle:
+            opener = "open_file" if handle.read(6) == b"ARROW1" else "open_stream"
+        table = f"pyarrow.ipc.{opener}(FILE).read_pandas()"
+    raise DataError(f"{path}: a{'n' if kind == 'arrow' else ''} {kind.capitalize()} file, not text; `classify`, "
+                    f"`squad` and `race` read Parquet and Arrow files (.parquet, .arrow), the other inputs are text "
+                    f"(as JSON lines: {table}.to_json('x.jsonl', orient='records', lines=True))")
 
 
 def _not_utf8(path: Path, after_line: int | None = None) -> DataError:
@@ -244,8 +258,58 @@ def _long_field_rows(reader) -> Iterator[list[str]]:
         yield row
 
 
+# pandas' and `datasets`' to_csv(sep="\t") quote a field holding a quote, a tab or a line break as CSV does
+# ("he said ""hi"""); GLUE's TSVs have no quoting (bare quotes, some unbalanced, begin and end their texts)
+TSV_SNIFF_CHARS = 1 << 20      # the head of a .tsv read to tell the two apart
+_OPENING_QUOTE = re.compile(r'(?:\A|(?<=[\t\n]))"')                     # a field that begins with a quote
+_QUOTED_FIELD = re.compile(r'"((?:[^"]|"")*)"(?=[\t\r\n]|\Z)')          # ... and is one quoted CSV field
+_UNCLOSED_FIELD = re.compile(r'"(?:[^"]|"")*\Z')                          # ... or one the head cuts
+
+
+def csv_quoted_tsv(path: Path) -> bool:
+    """Whether a tab-separated file was written with CSV quoting (pandas, `datasets`' `to_csv(sep="\\t")`), told
+    by its head (TSV_SNIFF_CHARS): a field there is wholly quoted and contains `""`, a tab or a line break; every
+    field there that begins with a quote is one quoted CSV field, and every quote is inside one; read with CSV
+    quoting, its rows all have the header's number of fields. Such a file read without quoting gave the texts with
+    their quotes (`"he said ""hi"" to me"`), without a word, or split a field at its tab. GLUE's own files (no
+    such field; quotes that open or close a text, or stand alone, some unbalanced) are read without quoting."""
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        head = handle.read(TSV_SNIFF_CHARS)
+        whole = not handle.read(1)
+    if not whole:
+        head = head[: head.rfind("\n") + 1]      # whole lines (a quoted field may still go on past them)
+    end, inside, evidence = 0, 0, False
+    for opening in _OPENING_QUOTE.finditer(head):
+        if opening.start() < end:               # a line break inside the quoted field found before
+            continue
+        field = _QUOTED_FIELD.match(head, opening.start())
+        if field is None:
+            cut = None if whole else _UNCLOSED_FIELD.match(head, opening.start())
+            if cut is None:                     # a text that begins with a quote: not CSV quoting
+                return False
+            inside += cut.group(0).count('"')
+            break
+        end = field.end()
+        inside += field.group(0).count('"')
+        evidence = evidence or any(mark in field.group(1) for mark in ('""', "\t", "\n", "\r"))
+    if not evidence or inside != head.count('"'):   # a quote outside a quoted field: GLUE's bare quotes
+        return False
+    reader = csv.reader(io.StringIO(head), delimiter="\t")
+    rows = []
+    try:
+        rows.extend(_long_field_rows(reader))
+    except csv.Error:
+        return False
+    rows = [row for row in (rows if whole else rows[:-1]) if any(cell.strip() for cell in row)]
+    return len(rows) > 1 and all(len(row) == len(rows[0]) for row in rows)
+
+
 def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
-    reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(handle)
+    if fmt == "tsv":
+        quoting = csv.QUOTE_MINIMAL if csv_quoted_tsv(path) else csv.QUOTE_NONE
+        reader = csv.reader(handle, delimiter="\t", quoting=quoting)
+    else:
+        reader = csv.reader(handle)
     rows = _long_field_rows(reader)
     try:
         header = next(rows, None)
