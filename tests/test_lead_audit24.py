@@ -1,6 +1,8 @@
 """The lead's follow-ups in the twenty-fourth session's audits (each fails on the code before it)."""
 from __future__ import annotations
 
+import pytest
+
 from albertlm.data import corpus
 from conftest import save_tiny_pretrained
 from test_formats_audit24 import _documents
@@ -113,3 +115,16 @@ def test_a_run_killed_between_a_save_and_the_next_record_logs_every_step_once_af
 
     assert [step for step, _ in train(whole)] == [3, 4, 6, 8]
     assert train(killed) == train(whole)
+
+
+@pytest.mark.parametrize("argv", [["info", "albert-base-v2"], ["convert", "albert-base-v2", "out"],
+                                  ["pretrain", "--init-from", "albert-base-v2", "--data", "nodata", "--out", "r"]])
+def test_a_hub_name_where_a_model_directory_goes_says_albertlm_downloads_nothing(argv, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """`info`, `convert` and `pretrain --init-from` said "not a directory" / "no such file or directory" for a Hub
+    name, where fill-mask, finetune, evaluate and export say that albertlm downloads nothing and how to fetch it."""
+    from albertlm.cli.main import main
+    from conftest import assert_one_error
+
+    monkeypatch.chdir(tmp_path)
+    assert_one_error(capsys, main(argv), "albert-base-v2", "downloads nothing", "hf download")

@@ -193,7 +193,9 @@ def detect_format(src: Path) -> str:
     if prefix is not None and (src.is_file() or Path(f"{prefix}.index").is_file()):   # a missing index)
         return "tf"
     if not src.exists() and not Path(f"{src}.index").is_file():
-        raise UserError(f"{src}: no such file or directory")
+        from albertlm.model.io import DOWNLOADS_NOTHING
+
+        raise UserError(f"{src}: no such file or directory ({DOWNLOADS_NOTHING})")
     config = src / "config.json"
     if src.is_dir() and config.is_file():
         from albertlm.model import hf_format

@@ -145,6 +145,10 @@ def run_info(args: argparse.Namespace) -> int:
     else:
         if directory.is_file() and (directory.parent / "config.json").is_file():   # its config.json or weights file
             directory = directory.parent
+        if not directory.exists():   # a Hub name (`albert-base-v2`), as every model-reading command says it
+            from albertlm.model.io import DOWNLOADS_NOTHING
+
+            raise UserError(f"{directory}: no such model directory ({DOWNLOADS_NOTHING})")
         if not directory.is_dir():
             raise UserError(f"not a directory: {directory}")
         if not (directory / "config.json").is_file():   # a run directory: fine-tuning's best/, else the newest

@@ -42,11 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", nargs="+", required=True, metavar="PATH",
                    help="files or directories, read as `albertlm data build` reads them: text (one sentence per "
-                        "line, or paragraphs), JSONL, WikiExtractor, Parquet, Arrow, compressed (.gz/.bz2/.xz/.zst)")
+                        "line, or paragraphs), JSONL, WikiExtractor, CSV, Parquet, Arrow, compressed (.gz/.bz2/.xz/.zst)")
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="input format, as for `albertlm data build` (default: auto, see docs/data.md)")
     p.add_argument("--text-field", default="text", metavar="NAME",
-                   help="JSONL field / Parquet or Arrow column holding the text")
+                   help="JSONL field / CSV, Parquet or Arrow column holding the text")
     p.add_argument("--vocab-size", type=int, default=30000, metavar="N",
                    help="vocabulary size (default 30000, as ALBERT)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (spiece.model or vocab.txt)")

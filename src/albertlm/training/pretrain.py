@@ -131,6 +131,10 @@ def resolve_run(run: RunConfig, run_dir: str | Path, resume: bool = False,
     from albertlm.model.io import read_config, resolve_checkpoint
 
     if run.init_from and not resumes_checkpoint(run_dir, resume):
+        if not Path(run.init_from).exists():     # a Hub name (`albert-base-v2`): said as every model reader says it
+            from albertlm.model.io import DOWNLOADS_NOTHING
+
+            raise UserError(f"--init-from {run.init_from}: no such model directory ({DOWNLOADS_NOTHING})")
         if not Path(run.init_from).is_dir():
             raise UserError(f"--init-from {run.init_from}: not a directory")
         source = str(resolve_checkpoint(run.init_from))     # a run directory means its newest checkpoint
