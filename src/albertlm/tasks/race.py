@@ -1,7 +1,7 @@
 """RACE: reading `RACE/{train,dev,test}/{middle,high}/*.txt` (one JSON passage per file, several
 questions each; or google-research's `all.txt`, the level's passages one per line), or a Hugging Face export of
-RACE (one row per question: `train`, `validation`, `test` as JSON lines, Parquet or CSV), and building 4-way
-multiple-choice features.
+RACE (one row per question: `train`, `validation`, `test` as JSON lines, Parquet, Arrow or CSV, or the split
+folders `DatasetDict.save_to_disk` writes), and building 4-way multiple-choice features.
 
 Each choice is `[CLS] article [SEP] question-with-option [SEP]`: a question containing `_` has it
 replaced by the option, otherwise the option is appended (google-research `race_utils.py`).
@@ -53,12 +53,15 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
     levels = tuple(dict.fromkeys(levels))
     if not levels:
         raise DataError(f"{root}: no RACE level to read; levels are {', '.join(LEVELS)}")
-    exported = hf_split_files(root, split) if not (root / split).is_dir() else []
+    exported = hf_split_files(root, split)
+    if (root / split).is_dir() and root / split not in exported:
+        exported = []    # the original layout's RACE/<split>/ is read first
     if exported:         # a Hugging Face export (`validation.jsonl`, `test-00000-of-00001.parquet`, ...)
         examples = [e for e in read_hf_files(exported, answers) if e.level in levels]
         if not examples:
             raise DataError(f"{', '.join(map(str, exported))}: no {'/'.join(levels)} questions")
-        return examples
+        # the levels in the order asked, as the passage directories are read (read_hf_files orders the rest)
+        return sorted(examples, key=lambda e: levels.index(e.level))
     is_split_dir = any((root / level).is_dir() for level in LEVELS)  # given RACE/dev itself
     split_dir = root if is_split_dir and not (root / split).is_dir() else root / split
     held_out = root.resolve().name      # `--data-dir .` inside RACE/dev too
@@ -76,9 +79,16 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
         elif root.is_file():            # a passage file, all.txt or an export of one split
             hint = (f"; {root} is a file: give the RACE directory, a split directory holding middle/ and high/, "
                     "or the directory holding a Hugging Face export's files")
+        elif _saved_split(root):        # one split's Dataset.save_to_disk folder: another split, or unnamed
+            named = next((s for s, names in HF_SPLIT_NAMES.items() if _hf_split(root, folder=True) in names), None)
+            what = (f"the {named} split's datasets save_to_disk folder (by its name)" if named
+                    else f"a datasets save_to_disk folder whose name says no split ({', '.join(SPLITS)})")
+            hint = (f"; {root} is {what}: give the folder holding the split folders (train/, validation/, test/: "
+                    "DatasetDict.save_to_disk)")
         names = " or ".join(HF_SPLIT_NAMES.get(split, (split,)))
         raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt, or a Hugging "
-                        f"Face export's file named {names}: .jsonl, .parquet or .csv){hint}")
+                        f"Face export's file or save_to_disk folder named {names}: .jsonl, .parquet, .arrow or "
+                        f".csv){hint}")
     examples = []
     for level in levels:
         examples += _read_level(split_dir / level, level, answers)
@@ -139,9 +149,12 @@ def read_all_file(path: Path, level: str, answers: bool = True) -> list[RaceExam
 
 # ------------------------------------------------------------------ Hugging Face's layout (`ehovy/race`)
 # One row per question: example_id (the passage file, "high132.txt"), article, answer, question, options. The
-# Hub keeps each split as `<config>/<split>-00000-of-00001.parquet` (`validation` is RACE's dev); a user exports it
-# with `Dataset.to_json` / `to_parquet` / `to_csv`. Its questions are named as the passage files' (`high/132.txt#0`,
-# the passage's questions numbered in row order), so predictions and scores match between the layouts.
+# Hub keeps each split as `<config>/<split>-00000-of-00001.parquet` (configs all, middle, high; `validation` is
+# RACE's dev); a user exports it with `Dataset.to_json` / `to_parquet` / `to_csv`, or `DatasetDict.save_to_disk`
+# (a folder per split). Its questions are named as the passage files' (`high/132.txt#0`, the passage's questions
+# numbered in row order), so predictions and scores match between the layouts, and come in the passage files'
+# order (the Hub's rows are in the order `datasets`' race.py read the files: their paths sorted, high before
+# middle, 1, 10, 100, 2), so that fine-tuning sees the same examples in the same order from either layout.
 HF_SPLIT_NAMES = {"train": ("train",), "dev": ("validation", "dev"), "test": ("test",)}
 HF_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".arrow", ".csv")
 HF_COLUMNS = ("example_id", "article", "question", "options", "answer")
@@ -150,42 +163,67 @@ _SHARD = re.compile(r"-\d+-of-\d+$")      # train-00000-of-00002
 
 def hf_split_files(root: str | Path, split: str) -> list[Path]:
     """The files of one split of a Hugging Face RACE export in `root`, or in its `all/` (the Hub's layout), in
-    name order: `validation.jsonl` (dev), `test.parquet`, `train-00000-of-00002.parquet`, `race_validation.csv`."""
+    name order: `validation.jsonl` (dev), `test.parquet`, `train-00000-of-00002.parquet`, `race_validation.csv`,
+    or a `save_to_disk` folder (`validation/` holding state.json, as `DatasetDict.save_to_disk` writes). `root`
+    may be such a folder itself, named by its split; without `all/`, the Hub's per-level config folders
+    (`middle/`, `high/`: a download of those alone) are read together."""
     root = Path(root)
-    for folder in (root, root / "all"):
-        if not folder.is_dir():
-            continue
-        found = sorted(path for path in folder.iterdir()
-                       if path.suffix.lower() in HF_SUFFIXES and not path.name.startswith(".")
-                       and _hf_split(path) in HF_SPLIT_NAMES.get(split, ()) and path.is_file())
+    names = HF_SPLIT_NAMES.get(split, ())
+    if _saved_split(root):      # one split's save_to_disk folder given itself: the split its name says
+        return [root] if _hf_split(root, folder=True) in names else []
+    for folders in ((root,), (root / "all",), tuple(root / level for level in LEVELS)):
+        # by the name first: a level of passage files (`13.txt`, thousands of them) is not stat'ed
+        found = [path for folder in folders if folder.is_dir()
+                 for path in sorted(path for path in folder.iterdir() if not path.name.startswith(".")
+                                    and ((path.suffix.lower() in HF_SUFFIXES and _hf_split(path) in names
+                                          and path.is_file())
+                                         or (_hf_split(path, folder=True) in names and _saved_split(path))))]
         if found:
             return found
     return []
 
 
-def _hf_split(path: Path) -> str:
-    """The split a file's name says: its stem less a shard count, after a last `_` or `-` (`race_validation`)."""
-    stem = _SHARD.sub("", path.name[: -len(path.suffix)])
+def _saved_split(path: Path) -> bool:
+    """Whether `path` is one split's `Dataset.save_to_disk` folder (its state.json lists the Arrow files)."""
+    return path.is_dir() and (path / "state.json").is_file()
+
+
+def _export_name(path: Path) -> str:
+    """A file's name less its shard count (`train-00000-of-00002.parquet` -> `train.parquet`); a folder's name."""
+    if path.is_dir():
+        return path.name
+    return _SHARD.sub("", path.name[: len(path.name) - len(path.suffix)]) + path.suffix.lower()
+
+
+def _hf_split(path: Path, folder: bool = False) -> str:
+    """The split a file's name says (its stem less a shard count), or a save_to_disk folder's (its name): the
+    part after a last `_`, `-` or `.` (`race_validation`)."""
+    stem = path.name if folder else _SHARD.sub("", path.name[: len(path.name) - len(path.suffix)])
     return re.split(r"[_\-.]", stem)[-1].lower()
 
 
 def read_hf_files(paths: Sequence[str | Path], answers: bool = True) -> list[RaceExample]:
     """The questions of one split of a Hugging Face RACE export, its shards in order (columns example_id, article,
-    answer, question, options; options a list of four texts, in a CSV a JSON or Python list). The level is the
-    example_id's start (`middle`, `high`). `answers=False`: rows with an empty answer are read unlabelled. Two
-    exports of one split (`validation.jsonl` beside `validation.csv`) are refused: their questions would count
-    twice. A DataError names the file and row."""
+    answer, question, options; options a list of four texts, in a CSV a JSON or Python list), in the passage
+    files' order: middle, then high, passages in number order, a passage's questions in row order. The level is
+    the example_id's start (`middle`, `high`). `answers=False`: rows with an empty answer (or no answer
+    column) are read unlabelled.
+    Two exports of one split (`validation.jsonl` beside `validation.csv`) are refused: their questions would
+    count twice. A DataError names the file and row."""
     paths = [Path(path) for path in paths]
-    exports = sorted({_SHARD.sub("", path.name[: -len(path.suffix)]) + path.suffix.lower() for path in paths})
-    if len(exports) > 1:
-        raise DataError(f"{paths[0].parent}: {' and '.join(exports)} are two exports of one split (their questions "
-                        "would count twice); keep one of them there")
+    for folder in dict.fromkeys(path.parent for path in paths):    # the Hub's middle/ and high/ are two
+        exports = sorted({_export_name(path) for path in paths if path.parent == folder})
+        if len(exports) > 1:
+            raise DataError(f"{folder}: {' and '.join(exports)} are two exports of one split (their questions "
+                            "would count twice); keep one of them there")
     examples: list[RaceExample] = []
+    order: list[tuple] = []
     passages: dict[str, tuple[str, str]] = {}     # example_id -> (its article, the row that gave it)
     counts: dict[str, int] = {}
     for path, row, record in ((path, row, record) for path in paths for row, record in read_records(path)):
         where = f"{path}:{row}"
-        missing = [name for name in HF_COLUMNS if name not in record]
+        # new questions to predict may come without the answer column (as a passage file without `answers`)
+        missing = [name for name in HF_COLUMNS if name not in record and (answers or name != "answer")]
         if missing:
             raise DataError(f"{where}: no {', '.join(missing)} (a Hugging Face RACE row has the columns "
                             f"{', '.join(HF_COLUMNS)}; has {', '.join(map(shown, record)) or 'none'})")
@@ -203,7 +241,7 @@ def read_hf_files(paths: Sequence[str | Path], answers: bool = True) -> list[Rac
         if first[0] != article:
             raise DataError(f"{where}: example_id {shown(pid)} has another article than at {first[1]}")
         options = _hf_options(record["options"], where)
-        answer = record["answer"]
+        answer = record.get("answer")
         if not answers and answer in ("", None):
             label = None
         elif isinstance(answer, str) and len(answer.strip()) == 1 and answer.strip() in LETTERS:
@@ -211,9 +249,10 @@ def read_hf_files(paths: Sequence[str | Path], answers: bool = True) -> list[Rac
         else:
             raise DataError(f"{where}: answer {answer!r} is not one of {', '.join(LETTERS)}")
         index = counts[pid] = counts.get(pid, -1) + 1
-        examples.append(RaceExample(f"{level}/{pid[len(level):]}#{index}", level, article, question, options,
-                                    label))
-    return examples
+        name = pid[len(level):]
+        examples.append(RaceExample(f"{level}/{name}#{index}", level, article, question, options, label))
+        order.append((LEVELS.index(level), _file_order(Path(name)), index))
+    return [examples[k] for k in sorted(range(len(examples)), key=order.__getitem__)]
 
 
 def _hf_options(value, where: str) -> list[str]:
@@ -227,11 +266,13 @@ def _hf_options(value, where: str) -> list[str]:
                 value = ast.literal_eval(value)
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 raise DataError(f"{where}: options {shown(value[:60])} is not a list of {NUM_CHOICES} texts") from None
-    if not isinstance(value, (list, tuple)) or len(value) != NUM_CHOICES or not all(isinstance(o, str)
-                                                                                   for o in value):
+    if not isinstance(value, (list, tuple)) or len(value) != NUM_CHOICES:
         count = (f"{len(value)} options" if isinstance(value, (list, tuple))
                  else f"options of type {type(value).__name__}")
         raise DataError(f"{where}: {count}, RACE has a list of {NUM_CHOICES} texts")
+    bad = next((k for k, option in enumerate(value) if not isinstance(option, str)), None)
+    if bad is not None:     # a null in the list (it said "4 options, RACE has a list of 4 texts")
+        raise DataError(f"{where}: option {LETTERS[bad]} is {type(value[bad]).__name__}, expected text")
     return list(value)
 
 
