@@ -128,3 +128,69 @@ def test_a_hub_name_where_a_model_directory_goes_says_albertlm_downloads_nothing
 
     monkeypatch.chdir(tmp_path)
     assert_one_error(capsys, main(argv), "albert-base-v2", "downloads nothing", "hf download")
+
+
+def test_race_predictions_for_questions_the_split_lacks_are_refused_not_ignored(tmp_path, capsys):
+    """`evaluate race --predictions` scored the questions it found and ignored the others (another split's or data
+    set's file scored on the ids the two share, exit 0). A prediction naming a question of a level read that the
+    split lacks is now refused, naming it; a level left out with --levels is left out as asked."""
+    import json
+
+    from albertlm.cli.main import main
+    from conftest import assert_one_error
+
+    root = tmp_path / "RACE"
+    (root / "dev" / "middle").mkdir(parents=True)
+    passage = {"id": "middle1.txt", "article": "Tom has a red ball.", "questions": ["What colour is it?"],
+               "options": [["blue", "red", "green", "black"]], "answers": ["B"]}
+    (root / "dev" / "middle" / "1.txt").write_text(json.dumps(passage), encoding="utf-8")
+    predictions = tmp_path / "dev_predictions.json"
+    argv = ["evaluate", "race", "--data-dir", str(root), "--levels", "middle", "--predictions", str(predictions)]
+    predictions.write_text(json.dumps({"middle/1.txt#0": "B", "high/5.txt#0": "A"}), encoding="utf-8")
+    assert main(argv) == 0                     # high was not asked for: its prediction is left out
+    assert json.loads(capsys.readouterr().out)["accuracy"] == 1.0
+    predictions.write_text(json.dumps({"middle/1.txt#0": "B", "middle/999.txt#0": "A"}), encoding="utf-8")
+    assert_one_error(capsys, main(argv), "1 predictions name questions not in dev", "middle/999.txt#0")
+
+
+def test_a_hub_mnli_dev_file_refuses_the_other_dev_sets_predictions(tmp_path, capsys):
+    """`evaluate glue --task mnli --dev validation_matched-00000-of-00001.parquet --predictions
+    dev_mismatched_predictions.tsv` scored one dev set's predictions against the other's labels (exit 0), where the
+    TSV `dev_matched.tsv` refuses them: the Hub file's GLUE name is dev_matched too. With --data-dir of the Hub's
+    MNLI folder the predictions file picks its dev file by that name."""
+    from albertlm.cli.main import main
+    from conftest import assert_one_error
+    from test_glue_hub_audit24 import _hub_table, _parquet, _rows
+
+    rows = _rows("mnli")
+    folder = tmp_path / "mnli"
+    matched = _parquet(_hub_table("mnli", rows, test=False), folder / "validation_matched-00000-of-00001.parquet")
+    _parquet(_hub_table("mnli", rows, test=False), folder / "validation_mismatched-00000-of-00001.parquet")
+    predictions = tmp_path / "dev_mismatched_predictions.tsv"
+    predictions.write_text("index\tprediction\n" + "".join(f"{i}\t{y}\n" for i, (_, _, y) in enumerate(rows)),
+                           encoding="utf-8")
+    code = main(["evaluate", "glue", "--task", "mnli", "--dev", str(matched), "--predictions", str(predictions)])
+    assert_one_error(capsys, code, "dev_mismatched")
+    assert main(["evaluate", "glue", "--task", "mnli", "--data-dir", str(folder), "--predictions",
+                 str(predictions)]) == 0, capsys.readouterr().err
+    import json
+    assert json.loads(capsys.readouterr().out)["accuracy"] == 1.0
+
+
+def test_ablate_refuses_hub_exports_in_its_glue_dir(tmp_path):
+    """glue now reads the Hub's files, so --glue-dir/RTE holding only `train-*.parquet` was found, and ablate's
+    sampling read it as text (a UnicodeDecodeError); it samples GLUE's TSVs and says so in one line."""
+    from types import SimpleNamespace
+
+    from albertlm.errors import UserError
+    from albertlm.experiments import runner
+    from albertlm.experiments.scales import get_scale
+    from test_glue_hub_audit24 import _hub_table, _parquet, _rows
+
+    rows = _rows("rte")
+    _parquet(_hub_table("rte", rows, test=False), tmp_path / "glue" / "RTE" / "train-00000-of-00001.parquet")
+    _parquet(_hub_table("rte", rows, test=False), tmp_path / "glue" / "RTE" / "validation-00000-of-00001.parquet")
+    task = next(t for t in get_scale("cpu").finetune_tasks)
+    task = SimpleNamespace(name="rte", dir_name="RTE", max_train=task.max_train)
+    with pytest.raises(UserError, match="a Hugging Face datasets export; ablate samples GLUE's own TSV files"):
+        runner._task_files(SimpleNamespace(glue_dir=tmp_path / "glue"), task)

@@ -68,9 +68,9 @@ def score_options(family: str) -> Options | None:
 
 
 # ------------------------------------------------------------------------------------------ arguments
-FAMILY_TEXT = {"glue": "a GLUE task from its official files (--task, --data-dir)",
-               "squad": "SQuAD v1.1 or v2.0 question answering (the official JSON files)",
-               "race": "RACE multiple-choice reading comprehension (the RACE/ directory)",
+FAMILY_TEXT = {"glue": "a GLUE task from its official files or the Hugging Face Hub's (--task, --data-dir)",
+               "squad": "SQuAD v1.1 or v2.0 question answering (the official JSON files or the Hub's exports)",
+               "race": "RACE multiple-choice reading comprehension (the RACE/ directory or a Hugging Face export)",
                "classify": "your own labelled texts or text pairs (CSV, TSV, JSONL, Parquet, Arrow)"}
 METRIC_TEXT = {"glue": "GLUE's own metric for the task", "squad": "exact match and F1",
                "race": "accuracy overall, middle and high",

@@ -484,7 +484,12 @@ def _task_files(suite: Suite, task: FinetuneTask) -> tuple[Path, list[Path], lis
 
     directory = suite.glue_dir / task.dir_name
     info = glue.get_task(task.name)
-    return directory, glue.find_split(info, directory, "train"), glue.find_split(info, directory, "dev")
+    train, dev = glue.find_split(info, directory, "train"), glue.find_split(info, directory, "dev")
+    exports = [p for p in train + dev if glue.hub_format(Path(p)) is not None]
+    if exports:     # the sampling and the token-fit check read GLUE's TSV lines (a Parquet file is no text)
+        raise UserError(f"{exports[0]}: a Hugging Face datasets export; ablate samples GLUE's own TSV files "
+                        f"(--glue-dir {suite.glue_dir}: {task.dir_name}/train.tsv and dev.tsv)")
+    return directory, train, dev
 
 
 def glue_paths(suite: Suite) -> dict:

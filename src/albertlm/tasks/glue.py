@@ -6,17 +6,20 @@ header, the others do; MNLI has matched and mismatched dev/test; MRPC can also b
 re-split files with and without a header both work (e.g. a headerless `val.tsv`). The diagnostic set (AX) is
 predicted from `diagnostic.tsv` (`index, sentence1, sentence2`) and scored from the labelled
 `diagnostic-full.tsv` (`Lexical Semantics, Predicate-Argument Structure, Logic, Knowledge, Domain, Premise,
-Hypothesis, Label`), which GLUE publishes beside it. A Hugging Face `datasets` export of a task (Parquet, Arrow, a
-save_to_disk folder, JSON lines, CSV, or a tab-separated to_csv naming `idx`) is refused with the `classify`
-options that read its columns.
+Hypothesis, Label`), which GLUE publishes beside it. The Hugging Face Hub's GLUE (`nyu-mll/glue`, one config per
+task) is read too: its Parquet files (`rte/validation-00000-of-00001.parquet`), a `save_to_disk` folder or its Arrow
+file, and `to_json` / `to_csv` / `to_csv(sep="\t")` exports, in datasets' columns (`sentence1, sentence2, label,
+idx`, ...), their label numbers in datasets' ClassLabel order (MNLI's is not GLUE's), -1 in a test split, and `idx`
+as the submission's index (see "Hugging Face datasets' GLUE" below).
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from albertlm.tasks.tables import DataError, Problems, columnar_format, read_tsv, shown
+from albertlm.tasks.tables import DataError, Problems, columnar_format, read_records, read_tsv, shown
 
 
 @dataclass(frozen=True)
@@ -187,10 +190,13 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     only with a prediction for every test row. A file without a single example (empty, or only a header) is an
     error: found when the file is read, before any training. `skip_option`: the option that skips such rows (the
     CLI's `--skip-bad-rows`), named in the error of a labelled file read without `problems` (QQP's older train.tsv
-    has questions cut in two by a line break: 4 fields, then 3)."""
+    has questions cut in two by a line break: 4 fields, then 3). A Hugging Face datasets export of the task
+    (`hub_format`) is read in its columns (`read_hub_examples`)."""
     task = get_task(task) if isinstance(task, str) else task
     path = Path(path)
-    _refuse_datasets_file(task, path)
+    hub = hub_format(path)
+    if hub is not None:     # the Hugging Face Hub's GLUE (Parquet, Arrow, save_to_disk, to_json, to_csv)
+        return read_hub_examples(task, path, has_labels, problems, skip_option, hub)
     cols = task.train if has_labels else task.test
     if task.name == "mrpc" and not has_labels and is_msr_file(path):
         cols = MSR_TEST
@@ -201,11 +207,6 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     for n, (lineno, cells) in enumerate(read_tsv(path)):
         where = f"{path}:{lineno}"
         if n == 0:
-            if [cell.strip().lstrip("\ufeff").lower() for cell in cells] in _hf_headers(task):
-                raise DataError(f"{where}: the header line names Hugging Face datasets' columns "
-                                f"({', '.join(cell.strip() for cell in cells)}), not GLUE's layout"
-                                + _datasets_hint(task) + " (export it with to_parquet or to_json: a tab-separated "
-                                "to_csv quotes the texts that hold a quote, and .tsv files are read unquoted)")
             header = _is_header(task, cols, cells)
             header_cells = cells if header else None
             widest = len(cells) if header else None
@@ -233,8 +234,7 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
                     raise DataError(f"{where}: {len(cells)} tab-separated fields, the header line has {widest} "
                                     f"(a tab inside a text?){kept or skip}")
                 raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name} needs {needed}"
-                                + (_export_hint(task, path) or
-                                   (_test_layout_hint(task, cells, header_cells) if has_labels else "") or skip)
+                                + ((_test_layout_hint(task, cells, header_cells) if has_labels else "") or skip)
                                 + kept)
             problems.add("malformed row skipped", where)
             skipped += 1
@@ -262,70 +262,282 @@ def _too_wide(task: GlueTask, where: str, cells: list[str], most: int) -> str:
     return f"{where}: {len(cells)} tab-separated fields, {task.name}'s test layout has {most} (another task's file?)"
 
 
-def _export_hint(task: GlueTask, path: Path) -> str:
-    """For a file that is not GLUE's TSV by its suffix (a JSON lines or CSV export, as Hugging Face `datasets`'
-    to_json / to_csv write): the family that reads it, with the options that read `datasets`' columns."""
-    if path.suffix.lower() not in (".jsonl", ".json", ".ndjson", ".csv"):
-        return ""
-    return (f" (a {path.suffix} file: `glue` reads GLUE's own tab-separated files, as download_glue_data.py "
-            "writes them; a CSV or JSON lines export, e.g. Hugging Face datasets', is read by `classify` with "
-            f"{_classify_options(task)}{_label_meaning(task)})")
-
-
-# the text columns Hugging Face `datasets` gives each GLUE task (glue/<task>), followed by `label` and `idx`
+# --------------------------------------------------------------- Hugging Face datasets' GLUE (`nyu-mll/glue`)
+# `datasets.load_dataset("nyu-mll/glue", TASK)` gives each task its own columns, followed by `label` and `idx`: the
+# label a ClassLabel number (STS-B's a score), -1 in a test split (GLUE's test labels are not public), and `idx` the
+# row's number in GLUE's own file, which for a test split is the index column a leaderboard submission is keyed by
 HF_COLUMNS: dict[str, tuple[str, ...]] = {
     "cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"),
     "qqp": ("question1", "question2"), "stsb": ("sentence1", "sentence2"), "mnli": ("premise", "hypothesis"),
     "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2"),
     "ax": ("premise", "hypothesis"),
 }
-# the class names of `datasets`' label numbers where they are not GLUE's 0 / 1 (its MNLI order is not GLUE's)
+# the task's labels in the order of datasets' label numbers, where it is not GLUE's (datasets' MNLI and AX have
+# entailment, neutral, contradiction; GLUE's label list, which a model's outputs follow, is sorted)
 HF_LABELS: dict[str, tuple[str, ...]] = {"mnli": ("entailment", "neutral", "contradiction"), "qnli": NLI2,
                                           "rte": NLI2, "ax": ("entailment", "neutral", "contradiction")}
+# the class names datasets gives GLUE's 0/1 labels (its ClassLabel names; a transformers classifier fine-tuned with
+# run_glue.py names its classes so in config.json's id2label)
+HF_NAMES: dict[str, tuple[str, ...]] = {
+    "cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
+    "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate"),
+    "wnli": ("not_entailment", "entailment"),
+}
+HF_NO_LABEL = -1             # datasets' label of a row without one (every row of a test split)
+# the Hub's split names per GLUE split (MNLI: matched and mismatched dev and test; AX: a test split only)
+HUB_SPLITS: dict[str, tuple[str, ...]] = {"train": ("train",), "dev": ("validation",), "test": ("test",)}
+MNLI_HUB_SPLITS = {"train": ("train",), "dev": ("validation_matched", "validation_mismatched"),
+                   "test": ("test_matched", "test_mismatched")}
+# the files a split may be exported as: the Hub's Parquet shards, save_to_disk's Arrow, to_json, to_csv
+HUB_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".ndjson", ".csv", ".tsv")
+_SHARD = re.compile(r"(?P<stem>.+)-(?P<k>\d+)-of-(?P<n>\d+)")           # validation-00000-of-00001
+_SHARD_END = re.compile(r"-\d+-of-\d+$")
+# the names of the Hub's splits (a file's, less its shard count, or a DatasetDict's folder's)
+HUB_SPLIT_NAMES = ("train", "validation", "test", "validation_matched", "validation_mismatched", "test_matched",
+                   "test_mismatched")
+HUB_MNLI_CONFIGS = ("mnli_matched", "mnli_mismatched")   # the Hub's MNLI dev and test, one config each
 
 
-def _hf_headers(task: GlueTask) -> list[list[str]]:
-    """The header lines `Dataset.to_csv(sep="\t")` writes for the task's splits: with datasets' `idx` column, which
-    no GLUE header has (SST-2's own is `sentence, label`)."""
-    texts = list(HF_COLUMNS[task.name])
-    return [texts + ["label", "idx"], ["idx"] + texts + ["label"]]
+def hub_label_names(task: GlueTask) -> tuple[str, ...]:
+    """The task's labels (GLUE's names) in the order of datasets' label numbers: `hub_label_names(mnli)[0]` is what
+    datasets' label 0 means (entailment)."""
+    return HF_LABELS.get(task.name, task.labels or ())
+
+
+def _hub_header_tasks(cells: list[str]) -> list[str]:
+    """The tasks whose datasets columns a header line names (a `to_csv(sep="\\t")` export: the texts, `label` and
+    `idx` in any order, `label` left out of a test split's export); [] for GLUE's own headers (none has `idx`)."""
+    names = [cell.strip().lstrip("\ufeff").lower() for cell in cells]
+    if "idx" not in names or len(set(names)) != len(names):
+        return []
+    return [name for name, texts in HF_COLUMNS.items()
+            if set(names) - {"label"} == set(texts) | {"idx"}]
+
+
+def hub_format(path: Path) -> str | None:
+    """How a Hugging Face datasets export of a GLUE split is read (`tables.read_records`' format: "parquet",
+    "arrow", "jsonl", "csv", "tsv"; "folder" for a save_to_disk folder), or None for GLUE's own TSV files (and
+    for a path that is not there: the TSV reader names it). A `.tsv` is an export when its header line names
+    datasets' columns (`idx`), as `Dataset.to_csv(path, sep="\\t")` writes it."""
+    if path.is_dir():
+        return "folder" if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file() else None
+    if not path.is_file():
+        return None
+    kind = columnar_format(path)
+    if kind is not None:
+        return kind
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        return "jsonl"
+    if suffix == ".csv":
+        return "csv"
+    try:
+        first = next(iter(read_tsv(path)), None)
+    except DataError:        # not UTF-8 text: the TSV reader says so
+        return None
+    return "tsv" if first is not None and _hub_header_tasks(first[1]) else None
+
+
+def hub_shards(path: Path) -> list[Path]:
+    """The files of the split a Hub shard belongs to (`train-00000-of-00002.parquet`: it and
+    `train-00001-of-00002.parquet`), in order; [path] for any other file. A split is read whole (its test rows
+    all have to be submitted, and idx runs on through the shards); a shard missing beside it is an error."""
+    match = _SHARD.fullmatch(path.name[: len(path.name) - len(path.suffix)])
+    if match is None or path.is_dir():
+        return [path]
+    count, width = int(match["n"]), len(match["k"])
+    shards = [path.with_name(f"{match['stem']}-{k:0{width}d}-of-{match['n']}{path.suffix}") for k in range(count)]
+    missing = [shard for shard in shards if not shard.is_file()]
+    if missing:
+        raise DataError(f"{path}: one of the {count} shards of a split, and {missing[0].name} is not beside it "
+                        f"({len(missing)} missing); a split is read with all its shards")
+    return shards or [path]
+
+
+def hub_split(path: Path) -> str | None:
+    """The Hub split a file or folder is by its name (`validation-00000-of-00001.parquet`, `test_mismatched/`,
+    `validation.jsonl`): train, validation, test, or MNLI's validation_matched, ..., test_mismatched (the Hub's
+    `mnli_mismatched/validation-*.parquet` by its folder); None for another name (`dev.tsv`, `rte_validation.csv`)."""
+    split = _SHARD_END.sub("", Path(path).stem).lower()
+    if split not in HUB_SPLIT_NAMES:
+        return None
+    config = Path(path).parent.name.lower()
+    if split in ("validation", "test") and config in HUB_MNLI_CONFIGS:
+        split += config[len("mnli"):]
+    return split
+
+
+def split_name(path: Path) -> str:
+    """A dev file's name in its predictions file and metrics (`dev_predictions.tsv`): its stem with `val` as `dev`
+    (`val.tsv`: dev; `rte_validation.jsonl`: rte_dev), and a Hub split's GLUE name
+    (`validation-00000-of-00001.parquet`: dev; `validation_mismatched/`: dev_mismatched), so a Hub export and
+    GLUE's file write the same names."""
+    split = hub_split(path)
+    stem = split if split is not None else Path(path).stem
+    return stem.replace("validation", "dev").replace("val", "dev")
+
+
+def _hub_split_file(folder: Path, name: str) -> Path | None:
+    """The export of the Hub split `name` in `folder`: its Parquet shards (the first is returned; the rest are read
+    with it), `NAME.jsonl` / `.parquet` / `.arrow` / `.csv` / ..., or a DatasetDict's `NAME/` folder. Two exports of
+    one split are refused (their rows would be read once, from either, without a word which)."""
+    found: dict[str, Path] = {}
+    for path in sorted(folder.glob(f"{name}-*-of-*")):
+        match = _SHARD.fullmatch(path.name[: len(path.name) - len(path.suffix)])
+        if match and match["stem"] == name and path.suffix.lower() in HUB_SUFFIXES and path.is_file():
+            key = f"{name}-*-of-{match['n']}{path.suffix}"
+            if key not in found or int(match["k"]) == 0:
+                found[key] = path
+    for suffix in HUB_SUFFIXES:
+        if (folder / f"{name}{suffix}").is_file():
+            found[f"{name}{suffix}"] = folder / f"{name}{suffix}"
+    if (folder / name / "state.json").is_file():
+        found[f"{name}/"] = folder / name
+    if len(found) > 1:
+        raise DataError(f"{folder}: {' and '.join(sorted(found))} are two exports of the split {name} (its rows "
+                        "would be read from one of them); keep one of them there")
+    return next(iter(found.values()), None)
+
+
+def hub_split_files(task: GlueTask, folder: Path, split: str) -> list[Path]:
+    """A split's exports in a folder of the Hub's GLUE files: the task's config folder (`sst2/` of the Hub's
+    repository, or a DatasetDict's save_to_disk folder; MNLI's `mnli_matched/` or `mnli_mismatched/` holds its
+    `validation` and `test` splits) or the repository itself (its `TASK/` is used)."""
+    if task.name == "ax" and split != "test":
+        return []
+    for root in (folder, folder / task.name):
+        names = (MNLI_HUB_SPLITS if task.name == "mnli" and root.name.lower() not in HUB_MNLI_CONFIGS
+                 else HUB_SPLITS)[split]
+        if root.is_dir():
+            found = [path for path in (_hub_split_file(root, name) for name in names) if path is not None]
+            if found:
+                return found
+    return []
+
+
+def read_hub_examples(task: GlueTask, path: Path, has_labels: bool = True, problems: Problems | None = None,
+                      skip_option: str | None = None, fmt: str | None = None) -> list[Example]:
+    """Examples of a Hugging Face datasets export of a GLUE split (`hub_format`), read by `tables.read_records` (a
+    Hub shard with its split's other shards). Labels: datasets' numbers in its ClassLabel order
+    (`hub_label_names`), or the class names (GLUE's or datasets'); -1, a row without a label, makes the file a test
+    split: given as labelled (`has_labels`) it is refused, and a -1 among labelled rows is an error naming it. The
+    guid is `idx` (the row's index in GLUE's own file: a test split's submission index), else the row number from 0.
+    A row whose text is not a string is malformed: skipped and counted in `problems` (a labelled file's), or an
+    error naming it and `skip_option`. Another task's columns, or a table in other columns, are errors naming the
+    columns."""
+    fmt = fmt or hub_format(path)
+    files = hub_shards(path) if fmt != "folder" else [path]
+    texts = HF_COLUMNS[task.name]
+    examples: list[Example] = []
+    unlabelled: list[str] = []
+    first_at: dict[str, str] = {}      # idx -> the row that had it
+    skipped = 0
+    for file in files:
+        for row, record in read_records(file, None if fmt == "folder" else fmt):
+            where = f"{file}:{row}"
+            if not examples and not skipped:
+                _check_hub_columns(task, record, where, has_labels)
+            values = [record.get(name) for name in texts]
+            bad = next((name for name, value in zip(texts, values) if not isinstance(value, str)), None)
+            if bad is not None:
+                what = "empty" if record.get(bad) is None else f"a {type(record.get(bad)).__name__}"
+                if problems is not None and has_labels:
+                    problems.add("malformed row skipped", where)
+                    skipped += 1
+                    continue
+                skip = (f"; {skip_option} skips such training and dev rows (counted in the notes)"
+                        if skip_option and has_labels else "")
+                raise DataError(f"{where}: column {bad!r} is {what}, not a text"
+                                + (NO_TEST_SKIP if problems is not None else skip))
+            label = None
+            if has_labels:
+                label = _hub_label(task, record.get("label"), where)
+                if label is None:
+                    unlabelled.append(where)
+            guid = _hub_index(record.get("idx"), where) if "idx" in record else str(len(examples))
+            if not has_labels and guid in first_at:   # one prediction per index: the server takes no other
+                raise DataError(f"{where}: idx {guid} is also the idx of {first_at[guid]}; a submission has one "
+                                "row per test index")
+            first_at.setdefault(guid, where)
+            examples.append(Example(guid, values[0], values[1] if len(values) > 1 else None, label, where))
+    if not examples:
+        why = f"all {skipped} rows are malformed" if skipped else "the file holds no rows"
+        raise DataError(f"{path}: no examples ({why})")
+    if unlabelled:
+        if len(unlabelled) == len(examples):
+            raise DataError(f"{unlabelled[0]}: every label is -1, which Hugging Face datasets writes for a row "
+                            "without a label: a test split (GLUE's test labels are not public), predicted with "
+                            "--test, not trained on or scored")
+        raise DataError(f"{unlabelled[0]}: label -1 (no label, as in a test split) among labelled rows "
+                        f"({len(unlabelled)} of {len(examples)} rows)")
+    return examples
+
+
+def _check_hub_columns(task: GlueTask, record: dict, where: str, has_labels: bool) -> None:
+    """The first row of an export has the task's datasets columns (and `label`, read as labelled): another task's
+    export (sst2's `sentence` given to rte) or a table in other columns is an error naming what it has."""
+    texts = HF_COLUMNS[task.name]
+    missing = [name for name in texts if name not in record]
+    if missing:
+        keys = [str(key).strip().lower() for key in record]
+        others = [name for name in _hub_header_tasks(keys + (["idx"] if "idx" not in keys else []))
+                  if name != task.name]
+        whose = f" (the columns of glue/{', glue/'.join(others)})" if others else ""
+        raise DataError(f"{where}: no column {', '.join(map(repr, missing))}: a Hugging Face datasets export of "
+                        f"glue/{task.name} has the columns {', '.join(texts)}, label, idx; this one has "
+                        f"{', '.join(map(shown, record)) or 'none'}{whose}; a table in other columns is read by "
+                        f"`albertlm finetune classify` with {_classify_options(task)}")
+    if has_labels and "label" not in record:
+        raise DataError(f"{where}: no column 'label'; a file without labels is predicted with --test FILE")
+
+
+def _hub_label(task: GlueTask, value, where: str) -> str | float | None:
+    """A datasets label as the task's label: a class number in datasets' order (`hub_label_names`; a CSV's "2" too),
+    a class name (GLUE's, or datasets' ClassLabel name), an STS-B score; None for -1 (no label)."""
+    if value is None or isinstance(value, bool) or (isinstance(value, str) and not value.strip()):
+        raise DataError(f"{where}: no label in column 'label'")
+    if task.is_regression:
+        score = _parse_label(task, str(value), where)
+        return None if score == HF_NO_LABEL else score
+    names = hub_label_names(task)
+    by_name = {**dict(zip(HF_NAMES.get(task.name, ()), task.labels)), **{label: label for label in task.labels}}
+    if isinstance(value, str):
+        text = value.strip()
+        if text in by_name and not text.lstrip("-").isdigit():
+            return by_name[text]
+        try:
+            value = int(text)
+        except ValueError:
+            value = text
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and value == HF_NO_LABEL:
+        return None
+    if isinstance(value, int) and 0 <= value < len(names):
+        return names[value]
+    meaning = ", ".join(f"{i} {name}" for i, name in enumerate(HF_NAMES.get(task.name, names)))
+    raise DataError(f"{where}: label {shown(value)} is not one of datasets' glue/{task.name} labels ({meaning}; -1 "
+                    "in a test split)")
+
+
+def _hub_index(value, where: str) -> str:
+    """A row's `idx` as the submission writes it (GLUE's index column: 0, 1, ...)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    if not text.isdigit():
+        raise DataError(f"{where}: idx {shown(value)} is not a row index (datasets' idx is 0, 1, ...)")
+    return str(int(text))
 
 
 def _classify_options(task: GlueTask) -> str:
-    """The `finetune classify` options that read a Hugging Face `datasets` export of the task (its column names;
-    GLUE's metric as --best-metric; STS-B's --regression)."""
+    """The `finetune classify` options that read a table in datasets' columns for the task (GLUE's metric as
+    --best-metric; STS-B's --regression): for a file in other columns."""
     texts = HF_COLUMNS[task.name]
     options = f"--text-column {texts[0]}" + (f" --text-pair-column {texts[1]}" if len(texts) > 1 else "")
     options += " --label-column label --id-column idx"
     return options + {"cola": " --best-metric mcc", "mrpc": " --best-metric f1", "qqp": " --best-metric f1",
                       "stsb": " --regression"}.get(task.name, "")
-
-
-def _label_meaning(task: GlueTask) -> str:
-    """What `datasets`' label numbers mean where they are not GLUE's own labels (MNLI, QNLI, RTE, AX)."""
-    names = HF_LABELS.get(task.name)
-    return (f"; its labels are datasets' numbers, {', '.join(f'{i} {name}' for i, name in enumerate(names))}"
-            if names else "")
-
-
-def _datasets_hint(task: GlueTask) -> str:
-    """What reads a Hugging Face `datasets` export of the task: `classify`, with the task's column names (the
-    files hold datasets' label numbers, -1 in a test split)."""
-    return (f"; `glue` reads GLUE's own tab-separated files (download_glue_data.py); a Hugging Face datasets export "
-            f"of glue/{task.name} is read by `albertlm finetune classify --train FILE --dev FILE --test FILE "
-            f"{_classify_options(task)}`{_label_meaning(task)}")
-
-
-def _refuse_datasets_file(task: GlueTask, path: Path) -> None:
-    """A Parquet / Arrow file or a `save_to_disk` folder given to `glue`: the Hugging Face datasets layout, read by
-    `classify` (it was "a Parquet file, not text", with advice to save it as JSON lines, which `glue` refuses too)."""
-    if path.is_dir() and (path / "state.json").is_file():
-        raise DataError(f"{path}: a datasets save_to_disk folder, not a GLUE file{_datasets_hint(task)}")
-    kind = columnar_format(path) if path.is_file() else None
-    if kind is not None:
-        raise DataError(f"{path}: a{'n' if kind == 'arrow' else ''} {kind.capitalize()} file, not text; `classify` "
-                        f"reads Parquet and Arrow files named .parquet / .arrow{_datasets_hint(task)}")
-
 
 # why --skip-bad-rows stops at a test row (a submission missing a row is rejected by the GLUE server)
 NO_TEST_SKIP = ("; --skip-bad-rows skips training and dev rows only: a submission needs a prediction for every "
@@ -349,8 +561,10 @@ def mrpc_id_pairs(path: str | Path) -> dict[str, tuple[str, str]]:
 
 def find_split(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
     """Files of a split in a task directory. dev falls back to `val.tsv` (re-split copies);
-    MRPC train/test fall back to the original `msr_paraphrase_{train,test}.txt`. A directory that does not
-    exist (or a file) is an error naming it, not "no data"."""
+    MRPC train/test fall back to the original `msr_paraphrase_{train,test}.txt`; a split without GLUE's files
+    falls back to the Hugging Face Hub's (`hub_split_files`: `validation-00000-of-00001.parquet`, a DatasetDict's
+    `validation/`, `validation.jsonl`, ..., in the folder or its `TASK/`). A directory that does not exist (or a
+    file) is an error naming it, not "no data"."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError(f"{data_dir}: {'not a directory' if data_dir.exists() else 'no such directory'} "
@@ -362,7 +576,7 @@ def find_split(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
     if task.name == "mrpc" and not found and split in ("train", "test"):
         msr = data_dir / f"msr_paraphrase_{split}.txt"
         found = [msr] if msr.is_file() else []
-    return found
+    return found or hub_split_files(task, data_dir, split)
 
 
 def label_ids(task: GlueTask, examples: list[Example]) -> list:
@@ -374,15 +588,6 @@ def label_ids(task: GlueTask, examples: list[Example]) -> list:
         return [float(e.label) for e in examples]
     index = {label: i for i, label in enumerate(task.labels)}
     return [index[e.label] for e in examples]
-
-
-# the class names Hugging Face `datasets` gives GLUE's 0/1 labels (a transformers classifier fine-tuned with
-# run_glue.py names its classes so in config.json's id2label)
-HF_NAMES: dict[str, tuple[str, ...]] = {
-    "cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
-    "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate"),
-    "wnli": ("not_entailment", "entailment"),
-}
 
 
 def model_class_order(task: GlueTask, id2label: dict | None) -> list[int] | None:
@@ -455,8 +660,11 @@ def read_predictions(task: GlueTask, path: str | Path) -> dict[str, str | float]
 
 
 def is_diagnostic(path: Path) -> bool:
-    """GLUE's diagnostic set (AX), by the file's name (diagnostic.tsv, diagnostic-full.tsv, AX.tsv)."""
-    return path.name.lower().startswith(("diagnostic", "ax"))
+    """GLUE's diagnostic set (AX), by the file's name (diagnostic.tsv, diagnostic-full.tsv, AX.tsv), or the Hub's
+    (the test split of its `ax` config: `ax/test-00000-of-00001.parquet`)."""
+    path = Path(path)
+    return (path.name.lower().startswith(("diagnostic", "ax"))
+            or (path.parent.name.lower() == "ax" and hub_split(path) == "test"))
 
 
 def file_task(task: GlueTask, path: Path) -> GlueTask:

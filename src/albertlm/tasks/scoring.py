@@ -51,6 +51,14 @@ def score_race(opts, predictions: str, score_opts=None, warn=None) -> dict:
     missing = [e.qid for e in examples if e.qid not in preds]
     if missing:
         raise UserError(f"{predictions}: no prediction for {len(missing)} questions (e.g. {missing[0]})")
+    # a prediction for a question the split does not hold, in a level it was read for (`high/999.txt#0`): another
+    # split's or another data set's file, scored on the questions the two share (a level not asked for with
+    # --levels is left out, as asked)
+    golds, levels = {e.qid for e in examples}, {e.qid.split("/", 1)[0] for e in examples}
+    extra = [qid for qid in preds if qid.split("/", 1)[0] in levels and qid not in golds]
+    if extra:
+        raise UserError(f"{predictions}: {len(extra)} predictions name questions not in {opts.split or named or 'dev'} "
+                        f"(e.g. {extra[0]}); are these the predictions for this split?")
     return race.race_metrics(examples, [preds[e.qid] for e in examples])
 
 
@@ -60,7 +68,7 @@ def score_glue(opts, predictions: str, score_opts=None, warn=None) -> dict:
     if not dev:
         raise UserError("give the gold dev file with --dev FILE (or --data-dir)")
     if len(dev) > 1:    # MNLI's matched and mismatched dev: the file these predictions are of, by its name
-        named = [path for path in dev if f"{Path(path).stem}_predictions.tsv" == Path(predictions).name]
+        named = [path for path in dev if f"{glue.split_name(Path(path))}_predictions.tsv" == Path(predictions).name]
         if len(named) != 1:
             raise UserError(f"--predictions scores one dev file and {len(dev)} were found "
                             f"({', '.join(Path(path).name for path in dev)}); give the one with --dev FILE")
@@ -91,7 +99,8 @@ MNLI_DEV = ("dev_matched", "dev_mismatched")
 def _check_mnli_split(dev: str | Path, predictions: str) -> None:
     """MNLI's matched predictions scored against the mismatched dev file (or the reverse): `predict` names them
     `<dev file>_predictions.tsv`, and files of equal length were scored without a word."""
-    stem, name = Path(dev).stem, Path(predictions).name
+    # the dev file's GLUE name: a Hub export (`validation_matched-00000-of-00001.parquet`) is dev_matched too
+    stem, name = glue.split_name(Path(dev)), Path(predictions).name
     other = next((s for s in MNLI_DEV if name == f"{s}_predictions.tsv"), None)
     if stem in MNLI_DEV and other is not None and other != stem:
         raise UserError(f"{predictions}: by its name these are the predictions of {other}.tsv, and --dev is "

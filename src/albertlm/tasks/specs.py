@@ -164,16 +164,19 @@ def _glue_files(task, data_dir, train_file, dev_files, test_files, training: boo
         raise DataError("ax has no training data: fine-tune mnli, then "
                         "`albertlm predict glue --task ax --model MNLI_RUN/best --test diagnostic.tsv --out DIR`")
     if training and not found["train"]:
-        raise DataError(f"no training file for {task.name}: give --data-dir with train.tsv or --train FILE")
+        raise DataError(f"no training file for {task.name}: give --data-dir with train.tsv (or the Hugging Face Hub's "
+                        "train-00000-of-00001.parquet) or --train FILE")
     return found
 
 
 def _submission_name(task, path: Path) -> str:
     """The GLUE server's file name for a test file's predictions: AX.tsv for the diagnostic set, MNLI-mm.tsv
-    for a mismatched MNLI test file (by its name: `test_mismatched.tsv`, `mnli_test_mismatched.tsv`, ...)."""
+    for a mismatched MNLI test file (by its name: `test_mismatched.tsv`, `mnli_test_mismatched.tsv`, the Hub's
+    `test_mismatched-00000-of-00001.parquet`, or by its Hub config folder: `mnli_mismatched/test-*.parquet`)."""
     if glue.is_diagnostic(path):
         return "AX.tsv"
-    if task.name == "mnli" and "mismatched" in path.name.lower():
+    if task.name == "mnli" and ("mismatched" in path.name.lower()
+                                or (glue.hub_split(path) or "").endswith("_mismatched")):
         return "MNLI-mm.tsv"
     return glue.SUBMISSION_NAMES.get((task.name, path.name), task.submission_name)
 
@@ -195,7 +198,7 @@ def _check_distinct_outputs(task, files: dict[str, list[Path]]) -> None:
 
 
 def _split_name(path: Path) -> str:
-    return path.stem.replace("val", "dev")
+    return glue.split_name(path)    # `val.tsv` and the Hub's `validation-00000-of-00001.parquet`: dev
 
 
 def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = None) -> EvalSet:
