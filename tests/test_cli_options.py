@@ -73,7 +73,8 @@ def _read(argv, base=None):
     return read_options(parser.parse_args(argv), OPTIONS, base)
 
 
-def test_comments_are_the_help_and_literals_the_choices():
+def test_comments_are_the_help_and_literals_the_choices(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")      # argparse wraps the help at $COLUMNS (a CI may set it narrow)
     docs = field_docs(Outer)
     assert docs["count"] == "comment lines above a field are part of its help and so is its trailing comment"
     parser = Parser(prog="t")

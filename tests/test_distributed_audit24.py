@@ -136,6 +136,18 @@ def test_two_processes_fine_tune_a_short_last_batch_like_one(tmp_path, one_threa
 
 
 # ------------------------------------------------------------- 2. a collective that timed out says it timed out
+def _meet(root: Path, rank: int, world_size: int) -> None:
+    """Wait until every rank is here (a file each; a hang guard of 120 s). The 3-second --dist.timeout_minutes also
+    bounds forming the group: a rank still importing torch a few seconds after the other (a loaded machine, spawn)
+    failed to join ("Timed out after 4 seconds waiting for clients"), before the collective this test times out."""
+    import time
+
+    (root / f"ready{rank}").touch()
+    deadline = time.monotonic() + 120
+    while not all((root / f"ready{r}").exists() for r in range(world_size)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def slow_rank_0_worker(rank: int, world_size: int, port: int, root: str) -> None:
     """Rank 1 waits in an all-reduce that rank 0, busy, joins only once rank 1 has given up (a 3-second timeout);
     each rank writes the line it stopped with."""
@@ -145,6 +157,7 @@ def slow_rank_0_worker(rank: int, world_size: int, port: int, root: str) -> None
     from albertlm.training.distributed import all_reduce_sum, failing_together, init_distributed, shutdown
 
     _join_env(rank, world_size, port)
+    _meet(Path(root), rank, world_size)
     info = init_distributed("gloo", "cpu", timeout_minutes=0.05)
     said = Path(root) / f"rank{rank}.txt"
     try:

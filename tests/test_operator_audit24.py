@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -177,12 +178,15 @@ def test_a_checkpoint_the_disk_cannot_hold_names_the_one_resume_goes_on_from(tmp
 
 
 # --------------------------------------------------------- 5. checks that found nothing wrong (passed before)
-def test_the_eta_of_a_resumed_run_counts_its_own_steps_only(tmp_path):
+def test_the_eta_of_a_resumed_run_counts_its_own_steps_only(tmp_path, monkeypatch):
     """Resumed at step 90 of 100, 5 steps in 10 s: the 5 steps left take 10 s more (counting the 90 resumed steps
-    as done in those 10 s would say 0.5 s)."""
+    as done in those 10 s would say 0.5 s). The logger's clock is stopped: a loaded machine pausing this process
+    for half a second between the logger's start and its line made the ETA 11s."""
+    clock = [1000.0]
+    monkeypatch.setattr(metrics_module, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
     logger = MetricsLogger(tmp_path, max_steps=100, start_step=90, tensorboard=False, progress=False)
     try:
-        logger._started -= 10.0
+        clock[0] += 10.0
         assert logger._train_line(95, {"loss": 3.0}).endswith("loss 3.0000, ETA 10s")
         assert "ETA" not in logger._train_line(100, {"loss": 3.0})
     finally:

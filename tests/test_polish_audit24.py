@@ -27,7 +27,9 @@ from conftest import ROOT, assert_one_error, save_tiny_pretrained
 
 
 def _help(capsys, argv: list[str]) -> str:
-    with pytest.raises(SystemExit):
+    # argparse wraps at $COLUMNS (80 off a terminal): a narrower one split the phrases read here across lines
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit):
+        patch.setenv("COLUMNS", "80")
         main([*argv, "--help"])
     return capsys.readouterr().out
 
@@ -39,7 +41,8 @@ def test_help_has_one_options_heading(capsys, argv):
     assert text.splitlines().count("options:") == 1, text
 
 
-def test_the_command_list_names_tokenizer_info(capsys):
+def test_the_command_list_names_tokenizer_info(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")         # as `_help`
     assert main(["--help"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("tokenizer "))
     assert "info" in line and "encode" in line and "decode" in line, line
@@ -182,7 +185,11 @@ def test_gitignore_covers_what_readmes_commands_write(tmp_path):
     paths += ["rte.int8.onnx", "albert-base-v2/config.json", "demo_run/quick/summary.json"]
 
     def ignored(path: str) -> bool:
-        return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT).returncode == 0
+        proc = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, capture_output=True,
+                              text=True)
+        if proc.returncode not in (0, 1):       # 128: git refuses this checkout (another owner's, "dubious ownership")
+            pytest.skip(f"git check-ignore cannot run in {ROOT}: {proc.stderr.strip()[:300]}")
+        return proc.returncode == 0
 
     assert [path for path in paths if not ignored(path)] == []
     assert not ignored("src/albertlm/data/new_module.py")      # the source folder named data stays visible
