@@ -4,9 +4,14 @@
 directory whose files (checkpoints/, best/) hold it: `--overwrite` removes those files once the model has
 been loaded, so the user's checkpoint would be gone, and a run without it would write its own files in
 among the model's.
+
+`check_home_expanded`: an --out the shell left `~` in (quoted, `--out '~/runs'`, or after `=`, `--out=~/runs`,
+which bash and sh do not expand) is refused: it was a folder named `~` made in the current directory, without a
+word (and `rm -rf ~`, the obvious clean-up, removes the home directory).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from albertlm.errors import UserError
@@ -27,3 +32,20 @@ def check_out_keeps_source(out: str | Path, given: str, source: str | Path, flag
     if inside.parts and inside.parts[0] in run_files:
         raise UserError(f"--out {out} holds the checkpoint {flag} {given} starts from ({source}): starting a new "
                         "run there (--overwrite) would remove it before it is read; give another --out")
+
+
+def check_home_expanded(value: str | os.PathLike | None, flag: str = "--out") -> None:
+    """Refuse a path to write to whose first part is `~` or `~user` (an existing user) as typed, where no folder of
+    that name exists here (one that does was made on purpose, or by an earlier run: it is used as it is). `~tmp`
+    naming no user is a name like any other. Reading needs no check: a `~/x` that does not exist is not found."""
+    if not isinstance(value, (str, os.PathLike)):      # an option left out (None)
+        return
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text.startswith("~"):
+        return
+    first = Path(text).parts[0]
+    home = os.path.expanduser(first)
+    if home == first or os.path.lexists(first):
+        return
+    raise UserError(f"{flag} {text}: the shell did not expand '~' (quoted, or after '='), and albertlm would make a "
+                    f"folder named {first!r} here; write {home}{text[len(first):]}")

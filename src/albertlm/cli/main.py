@@ -17,7 +17,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from albertlm.errors import other_rank_says, reports_here
+from albertlm.errors import UserError, other_rank_says, reports_here
 
 # name -> (module, one-line help). `evaluate` is split: a task name first goes to the task module.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -159,7 +159,9 @@ class Parser(argparse.ArgumentParser):
 
     def _refuse_empty_out(self, namespace: argparse.Namespace) -> None:
         """`--out ""` (a script's `--out "$OUT"` with OUT unset) is refused: it was the current directory, so a
-        run, a tokenizer or a data build was written among whatever files were there."""
+        run, a tokenizer or a data build was written among whatever files were there; so is an --out the shell left
+        `~` in (`guards.check_home_expanded`)."""
+        from albertlm.cli.guards import check_home_expanded
         for action in self._actions:
             if "--out" not in action.option_strings:
                 continue
@@ -168,6 +170,10 @@ class Parser(argparse.ArgumentParser):
                 text = given[-1] if isinstance(given, tuple) else given    # config options record (flag, value)
                 if isinstance(text, str) and not text.strip():
                     self.error(f"argument --out: {text!r} is empty; give a path ('.' for the current directory)")
+                try:                           # `--out '~/runs'`, `--out=~/runs`: a folder named `~` made here
+                    check_home_expanded(text)
+                except UserError as exc:
+                    self.error(str(exc))
 
     def _lone_bool_flags(self, args: list[str]) -> list[str]:
         """A bool option takes an optional value (`--progress`, `--progress false`), and argparse gives it the
