@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -20,7 +21,8 @@ def _cli(*argv) -> None:
     assert main([str(a) for a in argv]) == 0
 
 
-def test_the_pipeline_runs_through_hangul_kana_spaces_commas_and_equals_in_paths(tmp_path, capsys, one_thread):
+def test_the_pipeline_runs_through_hangul_kana_spaces_commas_and_equals_in_paths(tmp_path, capsys, one_thread,
+                                                                                 monkeypatch):
     """tokenizer train (SentencePiece, WordPiece) -> data build -> pretrain -> --resume -> evaluate -> info ->
     convert to transformers and back -> fill-mask, every path holding Hangul or kana, spaces, parentheses, `,`
     and `=`: each command ends with 0 and writes where it was told (the names kept byte for byte). Nothing was
@@ -42,7 +44,16 @@ def test_the_pipeline_runs_through_hangul_kana_spaces_commas_and_equals_in_paths
     tiny = [a if a != "4" else "2" for a in TINY_PRETRAIN_ARGS]   # batch 2
     _cli("pretrain", *tiny, "--data", data, "--eval-data", data, "--out", f"{run}/", "--max-steps", 2,
          "--warmup-steps", 1, "--save-every", 2, "--eval-every", 0, "--train.progress=false")
+    capsys.readouterr()
     _cli("pretrain", "--out", run, "--resume", "--max-steps", 3, "--train.progress=false")
+    # the plot command it prints can be pasted into a shell as it is (it was unquoted)
+    assert f"`albertlm plot {shlex.quote(str(run))}` draws the curves" in capsys.readouterr().out
+    import matplotlib.figure
+    titles = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle", lambda self, text, *a, **k: titles.append(text))
+    monkeypatch.chdir(run)
+    _cli("plot", ".", "--out", "curves.svg")
+    assert titles == ["실행 run (v2)"]                # `plot .` was titled ""
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000002", "step_00000003"]
     assert json.loads((run / "run_config.json").read_text(encoding="utf-8"))["data"]["path"] == str(data.resolve())
     capsys.readouterr()
@@ -58,7 +69,7 @@ def test_the_pipeline_runs_through_hangul_kana_spaces_commas_and_equals_in_paths
     assert json.loads(capsys.readouterr().out.splitlines()[0])["masks"]
 
 
-# ------------------------------------------------------------------------------- errors.library_path
+# ------------------------------------------------------------------------------- an unexpanded ~
 def test_an_out_the_shell_left_a_tilde_in_is_refused_naming_the_home_path(tmp_path, monkeypatch, capsys):
     """`--out '~/runs'` or `--out=~/runs` (bash and sh expand neither) made a folder named `~` here without a word
     (tokenizer train then wrote into ./~/tok and said `tokenizer not found: /home/.../tok`, as its reload expands

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -295,7 +296,7 @@ def _pretrain(args: argparse.Namespace) -> int:
         held = ", ".join(name for name in ("metrics.jsonl", "tensorboard/", "checkpoints/")
                          if (Path(args.out) / name.rstrip("/")).exists())
         print(f"{status}: run directory {args.out} ({held or 'nothing written'}); "
-              f"`albertlm plot {args.out}` draws the curves", flush=True)
+              f"`albertlm plot {shlex.quote(str(args.out))}` draws the curves", flush=True)   # pasteable as is
     return 130 if status == "interrupted" else 0
 
 

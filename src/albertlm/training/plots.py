@@ -76,7 +76,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8)
-    fig.suptitle(str(Path(run_dir).name))
+    fig.suptitle(Path(run_dir).resolve().name)     # `plot .` titled the figure with the run's folder, not ""
     fig.tight_layout()
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # never a half-written image under its name
     try:
