@@ -33,7 +33,8 @@ from albertlm.training.loop import StepData
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # spawned children import this module
 from conftest import save_tiny_pretrained  # noqa: E402
-from train_fixtures import StubTokenizer, finetune_config, synthetic_task  # noqa: E402
+from train_fixtures import (StubTokenizer, finetune_config, run_recording_losses, synthetic_task,  # noqa: E402
+                            weights_of)
 
 
 def _free_port() -> int:
@@ -99,13 +100,9 @@ def tail_finetune_worker(rank: int, world_size: int, port: int, model_dir: str, 
     info = init_distributed("gloo", "cpu")
     loop = make_finetune_loop(synthetic_task(n=9), model_dir, StubTokenizer(), finetune_config(max_steps=4, micro=2),
                               out_dir, info)
-    losses = {}
-    hook = loop.on_step
-    loop.on_step = lambda step, metrics: (hook(step, metrics), losses.__setitem__(step, metrics["loss"]))
-    loop.run()
+    losses = run_recording_losses(loop)
     if rank == 0:
-        weights = {k: v.detach().clone() for k, v in loop.raw_model.state_dict().items()}
-        torch.save({"losses": losses, "weights": weights, "per_epoch": loop.data.steps_per_epoch,
+        torch.save({"losses": losses, "weights": weights_of(loop), "per_epoch": loop.data.steps_per_epoch,
                     "examples": loop.summary("done")["examples_trained"]}, out_file)
     shutdown()
 

@@ -157,14 +157,24 @@ def finetune_ddp_worker(rank: int, world_size: int, port: int, model_dir: str, o
     torch.set_num_threads(1)
     info = init_distributed("gloo", "cpu")
     loop = make_finetune_loop(synthetic_task(), model_dir, StubTokenizer(), finetune_config(micro=2), out_dir, info)
+    losses = run_recording_losses(loop)
+    if rank == 0:
+        torch.save({"losses": losses, "weights": weights_of(loop), "best": loop.state.extra["best"]}, out_file)
+    shutdown()
+
+
+def run_recording_losses(loop) -> dict[int, float]:
+    """Runs a training loop to its end; each step's loss (the loop's own `on_step` still called)."""
     losses = {}
     hook = loop.on_step
     loop.on_step = lambda step, metrics: (hook(step, metrics), losses.__setitem__(step, metrics["loss"]))
     loop.run()
-    if rank == 0:
-        weights = {k: v.detach().clone() for k, v in loop.raw_model.state_dict().items()}
-        torch.save({"losses": losses, "weights": weights, "best": loop.state.extra["best"]}, out_file)
-    shutdown()
+    return losses
+
+
+def weights_of(loop) -> dict:
+    """A copy of the loop's (unwrapped) model weights."""
+    return {k: v.detach().clone() for k, v in loop.raw_model.state_dict().items()}
 
 
 def alice_sop_data(root: Path, lines: int = 200) -> Path:
