@@ -142,8 +142,7 @@ def test_a_full_disk_while_logging_is_one_line_naming_the_file_and_the_checkpoin
     """Before: `[Errno 28] No space left on device`, naming neither the file nor what to resume from."""
     loop = _loop(tmp_path, max_steps=4, save_every=1, log_every=2)
     real = loop.logger.jsonl
-    # the disk fills after step 1 (its save writes a record too: a save between records logs the window)
-    loop.on_step = lambda step, stats: setattr(loop.logger, "jsonl", _FullDisk(real)) if step == 2 else None
+    loop.logger.jsonl = _FullDisk(real)
     with pytest.raises(UserError) as caught:
         loop.run()
     message = str(caught.value)

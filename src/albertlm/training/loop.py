@@ -40,6 +40,10 @@ Batch = dict[str, torch.Tensor]
 # `TrainState.extra` key of a checkpoint saved while its step's evaluation was interrupted (a second Ctrl-C during
 # it): the step whose evaluation the resumed run does first (`Loop._redo_evaluation`)
 UNEVALUATED = "unevaluated_step"
+# `TrainState.extra` key of the logging window a checkpoint was saved in the middle of (--save-every not a multiple
+# of --log-every): the resumed run goes on with it, so its next record covers the same steps as without the stop (a
+# run killed after that checkpoint had those steps' numbers in no record)
+UNLOGGED = "unlogged_window"
 # key of the micro-batch a rank trains on, weighted 0, at a step whose global batch left it no examples
 # (`StepData`): it joins DDP's gradient all-reduce and adds nothing to the gradient, the loss or the counts
 STAND_IN = "_albertlm_stand_in"
@@ -306,6 +310,7 @@ class Loop:
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
         window, first_steps = Window(), []
+        window.resume(self.state.extra.pop(UNLOGGED, None), self.info.device)
         self._window = window
         # True from the optimizer's update until the step is counted (`state.step += 1`): the weights are then
         # ahead of `state.step`, so a checkpoint of them would make a resumed run do that update twice
@@ -511,17 +516,13 @@ class Loop:
 
     def after_step(self, window: "Window") -> None:
         step, final = self.state.step, self.state.step == self.plan.total_steps
-        logging = bool(self.train.log_every) and (step % self.train.log_every == 0 or final)
-        saving = bool(self.train.save_every and step % self.train.save_every == 0) or final
-        if logging or (saving and self.train.log_every and window.steps):
-            # also at a save between records (--save-every not a multiple of --log-every): a run killed after it
-            # resumes from this step with a new window, so the steps since the last record would be in no record
+        if self.train.log_every and (step % self.train.log_every == 0 or final):
             self.log_train(window)
         # evaluating and saving are not training: their time is left out of the window's tokens/s
         if self.evaluate_fn is not None and (step % self.plan.eval_every == 0 or final):
             with window.paused():
                 self._evaluate()
-        if saving:
+        if (self.train.save_every and step % self.train.save_every == 0) or final:
             with window.paused():
                 self.state.rng = ckpt.capture_rng()
                 self.save()
@@ -647,6 +648,11 @@ class Loop:
         self.state.optimizer = self.optimizer.state_dict()
         self.state.scaler = self.scaler.state_dict() if self.scaler is not None else {}
         self.state.data = self.data.state_dict(self.state.step)
+        unlogged = self._window.unlogged() if self._window is not None and self.train.log_every else None
+        if unlogged:
+            self.state.extra[UNLOGGED] = unlogged
+        else:
+            self.state.extra.pop(UNLOGGED, None)
         path = self._written_by_rank_0(
             lambda: ckpt.save_checkpoint(self.run_dir, self.raw_model, self.state, self.raw_model.config,
                                          self.saved_config, self.train.keep_last),
@@ -783,6 +789,24 @@ class Window:
 
     def rate(self) -> float:
         return self.tokens / max(time.perf_counter() - self.start, 1e-9)
+
+    def unlogged(self) -> dict | None:
+        """What a checkpoint keeps of a window no record has covered yet (None when it is empty): its summed stats
+        (on the CPU), steps, tokens, examples, seconds so far, data wait, lr and gradient norm."""
+        if not self.steps:
+            return None
+        return {"stats": self.stats.detach().cpu().clone(), "steps": self.steps, "tokens": float(self.tokens),
+                "examples": float(self.examples), "seconds": max(time.perf_counter() - self.start, 0.0),
+                "wait": self.wait, "lr": self.lr, "grad_norm": self.grad_norm}
+
+    def resume(self, saved: dict | None, device) -> None:
+        """Go on with the window a checkpoint kept (`unlogged`), on `device`; nothing when it kept none."""
+        if not saved:
+            return
+        self.stats = saved["stats"].to(device)
+        self.steps, self.tokens, self.examples = int(saved["steps"]), saved["tokens"], saved["examples"]
+        self.start, self.wait = time.perf_counter() - saved["seconds"], saved["wait"]
+        self.lr, self.grad_norm = saved["lr"], saved["grad_norm"]
 
     def read(self) -> dict[str, float]:
         """The window's timing, lr and gradient norm; starts the next window."""
