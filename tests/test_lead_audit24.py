@@ -1,6 +1,8 @@
 """The lead's follow-ups in the twenty-fourth session's audits (each fails on the code before it)."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from albertlm.data import corpus
@@ -194,3 +196,22 @@ def test_ablate_refuses_hub_exports_in_its_glue_dir(tmp_path):
     task = SimpleNamespace(name="rte", dir_name="RTE", max_train=task.max_train)
     with pytest.raises(UserError, match="a Hugging Face datasets export; ablate samples GLUE's own TSV files"):
         runner._task_files(SimpleNamespace(glue_dir=tmp_path / "glue"), task)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a folder name of arbitrary bytes: Linux")
+def test_a_model_in_a_folder_whose_name_is_not_utf8_is_not_called_damaged(tmp_path, capsys):
+    """A CP949 folder name (unzipped from a Windows archive): the safetensors library cannot open any file under it
+    and says "not valid UTF-8"; `info` said the good model.safetensors was "truncated or damaged". Now it names
+    the path's encoding and how to rename it."""
+    import os
+    import shutil
+
+    from albertlm.cli.main import main
+    from conftest import assert_one_error
+
+    (tmp_path / "ok").mkdir()
+    good = save_tiny_pretrained(tmp_path / "ok")
+    cp949 = os.path.join(os.fsencode(str(tmp_path)), "결과".encode("cp949"))
+    shutil.copytree(os.fsencode(str(good)), cp949)
+    code = main(["info", os.fsdecode(cp949)])
+    assert_one_error(capsys, code, "its path is not UTF-8", "convmv")     # (it said "truncated or damaged")

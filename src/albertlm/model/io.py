@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,7 @@ def state_keys(directory: str | Path) -> list[str]:
             with safe_open(str(source), framework="pt") as f:
                 return list(f.keys())
         except Exception as exc:  # SafetensorError: a damaged header
-            raise UserError(f"{source}: not a readable safetensors file, truncated or damaged "
-                            f"({_first_line(exc)})") from None
+            raise _unreadable_safetensors(source, exc) from None
     if source.name == WEIGHTS + INDEX:
         return list(_shards(source)[0])
     return list(read_state(directory))
@@ -220,8 +220,7 @@ def stored_shapes(directory: str | Path) -> dict[str, tuple[int, ...]]:
             with safe_open(str(path), framework="pt") as f:
                 shapes.update({k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})
         except Exception as exc:  # SafetensorError: a damaged header
-            raise UserError(f"{path}: not a readable safetensors file, truncated or damaged "
-                            f"({_first_line(exc)})") from None
+            raise _unreadable_safetensors(path, exc) from None
     return shapes
 
 
@@ -243,8 +242,7 @@ def stored_float_dtype(directory: str | Path) -> torch.dtype | None:
                 with safe_open(str(path), framework="pt") as f:
                     found |= {f.get_slice(k).get_dtype() for k in f.keys()}
             except Exception as exc:  # SafetensorError: a damaged header
-                raise UserError(f"{path}: not a readable safetensors file, truncated or damaged "
-                                f"({_first_line(exc)})") from None
+                raise _unreadable_safetensors(path, exc) from None
         found = {SAFETENSORS_FLOATS[name] for name in found if name in SAFETENSORS_FLOATS}
     return found.pop() if len(found) == 1 else None
 
@@ -286,7 +284,7 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(path)
     except Exception as exc:  # safetensors raises SafetensorError (a bare Exception) on damaged files
-        raise UserError(f"{path}: not a readable safetensors file, truncated or damaged ({_first_line(exc)})") from None
+        raise _unreadable_safetensors(path, exc) from None
 
 
 def read_torch_file(path: Path):
@@ -310,6 +308,19 @@ def read_torch_file(path: Path):
                         f"code when loaded (loaded with weights_only=True{'; ' + detail if detail else ''})") from None
     except Exception as exc:  # torch raises RuntimeError, EOFError, KeyError, ... on damaged files
         raise UserError(f"{path}: not a readable PyTorch checkpoint, truncated or damaged ({_first_line(exc)})") from None
+
+
+def _unreadable_safetensors(path, exc: BaseException) -> UserError:
+    """The error for a safetensors file the library could not open: damaged, or (its message says "not valid
+    UTF-8") a good file at a path whose bytes are not UTF-8, which the library cannot open at all (a folder named
+    in another encoding, e.g. CP949 unzipped from a Windows archive): that one said "truncated or damaged", and a
+    user could delete a good model over it."""
+    if "not valid UTF-8" in str(exc):
+        shown = os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+        return UserError(f"{shown}: its path is not UTF-8 (a folder named in another encoding, e.g. unzipped from a "
+                         "Windows archive), which the safetensors library cannot open; the file itself was not "
+                         "read: rename the folder to UTF-8 (e.g. `convmv -f cp949 -t utf8 -r --notest DIR`)")
+    return UserError(f"{path}: not a readable safetensors file, truncated or damaged ({_first_line(exc)})")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -344,7 +355,7 @@ def read_metadata(path: str | Path) -> dict[str, str]:
         with safe_open(str(path), framework="pt") as f:
             return dict(f.metadata() or {})
     except Exception as exc:  # SafetensorError
-        raise UserError(f"{path}: not a readable safetensors file, truncated or damaged ({_first_line(exc)})") from None
+        raise _unreadable_safetensors(path, exc) from None
 
 
 # an earlier model's weights in the forms albertlm never writes (transformers' pickle, either index of shards, the
