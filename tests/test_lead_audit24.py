@@ -215,3 +215,18 @@ def test_a_model_in_a_folder_whose_name_is_not_utf8_is_not_called_damaged(tmp_pa
     shutil.copytree(os.fsencode(str(good)), cp949)
     code = main(["info", os.fsdecode(cp949)])
     assert_one_error(capsys, code, "its path is not UTF-8", "convmv")     # (it said "truncated or damaged")
+
+
+def test_device_auto_past_the_gpus_of_a_node_is_one_line(monkeypatch):
+    """`torchrun --nproc-per-node 2` on a one-GPU machine: --device auto gave the second process cuda:1 without a
+    check (a CUDA error later), where an explicit cuda:1 is refused in one line (CUDA faked: 1 device)."""
+    import torch
+
+    from albertlm.errors import UserError
+    from albertlm.training.distributed import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert pick_device("auto", 0) == torch.device("cuda", 0)
+    with pytest.raises(UserError, match="LOCAL_RANK 1 .* only 1 CUDA device.*--nproc-per-node"):
+        pick_device("auto", 1)

@@ -56,6 +56,10 @@ def pick_device(requested: str, local_rank: int = 0) -> torch.device:
             raise UserError(f"device {requested}: only {torch.cuda.device_count()} CUDA device(s) here")
         return device
     if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():   # torchrun --nproc-per-node past the GPUs this node has
+            raise UserError(f"device auto: this process is LOCAL_RANK {local_rank} and gets cuda:{local_rank}, but "
+                            f"only {torch.cuda.device_count()} CUDA device(s) are here: start at most that many "
+                            "processes per node (--nproc-per-node), or pass --device cpu")
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
