@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from albertlm.tasks.tables import DataError, Problems, columnar_format, read_records, read_tsv, shown
+from albertlm.tasks.tables import (DataError, Problems, columnar_format, is_saved_dataset, read_records, read_tsv,
+                                   shown)
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,7 @@ def hub_format(path: Path) -> str | None:
     for a path that is not there: the TSV reader names it). A `.tsv` is an export when its header line names
     datasets' columns (`idx`), as `Dataset.to_csv(path, sep="\\t")` writes it."""
     if path.is_dir():
-        return "folder" if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file() else None
+        return "folder" if is_saved_dataset(path) else None
     if not path.is_file():
         return None
     kind = columnar_format(path)

@@ -17,7 +17,8 @@ import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature
-from albertlm.tasks.tables import DataError, Problems, columnar_format, read_json, read_records, shown
+from albertlm.tasks.tables import (DataError, Problems, columnar_format, is_saved_dataset, read_json, read_records,
+                                   shown)
 
 
 @dataclass
@@ -127,9 +128,7 @@ def _dataset_rows(path: Path) -> list[dict] | None:
     empty lists): a Parquet or Arrow file (by its suffix or its first bytes), or a `save_to_disk` folder (a
     DatasetDict's folder is refused naming its splits). None for any other path, read as JSON: these were
     refused as "a Parquet file, not text" and "not a file". Read as `classify` reads them (`read_records`)."""
-    if path.is_dir():
-        if not ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
-            return None         # a folder of something else: read_json's "not a file"
+    if is_saved_dataset(path):         # (a folder of something else: read_json's "not a file")
         rows = [record for _, record in read_records(path)]
     elif path.is_file() and (fmt := columnar_format(path)) is not None:
         rows = [record for _, record in read_records(path, fmt)]

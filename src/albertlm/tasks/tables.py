@@ -169,6 +169,12 @@ def read_records(path: str | Path, fmt: str | None = None) -> Iterator[tuple[int
             raise _not_utf8(path) from None
 
 
+def is_saved_dataset(path: Path) -> bool:
+    """Whether `path` is a folder `datasets`' `save_to_disk` wrote: a Dataset's (state.json) or a DatasetDict's
+    (dataset_dict.json, which `saved_dataset_files` refuses naming its splits)."""
+    return path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file())
+
+
 def saved_dataset_files(folder: Path) -> list[Path]:
     """The Arrow files of a `datasets` `Dataset.save_to_disk` folder, in the order its state.json lists them (the
     dataset's row order: save_to_disk writes a shuffled or selected dataset's rows in their order). A DatasetDict's
