@@ -7,7 +7,9 @@ Implementations: `sentencepiece.SentencePieceTokenizer`, `wordpiece.WordPieceTok
 """
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -82,6 +84,21 @@ def valid_texts(texts: list[str]) -> list[str]:
     return texts if all(a is b for a, b in zip(fixed, texts)) else fixed
 
 
+MARKED_PIECES = 100   # vocabulary entries with voiced kana that make a warning about accent stripping worth it
+
+
+@functools.lru_cache(maxsize=2)
+def voiced_kana(form: str = "NFKD") -> re.Pattern:
+    """The characters whose `form` decomposition holds the kana voiced or semi-voiced sound mark (U+3099,
+    U+309A), a combining mark, so accent stripping drops it: ガ -> カ, パ -> ハ, ヴ -> ウ, で -> て. "NFKD" is
+    ALBERT's stripping (google's `preprocess_text`; also ㌀, half-width ﾞ ﾟ, 🈓), "NFD" BERT's (BertTokenizer's
+    `strip_accents`). Every such character lies in the scanned blocks (checked over all of Unicode 15)."""
+    blocks = (range(0x3000, 0x3400), range(0xFF00, 0xFFF0), range(0x1F200, 0x1F300))
+    chars = [chr(cp) for block in blocks for cp in block
+             if not {"\u3099", "\u309a"}.isdisjoint(unicodedata.normalize(form, chr(cp)))]
+    return re.compile("[" + "".join(chars) + "]")   # none of them is special inside [...]
+
+
 class TokenizerBase:
     """What every implementation derives from `_encode_batch` and its special ids (`_special`: the five ids)."""
 
@@ -139,7 +156,7 @@ class TokenizersBacked(TokenizerBase):
     unk_id: int
 
     def special_tokens_as_text(self) -> None:
-        self.backend.encode_special_tokens = True  # tokenizers >= 0.19: added special tokens are not matched
+        self.backend.encode_special_tokens = True  # tokenizers >= 0.15.1 (PR 1437): special tokens not matched
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         # encode_batch_fast (tokenizers >= 0.21) skips offset tracking, which we never use.

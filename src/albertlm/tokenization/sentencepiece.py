@@ -26,7 +26,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import TokenizerBase, read_config, save_directory, valid_unicode
+from albertlm.tokenization.base import (MARKED_PIECES, TokenizerBase, read_config, save_directory, valid_unicode,
+                                        voiced_kana)
 
 LineReader = Callable[[Path], Iterable[str]]   # a training input file -> its lines (sentences)
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
@@ -203,7 +204,8 @@ class SentencePieceTokenizer(TokenizerBase):
         self.vocab_size = self.sp.get_piece_size()
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = self._special_ids()
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
-        self._digit_comma_ids = self._find_digit_comma_ids()
+        pieces = self.sp.id_to_piece(list(range(self.vocab_size)))
+        self._digit_comma_ids = {i for i, p in enumerate(pieces) if _ends_in_digit_comma(p)}
         # An unknown piece can end in "," only where the comma itself is unknown (tiny trained models).
         self._unknown_comma = self.sp.piece_to_id(",") == self.sp.unk_id()
         self._digit_comma = self.options.digit_comma_rule and bool(self._digit_comma_ids or self._unknown_comma)
@@ -214,6 +216,7 @@ class SentencePieceTokenizer(TokenizerBase):
         self._preprocess = Preprocessor(self.options, self._deleted_spaces() if self.options.split_added_tokens
                                         else "")
         self._warn_if_hangul_is_lost()
+        self._warn_if_kana_marks_are_lost(pieces)
 
     def _special_ids(self) -> tuple[int, int, int, int, int]:
         ids = [self.sp.piece_to_id(p) for p in SPECIAL_PIECES]
@@ -241,6 +244,25 @@ class SentencePieceTokenizer(TokenizerBase):
                           "false) splits Hangul into jamo, which this model's normalizer does not compose back: "
                           "Korean text encodes as <unk>; load it with keep_accents=True (CLI: -o keep_accents=true)"
                           ", or save a tokenizer_config.json saying so", UserWarning, stacklevel=3)
+
+    def _warn_if_kana_marks_are_lost(self, pieces: list[str]) -> None:
+        """Accent stripping (`keep_accents=False`: google's NFKD + dropping combining characters, or v5's
+        StripAccents) drops the voiced sound marks of kana, which are combining characters: ガ -> カ, パ -> ハ.
+        No model's normalizer puts them back, so a Japanese model trained on unstripped text (spm_train's
+        default) never produced its voiced-kana pieces when loaded bare (google's and transformers' default),
+        and read "データ" as "テータ", without a word. We keep those ids (google's and transformers') but warn."""
+        if self.options.keep_accents:
+            return
+        marked = voiced_kana("NFKD")
+        if not marked.search("".join(pieces)):   # most models: one C-level scan
+            return
+        pieces = [p for p in pieces if marked.search(p)]
+        if len(pieces) >= MARKED_PIECES:
+            warnings.warn(f"{self.model_file} holds {len(pieces)} pieces with voiced kana (e.g. {pieces[0]!r}), but "
+                          "accent stripping (keep_accents=false) drops their sound marks (ガ -> カ, パ -> ハ): those "
+                          "pieces are never produced and Japanese text is read without its marks; load it with "
+                          "keep_accents=True (CLI: -o keep_accents=true), or save a tokenizer_config.json saying so",
+                          UserWarning, stacklevel=3)
 
     def _deleted_spaces(self) -> str:
         """The characters Python's `str.split` takes for whitespace that the model's normalizer deletes
@@ -310,10 +332,6 @@ class SentencePieceTokenizer(TokenizerBase):
                     k += 1
             out.append(ids)
         return out
-
-    def _find_digit_comma_ids(self) -> set[int]:
-        pieces = (self.sp.id_to_piece(i) for i in range(self.vocab_size))
-        return {i for i, p in enumerate(pieces) if _ends_in_digit_comma(p)}
 
     def _split_digit_comma(self, row: list[int], text: str) -> list[int]:
         """google-research `encode_pieces` on the preprocessed `text` whose ids are `row`.
@@ -603,15 +621,21 @@ def read_with_progress(files: Sequence[Path], read_lines: LineReader, progress=N
 
 def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None,
                         read_lines: LineReader = read_text_lines, max_bytes: int | None = None,
-                        on_cut: Callable[[], None] | None = None):
+                        on_cut: Callable[[], None] | None = None, marks_lost: list[int] | None = None):
     """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them.
+
+    `marks_lost`, when given and the options strip accents: its first item counts the lines holding voiced kana,
+    whose sound marks the stripping drops (ガ -> カ; see `SentencePieceTokenizer._warn_if_kana_marks_are_lost`).
 
     A line over `max_bytes` UTF-8 bytes (sentencepiece skips those) is cut into pieces that fit, at spaces
     where it has them, and `on_cut()` is called once for it: a corpus without sentence breaks (text8, CJK
     text without full stops) still trains. `progress`: see `read_with_progress`.
     """
     preprocess = Preprocessor(options)
+    marked = voiced_kana("NFKD") if marks_lost is not None and not options.keep_accents else None
     for line in read_with_progress(files, read_lines, progress):
+        if marked is not None and not line.isascii() and marked.search(line):
+            marks_lost[0] += 1   # type: ignore[index]
         line = preprocess(valid_unicode(line))  # sentencepiece's trainer refuses surrogates
         if max_bytes is not None and len(line) * 4 > max_bytes and len(line.encode("utf-8")) > max_bytes:
             if on_cut is not None:
@@ -753,6 +777,23 @@ def _explain_failure(message: str, train: SentencePieceTrainOptions, sentences: 
     return ""
 
 
+def warn_kana_marks_dropped(lines: int, read: int, hangul: int = 0) -> None:
+    """After a training with accent stripping: `lines` of the `read` sentences held voiced kana, whose sound marks
+    the stripping dropped (ガ -> カ, パ -> ハ; `hangul`: WordPiece's stripping split that many sentences' Hangul
+    into jamo). The model holds none of what was dropped, and reads such text the same way, by design of the
+    option, but nothing said so to a Japanese (or Korean) user who took `--strip-accents` for Latin accents."""
+    what = []
+    if lines:
+        what.append(f"dropped the sound marks of the voiced kana in {lines:,} of the {read:,} sentences (ガ -> カ, "
+                    "パ -> ハ): the model holds no voiced kana and reads Japanese without them")
+    if hangul:
+        what.append(f"split the Hangul syllables of {hangul:,} of the {read:,} sentences into jamo: the vocabulary "
+                    "holds jamo and decoded Korean comes back decomposed")
+    languages = " and ".join(name for name, count in (("Japanese", lines), ("Korean", hangul)) if count)
+    warnings.warn(f"accent stripping (--strip-accents, strip_accents / keep_accents=false) {'; it '.join(what)}; "
+                  f"train {languages} without it", UserWarning, stacklevel=3)
+
+
 def fit_bytes(text: str, limit: int) -> list[str]:
     """`text` in non-blank pieces of at most `limit` UTF-8 bytes, cut at the last space before the limit,
     else before a character that would not fit."""
@@ -834,9 +875,9 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
         tqdm(total=total_bytes, unit="B", unit_scale=True, desc="reading", disable=not show_progress or None,
              leave=False)
     with bar:
-        read = [0]
-        lines = _counted(iter_training_lines(paths, options, bar, read_lines, train.max_sentence_length, on_cut),
-                         read)
+        read, marks_lost = [0], [0]
+        lines = _counted(iter_training_lines(paths, options, bar, read_lines, train.max_sentence_length, on_cut,
+                                             marks_lost), read)
         if sampled:
             lines = _drain(sample_lines(lines, train.input_sentence_size, train.seed))
         first = train.input_sentence_size if not train.shuffle_input_sentence else 0
@@ -867,6 +908,8 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
         bar.finished(f"training the {train.model_type} model")
     if stats is not None:
         stats.update(sentences_read=read[0], sentences_trained=read[1] if len(read) > 1 else read[0])
+    if marks_lost[0]:
+        warn_kana_marks_dropped(marks_lost[0], read[0])
     _reproducible_model(out_dir / MODEL_FILE, train.shuffle_input_sentence)
     save_directory(out_dir, out_dir / MODEL_FILE, MODEL_FILE, transformers_config(options))
     return SentencePieceTokenizer(out_dir / MODEL_FILE, options)

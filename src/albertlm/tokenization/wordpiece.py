@@ -15,7 +15,8 @@ from typing import Iterable
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import TokenizersBacked, read_config, save_directory, valid_unicode
+from albertlm.tokenization.base import (MARKED_PIECES, TokenizersBacked, read_config, save_directory,
+                                        valid_unicode, voiced_kana)
 
 VOCAB_FILE = "vocab.txt"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -102,16 +103,36 @@ def warn_if_tokens_repeat(lines: list[str], source: Path) -> None:
                       UserWarning, stacklevel=3)
 
 
+def strips_accents(options: WordPieceOptions) -> bool:
+    """BERT's rule: `strip_accents` None follows `do_lower_case`."""
+    return options.strip_accents if options.strip_accents is not None else options.do_lower_case
+
+
 def warn_if_hangul_is_decomposed(vocab: dict[str, int], options: WordPieceOptions, source: Path) -> None:
     """BERT's accent stripping (on by default with lowercasing) NFD-splits Hangul syllables into jamo, so a
     Korean vocab sees only [UNK]. transformers' BertTokenizer does the same; we keep its ids but say so."""
-    strips = options.strip_accents if options.strip_accents is not None else options.do_lower_case
+    strips = strips_accents(options)
     hangul = sum(1 for token in vocab if _HANGUL.search(token)) if strips else 0
     if hangul >= 100:
         warnings.warn(f"{source} holds {hangul} Hangul tokens but accent stripping (do_lower_case without "
                       "strip_accents=False) decomposes Hangul into jamo and encodes it as [UNK]; load it with "
                       f"strip_accents=False: {_CONFIG_ADVICE.format(option='strip_accents')}", UserWarning,
                       stacklevel=3)
+
+
+def warn_if_kana_marks_are_lost(vocab: dict[str, int], options: WordPieceOptions, source: Path) -> None:
+    """BERT's accent stripping (NFD, then every nonspacing mark dropped) drops the voiced sound marks of kana:
+    ガ -> カ, パ -> ハ, so a Japanese vocab's voiced-kana tokens are never produced and its text is read without
+    them. transformers' BertTokenizer does the same; we keep its ids but say so."""
+    marked = voiced_kana("NFD")
+    if not strips_accents(options) or not marked.search("".join(vocab)):   # most vocabs: one C-level scan
+        return
+    tokens = [token for token in vocab if marked.search(token)]
+    if len(tokens) >= MARKED_PIECES:
+        warnings.warn(f"{source} holds {len(tokens)} tokens with voiced kana (e.g. {tokens[0]!r}) but accent "
+                      "stripping (do_lower_case without strip_accents=False) drops their sound marks (ガ -> カ, "
+                      "パ -> ハ), so those tokens are never produced; load it with strip_accents=False: "
+                      f"{_CONFIG_ADVICE.format(option='strip_accents')}", UserWarning, stacklevel=3)
 
 
 # how to set an option for every command: data build, pretrain, finetune and convert take no -o
@@ -169,6 +190,7 @@ class WordPieceTokenizer(TokenizersBacked):
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self.backend = build_pipeline(self.vocab, self.options)
         warn_if_hangul_is_decomposed(self.vocab, self.options, self.vocab_file)
+        warn_if_kana_marks_are_lost(self.vocab, self.options, self.vocab_file)
         warn_if_cased_vocab_is_lowercased(self.vocab, self.options, self.vocab_file)
 
     def word_start_mask(self) -> np.ndarray:
@@ -240,7 +262,7 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     from tokenizers.trainers import WordPieceTrainer
 
     from albertlm.tokenization.sentencepiece import (LogProgress, check_training_input, check_vocab_size,
-                                                     read_text_lines, read_with_progress)
+                                                     read_text_lines, read_with_progress, warn_kana_marks_dropped)
 
     check_vocab_size(vocab_size)
     options = options or WordPieceOptions()
@@ -259,11 +281,16 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
         backend.train(paths, trainer)
     else:
         bar = LogProgress(total) if log_progress and not show_progress else None
-        read = [0]
+        read, kana, hangul = [0], [0], [0]
+        # what accent stripping destroys beyond accents (BERT's NFD): kana's voiced marks, Hangul syllables
+        marked = voiced_kana("NFD") if strips_accents(options) else None
 
         def lines():
             for line in read_with_progress([Path(p) for p in paths], read_lines, bar):
                 read[0] += 1
+                if marked is not None and not line.isascii():
+                    kana[0] += marked.search(line) is not None
+                    hangul[0] += _HANGUL.search(line) is not None
                 # valid_unicode: the trainer refuses surrogates (a JSONL "\\ud83d" escape cut from its pair)
                 yield valid_unicode(line)
             if bar is not None:
@@ -272,6 +299,8 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
         backend.train_from_iterator(lines(), trainer)
         if bar is not None:
             bar.finished("computing the WordPiece vocabulary")
+        if kana[0] or hangul[0]:
+            warn_kana_marks_dropped(kana[0], read[0], hangul[0])
     tokens = canonical_order(backend.get_vocab())
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     save_directory(out_dir, out_dir / VOCAB_FILE, VOCAB_FILE, transformers_config(options))
