@@ -65,6 +65,45 @@ class UserError(Exception):
     exit_code = 2
 
 
+# Who is speaking: the CLI sets `albertlm <command>` while a command runs (`cli.main`), so that a warning line
+# starts as that command's error line does (`albertlm export: error: ...`); elsewhere (Python) plain `albertlm`.
+_PROGRAM = {"name": "albertlm"}
+
+
+@contextlib.contextmanager
+def program_named(name: str):
+    """`warning_line` and `say_warning` name `name` (`albertlm <command>`) while the block runs."""
+    before = _PROGRAM["name"]
+    _PROGRAM["name"] = name
+    try:
+        yield
+    finally:
+        _PROGRAM["name"] = before
+
+
+def program_name() -> str:
+    """`albertlm <command>` while the CLI runs a command (`program_named`), else `albertlm`."""
+    return _PROGRAM["name"]
+
+
+def warning_line(text: str) -> str:
+    """`albertlm <command>: warning: text`: the one form of a warning line, as errors are `albertlm <command>:
+    error: ...` (the command that runs, `program_named`; `albertlm` outside the CLI). Text on one line."""
+    text = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return f"{_PROGRAM['name']}: warning: {text}"
+
+
+def say_warning(text: str) -> None:
+    """`warning_line(text)` on stderr, from the process that reports (`reports_here`: under torchrun, each
+    machine's first rank, not every rank); a closed stderr is never worth a traceback."""
+    if not reports_here():
+        return
+    try:
+        print(warning_line(text), file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def json_object_or_empty(path: Path) -> dict:
     """A JSON object from `path`, or {} when it is missing, unreadable, not JSON or not an object: for optional
     side files (a run's task.json, metrics.json) that only add information. Read as UTF-8 whatever the locale,

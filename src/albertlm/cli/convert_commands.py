@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def run(args: argparse.Namespace, command: str) -> int:
+    from albertlm.cli.guards import check_home_expanded
+
+    if args.dst == "-":   # no stdout here: a folder named '-' was made
+        raise UserError("DST -: convert writes a directory of files, not to stdout; give a directory "
+                        "('./-' names one called '-')")
+    check_home_expanded(args.dst, "DST")   # `'~/models/x'` quoted: a folder named '~' was made here
     src, dst = Path(args.src), Path(args.dst)
     if src.is_dir() and not (src / "config.json").is_file() and any((src / d).is_dir() for d in ("checkpoints", "best")):
         from albertlm.tasks.inference import resolve_checkpoint  # a run directory -> its newest / best checkpoint
@@ -196,6 +202,8 @@ def detect_format(src: Path) -> str:
         from albertlm.model.io import DOWNLOADS_NOTHING
 
         raise UserError(f"{src}: no such file or directory ({DOWNLOADS_NOTHING})")
+    if src.is_file() and (src.parent / "config.json").is_file():   # its config.json or weights: "no config.json"
+        raise UserError(f"{src}: a file of a model directory; give the directory holding it ({src.parent})")
     config = src / "config.json"
     if src.is_dir() and config.is_file():
         from albertlm.model import hf_format
@@ -210,8 +218,11 @@ def detect_format(src: Path) -> str:
 
 
 def _check_destination(src: Path, dst: Path, overwrite: bool) -> None:
+    from albertlm.cli.guards import check_not_a_run
+
     if dst.exists() and not dst.is_dir():
         raise UserError(f"{dst} exists and is not a directory")
+    check_not_a_run(dst, "DST", "converted")
     if dst.resolve() == (src if src.is_dir() else src.parent).resolve():
         raise UserError("DST must differ from the source directory")
     taken = [name for name in OUTPUT_FILES if (dst / name).exists()] + _earlier_weights(dst)
@@ -241,14 +252,16 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
         model, report = import_tf_checkpoint(src, config, verify=verify)
         return model, report.lines()
     logger = logging.getLogger("albertlm.model")
-    handler, level = _Collect(), logger.level
+    handler, level, propagate = _Collect(), logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.propagate = False   # the summary says them: not a second time on stderr (the console's log handler)
     try:
         model = _load_directory(src, src_format)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
     from albertlm.model.io import stored_float_dtype
 
     # the model loads as float32; a bf16 / fp16 source is written back in its own dtype (was float32: twice the size)

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import math
 import os
-import sys
 from pathlib import Path
 
 
@@ -81,14 +80,14 @@ def _name_the_format_first(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, command: str) -> int:
-    from albertlm.cli.infer_commands import make_parent
+    from albertlm.cli.infer_commands import make_parent, remove_if_empty
     from albertlm.interop import onnx as onnx_export
     from albertlm.tasks.inference import resolve_checkpoint
 
     onnx_export.require_onnx()
     onnx_export.check_opset(args.exporter, args.opset)          # before anything is read
     out = Path(args.out)
-    directory = _is_directory_out(out)
+    directory = _is_directory_out(args.out)
     tokenizer_given = _given_tokenizer(args.tokenizer)
     tf_source = _is_tf_checkpoint(Path(args.model))
     model_dir = Path(args.model) if tf_source else resolve_checkpoint(args.model)
@@ -97,7 +96,21 @@ def run(args: argparse.Namespace, command: str) -> int:
         _check_directory(out, model_dir, names, args.overwrite)
     else:
         _check_outputs([out.parent / n for n in names.values()], args.overwrite)
-    make_parent(out, "--out")   # its folder, where the staging folder goes: before the model is loaded, one line
+    # its folder, where the staging folder goes: before the model is loaded, one line; the folders made for it are
+    # removed again when the export fails or is stopped (they were left behind, empty)
+    made = make_parent(out, "--out")
+    try:
+        return _export(args, out, directory, names, model_dir, tf_source, tokenizer_given)
+    except BaseException:
+        remove_if_empty(made)
+        raise
+
+
+def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[str, str], model_dir: Path,
+            tf_source: bool, tokenizer_given: Path | None) -> int:
+    from albertlm.errors import say_warning
+    from albertlm.interop import onnx as onnx_export
+
     lines, warnings_ = [], []
     if tf_source:   # google's checkpoint read as convert reads it; what the import did is said first
         model, notes = _load_tf(model_dir, args.encoder)
@@ -152,7 +165,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     for line in lines:
         print(line)
     for warning in warnings_:
-        print(f"albertlm export: warning: {warning}", file=sys.stderr)
+        say_warning(warning)
     return 0
 
 
@@ -177,12 +190,18 @@ def _shown(out: Path, directory: bool, name: str) -> Path:
     return out / name if directory else out.parent / name
 
 
-def _is_directory_out(out: Path) -> bool:
+def _is_directory_out(given: str) -> bool:
     """--out FILE.onnx (any case) is a file; anything else a serving directory, unless it names a file that is
-    there or has a suffix a file was meant by (`--out model.bin`), which is one line."""
+    there or has a suffix a file was meant by (`--out model.bin`), which is one line. `FILE.onnx/` (a folder by
+    its '/', a file by its suffix) is one line too: it wrote the file FILE.onnx without a word."""
     from albertlm.errors import UserError
 
+    out = Path(given)
     if out.suffix.lower() == ".onnx":
+        if given.rstrip(".").endswith(("/", os.sep)):   # `x.onnx/`, `x.onnx/.`: Path drops what makes it a folder
+            raise UserError(f"--out {given}: a name ending in .onnx is the file to write, and the '/' after it "
+                            f"names a folder; give {out} for the file, or a folder name without .onnx "
+                            "for the serving directory")
         return False
     if out.is_file() or (out.exists() and not out.is_dir()):
         raise UserError(f"--out {out}: an existing file; give a file name ending in .onnx, or a directory")
@@ -314,11 +333,14 @@ CHECKPOINT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors
 
 def _check_directory(out: Path, model_dir: Path, names: dict[str, str], overwrite: bool) -> None:
     """--out DIR: not the model's own directory, nor one holding a PyTorch checkpoint (its config.json would be
-    replaced by the serving one), and an earlier export's files are replaced only with --overwrite."""
+    replaced by the serving one), nor a training run's (`guards.check_not_a_run`), and an earlier export's files
+    are replaced only with --overwrite."""
+    from albertlm.cli.guards import check_not_a_run
     from albertlm.errors import UserError
 
     if not out.is_dir():
         return
+    check_not_a_run(out, "--out", "onnx-export")
     if model_dir.exists() and out.resolve() == model_dir.resolve():
         raise UserError(f"--out {out}: the model's own directory; give another directory for the ONNX files")
     held = next((name for name in CHECKPOINT_FILES if (out / name).exists()), None)

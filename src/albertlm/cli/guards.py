@@ -8,6 +8,9 @@ among the model's.
 `check_home_expanded`: an --out the shell left `~` in (quoted, `--out '~/runs'`, or after `=`, `--out=~/runs`,
 which bash and sh do not expand) is refused: it was a folder named `~` made in the current directory, without a
 word (and `rm -rf ~`, the obvious clean-up, removes the home directory).
+
+`check_not_a_run`: convert's DST and export's --out DIR may not be a training run's directory: a model's
+config.json there makes every command given the run read that copy instead of the run's checkpoints.
 """
 from __future__ import annotations
 
@@ -49,3 +52,20 @@ def check_home_expanded(value: str | os.PathLike | None, flag: str = "--out") ->
         return
     raise UserError(f"{flag} {text}: the shell did not expand '~' (quoted, or after '='), and albertlm would make a "
                     f"folder named {first!r} here; write {home}{text[len(first):]}")
+
+
+def check_not_a_run(out: str | Path, flag: str, instead: str) -> None:
+    """Refuse to write a model's files (config.json and the rest) into a training run's directory (one holding
+    `checkpoints/step_N` or a fine-tuning's `best/`): every command that takes the run reads a directory with a
+    config.json as that model from then on, so the run's own newer checkpoints (and best/) were passed over
+    without a word (`convert runs/base runs/base --to hf`, `export onnx runs/base --out runs/base`)."""
+    from albertlm.model.io import CONFIG, latest_checkpoint
+
+    path = Path(out)
+    if not path.is_dir() or (path / CONFIG).is_file():   # a model directory already: the other checks say
+        return
+    held = "best/" if (path / "best" / CONFIG).is_file() else "checkpoints/" if latest_checkpoint(path) else None
+    if held:
+        raise UserError(f"{flag} {out} is a training run's directory (it holds {held}): a model written there "
+                        "would be read instead of the run's checkpoints by every command given the run; give "
+                        f"another {flag}, such as {path / instead}")

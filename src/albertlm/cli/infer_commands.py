@@ -57,12 +57,16 @@ def run(args: argparse.Namespace, command: str) -> int:
 
 def check_npy_name(out: str) -> None:
     """`embed` writes one NumPy .npy array whatever --out is called: `emb.npz`, `emb.parquet` or `emb.jsonl` got
-    .npy bytes under that name without a word (a reader of the format named then fails on the file)."""
+    .npy bytes under that name without a word (a reader of the format named then fails on the file); `emb.npy/`
+    (a folder, by its '/') wrote the file emb.npy."""
     from pathlib import Path
 
     from albertlm.errors import UserError
 
     suffix = Path(out).suffix
+    if suffix.lower() == ".npy" and out.rstrip(".").endswith(("/", os.sep)):   # Path drops the '/' of `emb.npy/`
+        raise UserError(f"--out {out}: embed writes one .npy file, and the '/' after its name names a folder; "
+                        f"give {Path(out)}")
     if suffix.lower() != ".npy":
         what = f", not a {suffix} file" if suffix else ""
         raise UserError(f"--out {out}: embed writes a NumPy .npy array (float32, texts x hidden size){what}; "
@@ -164,7 +168,7 @@ def _embed(args) -> int:
         raise UserError(f"--out {out} is a directory")
     if out.exists() and not args.overwrite:
         raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or another --out")
-    make_parent(out, "--out")
+    made = make_parent(out, "--out")
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # renamed into place when complete
     stats: dict = {}
     try:
@@ -181,6 +185,10 @@ def _embed(args) -> int:
         array.flush()
         del array
         os.replace(tmp, out)
+    except BaseException:   # nothing of a failed or stopped embedding stays: the folders made for it neither
+        tmp.unlink(missing_ok=True)
+        remove_if_empty(made)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     print(f"wrote {count:,} x {model.config.hidden_size} {args.pooling}-pooled embeddings to {out} "
@@ -229,10 +237,12 @@ def _spool_texts(spool):
             yield line[:-1]
 
 
-def make_parent(path, option: str) -> None:
-    """Create `path`'s directory; a parent that is a file, or one that cannot be made, is one line naming it."""
+def make_parent(path, option: str) -> list:
+    """Create `path`'s directory; a parent that is a file, or one that cannot be made, is one line naming it.
+    Returns the directories it made, innermost first, for `remove_if_empty` after a failure."""
     from albertlm.errors import UserError
 
+    made = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -240,6 +250,16 @@ def make_parent(path, option: str) -> None:
     except OSError as exc:
         raise UserError(f"{option} {path}: cannot create the directory {path.parent} "
                         f"({exc.strerror or exc})") from None
+    return made
+
+
+def remove_if_empty(directories) -> None:
+    """Remove the directories `make_parent` made (innermost first) that a failed or stopped command left empty."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:   # something was written there after all (or it went): left as it is
+            pass
 
 
 def _count_lines(path) -> int:

@@ -121,6 +121,10 @@ def _chosen_parser(parser: argparse.ArgumentParser, args: list[str]) -> argparse
 NEGATIVE_NUMBER = re.compile(r"^-((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|(?i:inf|infinity|nan))$")
 
 
+# argparse's words for an option whose value is missing, or was taken for an option (`--input -data.txt`)
+EXPECTED_VALUE = re.compile(r"^argument (\S+): expected (?:one|at least one) argument$")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (`albertlm <cmd>: error: ...`, exit 2), naming the nearest
     option when one is unknown; no abbreviations (`--inner.rat` is not silently `--inner.rate`)."""
@@ -138,6 +142,7 @@ class Parser(argparse.ArgumentParser):
         if not reports_here():              # under torchrun every rank parses the same argv: rank 0 says it
             other_rank_says(f"{prog}: error: {message}")
             raise SystemExit(2)
+        message += self._dash_value_hint(message)
         if message.startswith("unrecognized arguments:"):
             options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
             for word in message.split(":", 1)[1].split():
@@ -148,6 +153,22 @@ class Parser(argparse.ArgumentParser):
                     break
         print(f"{prog}: error: {message}", file=sys.stderr)   # one line, no usage block
         raise SystemExit(2)
+
+    def _dash_value_hint(self, message: str) -> str:
+        """`--input -data.txt`: argparse reads a value starting with '-' as an option and said only "argument
+        --input: expected one argument"; the hint says how to give it (`--input=-data.txt`). Not for a word that
+        is one of the command's options (`--input --out x`: the value is missing)."""
+        match = EXPECTED_VALUE.match(message)
+        given = getattr(self, "_given", [])
+        if not match or not given:
+            return ""
+        names = match.group(1).split("/")
+        known = set(_all_options(self))
+        for word, after in zip(given, given[1:]):
+            if (word in names and after.startswith("-") and after not in ("-", "--")
+                    and after.split("=", 1)[0] not in known):
+                return f" ({after!r} begins with '-', so it was read as an option: write {word}={after})"
+        return ""
 
     def parse_known_args(self, args=None, namespace=None):
         if args is not None:
@@ -160,7 +181,8 @@ class Parser(argparse.ArgumentParser):
     def _refuse_empty_out(self, namespace: argparse.Namespace) -> None:
         """`--out ""` (a script's `--out "$OUT"` with OUT unset) is refused: it was the current directory, so a
         run, a tokenizer or a data build was written among whatever files were there; so is an --out the shell left
-        `~` in (`guards.check_home_expanded`)."""
+        `~` in (`guards.check_home_expanded`), and `--out -`: no command writes its --out to stdout, and a file or
+        folder named `-` was made."""
         from albertlm.cli.guards import check_home_expanded
         for action in self._actions:
             if "--out" not in action.option_strings:
@@ -170,6 +192,9 @@ class Parser(argparse.ArgumentParser):
                 text = given[-1] if isinstance(given, tuple) else given    # config options record (flag, value)
                 if isinstance(text, str) and not text.strip():
                     self.error(f"argument --out: {text!r} is empty; give a path ('.' for the current directory)")
+                if text == "-":               # no command writes its --out to stdout: it was a file or folder '-'
+                    self.error("argument --out: '-' is not stdout here: the command writes files at a path; "
+                               "give one ('./-' names a file or folder '-')")
                 try:                           # `--out '~/runs'`, `--out=~/runs`: a folder named `~` made here
                     check_home_expanded(text)
                 except UserError as exc:
@@ -201,8 +226,10 @@ class Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     shown = warnings.showwarning
+    logger, log_lines = logging.getLogger("albertlm"), _LogLines()
     if argv is None:                # the console command (not a caller's main([...]), whose warnings it records)
         warnings.showwarning = _one_line_warning(shown)
+        logger.addHandler(log_lines)
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:   # `albertlm --help | head -1`: the reader left; so do we, without a traceback
@@ -210,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:                  # what is still buffered (argparse's help swallows its own write error)
         warnings.showwarning = shown
+        logger.removeHandler(log_lines)
         try:
             sys.stdout.flush()
         except BrokenPipeError:
@@ -232,6 +260,28 @@ def _one_line_warning(shown):
         else:
             shown(message, category, filename, lineno, file, line)
     return show
+
+
+class _LogLines(logging.Handler):
+    """The console command's handler of albertlm's loggers (the model loader's notes: weights freshly initialised,
+    config fields missing from a file): `albertlm <command>: warning: ...` on stderr, the form of every other
+    warning line (`errors.warning_line`); Python's last-resort handler printed the bare message."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from albertlm.errors import program_name, warning_line
+
+        try:
+            text = record.getMessage()
+            line = warning_line(text) if record.levelno < logging.ERROR else f"{program_name()}: error: {text}"
+            if reports_here():
+                print(line, file=sys.stderr, flush=True)
+        except (OSError, ValueError):   # stderr gone: a log line is never worth a traceback
+            pass
+        except Exception:               # a record whose arguments do not fit its message: logging's own report
+            self.handleError(record)
 
 
 def _quiet_stdout() -> None:
@@ -266,6 +316,13 @@ def _main(argv: list[str]) -> int:
         else:
             other_rank_says(line)
         return 2
+    from albertlm.errors import program_named
+
+    with program_named(f"albertlm {command}"):   # warning lines name the command, as its error line does
+        return _run_command(command, rest)
+
+
+def _run_command(command: str, rest: list[str]) -> int:
     from albertlm.errors import UserError, sigterm_stops
 
     if not reports_here():                 # torchrun's other ranks: their warnings and logged warnings repeat rank 0's
