@@ -7,20 +7,21 @@ re-split files with and without a header both work (e.g. a headerless `val.tsv`)
 predicted from `diagnostic.tsv` (`index, sentence1, sentence2`) and scored from the labelled
 `diagnostic-full.tsv` (`Lexical Semantics, Predicate-Argument Structure, Logic, Knowledge, Domain, Premise,
 Hypothesis, Label`), which GLUE publishes beside it. The Hugging Face Hub's GLUE (`nyu-mll/glue`, one config per
-task) is read too: its Parquet files (`rte/validation-00000-of-00001.parquet`), a `save_to_disk` folder or its Arrow
-file, and `to_json` / `to_csv` / `to_csv(sep="\t")` exports, in datasets' columns (`sentence1, sentence2, label,
-idx`, ...), their label numbers in datasets' ClassLabel order (MNLI's is not GLUE's), -1 in a test split, and `idx`
-as the submission's index (see "Hugging Face datasets' GLUE" below).
+task) is read too: its Parquet files (`rte/validation-00000-of-00001.parquet`; refs/convert/parquet's
+`rte/validation/0000.parquet`, ...), a `save_to_disk` folder or its Arrow file, and `to_json` / `to_csv` /
+`to_csv(sep="\t")` exports, in datasets' columns (`sentence1, sentence2, label, idx`, ...), their label numbers
+in datasets' ClassLabel order (MNLI's is not GLUE's), -1 in a test split, and `idx` as the submission's index (see
+"Hugging Face datasets' GLUE" below).
 """
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from albertlm.tasks.tables import (DataError, Problems, columnar_format, is_saved_dataset, read_records, read_tsv,
-                                   shown)
+from albertlm.tasks.tables import (DataError, Problems, columnar_format, export_stem, is_saved_dataset, read_records,
+                                   read_tsv, refuse_two_exports, shown, split_exports, split_folder_files, split_owner,
+                                   split_shards)
 
 
 @dataclass(frozen=True)
@@ -291,8 +292,6 @@ MNLI_HUB_SPLITS = {"train": ("train",), "dev": ("validation_matched", "validatio
                    "test": ("test_matched", "test_mismatched")}
 # the files a split may be exported as: the Hub's Parquet shards, save_to_disk's Arrow, to_json, to_csv
 HUB_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".ndjson", ".csv", ".tsv")
-_SHARD = re.compile(r"(?P<stem>.+)-(?P<k>\d+)-of-(?P<n>\d+)")           # validation-00000-of-00001
-_SHARD_END = re.compile(r"-\d+-of-\d+$")
 # the names of the Hub's splits (a file's, less its shard count, or a DatasetDict's folder's)
 HUB_SPLIT_NAMES = ("train", "validation", "test", "validation_matched", "validation_mismatched", "test_matched",
                    "test_mismatched")
@@ -317,11 +316,12 @@ def _hub_header_tasks(cells: list[str]) -> list[str]:
 
 def hub_format(path: Path) -> str | None:
     """How a Hugging Face datasets export of a GLUE split is read (`tables.read_records`' format: "parquet",
-    "arrow", "jsonl", "csv", "tsv"; "folder" for a save_to_disk folder), or None for GLUE's own TSV files (and
+    "arrow", "jsonl", "csv", "tsv"; "folder" for a save_to_disk folder, "parquet" for refs/convert/parquet's split
+    folder of numbered files), or None for GLUE's own TSV files (and
     for a path that is not there: the TSV reader names it). A `.tsv` is an export when its header line names
     datasets' columns (`idx`), as `Dataset.to_csv(path, sep="\\t")` writes it."""
-    if path.is_dir():
-        return "folder" if is_saved_dataset(path) else None
+    if path.is_dir():      # a save_to_disk folder, or a refs/convert/parquet split folder (`rte/validation/`)
+        return "folder" if is_saved_dataset(path) else ("parquet" if split_folder_files(path) else None)
     if not path.is_file():
         return None
     kind = columnar_format(path)
@@ -340,32 +340,35 @@ def hub_format(path: Path) -> str | None:
 
 
 def hub_shards(path: Path) -> list[Path]:
-    """The files of the split a Hub shard belongs to (`train-00000-of-00002.parquet`: it and
-    `train-00001-of-00002.parquet`), in order; [path] for any other file. A split is read whole (its test rows
-    all have to be submitted, and idx runs on through the shards); a shard missing beside it is an error."""
-    match = _SHARD.fullmatch(path.name[: len(path.name) - len(path.suffix)])
-    if match is None or path.is_dir():
-        return [path]
-    count, width = int(match["n"]), len(match["k"])
-    shards = [path.with_name(f"{match['stem']}-{k:0{width}d}-of-{match['n']}{path.suffix}") for k in range(count)]
-    missing = [shard for shard in shards if not shard.is_file()]
-    if missing:
-        raise DataError(f"{path}: one of the {count} shards of a split, and {missing[0].name} is not beside it "
-                        f"({len(missing)} missing); a split is read with all its shards")
-    return shards or [path]
+    """The files read for a Hub export given as `path`: all the shards of the split a shard belongs to
+    (`train-00000-of-00002.parquet`: it and `train-00001-of-00002.parquet`; refs/convert/parquet's `0000.parquet`:
+    the numbered files beside it), in order, a missing one refused naming it (`tables.split_shards`); a folder's
+    (`tables.split_folder_files`); [path] for any other file. A split is read whole: its test rows all have to be
+    submitted, and idx (or the row number) runs on through the shards."""
+    if path.is_dir():
+        return split_folder_files(path) or [path]
+    return split_shards(path)
 
 
 def hub_split(path: Path) -> str | None:
     """The Hub split a file or folder is by its name (`validation-00000-of-00001.parquet`, `test_mismatched/`,
-    `validation.jsonl`): train, validation, test, or MNLI's validation_matched, ..., test_mismatched (the Hub's
-    `mnli_mismatched/validation-*.parquet` by its folder); None for another name (`dev.tsv`, `rte_validation.csv`)."""
-    split = _SHARD_END.sub("", Path(path).stem).lower()
+    `validation.jsonl`; a numbered Parquet file or a save_to_disk Arrow file by its folder's:
+    `rte/validation/0000.parquet`): train, validation, test, or MNLI's validation_matched, ..., test_mismatched (the
+    Hub's `mnli_mismatched/validation-*.parquet` by its config folder); None for another name (`dev.tsv`,
+    `rte_validation.csv`)."""
+    split = export_stem(Path(path)).lower()
     if split not in HUB_SPLIT_NAMES:
         return None
-    config = Path(path).parent.name.lower()
+    config = hub_config(path)
     if split in ("validation", "test") and config in HUB_MNLI_CONFIGS:
         split += config[len("mnli"):]
     return split
+
+
+def hub_config(path: Path) -> str:
+    """The Hub config folder a split's file or folder is in, in lower case (`rte/validation-00000-of-00001.parquet`
+    and `rte/validation/0000.parquet`: rte)."""
+    return split_owner(Path(path)).parent.name.lower()
 
 
 def split_name(path: Path) -> str:
@@ -379,34 +382,24 @@ def split_name(path: Path) -> str:
 
 
 def _hub_split_file(folder: Path, name: str) -> Path | None:
-    """The export of the Hub split `name` in `folder`: its Parquet shards (the first is returned; the rest are read
-    with it), `NAME.jsonl` / `.parquet` / `.arrow` / `.csv` / ..., or a DatasetDict's `NAME/` folder. Two exports of
-    one split are refused (their rows would be read once, from either, without a word which)."""
-    found: dict[str, Path] = {}
-    for path in sorted(folder.glob(f"{name}-*-of-*")):
-        match = _SHARD.fullmatch(path.name[: len(path.name) - len(path.suffix)])
-        if match and match["stem"] == name and path.suffix.lower() in HUB_SUFFIXES and path.is_file():
-            key = f"{name}-*-of-{match['n']}{path.suffix}"
-            if key not in found or int(match["k"]) == 0:
-                found[key] = path
-    for suffix in HUB_SUFFIXES:
-        if (folder / f"{name}{suffix}").is_file():
-            found[f"{name}{suffix}"] = folder / f"{name}{suffix}"
-    if (folder / name / "state.json").is_file():
-        found[f"{name}/"] = folder / name
-    if len(found) > 1:
-        raise DataError(f"{folder}: {' and '.join(sorted(found))} are two exports of the split {name} (its rows "
-                        "would be read from one of them); keep one of them there")
-    return next(iter(found.values()), None)
+    """The export of the Hub split `name` in `folder` (`tables.split_exports`): its shards (the first is returned;
+    the rest are read with it), `NAME.jsonl` / `.parquet` / `.arrow` / `.csv` / ..., or a `NAME/` folder (a
+    DatasetDict's save_to_disk, or refs/convert/parquet's numbered files). Two exports of one split are refused
+    (their rows would be read from one of them, without a word which)."""
+    exports = split_exports(folder, lambda stem: stem == name, HUB_SUFFIXES)
+    refuse_two_exports(folder, exports, f"the split {name}")
+    return exports[0].path if exports else None
 
 
 def hub_split_files(task: GlueTask, folder: Path, split: str) -> list[Path]:
     """A split's exports in a folder of the Hub's GLUE files: the task's config folder (`sst2/` of the Hub's
     repository, or a DatasetDict's save_to_disk folder; MNLI's `mnli_matched/` or `mnli_mismatched/` holds its
-    `validation` and `test` splits) or the repository itself (its `TASK/` is used)."""
+    `validation` and `test` splits), the repository itself (its `TASK/` is used), or a repository's `data/` (a
+    dataset of one config, as `push_to_hub` writes it). Split folders (refs/convert/parquet's `rte/validation/`)
+    are found as the files are."""
     if task.name == "ax" and split != "test":
         return []
-    for root in (folder, folder / task.name):
+    for root in (folder, folder / task.name, folder / "data"):
         names = (MNLI_HUB_SPLITS if task.name == "mnli" and root.name.lower() not in HUB_MNLI_CONFIGS
                  else HUB_SPLITS)[split]
         if root.is_dir():
@@ -422,19 +415,22 @@ def read_hub_examples(task: GlueTask, path: Path, has_labels: bool = True, probl
     Hub shard with its split's other shards). Labels: datasets' numbers in its ClassLabel order
     (`hub_label_names`), or the class names (GLUE's or datasets'); -1, a row without a label, makes the file a test
     split: given as labelled (`has_labels`) it is refused, and a -1 among labelled rows is an error naming it. The
-    guid is `idx` (the row's index in GLUE's own file: a test split's submission index), else the row number from 0.
+    guid is `idx` (the row's index in GLUE's own file: a test split's submission index), else the row number from 0
+    through the split's shards in order (the index of GLUE's own file for the whole split in datasets' order); a test
+    split whose rows have idx in some files or rows and not in others is refused (two numberings in one submission).
     A row whose text is not a string is malformed: skipped and counted in `problems` (a labelled file's), or an
     error naming it and `skip_option`. Another task's columns, or a table in other columns, are errors naming the
     columns."""
     fmt = fmt or hub_format(path)
-    files = hub_shards(path) if fmt != "folder" else [path]
+    files = hub_shards(path)
     texts = HF_COLUMNS[task.name]
     examples: list[Example] = []
     unlabelled: list[str] = []
     first_at: dict[str, str] = {}      # idx -> the row that had it
+    first: tuple[bool, str] | None = None   # whether the first row has an idx column, and where it is
     skipped = 0
     for file in files:
-        for row, record in read_records(file, None if fmt == "folder" else fmt):
+        for row, record in read_records(file, None if file.is_dir() else fmt):
             where = f"{file}:{row}"
             if not examples and not skipped:
                 _check_hub_columns(task, record, where, has_labels)
@@ -455,6 +451,14 @@ def read_hub_examples(task: GlueTask, path: Path, has_labels: bool = True, probl
                 label = _hub_label(task, record.get("label"), where)
                 if label is None:
                     unlabelled.append(where)
+            if first is None:
+                first = ("idx" in record, where)
+            elif not has_labels and ("idx" in record) != first[0]:
+                # numbered by idx here and by row there, the submission's indexes would mix two numberings
+                raise DataError(f"{where}: {'an' if first[0] is False else 'no'} idx column, and "
+                                f"{first[1]} has {'none' if first[0] is False else 'one'}: a split's rows are "
+                                "indexed all by idx (datasets' column, a submission's index) or all by row number; "
+                                "are these two exports' files?")
             guid = _hub_index(record.get("idx"), where) if "idx" in record else str(len(examples))
             if not has_labels and guid in first_at:   # one prediction per index: the server takes no other
                 raise DataError(f"{where}: idx {guid} is also the idx of {first_at[guid]}; a submission has one "
@@ -665,7 +669,7 @@ def is_diagnostic(path: Path) -> bool:
     (the test split of its `ax` config: `ax/test-00000-of-00001.parquet`)."""
     path = Path(path)
     return (path.name.lower().startswith(("diagnostic", "ax"))
-            or (path.parent.name.lower() == "ax" and hub_split(path) == "test"))
+            or (hub_config(path) == "ax" and hub_split(path) == "test"))
 
 
 def file_task(task: GlueTask, path: Path) -> GlueTask:

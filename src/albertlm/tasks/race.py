@@ -19,7 +19,8 @@ import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature, build_pair
-from albertlm.tasks.tables import DataError, Problems, read_json, read_records, shown
+from albertlm.tasks.tables import (DataError, Problems, export_stem, read_json, read_records, refuse_two_exports,
+                                   shown, split_exports, split_folder_files)
 
 LEVELS = ("middle", "high")
 LETTERS = "ABCD"
@@ -54,7 +55,7 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
     if not levels:
         raise DataError(f"{root}: no RACE level to read; levels are {', '.join(LEVELS)}")
     exported = hf_split_files(root, split)
-    if (root / split).is_dir() and root / split not in exported:
+    if (root / split).is_dir() and _split_folder(root / split) is None:
         exported = []    # the original layout's RACE/<split>/ is read first
     if exported:         # a Hugging Face export (`validation.jsonl`, `test-00000-of-00001.parquet`, ...)
         examples = [e for e in read_hf_files(exported, answers) if e.level in levels]
@@ -79,10 +80,11 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
         elif root.is_file():            # a passage file, all.txt or an export of one split
             hint = (f"; {root} is a file: give the RACE directory, a split directory holding middle/ and high/, "
                     "or the directory holding a Hugging Face export's files")
-        elif _saved_split(root):        # one split's Dataset.save_to_disk folder: another split, or unnamed
+        elif _split_folder(root):       # one split's folder (save_to_disk, refs/convert): another split, or unnamed
             named = next((s for s, names in HF_SPLIT_NAMES.items() if _hf_split(root, folder=True) in names), None)
-            what = (f"the {named} split's datasets save_to_disk folder (by its name)" if named
-                    else f"a datasets save_to_disk folder whose name says no split ({', '.join(SPLITS)})")
+            kind = "datasets save_to_disk" if (root / "state.json").is_file() else "refs/convert/parquet split"
+            what = (f"the {named} split's {kind} folder (by its name)" if named
+                    else f"a {kind} folder whose name says no split ({', '.join(SPLITS)})")
             hint = (f"; {root} is {what}: give the folder holding the split folders (train/, validation/, test/: "
                     "DatasetDict.save_to_disk)")
         names = " or ".join(HF_SPLIT_NAMES.get(split, (split,)))
@@ -158,48 +160,49 @@ def read_all_file(path: Path, level: str, answers: bool = True) -> list[RaceExam
 HF_SPLIT_NAMES = {"train": ("train",), "dev": ("validation", "dev"), "test": ("test",)}
 HF_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".arrow", ".csv")
 HF_COLUMNS = ("example_id", "article", "question", "options", "answer")
-_SHARD = re.compile(r"-\d+-of-\d+$")      # train-00000-of-00002
 
 
 def hf_split_files(root: str | Path, split: str) -> list[Path]:
-    """The files of one split of a Hugging Face RACE export in `root`, or in its `all/` (the Hub's layout), in
-    name order: `validation.jsonl` (dev), `test.parquet`, `train-00000-of-00002.parquet`, `race_validation.csv`,
-    or a `save_to_disk` folder (`validation/` holding state.json, as `DatasetDict.save_to_disk` writes). `root`
-    may be such a folder itself, named by its split; without `all/`, the Hub's per-level config folders
-    (`middle/`, `high/`: a download of those alone) are read together."""
+    """The files of one split of a Hugging Face RACE export in `root`, or in its `all/` (the Hub's layout) or `data/`
+    (a dataset of one config, as `push_to_hub` writes it), in name order: `validation.jsonl` (dev), `test.parquet`,
+    `race_validation.csv`, all the shards of `train-00000-of-00002.parquet` (a missing one refused naming it), a
+    `save_to_disk` folder (`validation/` holding state.json, as `DatasetDict.save_to_disk` writes), or
+    refs/convert/parquet's split folder (`all/validation/0000.parquet`, ...): found by `tables.split_exports`. `root`
+    may be such a folder itself, named by its split; without `all/` or `data/`, the Hub's per-level config folders
+    (`middle/`, `high/`: a download of those alone) are read together. Two exports of one split in one folder
+    (`validation.jsonl` beside `dev.json`, or a split's shards of two downloads) are refused: their questions would
+    count twice."""
     root = Path(root)
     names = HF_SPLIT_NAMES.get(split, ())
-    if _saved_split(root):      # one split's save_to_disk folder given itself: the split its name says
-        return [root] if _hf_split(root, folder=True) in names else []
-    for folders in ((root,), (root / "all",), tuple(root / level for level in LEVELS)):
-        # by the name first: a level of passage files (`13.txt`, thousands of them) is not stat'ed
-        found = [path for folder in folders if folder.is_dir()
-                 for path in sorted(path for path in folder.iterdir() if not path.name.startswith(".")
-                                    and ((path.suffix.lower() in HF_SUFFIXES and _hf_split(path) in names
-                                          and path.is_file())
-                                         or (_hf_split(path, folder=True) in names and _saved_split(path))))]
+    own = _split_folder(root)
+    if own is not None:         # one split's folder given itself: the split its name says
+        return own if _hf_split(root, folder=True) in names else []
+    for folders in ((root,), (root / "all",), (root / "data",), tuple(root / level for level in LEVELS)):
+        found: list[Path] = []
+        for folder in folders:
+            exports = split_exports(folder, lambda stem: _split_word(stem) in names, HF_SUFFIXES)
+            refuse_two_exports(folder, exports, "one split")
+            found += [file for export in exports for file in export.files]
         if found:
             return found
     return []
 
 
-def _saved_split(path: Path) -> bool:
-    """Whether `path` is one split's `Dataset.save_to_disk` folder (its state.json lists the Arrow files)."""
-    return path.is_dir() and (path / "state.json").is_file()
+def _split_folder(path: Path) -> list[Path] | None:
+    """The files of one split's folder (`tables.split_folder_files`: a `Dataset.save_to_disk` folder, itself; a
+    refs/convert/parquet split folder, its numbered Parquet files); None for another folder (RACE/dev's levels)."""
+    return split_folder_files(path) if path.is_dir() else None
 
 
-def _export_name(path: Path) -> str:
-    """A file's name less its shard count (`train-00000-of-00002.parquet` -> `train.parquet`); a folder's name."""
-    if path.is_dir():
-        return path.name
-    return _SHARD.sub("", path.name[: len(path.name) - len(path.suffix)]) + path.suffix.lower()
+def _split_word(stem: str) -> str:
+    """The split a name says: its part after a last `_`, `-` or `.` (`race_validation`), in lower case."""
+    return re.split(r"[_\-.]", stem)[-1].lower()
 
 
 def _hf_split(path: Path, folder: bool = False) -> str:
-    """The split a file's name says (its stem less a shard count), or a save_to_disk folder's (its name): the
-    part after a last `_`, `-` or `.` (`race_validation`)."""
-    stem = path.name if folder else _SHARD.sub("", path.name[: len(path.name) - len(path.suffix)])
-    return re.split(r"[_\-.]", stem)[-1].lower()
+    """The split a file's name says (its stem less a shard count), or a split folder's (its name):
+    `_split_word`."""
+    return _split_word(path.name if folder else export_stem(path))
 
 
 def read_hf_files(paths: Sequence[str | Path], answers: bool = True) -> list[RaceExample]:
@@ -207,15 +210,9 @@ def read_hf_files(paths: Sequence[str | Path], answers: bool = True) -> list[Rac
     answer, question, options; options a list of four texts, in a CSV a JSON or Python list), in the passage
     files' order: middle, then high, passages in number order, a passage's questions in row order. The level is
     the example_id's start (`middle`, `high`). `answers=False`: rows with an empty answer (or no answer
-    column) are read unlabelled.
-    Two exports of one split (`validation.jsonl` beside `validation.csv`) are refused: their questions would
-    count twice. A DataError names the file and row."""
+    column) are read unlabelled (`hf_split_files` finds a split's files, refusing two exports of one split). A
+    DataError names the file and row."""
     paths = [Path(path) for path in paths]
-    for folder in dict.fromkeys(path.parent for path in paths):    # the Hub's middle/ and high/ are two
-        exports = sorted({_export_name(path) for path in paths if path.parent == folder})
-        if len(exports) > 1:
-            raise DataError(f"{folder}: {' and '.join(exports)} are two exports of one split (their questions "
-                            "would count twice); keep one of them there")
     examples: list[RaceExample] = []
     order: list[tuple] = []
     passages: dict[str, tuple[str, str]] = {}     # example_id -> (its article, the row that gave it)

@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from albertlm.errors import UserError
 
@@ -201,6 +201,155 @@ def saved_dataset_files(folder: Path) -> list[Path]:
     if missing:
         raise DataError(f"{state_file}: lists data files that are not in the folder: {', '.join(missing[:3])}")
     return files
+
+
+# ---------------------------------------------------------------- a split's files from the Hugging Face Hub
+# The Hub keeps a split in shards `SPLIT-K-of-N` (`rte/train-00000-of-00002.parquet` in a config's folder, or a
+# repository's `data/`; `save_to_disk` writes `data-00000-of-00002.arrow`), or, on its refs/convert/parquet branch,
+# as numbered Parquet files in a folder named by the split (`rte/train/0000.parquet`, `0001.parquet`, ...). GLUE and
+# RACE find a split's exports here, and a split is read whole, whichever of its shards is given: a submission needs
+# every test row, and a shard left out lost its rows without a word.
+SHARD = re.compile(r"(?P<stem>.+)-(?P<k>\d+)-of-(?P<n>\d+)")         # train-00000-of-00002
+NUMBERED = re.compile(r"\d+")                                          # refs/convert/parquet's 0000
+
+
+def _stem(path: Path) -> str:
+    return path.name[: len(path.name) - len(path.suffix)]
+
+
+def shard_of(path: Path) -> tuple[str, int, int | None] | None:
+    """(stem, shard number, shard count) of a shard's name: `train-00000-of-00002.parquet` ("train", 0, 2); a
+    numbered Parquet file (`0001.parquet`, refs/convert/parquet's, its count unknown) ("", 1, None); None for any
+    other name. Read from the name alone (nothing is stat'ed)."""
+    stem = _stem(path)
+    match = SHARD.fullmatch(stem)
+    if match is not None:
+        return match["stem"], int(match["k"]), int(match["n"])
+    if NUMBERED.fullmatch(stem) and path.suffix.lower() == ".parquet":
+        return "", int(stem), None
+    return None
+
+
+def split_owner(path: Path) -> Path:
+    """The file or folder whose name says the split `path` is of: the folder of a numbered Parquet file
+    (`rte/validation/0000.parquet`) or of a save_to_disk Arrow file (`validation/data-00000-of-00001.arrow`), else
+    `path` itself."""
+    shard = None if path.is_dir() else shard_of(path)
+    if shard is not None and (shard[2] is None or (shard[0] == "data" and (path.parent / "state.json").is_file())):
+        return path.parent
+    return path
+
+
+def export_stem(path: Path) -> str:
+    """The name a split's file goes by, less its shard count (`train-00000-of-00002.parquet` -> `train`,
+    `validation.jsonl` -> `validation`; a folder's name), or its folder's (`split_owner`: `rte/validation/0000.parquet`
+    -> `validation`)."""
+    owner = split_owner(path)
+    if owner is not path:
+        return owner.name
+    shard = None if path.is_dir() else shard_of(path)
+    return path.name if path.is_dir() else (_stem(path) if shard is None else shard[0])
+
+
+def _shard_name(path: Path, k: int) -> str:
+    """The name of shard `k` of the split whose shard `path` is, its numbers as wide as `path`'s."""
+    match = SHARD.fullmatch(_stem(path))
+    if match is None:
+        return f"{k:0{len(_stem(path))}d}{path.suffix}"
+    return f"{match['stem']}-{k:0{len(match['k'])}d}-of-{match['n']}{path.suffix}"
+
+
+def split_shards(path: Path) -> list[Path]:
+    """Every shard of the split that `path` is one shard of, in shard order (`train-00001-of-00002.parquet`: it and
+    `train-00000-of-00002.parquet`, whatever the listing's order; `0001.parquet`: the numbered Parquet files beside
+    it); [path] for any other file. A shard missing beside it is refused naming it (a split is read whole: its rows
+    were lost without a word), as are a shard number past the count and two files of one shard (another width)."""
+    shard = shard_of(path)
+    if shard is None or not path.is_file():
+        return [path]
+    stem, _, count = shard
+    by_number: dict[int, Path] = {}
+    for other in sorted(path.parent.iterdir()):
+        found = shard_of(other) if other.suffix.lower() == path.suffix.lower() else None
+        if found is None or found[0] != stem or found[2] != count or other.name.startswith(".") or not other.is_file():
+            continue
+        if found[1] in by_number:
+            raise DataError(f"{other}: shard {found[1]} of a split again, beside {by_number[found[1]].name}; keep "
+                            "one of them")
+        by_number[found[1]] = other
+    past = sorted(k for k in by_number if count is not None and k >= count)
+    if past:
+        raise DataError(f"{by_number[past[0]]}: shard {past[0]} of a split of {count} (numbered 0 to {count - 1}): "
+                        "of another download? keep the split's shards only")
+    total = count if count is not None else max(by_number) + 1
+    missing = [k for k in range(total) if k not in by_number]
+    if missing:
+        what = (f"one of the {count} shards of a split" if count is not None else
+                f"one of a split's numbered shards ({_shard_name(path, 0)} to {_shard_name(path, total - 1)})")
+        raise DataError(f"{path}: {what}, and {_shard_name(path, missing[0])} is not beside it ({len(missing)} "
+                        "missing); a split is read with all its shards")
+    return [by_number[k] for k in range(total)]
+
+
+def split_folder_files(folder: Path) -> list[Path] | None:
+    """The files of a split given as a folder: a `Dataset.save_to_disk` folder ([folder]: `read_records` reads the
+    Arrow files its state.json lists), or a refs/convert/parquet split folder (its numbered Parquet files,
+    `split_shards`); None for any other folder."""
+    if not folder.is_dir():
+        return None
+    if (folder / "state.json").is_file():
+        return [folder]
+    numbered = sorted((path for path in folder.iterdir() if not path.name.startswith(".")
+                       and (shard_of(path) or ("", 0, 0))[2] is None and path.is_file()), key=lambda p: p.name)
+    return split_shards(numbered[0]) if numbered else None
+
+
+class SplitExport(NamedTuple):
+    """One export of a split in a folder: `label` names it (`train-*-of-00002.parquet`, `validation.jsonl`, a
+    folder's name), `path` is what to give for it (its first shard, the file, the folder) and `files` what is read
+    (all its shards in order; a save_to_disk folder itself)."""
+
+    label: str
+    path: Path
+    files: list[Path]
+
+
+def split_exports(folder: Path, is_split: Callable[[str], bool], suffixes: tuple[str, ...]) -> list[SplitExport]:
+    """The exports in `folder` of the split whose names `is_split` accepts (given a name in lower case, less a
+    shard count): files with one of `suffixes` (a sharded split once, with all its shards: `split_shards`), and
+    folders holding a split (`split_folder_files`: `validation/` of a DatasetDict's save_to_disk, or of
+    refs/convert/parquet). In name order; hidden files passed over; a name is checked before its file is stat'ed (a
+    RACE level holds thousands of passage files)."""
+    if not folder.is_dir():
+        return []
+    exports: list[SplitExport] = []
+    taken: set[Path] = set()
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or path in taken:
+            continue
+        if path.suffix.lower() in suffixes:
+            shard = shard_of(path)
+            counted = shard is not None and shard[2] is not None
+            if not is_split((shard[0] if counted else _stem(path)).lower()) or not path.is_file():
+                continue
+            files = split_shards(path) if counted else [path]
+            taken.update(files)
+            label = f"{shard[0]}-*-of-{SHARD.fullmatch(_stem(path))['n']}{path.suffix}" if counted else path.name
+            exports.append(SplitExport(label, files[0], files))
+        elif not path.suffix and is_split(path.name.lower()):
+            files = split_folder_files(path)
+            if files:
+                exports.append(SplitExport(path.name, path, files))
+    return exports
+
+
+def refuse_two_exports(folder: Path, exports: list[SplitExport], split: str) -> None:
+    """Two exports of one split in a folder (`validation.jsonl` beside `validation-00000-of-00001.parquet`, a
+    split's shards of two downloads) are refused naming them: read together its rows counted twice, and read from
+    one of them the other was passed over without a word."""
+    if len(exports) > 1:
+        raise DataError(f"{folder}: {' and '.join(sorted(export.label for export in exports))} are two exports of "
+                        f"{split} (read together, its rows would count twice); keep one of them there")
 
 
 def _jsonl_records(path: Path, handle) -> Iterator[tuple[int, dict]]:
