@@ -98,23 +98,22 @@ def squad_v2_heads(hidden: int) -> dict[str, np.ndarray]:
     return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
 
 
-def test_a_run_squad_v2_checkpoint_imports_as_the_backbone_it_holds(capsys, tmp_path):
+def test_a_run_squad_v2_checkpoint_imports_with_its_squad_v2_head(capsys, tmp_path):
     """It became an AlbertForPreTraining whose masked-LM and SOP heads were random ("left initialised"): a
-    fill-mask model of made-up weights. Now: the AlbertModel it holds, equal to google's forward."""
+    fill-mask model of made-up weights; then (twentieth session) the AlbertModel it holds; now (twenty-fifth) an
+    AlbertForSquadV2 with google's head, its backbone equal to google's forward (only the pooler is unused)."""
     backbone = {n: v for n, v in fixture_tensors().items() if n.startswith("bert/") or n == "global_step"}
     prefix = write_checkpoint(tmp_path / "squad2", {**backbone, **squad_v2_heads(32)})
     model, report = import_tf_checkpoint(prefix)
-    assert type(model).__name__ == "AlbertModel" and not report.missing
-    assert len(report.unused) == 11 and all(n.split("/")[0] in ("start_logits", "end_logits", "answer_class")
-                                            for n in report.unused)
-    assert any("imported as the backbone alone, AlbertModel" in line for line in report.lines())
+    assert type(model).__name__ == "AlbertForSquadV2" and not report.missing
+    assert set(report.unused) == {"bert/pooler/dense/kernel", "bert/pooler/dense/bias"}
+    assert any("run_squad_v2.py's SQuAD v2.0 head" in line for line in report.lines())
     ref = google_reference()
     with torch.no_grad():
-        out = model.eval()(*(torch.from_numpy(ref[k]).long() for k in INPUTS))
+        out = model.eval().albert(*(torch.from_numpy(ref[k]).long() for k in INPUTS))
     torch.testing.assert_close(out.last_hidden_state, torch.from_numpy(ref["sequence_output"]), atol=1e-5, rtol=0)
-    torch.testing.assert_close(out.pooler_output, torch.from_numpy(ref["pooled_output"]), atol=1e-5, rtol=0)
     assert main(["info", str(tmp_path / "squad2")]) == 0
-    assert "(tf format, AlbertModel)" in capsys.readouterr().out
+    assert "(tf format, AlbertForSquadV2)" in capsys.readouterr().out
 
 
 def test_a_one_row_classifier_says_it_may_be_a_race_model(tmp_path):

@@ -25,6 +25,7 @@ _LAZY = {
     "AlbertForSequenceClassification": "albertlm.model.heads",
     "AlbertForTokenClassification": "albertlm.model.heads",
     "AlbertForQuestionAnswering": "albertlm.model.heads",
+    "AlbertForSquadV2": "albertlm.model.heads",
     "AlbertForMultipleChoice": "albertlm.model.heads",
     "ModelInputError": "albertlm.model.inputs",
     "MODEL_PRESETS": "albertlm.config.presets",

@@ -45,7 +45,9 @@ def finetune_options(family: str, command: str) -> Options:
     from albertlm.tasks.recipes import FAMILY_DEFAULTS   # no torch
 
     if command == "finetune":
-        return Options(FinetuneConfig, plain=TRAINING_FLAGS, config_file=True, skip=frozenset({"train.eval_batches"}),
+        # --squad-head is SQuAD's alone (other families have one head each)
+        skip = frozenset({"train.eval_batches", *(() if family == "squad" else ("squad_head",))})
+        return Options(FinetuneConfig, plain=TRAINING_FLAGS, config_file=True, skip=skip,
                        negations={"--no-progress": "train.progress"},
                        defaults=lambda: FAMILY_DEFAULTS[family], title="fine-tuning options")
     return Options(FinetuneConfig, plain={"--precision": "train.precision", "--device": "dist.device"},
@@ -471,6 +473,8 @@ def _run_checkpoint(args) -> dict:
     options = _data(args, info)
     _check_task(args, info, options)
     cfg = _config(args, args.family, info)
+    if args.family == "squad":      # the head is the checkpoint's (a run_squad_v2.py import has no task.json)
+        cfg = cfg.replace(squad_head=_squad_head(Path(args.model)))
     tokenizer = _tokenizer(args, Path(args.model))
     spec = family.build_spec(options, tokenizer, cfg, False, info)
     if not spec.eval_sets:
@@ -485,6 +489,17 @@ def _run_checkpoint(args) -> dict:
     for line in spec.warnings:              # once the run has worked: a refused one's error is its only line
         print(f"albertlm {args.command}: warning: {line}", file=sys.stderr)
     return metrics
+
+
+def _squad_head(model_dir: Path) -> str:
+    """The SQuAD head a checkpoint holds: "xlnet" for google's v2.0 head (AlbertForSquadV2), else "bert" (a
+    checkpoint without a SQuAD head is refused later, naming what it lacks)."""
+    from albertlm.model.registry import saved_class_name
+
+    try:
+        return "xlnet" if saved_class_name(model_dir) == "AlbertForSquadV2" else "bert"
+    except UserError:   # no weights, an unknown class: said by the checks that load the model
+        return "bert"
 
 
 def _glue_class_order(spec, model_dir: Path, options) -> str | None:

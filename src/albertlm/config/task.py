@@ -3,7 +3,7 @@ task-level ones. Recipes in `albertlm.tasks.recipes` fill them per task."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from albertlm.config.model import Config, require
 from albertlm.config.overrides import check_types
@@ -32,6 +32,7 @@ class FinetuneConfig(Config):
     hidden_dropout: float | None = None  # dropout of the encoder; none = keep the checkpoint's
     attention_dropout: float | None = None  # dropout on attention probabilities; none = keep the checkpoint's
     classifier_dropout: float | None = None  # dropout before the task head; none = keep the checkpoint's
+    squad_head: Literal["bert", "xlnet"] = "bert"  # SQuAD's answer head: bert (start/end logits: BERT's, transformers') or xlnet (google's run_squad_v2.py head: start/end beam, answer_class for no-answer; v2.0 only)
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -26,6 +26,12 @@ HF_ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", 
                     "AlbertForTokenClassification", "AlbertForQuestionAnswering", "AlbertForMultipleChoice")
 
 
+# google's SQuAD v2.0 head (heads.AlbertForSquadV2) exists in albertlm alone: what to do instead of exporting it
+SQUAD_V2_REFUSAL = ("cannot export AlbertForSquadV2 (google's SQuAD v2.0 head: start/end beam and answer_class) "
+                    "{target}: {what}; predict with albertlm (`albertlm predict squad --model DIR`), or export the "
+                    "encoder alone ({encoder}; the head stays behind)")
+
+
 def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = None) -> Path:
     """Write `model` (any albertlm Albert* class) as a transformers directory. `labels`: a classifier's
     {"id2label": {"0": name, ...}, "problem_type": ...} for config.json; by default the model's own `labels` (those
@@ -70,6 +76,10 @@ def hf_config(model: nn.Module, labels: dict | None = None) -> dict:
 def _config_of(model: nn.Module, labels: dict | None) -> tuple[str, object, dict]:
     """(class name, the config exported, transformers' config.json for it with the labels); refusals first."""
     name = type(model).__name__
+    if name == "AlbertForSquadV2":
+        raise UserError(SQUAD_V2_REFUSAL.format(target="to transformers", what="transformers has no ALBERT class for "
+                                                "it", encoder="from Python: `AlbertModel.from_pretrained(DIR)`, then "
+                                                "export that"))
     if name not in HF_ARCHITECTURES:
         raise UserError(f"cannot export {name} to transformers (one of {', '.join(HF_ARCHITECTURES)})")
     cfg = hf_export_config(model.config)

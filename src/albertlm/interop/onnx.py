@@ -104,6 +104,13 @@ class _Outputs(nn.Module):
 
 def output_names(model: nn.Module) -> tuple[str, ...]:
     name = type(model).__name__
+    if name == "AlbertForSquadV2":
+        from albertlm.interop.hf import SQUAD_V2_REFUSAL
+
+        raise UserError(SQUAD_V2_REFUSAL.format(target="to ONNX", what="its beam (the end logits of each of the "
+                                                "top starts) has no ONNX export here, nor a transformers class "
+                                                "for the serving directory", encoder="`albertlm export onnx DIR "
+                                                "--encoder`"))
     if name not in OUTPUTS:
         raise UserError(f"cannot export {name} to ONNX (one of {', '.join(OUTPUTS)})")
     if name == "AlbertModel" and model.pooler is None:

@@ -2,8 +2,8 @@
 
 Pretraining checkpoints become AlbertForPreTraining, `run_classifier.py` checkpoints (top-level
 `output_weights` / `output_bias`) AlbertForSequenceClassification, `run_squad_v1.py` checkpoints
-(`cls/squad/output_*`) AlbertForQuestionAnswering, checkpoints with none of these heads (`run_squad_v2.py`'s) the
-AlbertModel they hold.
+(`cls/squad/output_*`) AlbertForQuestionAnswering, `run_squad_v2.py` checkpoints (`start_logits/`, `end_logits/`,
+`answer_class/`) AlbertForSquadV2, checkpoints with none of these heads the AlbertModel they hold.
 
 No TensorFlow needed: `tf_checkpoint` reads the checkpoint files. The variable names are those that
 google's `modeling.py` (AlbertModel, scope `bert/`) and `run_pretraining.py` (scope `cls/`) create:
@@ -119,8 +119,20 @@ CLASSIFIER_HEAD: dict[str, Source] = {"classifier.weight": (("output_weights",),
 # run_squad_v1.py: (2, H) start/end weights on every token's final hidden state
 SQUAD_HEAD: dict[str, Source] = {"qa_outputs.weight": (("cls/squad/output_weights",), False),
                                  "qa_outputs.bias": (("cls/squad/output_bias",), False)}
-# none of the heads above (a run_squad_v2.py checkpoint: start_logits/, end_logits/, answer_class/): AlbertModel
-HEADS = {"pretraining": PRETRAINING_HEADS, "classifier": CLASSIFIER_HEAD, "squad": SQUAD_HEAD, "backbone": {}}
+# run_squad_v2.py (squad_utils.create_v2_model): start_logits/dense (H, 1); end_logits/dense_0 (2H, H) on [token,
+# start state], end_logits/LayerNorm, end_logits/dense_1 (H, 1); answer_class/dense_0 (2H, H) on [start feature,
+# [CLS]], answer_class/dense_1 (H, 1) without bias
+SQUAD_V2_HEAD: dict[str, Source] = {
+    **{f"start_dense.{p}": src for p, src in _dense("start_logits/dense").items()},
+    **{f"end_dense.{p}": src for p, src in _dense("end_logits/dense_0").items()},
+    **{f"end_norm.{p}": src for p, src in _norm("end_logits/LayerNorm").items()},
+    **{f"end_out.{p}": src for p, src in _dense("end_logits/dense_1").items()},
+    **{f"answer_dense.{p}": src for p, src in _dense("answer_class/dense_0").items()},
+    "answer_out.weight": (("answer_class/dense_1/kernel",), True),
+}
+# none of the heads above: AlbertModel
+HEADS = {"pretraining": PRETRAINING_HEADS, "classifier": CLASSIFIER_HEAD, "squad": SQUAD_HEAD,
+         "squad_v2": SQUAD_V2_HEAD, "backbone": {}}
 
 
 def config_from_google(data: dict) -> ModelConfig:
@@ -235,7 +247,8 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     `config`: albert_config.json (default: found beside the checkpoint) or a ModelConfig.
     A pretraining checkpoint gives an AlbertForPreTraining; a run_classifier.py checkpoint (top-level
     `output_weights`, no `cls/` heads) an AlbertForSequenceClassification with its num_labels; a
-    run_squad_v1.py checkpoint (`cls/squad/*`) an AlbertForQuestionAnswering.
+    run_squad_v1.py checkpoint (`cls/squad/*`) an AlbertForQuestionAnswering; a run_squad_v2.py checkpoint
+    (`start_logits/`, `end_logits/`, `answer_class/`) an AlbertForSquadV2.
     Every backbone weight must be in the checkpoint; missing head weights are left initialised and
     listed in the report.
     """
@@ -254,7 +267,11 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     state, report = read_tf_state(ckpt, key_map, expected, verify=verify)
     if head == "backbone":
         report.notes.append("no head albertlm reads (run_pretraining.py's cls/, run_classifier.py's output_weights, "
-                            "run_squad_v1.py's cls/squad/): imported as the backbone alone, AlbertModel")
+                            "run_squad_v1.py's cls/squad/, run_squad_v2.py's start_logits/ end_logits/ "
+                            "answer_class/): imported as the backbone alone, AlbertModel")
+    elif head == "squad_v2":
+        report.notes.append("run_squad_v2.py's SQuAD v2.0 head (start_logits/, end_logits/, answer_class/): "
+                            "AlbertForSquadV2 (`albertlm predict squad` runs its beam and null odds)")
     elif head == "classifier" and model.config.num_labels == 1:
         report.notes.append("one output row: read as run_classifier.py's regression (STS-B); run_race.py saves its "
                             "multiple-choice head under the same names and shape (AlbertForMultipleChoice takes "
@@ -311,17 +328,20 @@ def read_google_config(path: Path) -> ModelConfig:
         raise UserError(f"{path}: {exc}") from None
 
 
-HEAD_CLASSES = {"squad": "AlbertForQuestionAnswering", "classifier": "AlbertForSequenceClassification",
-                "pretraining": "AlbertForPreTraining", "backbone": "AlbertModel"}
+HEAD_CLASSES = {"squad": "AlbertForQuestionAnswering", "squad_v2": "AlbertForSquadV2",
+                "classifier": "AlbertForSequenceClassification", "pretraining": "AlbertForPreTraining",
+                "backbone": "AlbertModel"}
 # the variables of a head this import reads (after TF-Hub's `module/` and the backbone's scope are undone)
-KNOWN_HEAD = re.compile(r"^(cls/predictions/|cls/seq_relationship/|cls/squad/output_|output_weights$|output_bias$)")
+KNOWN_HEAD = re.compile(r"^(cls/predictions/|cls/seq_relationship/|cls/squad/output_|output_weights$|output_bias$"
+                        r"|start_logits/|end_logits/|answer_class/)")
+SQUAD_V2_SCOPES = re.compile(r"^(start_logits|end_logits|answer_class)/")
 
 
 def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
     """(head kind, its number of labels or None) of what the checkpoint holds, from its variable names and shapes
     only: run_squad_v1.py's start/end weights, run_classifier.py's top-level `output_weights` (no `cls/` heads),
-    "backbone" where no head this import reads is there (run_squad_v2.py's heads, say), otherwise
-    run_pretraining.py's heads."""
+    run_squad_v2.py's start_logits/ end_logits/ answer_class/ (no `cls/` heads), "backbone" where no head this
+    import reads is there, otherwise run_pretraining.py's heads."""
     stored = _strip_module_prefix(ckpt.names())
     names = set(stored)
     squad = stored.get("cls/squad/output_weights")
@@ -329,9 +349,12 @@ def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
         return "squad", None
     if "output_weights" in names and not any(n.startswith("cls/") for n in names):
         return "classifier", ckpt.entries[stored["output_weights"]].shape[0]
+    if any(SQUAD_V2_SCOPES.match(n) and not TRAINING_STATE.search(n) for n in names) \
+            and not any(n.startswith("cls/") for n in names):
+        return "squad_v2", None
     if backbone_scope(names) is not None and not any(KNOWN_HEAD.match(n) for n in names):
-        # e.g. run_squad_v2.py's start_logits/ end_logits/ answer_class/: no albertlm head reads them, and an
-        # AlbertForPreTraining would have come back with random masked-LM and SOP heads
+        # no albertlm head reads what is there: an AlbertForPreTraining would have come back with random masked-LM
+        # and SOP heads
         return "backbone", None
     return "pretraining", None
 
@@ -364,6 +387,10 @@ def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
         from albertlm.model.heads import AlbertForQuestionAnswering
 
         return AlbertForQuestionAnswering(cfg), "squad"
+    if head == "squad_v2":
+        from albertlm.model.heads import AlbertForSquadV2
+
+        return AlbertForSquadV2(cfg), "squad_v2"
     if head == "classifier":
         from albertlm.model.heads import AlbertForSequenceClassification
 

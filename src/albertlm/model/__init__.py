@@ -6,6 +6,7 @@ Start here (the classes are also `albertlm.AlbertModel`, ...):
     albert.AlbertForPreTraining     + masked-LM and sentence-order heads (google's pretraining model)
     heads.AlbertForMaskedLM, heads.AlbertForSequenceClassification, heads.AlbertForTokenClassification,
     heads.AlbertForQuestionAnswering, heads.AlbertForMultipleChoice   the fine-tuning heads
+    heads.AlbertForSquadV2          google-research's SQuAD v2.0 head (run_squad_v2.py: start/end beam, answer_class)
     io.resolve_checkpoint           a model directory, or a training run directory -> its newest checkpoint
     registry.load_saved_model       a directory -> the class it was saved from, loaded
     albert.enable_activation_checkpointing, fast_paths.apply_fast_paths   applied from outside the model

@@ -1,5 +1,6 @@
 """Task heads on the ALBERT backbone (section 4.2): masked-LM, sequence classification / regression
-(GLUE), token classification, span QA (SQuAD), multiple choice (RACE).
+(GLUE), token classification, span QA (SQuAD; BERT's head, and google's SQuAD v2.0 head with its answerability
+classifier, `AlbertForSquadV2`), multiple choice (RACE).
 
 Each returns `logits` (or `start_logits` / `end_logits`) and, given labels, `loss` — transformers'
 names and loss conventions, so the same training code serves both.
@@ -152,6 +153,145 @@ class AlbertForQuestionAnswering(_TaskModel):
         return out
 
 
+def squad_p_mask(token_type_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """(B, T) bool, True where no answer may start or end, for SQuAD's `[CLS] question [SEP] context [SEP]`
+    windows (`tasks.squad.build_features`): the question and its [SEP] (token type 0 but [CLS]), the closing [SEP]
+    (the last real token) and the padding; [CLS] stays open (the no-answer position). google's `p_mask`
+    (squad_utils.convert_examples_to_features), which the features also carry."""
+    B, T = token_type_ids.shape
+    mask = token_type_ids == 0
+    mask[:, 0] = False
+    if attention_mask is None:
+        last = token_type_ids.new_full((B,), T - 1)
+    else:
+        mask |= attention_mask == 0
+        last = (attention_mask != 0).sum(-1) - 1
+    mask[torch.arange(B, device=mask.device), last.clamp(min=1)] = True
+    return mask
+
+
+NEG_INF = -1e30   # google's mask value (`logits * (1 - p_mask) - 1e30 * p_mask`); float32, as the head computes
+
+
+class AlbertForSquadV2(PretrainedMixin, nn.Module):
+    """google-research/albert's SQuAD v2.0 head (`run_squad_v2.py`, `squad_utils.create_v2_model`), XLNet's:
+
+    - start: dense(H -> 1) on every token, masked by `p_mask` (question, [SEP]s and padding; [CLS] kept);
+    - end: dense(2H -> H, tanh), LayerNorm, dense(H -> 1) on each token's state concatenated with the start
+      token's state: the gold start in training, at inference each of the `start_n_top` most likely starts,
+      whose `end_n_top` most likely ends make a beam of start_n_top x end_n_top spans (5 x 5, google's flags);
+    - answer_class: dense(2H -> H, tanh) on [the start-probability-weighted state, the [CLS] state], dropout
+      (`classifier_dropout`; run_squad_v2.py's --dropout_prob 0.1), dense(H -> 1, no bias): `cls_logits`, whose
+      lowest over a question's windows is its null odds (higher: unanswerable).
+
+    Loss (with `start_positions`, `end_positions`, `is_impossible`): (start CE + end CE) / 2 + 0.5 x sigmoid
+    cross entropy of `cls_logits` against `is_impossible`, each averaged over the batch. The masked positions
+    have logits -1e30, so neither the loss nor the beam depend on how far a batch is padded.
+
+    Outputs: training, `start_logits` and `end_logits` (B, T, masked) and `cls_logits` (B,); inference (no
+    positions), `start_logits`, `start_top_log_probs` / `start_top_index` (B, start_n_top) and
+    `end_top_log_probs` / `end_top_index` (B, start_n_top * end_n_top; the j-th end of the i-th start at
+    i * end_n_top + j), as google's predictions. A window shorter than the beam fills it with index 0 ([CLS],
+    never a span) and log-probability -1e30. `p_mask` (B, T; 1 = masked) defaults to `squad_p_mask` of the
+    token types and attention mask, the layout of albertlm's SQuAD features."""
+
+    base_prefix = "albert."
+    start_n_top = 5
+    end_n_top = 5
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        H = cfg.hidden_size
+        self.albert = AlbertModel(cfg, add_pooling_layer=False)
+        self.start_dense = nn.Linear(H, 1)                   # start_logits/dense
+        self.end_dense = nn.Linear(2 * H, H)                 # end_logits/dense_0: [token state, start state]
+        self.end_norm = nn.LayerNorm(H, eps=1e-12)           # end_logits/LayerNorm (TF contrib layer_norm's epsilon)
+        self.end_out = nn.Linear(H, 1)                       # end_logits/dense_1
+        self.answer_dense = nn.Linear(2 * H, H)              # answer_class/dense_0: [start feature, [CLS] state]
+        self.answer_dropout = nn.Dropout(cfg.classifier_dropout)
+        self.answer_out = nn.Linear(H, 1, bias=False)        # answer_class/dense_1
+        self.apply(functools.partial(init_weights, std=cfg.initializer_range))
+
+    def end_logits(self, hidden: Tensor, start_states: Tensor) -> Tensor:
+        """(B, K, T) end logits of each token for K start states (B, K, H): dense_0 on the concatenation
+        [token, start], computed as the token's and the start's halves of its kernel summed (the same sum, without
+        the (B, K, T, 2H) concatenation), then tanh, LayerNorm, dense_1."""
+        H = hidden.shape[-1]
+        weight = self.end_dense.weight
+        tokens = F.linear(hidden, weight[:, :H], self.end_dense.bias)       # (B, T, H)
+        starts = F.linear(start_states, weight[:, H:])                      # (B, K, H)
+        x = torch.tanh(tokens[:, None] + starts[:, :, None])                # (B, K, T, H)
+        return self.end_out(self.end_norm(x)).squeeze(-1)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, start_positions: Tensor | None = None,
+                end_positions: Tensor | None = None, is_impossible: Tensor | None = None, *,
+                p_mask: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
+        given = [t is not None for t in (start_positions, end_positions, is_impossible)]
+        if any(given) and not all(given):
+            raise ModelInputError("give start_positions, end_positions and is_impossible together for a loss "
+                                  "(the end logits of training read the gold start)")
+        if p_mask is None and token_type_ids is None:
+            raise ModelInputError("give token_type_ids (question 0, context 1) or p_mask: the head masks the "
+                                  "question out of the answer positions")
+        base = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        hidden = base.last_hidden_state                                     # (B, T, H)
+        B, T, H = hidden.shape
+        if p_mask is None:
+            p_mask = squad_p_mask(token_type_ids, attention_mask)
+        else:
+            check_target("p_mask", p_mask, (B, T), integer=False)
+            p_mask = p_mask.bool()
+        start_logits = self.start_dense(hidden).squeeze(-1).float().masked_fill(p_mask, NEG_INF)
+        start_log_probs = F.log_softmax(start_logits, -1)
+        out = ModelOutput(start_logits=start_logits)
+        rows = torch.arange(B, device=hidden.device)
+        if all(given):
+            start_positions = per_example("start_positions", start_positions, B)
+            end_positions = per_example("end_positions", end_positions, B)
+            is_impossible = per_example("is_impossible", is_impossible, B, integer=False)
+            if not torch.compiler.is_compiling() and bool(((start_positions < 0) | (start_positions >= T)
+                                                           | (end_positions < 0) | (end_positions >= T)).any()):
+                raise ModelInputError(f"start_positions and end_positions must be positions of the sequence (0 to "
+                                      f"{T - 1}; 0, [CLS], for no answer)")
+            start_states = hidden[rows, start_positions][:, None]           # (B, 1, H): the gold start
+            end_logits = self.end_logits(hidden, start_states)[:, 0].float().masked_fill(p_mask, NEG_INF)
+            end_log_probs = F.log_softmax(end_logits, -1)
+            out["end_logits"] = end_logits
+        else:
+            k = min(self.start_n_top, T)
+            start_top_log_probs, start_top_index = start_log_probs.topk(k, -1)   # (B, k)
+            start_states = hidden[rows[:, None], start_top_index]              # (B, k, H)
+            end_logits = self.end_logits(hidden, start_states).float().masked_fill(p_mask[:, None], NEG_INF)
+            end_top_log_probs, end_top_index = F.log_softmax(end_logits, -1).topk(min(self.end_n_top, T), -1)
+            beam = (self.start_n_top, self.end_n_top)
+            out["start_top_log_probs"] = _fill(start_top_log_probs, beam[:1], NEG_INF)
+            out["start_top_index"] = _fill(start_top_index, beam[:1], 0)
+            out["end_top_log_probs"] = _fill(end_top_log_probs, beam, NEG_INF).flatten(1)
+            out["end_top_index"] = _fill(end_top_index, beam, 0).flatten(1)
+        # answerability from [CLS] and the start distribution (no end: one cls_logits per window)
+        start_probs = start_logits.softmax(-1)                                  # (B, T)
+        start_feature = torch.einsum("bt,bth->bh", start_probs, hidden.float())
+        features = torch.cat([start_feature, hidden[:, 0].float()], -1)         # (B, 2H): start first, as google
+        answer = self.answer_dropout(torch.tanh(self.answer_dense(features)))
+        cls_logits = self.answer_out(answer).squeeze(-1).float()                # (B,)
+        out["cls_logits"] = cls_logits
+        out = with_hidden_states(out, base)
+        if all(given):
+            start_loss = -start_log_probs[rows, start_positions].mean()
+            end_loss = -end_log_probs[rows, end_positions].mean()
+            answer_loss = F.binary_cross_entropy_with_logits(cls_logits, is_impossible.float())
+            out["loss"] = (start_loss + end_loss) / 2 + 0.5 * answer_loss
+        return out
+
+
+def _fill(t: Tensor, shape: tuple[int, ...], value) -> Tensor:
+    """(B, *k) -> (B, *shape), the missing places `value` (a beam wider than a short window's tokens)."""
+    pads = [p for have, want in zip(reversed(t.shape[1:]), reversed(shape)) for p in (0, want - have)]
+    return F.pad(t, pads, value=value) if any(pads) else t
+
+
 class AlbertForMultipleChoice(_TaskModel):
     """input_ids (B, C, T): every choice is scored from its pooled output; softmax over the C choices."""
 
@@ -203,4 +343,4 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
 
 
 __all__ = ["AlbertForMaskedLM", "AlbertForSequenceClassification", "AlbertForTokenClassification",
-           "AlbertForQuestionAnswering", "AlbertForMultipleChoice"]
+           "AlbertForQuestionAnswering", "AlbertForSquadV2", "AlbertForMultipleChoice"]

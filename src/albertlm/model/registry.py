@@ -9,7 +9,8 @@ from albertlm.model import albert, heads
 
 MODEL_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
     albert.AlbertModel, albert.AlbertForPreTraining, heads.AlbertForMaskedLM, heads.AlbertForSequenceClassification,
-    heads.AlbertForTokenClassification, heads.AlbertForQuestionAnswering, heads.AlbertForMultipleChoice)}
+    heads.AlbertForTokenClassification, heads.AlbertForQuestionAnswering, heads.AlbertForSquadV2,
+    heads.AlbertForMultipleChoice)}
 
 
 def model_class(name: str) -> type:

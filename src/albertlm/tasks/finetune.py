@@ -57,10 +57,29 @@ class Outputs:
     # the labels are start / end positions, trained on with `heads.span_loss` over the real tokens (the head's own
     # loss, transformers', runs its softmax over the padding too: a micro-batch's padding changed the gradient)
     spans: bool = False
+    # per-token 0/1 masks the features carry (`Feature.extra[name]`), given to the head as (B, T) inputs of that
+    # name; the padding is 1 (masked): SQuAD's p_mask
+    masks: tuple[str, ...] = ()
 
 
 SPANS = Outputs(("start_logits", "end_logits"), per_token=True, label_inputs=("start_positions", "end_positions"),
                 spans=True)
+# google's SQuAD v2.0 head (`heads.AlbertForSquadV2`): its beam and answer_class logits per window; trained on its
+# own loss (masked by p_mask: the padding changes nothing) with the gold start, end and whether the window answers
+SQUAD_BEAM = Outputs(("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits"),
+                     label_inputs=("start_positions", "end_positions", "is_impossible"), masks=("p_mask",))
+
+
+def task_collate(features: Sequence[Feature], pad_id: int, label_dtype=None, outputs: Outputs = Outputs()) -> dict:
+    """`features.collate`, plus the masks `outputs` names (padded with 1, masked)."""
+    batch = collate(features, pad_id, label_dtype)
+    width = batch["input_ids"].shape[-1]
+    for name in outputs.masks:
+        mask = np.ones((len(features), width), dtype=np.int64)
+        for i, f in enumerate(features):
+            mask[i, : f.length] = f.extra[name]
+        batch[name] = torch.from_numpy(mask)
+    return batch
 
 
 @dataclass
@@ -184,7 +203,7 @@ def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, b
 
         batches = show_progress(batches, len(batches), "predict", leave=False)
     for index in batches:
-        batch = collate([features[i] for i in index], pad_id)
+        batch = task_collate([features[i] for i in index], pad_id, outputs=outputs)
         batch.pop("labels", None)
         with autocast(precision, device):
             result = model(**{k: v.to(device) for k, v in batch.items()})
@@ -392,7 +411,8 @@ def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: F
     with _model_log_quiet() if restored else contextlib.nullcontext():
         model = load_model(spec, model_path, cfg)
     train = cfg.train
-    data = StepData(spec.train, functools.partial(collate, pad_id=tokenizer.pad_id, label_dtype=spec.label_dtype),
+    data = StepData(spec.train, functools.partial(task_collate, pad_id=tokenizer.pad_id, label_dtype=spec.label_dtype,
+                                                  outputs=spec.outputs),
                     bucketed_batches([f.length for f in spec.train], train.batch_size, train.seed),
                     train.micro_batches(info.world_size), info.rank, info.world_size,
                     identity={"batch_size": train.batch_size, "seed": train.seed})

@@ -7,6 +7,7 @@ dropout, training steps, warmup steps, max sequence length), which agrees with g
 v2 checkpoints have no dropout and diverge on RACE at the paper's 2e-5, so `race-v2` uses 1e-5 and "0 ALBERT DR"
 (the README: the encoder's dropout, Table 14's "ALBERT DR" column). The classifier's dropout is `run_race.py`'s
 `--dropout_prob`, 0.1 by default and left so by the README's command, so `race-v2` keeps it (it had 0).
+`squad2.0` trains google's SQuAD v2.0 head (`run_squad_v2.py`: `squad_head="xlnet"`, `heads.AlbertForSquadV2`).
 What fine-tuning does otherwise next to google-research's scripts (its optimizer above all) is docs/finetuning.md's
 "Against google-research's fine-tuning scripts".
 """
@@ -49,8 +50,9 @@ def recipe(name: str) -> FinetuneConfig:
     if key not in PAPER_TABLE:
         raise UserError(f"unknown recipe {name!r}; choose from {', '.join(PAPER_TABLE)}")
     lr, batch, dropout, cls_dropout, steps, warmup, max_len = PAPER_TABLE[key]
-    # google's fine-tuning optimizer (AdamWeightDecayOptimizer: no bias correction), as the table's runs had it
+    # google's fine-tuning optimizer (AdamWeightDecayOptimizer: no bias correction), as the table's runs had it;
+    # SQuAD v2.0 with run_squad_v2.py's head (start/end beam and answer_class), which the table's runs trained
     return FinetuneConfig(finetune_optim(name="adamweightdecay", lr=lr, warmup_steps=warmup),
                           finetune_train(batch_size=batch, max_steps=steps),
                           max_seq_length=max_len, hidden_dropout=dropout, attention_dropout=dropout,
-                          classifier_dropout=cls_dropout)
+                          classifier_dropout=cls_dropout, squad_head="xlnet" if key == "squad2.0" else "bert")

@@ -14,11 +14,12 @@ import numpy as np
 import torch
 
 from albertlm.config.task import FinetuneConfig
+from albertlm.errors import UserError
 from albertlm.model.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
-                                  AlbertForSequenceClassification)
+                                  AlbertForSequenceClassification, AlbertForSquadV2)
 from albertlm.tasks import classify, glue, race, squad
 from albertlm.tasks.features import Feature, encode_pairs, tokenizing
-from albertlm.tasks.finetune import SPANS, EvalSet, TaskSpec
+from albertlm.tasks.finetune import SPANS, SQUAD_BEAM, EvalSet, TaskSpec
 from albertlm.tasks.metrics import (GLUE_METRICS, classification_metrics, glue_metrics, regression_metrics,
                                     squad_v1_scores)
 from albertlm.tasks.tables import DataError, Problems
@@ -241,8 +242,10 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     fine-tuning run tuned on its dev set, recorded in task.json); a labelled dev file tunes its own.
     `version` "" (none given): the version the files show (`squad.resolve_version`; a UserError where they show
     none or disagree)."""
+    head = cfg.squad_head
     if version:   # a version given is checked before any file is read
         version = squad.check_version_name(version)
+        _check_squad_head(head, version, training)
     settings = settings or squad.SquadSettings(max_seq_length=cfg.max_seq_length)
     problems = Problems()
     warnings: list[str] = []
@@ -255,7 +258,10 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     examples_of = {split: squad.read_squad(path, found, anchored=split == "train")
                    for split, (path, found) in raw.items()}
     version = squad.resolve_version(version, [(raw[split][0], examples_of[split]) for split in raw])
+    _check_squad_head(head, version, training)
     info = {"version": version, "settings": vars(settings)}
+    if head != "bert":
+        info["squad_head"] = head
 
     def read(split: str):
         """The split's examples and features; what was tolerated is counted per split (`(train)`, `(dev)`), as
@@ -278,19 +284,40 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     train = []
     if training:
         _, train = read("train")
+        if head == "xlnet":   # google's head also learns whether each window answers (answer_class)
+            for f in train:
+                f.label = (*f.label, f.extra["is_impossible"])
     eval_sets = []
     if dev_file is not None:
         examples, features = read("dev")
         eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features, info,
-                                         0.0 if null_threshold is None else float(null_threshold)))
-    return TaskSpec("squad", AlbertForQuestionAnswering, {}, train, eval_sets, "f1", torch.long,
-                    info, problems, outputs=SPANS, warnings=warnings)
+                                         0.0 if null_threshold is None else float(null_threshold), head))
+    model_class, outputs = (AlbertForSquadV2, SQUAD_BEAM) if head == "xlnet" else (AlbertForQuestionAnswering, SPANS)
+    return TaskSpec("squad", model_class, {}, train, eval_sets, "f1", torch.long,
+                    info, problems, outputs=outputs, warnings=warnings)
+
+
+SQUAD_HEADS = ("bert", "xlnet")
+
+
+def _check_squad_head(head: str, version: str, training: bool) -> None:
+    """google's v2.0 head learns whether a question has an answer: SQuAD v1.1 (every question has one) is refused
+    with it, in one line, before anything is tokenized."""
+    if head not in SQUAD_HEADS:
+        raise UserError(f"squad_head {head!r}: one of {', '.join(SQUAD_HEADS)}")
+    if head == "xlnet" and version.startswith("1"):
+        fix = ("drop --squad-head xlnet (and --recipe squad2.0: SQuAD v1.1's recipe is squad1.1) to train BERT's "
+               "head" if training else
+               "give SQuAD v2.0 data, or a model fine-tuned with BERT's head (--squad-head bert)")
+        raise UserError(f"the xlnet SQuAD head (google's run_squad_v2.py head, AlbertForSquadV2) is for SQuAD v2.0, "
+                        f"not v{version}: {fix}")
 
 
 def _squad_eval_set(version: str, tokenizer, settings, examples, features, info: dict,
-                    threshold: float = 0.0) -> EvalSet:
+                    threshold: float = 0.0, head: str = "bert") -> EvalSet:
     """Scoring v2.0 tunes the null threshold on this file and records it in `info` (task.json beside the best
-    model), so that predicting on a file without answers applies the run's threshold, not 0."""
+    model), so that predicting on a file without answers applies the run's threshold, not 0. `head` "xlnet":
+    google's v2.0 head's outputs, post-processed as its write_predictions_v2 (`squad.postprocess_beam`)."""
     golds = squad.gold_answers(examples)
     # a question is labelled by its answers or by the file saying it has none (v2.0's is_impossible): a dev file
     # whose every question is unanswerable is scored, not taken for a file to predict on
@@ -298,6 +325,8 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
     state = {"threshold": threshold}
 
     def predictions(out):
+        if head == "xlnet":
+            return squad.postprocess_beam(examples, features, out, tokenizer, settings)
         return squad.postprocess(examples, features, out["start_logits"], out["end_logits"], tokenizer, settings)
 
     def score(out):

@@ -3,6 +3,8 @@
 The context is split on whitespace into words (google-research / BERT `run_squad`), each word is tokenized
 on its own, and every token keeps the character span it covers in the original context, so a predicted
 token span maps back to the exact original text (`context[start_char:end_char]`).
+Post-processing: `postprocess` for BERT's head (start / end logits), `postprocess_beam` for google's SQuAD v2.0
+head (`heads.AlbertForSquadV2`: its start/end beam and answer_class null odds).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import numpy as np
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature
 from albertlm.tasks.tables import (DataError, Problems, columnar_format, is_saved_dataset, read_json, read_records,
-                                   shown)
+                                   shown, split_folder_files, split_shards)
 
 
 @dataclass
@@ -126,12 +128,16 @@ def _dataset_rows(path: Path) -> list[dict] | None:
     """The rows of a Hugging Face `datasets` export in Arrow or Parquet (`rajpurkar/squad`, `squad_v2`: columns id,
     title, context, question, answers {text: [...], answer_start: [...]}; v2.0's unanswerable questions have
     empty lists): a Parquet or Arrow file (by its suffix or its first bytes), or a `save_to_disk` folder (a
-    DatasetDict's folder is refused naming its splits). None for any other path, read as JSON: these were
+    DatasetDict's folder is refused naming its splits), every shard of a split (`tables.split_shards`), or a
+    refs/convert/parquet split folder. None for any other path, read as JSON: these were
     refused as "a Parquet file, not text" and "not a file". Read as `classify` reads them (`read_records`)."""
     if is_saved_dataset(path):         # (a folder of something else: read_json's "not a file")
         rows = [record for _, record in read_records(path)]
+    elif path.is_dir() and (files := split_folder_files(path)):   # refs/convert/parquet: plain_text/validation/
+        rows = [record for file in files for _, record in read_records(file, "parquet")]
     elif path.is_file() and (fmt := columnar_format(path)) is not None:
-        rows = [record for _, record in read_records(path, fmt)]
+        # a split in shards (`validation-00000-of-00002.parquet`) is read whole from any one, a missing one named
+        rows = [record for file in split_shards(path) for _, record in read_records(file, fmt)]
     else:
         return None
     if not rows:
@@ -588,7 +594,15 @@ def _example_features(tokenizer, index, example, q_ids, ctx: ContextTokens, sett
             if answer is not None and answer[0] >= start and answer[1] < start + len(doc):
                 label = (answer[0] - start + offset, answer[1] - start + offset)
                 inside = True
-        extra = {"doc_offset": offset, "doc_start": start, "doc_length": len(doc), "max_context": is_max}
+        # google's p_mask (squad_utils): 1 where no answer starts or ends (question, [SEP]s; the padding, added by
+        # the collate), 0 on [CLS] (no answer) and the context; is_impossible: this window trains as no answer
+        p_mask = np.ones(len(ids), dtype=np.uint8)
+        p_mask[0] = 0
+        p_mask[offset:offset + len(doc)] = 0
+        extra = {"doc_offset": offset, "doc_start": start, "doc_length": len(doc), "max_context": is_max,
+                 "p_mask": p_mask}
+        if training:
+            extra["is_impossible"] = int(label == (0, 0))
         out.append(Feature(np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64), index,
                            label, extra))
     if answer is not None and not inside:   # every window cuts the answer: each trains it as unanswerable
@@ -617,11 +631,15 @@ class ExamplePrediction:
     null_start_logit: float = 0.0         # start[CLS] and end[CLS] of the window giving null_score
     null_end_logit: float = 0.0
     n_best_size: int = 0                  # the n-best list's length asked for (0: as long as `nbest`)
+    # google's SQuAD v2.0 head (`postprocess_beam`): the lowest answer_class logit over the question's windows, the
+    # null odds themselves; span scores are then log-probabilities, not logits (None: BERT's head)
+    null_odds: float | None = None
 
     @property
     def score_diff(self) -> float:
-        """null score minus best span score: the null-odds of `null_odds.json` (higher = no answer)."""
-        return self.null_score - self.best.score
+        """The null-odds of `null_odds.json` (higher = no answer): BERT's head, null score minus best span score;
+        google's v2.0 head, `null_odds`."""
+        return self.null_odds if self.null_odds is not None else self.null_score - self.best.score
 
 
 def _top(logits: np.ndarray, k: int) -> np.ndarray:
@@ -687,6 +705,57 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[Feature], s
     return out
 
 
+NO_SPAN_LOG_PROB = -1e6   # google's write_predictions_v2: the stand-in entry of a question without a valid span
+
+
+def postprocess_beam(examples: Sequence[SquadExample], features: Sequence[Feature], outputs: dict,
+                     tokenizer, settings: SquadSettings) -> dict[str, ExamplePrediction]:
+    """Predictions of google's SQuAD v2.0 head (`heads.AlbertForSquadV2`), as google's accumulate_predictions_v2 and
+    write_predictions_v2 make them: each window's beam (`start_top_index` / `start_top_log_probs`, (N, k1);
+    `end_top_index` / `end_top_log_probs`, (N, k1 * k2), the j-th end of the i-th start at i * k2 + j) gives the
+    spans whose start and end are context tokens of the window, the start at its most central place
+    (max_context), end >= start, at most max_answer_length tokens; scored by start + end log-probability, best
+    first over all the question's windows, one per answer text, n_best_size of them. The null odds are the lowest
+    `cls_logits` over the windows (`ExamplePrediction.null_odds`). A question without a valid span predicts ''
+    with log-probabilities -1e6, as google's."""
+    by_example: dict[int, list[int]] = {}
+    for i, f in enumerate(features):
+        by_example.setdefault(f.example_index, []).append(i)
+    contexts = list(dict.fromkeys(examples[i].context for i in by_example))
+    tokens = dict(zip(contexts, tokenize_contexts(tokenizer, contexts)))
+    start_index, start_lp = np.asarray(outputs["start_top_index"]), np.asarray(outputs["start_top_log_probs"])
+    end_index, end_lp = np.asarray(outputs["end_top_index"]), np.asarray(outputs["end_top_log_probs"])
+    cls_logits = np.asarray(outputs["cls_logits"]).reshape(-1)
+    k1 = start_index.shape[1]
+    k2 = end_index.shape[1] // max(k1, 1)
+    out = {}
+    for index, feature_ids in by_example.items():
+        example = examples[index]
+        ctx = tokens[example.context]
+        spans: list[SpanPrediction] = []
+        odds = min(float(cls_logits[i]) for i in feature_ids)
+        for i in feature_ids:
+            x = features[i].extra
+            lo, hi = x["doc_offset"], x["doc_offset"] + x["doc_length"]
+            for a in range(k1):
+                s, s_lp = int(start_index[i, a]), float(start_lp[i, a])
+                for b in range(k2):
+                    e, e_lp = int(end_index[i, a * k2 + b]), float(end_lp[i, a * k2 + b])
+                    if not (lo <= s < hi and lo <= e < hi) or e < s or e - s + 1 > settings.max_answer_length:
+                        continue
+                    if not x["max_context"][s - lo]:
+                        continue
+                    first, last = x["doc_start"] + s - lo, x["doc_start"] + e - lo
+                    c0, c1 = _visible(example.context, ctx.spans[first][0], ctx.spans[last][1])
+                    spans.append(SpanPrediction(example.context[c0:c1], s_lp + e_lp, c0, c1, s_lp, e_lp))
+        spans = _distinct_texts(spans)[: settings.n_best_size]
+        best = spans[0] if spans else SpanPrediction("", 2 * NO_SPAN_LOG_PROB, start_logit=NO_SPAN_LOG_PROB,
+                                                     end_logit=NO_SPAN_LOG_PROB)
+        out[example.qid] = ExamplePrediction(best, odds, spans or [best], n_best_size=settings.n_best_size,
+                                             null_odds=odds)
+    return out
+
+
 def _distinct_texts(spans: list[SpanPrediction]) -> list[SpanPrediction]:
     """Best first, one span per answer text (BERT `run_squad`'s n-best keeps each final text once). A span of no
     text (a bare "▁" piece, which covers no character) is no answer: it is dropped, so it never becomes the
@@ -712,6 +781,9 @@ def nbest_json(predictions: dict[str, ExamplePrediction], version: str | None = 
     with_null = version is not None and not str(version).startswith("1")
     out = {}
     for qid, p in predictions.items():
+        if p.null_odds is not None:    # google's v2.0 head: its write_predictions_v2 layout
+            out[qid] = _beam_nbest(p)
+            continue
         entries = list(p.nbest)
         if with_null:
             null = SpanPrediction("", p.null_score, start_logit=p.null_start_logit, end_logit=p.null_end_logit)
@@ -724,6 +796,17 @@ def nbest_json(predictions: dict[str, ExamplePrediction], version: str | None = 
         out[qid] = [{"text": s.text, "probability": float(q), "start_logit": s.start_logit, "end_logit": s.end_logit,
                      "score": s.score} for s, q in zip(entries, probs)]
     return out
+
+
+def _beam_nbest(p: ExamplePrediction) -> list[dict]:
+    """The n-best entries of google's SQuAD v2.0 head as its write_predictions_v2 writes them: `text`,
+    `probability` (softmax of the scores over the list), `start_log_prob`, `end_log_prob`, and `score` (their sum);
+    no null entry (the null odds are answer_class's, on another scale than the spans' log-probabilities)."""
+    scores = np.asarray([s.score for s in p.nbest], dtype=np.float64)
+    probs = np.exp(scores - scores.max())
+    probs /= probs.sum()
+    return [{"text": s.text, "probability": float(q), "start_log_prob": s.start_logit, "end_log_prob": s.end_logit,
+             "score": s.score} for s, q in zip(p.nbest, probs)]
 
 
 def final_predictions(predictions: dict[str, ExamplePrediction], version: str,
