@@ -24,21 +24,25 @@ The text formats may be compressed: gzip, bzip2, xz or zstd, recognised by their
 ``.gz``/``.bz2``/``.xz``/``.zst`` is dropped before the name-based guess, so ``a.jsonl.zst`` is JSONL). A
 Parquet or Arrow file is always read as such, whatever text ``--format`` says.
 
+Text is UTF-8, or UTF-16/UTF-32 with a byte order mark, converted to UTF-8 as it streams (`transcoded_files`,
+`encodings`); lines end at LF, CR LF or CR in every format (`_Utf8Text`, `_text_lines`).
+
 In every format the end of a file ends a document (google's builder silently merges files that do not end
 with a blank line). Damage is skipped and counted, never fatal: undecodable bytes are replaced with U+FFFD
-(`invalid_utf8_lines`), JSONL lines that are not JSON objects with a string text field (`bad_json_lines`),
-Parquet/Arrow rows whose text is null (`bad_rows`), JSONL records and Parquet/Arrow rows whose text is
-empty or blank (`empty_records`), and a compressed or Parquet/Arrow file that is
-corrupt or cut short keeps what was read before the damage (`corrupt_files`), a WikiExtractor `<doc>` left
-open is kept (`unclosed_documents`) and text outside `<doc>` blocks skipped (`lines_outside_documents`); a
-line over MAX_LINE_BYTES is read in pieces (`long_lines_cut`). The first case of each kind
-is kept in `CorpusCounts.examples` (file, line or row, what is wrong). A wrong ``--text-field`` (a Parquet or
-Arrow file without that column, a JSONL file none of whose first records has it) is a UserError, found by
-:func:`check_inputs` before any work starts.
+(`invalid_utf8_lines`), stray NUL bytes dropped (`nul_lines`; a file with more is binary, `binary_reason`),
+JSONL lines that are not JSON objects with a string text field (`bad_json_lines`), Parquet/Arrow rows whose
+text is null (`bad_rows`), JSONL records and Parquet/Arrow rows whose text is empty or blank (`empty_records`),
+and a compressed or Parquet/Arrow file that is corrupt or cut short keeps what was read before the damage
+(`corrupt_files`), a WikiExtractor `<doc>` left open is kept (`unclosed_documents`) and text outside `<doc>`
+blocks skipped (`lines_outside_documents`); a line over MAX_LINE_BYTES is read in pieces (`long_lines_cut`).
+The first case of each kind is kept in `CorpusCounts.examples` (file, line or row, what is wrong). A wrong
+``--text-field`` (a Parquet or Arrow file without that column, a JSONL file none of whose first records has it)
+is a UserError, found by :func:`check_inputs` before any work starts.
 """
 from __future__ import annotations
 
 import bz2
+import codecs
 import csv
 import gzip
 import html
@@ -93,6 +97,7 @@ _ABBREVIATION = re.compile(
     r"(?<![^\W" + _UNSPACED + r"])(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|cf|No|Vol|Fig|Gen|Col|Lt|Sgt|Capt|Rev|Inc|Ltd|Co|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.$"
 )
 _UNSPACED_CHAR = re.compile(f"[{_UNSPACED}]")
+_LINE_END = re.compile(r"\r\n?|\n")   # the line ends of every format (see `_Utf8Text`, `_text_lines`)
 _DOC_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _SNIFF_BYTES = 1 << 16
@@ -133,7 +138,9 @@ class CorpusCounts:
     files: int = 0
     empty_files: int = 0
     binary_files: int = 0
+    transcoded_files: int = 0
     invalid_utf8_lines: int = 0
+    nul_lines: int = 0
     bad_json_lines: int = 0
     bad_rows: int = 0
     empty_records: int = 0
@@ -147,6 +154,7 @@ class CorpusCounts:
     chars: int = 0
     formats: dict[str, int] = field(default_factory=dict)
     compressed: dict[str, int] = field(default_factory=dict)
+    encodings: dict[str, int] = field(default_factory=dict)   # files read in UTF-16/UTF-32 (byte order mark)
     examples: dict[str, str] = field(default_factory=dict)
 
     def cut_document(self, where: str) -> None:
@@ -379,7 +387,7 @@ def detect_format(path: Path, head: bytes) -> str:
         return "wikiextractor"
     if _json_lines(text, complete=len(head) < _SNIFF_BYTES):
         return "jsonl"
-    lines = [line for line in text.splitlines()[:-1] if line.strip()] or [text]
+    lines = [line for line in _text_lines(text)[:-1] if line.strip()] or [text]
     multi = sum(len(split_sentences(line)) >= 2 for line in lines)
     return "raw" if multi > len(lines) / 2 else "lines"
 
@@ -390,7 +398,7 @@ def _json_lines(text: str, complete: bool) -> bool:
     cut at 64 KiB may be cut itself; when it is the only line (a first record longer than that), a line opening
     an object with a key (`{"`) is taken for one. Such files used to be read as raw text: the builder made
     instances of the JSON syntax, keys, URLs and escapes."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in _text_lines(text) if line.strip()]   # a JSON string may hold U+2028 as is
     if not complete and lines:
         last = lines.pop()
         if not lines:
@@ -413,13 +421,35 @@ _ARCHIVES = ((0, b"PK\x03\x04", "a zip archive: unzip it and pass the folder"),
              (0, b"7z\xbc\xaf\x27\x1c", "a 7z archive: extract it and pass the folder"))
 
 
-def binary_reason(head: bytes) -> str:
-    """Why a (decompressed) head with NUL bytes is not text, for the `binary files` skip: an archive of text
-    files (`corpus.tar.gz`, `wiki.zip`) is named as one with what to do, instead of the UTF-16 advice."""
+# C0 control bytes that text does not hold (tab, LF, VT, FF, CR, ESC and the separators 1C-1F do occur in it)
+_CONTROL_BYTES = bytes(range(1, 9)) + bytes(range(0x0E, 0x1B))
+
+
+def binary_reason(head: bytes) -> str | None:
+    """Why a file whose (decompressed, UTF-8) head is `head` is not text, for the `binary files` skip; None for
+    text. A head without NUL bytes is text. One with NUL bytes is text when they are stray: at most one in 1,000
+    bytes of the head (at least one allowed) and at most one byte in 100 another control character such as
+    binary formats are full of (the reader drops NUL bytes from the lines, `nul_lines`); random or compressed
+    data has one NUL in 256 bytes, a tar header hundreds, UTF-16 text without a byte order mark every other byte.
+    An archive of text files (`corpus.tar.gz`, `wiki.zip`) is named as one with what to do; UTF-16 text without a
+    byte order mark (NUL bytes at every other position) is named with the iconv command that converts it."""
+    if b"\x00" not in head:
+        return None
     for offset, magic, what in _ARCHIVES:
         if head[offset:offset + len(magic)] == magic:
             return what
-    return "NUL bytes in its first 64 KiB (UTF-16 text must be converted to UTF-8 first)"
+    nuls = head.count(b"\x00")
+    controls = len(head) - len(head.translate(None, _CONTROL_BYTES))
+    if nuls <= max(1, len(head) // 1000) and controls <= len(head) // 100:
+        return None
+    even, odd = head[0::2].count(b"\x00"), head[1::2].count(b"\x00")
+    for order, zeros, others, half in (("LE", odd, even, len(head[1::2])), ("BE", even, odd, len(head[0::2]))):
+        if zeros > half // 4 and others * 20 < zeros:   # ASCII and Latin text in UTF-16: a NUL beside each letter
+            return (f"NUL bytes in its first 64 KiB ({nuls:,}, every other byte): UTF-16{order} text without a "
+                    f"byte order mark? Convert it to UTF-8 (iconv -f UTF-16{order} -t UTF-8), or save it with a byte "
+                    "order mark (UTF-16 and UTF-32 text with one is read)")
+    return (f"NUL bytes in its first 64 KiB ({nuls:,}): not text (UTF-16 and UTF-32 text is read only with a byte "
+            "order mark; convert other text to UTF-8)")
 
 
 def table_format(path: Path, magic: bytes) -> str | None:
@@ -442,20 +472,124 @@ def inner_name(path: Path) -> Path:
 
 
 def open_text_stream(path: Path, compression: str | None, on_error: Callable[[Exception], None]):
-    """A binary stream of the file's (decompressed) bytes, buffered for fast line iteration. A decompression
-    error (corrupt or truncated data) ends the stream early and is reported to `on_error`."""
+    """(stream, raw): a binary stream of the file's (decompressed) text as UTF-8 with LF line ends (`_Utf8Text`:
+    UTF-16/UTF-32 with a byte order mark transcoded, a UTF-8 one dropped, CR LF and lone CR made LF), buffered
+    for fast line iteration, and the file itself (whose `tell()` says how much of it is read). A decompression
+    error (corrupt or truncated data) ends the stream early and is reported to `on_error`. The stream's
+    `raw.encoding` names what the file was converted from (None: UTF-8)."""
     raw = open(path, "rb")
     if compression is None:
-        return raw, raw
-    if compression == "gz":
-        inner = gzip.GzipFile(fileobj=raw)
+        inner = raw
+    elif compression == "gz":
+        inner = _Guarded(gzip.GzipFile(fileobj=raw), on_error)
     elif compression == "bz2":
-        inner = bz2.BZ2File(raw)
+        inner = _Guarded(bz2.BZ2File(raw), on_error)
     elif compression == "xz":
-        inner = lzma.LZMAFile(raw)
+        inner = _Guarded(lzma.LZMAFile(raw), on_error)
     else:
-        inner = _ZstdReader(raw)
-    return io.BufferedReader(_Guarded(inner, on_error), _READ_BUFFER), raw
+        inner = _Guarded(_ZstdReader(raw), on_error)
+    return io.BufferedReader(_Utf8Text(inner), _READ_BUFFER), raw
+
+
+# Byte order marks of the text encodings read besides UTF-8 (UTF-32's first: FF FE 00 00 starts with UTF-16LE's)
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le", "UTF-32LE"), (b"\x00\x00\xfe\xff", "utf-32-be", "UTF-32BE"),
+              (b"\xff\xfe", "utf-16-le", "UTF-16LE"), (b"\xfe\xff", "utf-16-be", "UTF-16BE"))
+
+
+def wide_encoding(head: bytes) -> str | None:
+    """The encoding (UTF-16LE, UTF-16BE, UTF-32LE or UTF-32BE) whose byte order mark a file's first bytes `head`
+    begin with (such a file is read transcoded, `_Utf8Text`), else None."""
+    return next((name for bom, _, name in _WIDE_BOMS if head.startswith(bom)), None)
+
+
+_UNDECODABLE = "albertlm.corpus.undecodable"   # the error handler of the UTF-16/32 decoders (see `_Utf8Text`)
+codecs.register_error(_UNDECODABLE, lambda exc: ("\udcff", exc.end))
+
+
+class _Utf8Text(io.RawIOBase):
+    """A (decompressed) byte stream's text as UTF-8 with LF line ends, read `_READ_BUFFER` bytes at a time:
+
+    - UTF-16 or UTF-32 text with a byte order mark (Windows Notepad's "Unicode", PowerShell's `>`) is decoded
+      chunk by chunk and encoded as UTF-8; a sequence it cannot decode (a lone surrogate, an odd last byte)
+      becomes one 0xFF byte, which the line reader counts and replaces as it does undecodable UTF-8
+      (`invalid_utf8_lines`). `encoding` names the encoding (None: the bytes pass through as UTF-8).
+    - a UTF-8 byte order mark at the start is dropped.
+    - CR LF and a lone CR (classic Mac OS) end a line as LF does (Python's universal newlines), also where a
+      read splits a CR LF pair. UTF-8 never has 0x0D or 0x0A inside a character, so this works on bytes.
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+        head = b""
+        while len(head) < 4:   # a decompressor may hand out fewer bytes than asked
+            data = inner.read(4 - len(head))
+            if not data:
+                break
+            head += data
+        self.read_in = len(head)      # bytes of the inner stream read
+        self.made = self.handed = 0   # bytes of UTF-8 made from them, and handed out
+        self.encoding: str | None = None
+        self.decoder = None
+        for bom, codec, name in _WIDE_BOMS:
+            if head.startswith(bom):
+                self.encoding, head = name, head[len(bom):]
+                self.decoder = codecs.getincrementaldecoder(codec)(errors=_UNDECODABLE)
+                break
+        else:
+            head = head.removeprefix(_BOM)
+        self.cr = False          # the text handed out so far ends with a CR (made LF): an LF next belongs to it
+        self.eof = False
+        self.pending, self.offset = self._converted(head, final=False), 0
+
+    @property
+    def delivered(self) -> int:
+        """Decompressed bytes read (for the `corrupt_files` message; 0 for a plain file)."""
+        return getattr(self.inner, "delivered", 0)
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        """Bytes of UTF-8 handed out (the buffered reader above takes off what it holds: its `tell()` is what its
+        reader has taken)."""
+        return self.handed
+
+    def stored(self, taken: int) -> int:
+        """How many bytes of the inner stream `taken` bytes of UTF-8 came from: exact where the text passes
+        through unchanged (UTF-8 without CR), else in proportion (UTF-16 to UTF-8, CR LF to LF)."""
+        return taken if self.made == self.read_in else round(taken * self.read_in / max(self.made, 1))
+
+    def readinto(self, buffer) -> int:
+        while self.offset >= len(self.pending):
+            if self.eof:
+                return 0
+            data = self.inner.read(_READ_BUFFER)
+            self.eof = not data
+            self.read_in += len(data)
+            self.pending, self.offset = self._converted(data, final=self.eof), 0
+        size = min(len(buffer), len(self.pending) - self.offset)
+        buffer[:size] = self.pending[self.offset:self.offset + size]
+        self.offset += size
+        self.handed += size
+        return size
+
+    def _converted(self, data: bytes, final: bool) -> bytes:
+        if self.decoder is not None:
+            data = self.decoder.decode(data, final).encode("utf-8", "surrogateescape")
+        if self.cr and data[:1] == b"\n":
+            data = data[1:]
+            self.cr = False
+        if data:
+            self.cr = data.endswith(b"\r")
+            if b"\r" in data:
+                data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        self.made += len(data)
+        return data
+
+    def close(self) -> None:
+        if isinstance(self.inner, _Guarded):   # a plain file is the caller's to close
+            self.inner.close()
+        super().close()
 
 
 class _ZstdReader:
@@ -537,13 +671,14 @@ def _peek(path: Path, size: int) -> bytes:
         return handle.read(size)
 
 
-def _read_head(path: Path, compression: str | None) -> tuple[bytes, Exception | None]:
-    """The first 64 KiB of the decompressed text (what is readable of a damaged file) and the
-    decompression error met on the way, if any."""
+def _read_head(path: Path, compression: str | None) -> tuple[bytes, Exception | None, str | None]:
+    """The first 64 KiB of the decompressed text as the reader sees it (UTF-8, LF line ends; what is readable of
+    a damaged file), the decompression error met on the way, if any, and the encoding the text is converted
+    from (None: UTF-8; see `_Utf8Text`)."""
     errors: list[Exception] = []
     stream, raw = open_text_stream(path, compression, errors.append)
     try:
-        return stream.read(_SNIFF_BYTES), (errors[0] if errors else None)
+        return stream.read(_SNIFF_BYTES), (errors[0] if errors else None), stream.raw.encoding
     finally:
         stream.close()
         raw.close()
@@ -594,20 +729,24 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
             progress(size - done)
         return
     compression = compression_of(magic)
-    head, error = _read_head(path, compression)
+    head, error, encoding = _read_head(path, compression)
     if not head.strip() and error is not None:
         counts.skip("corrupt_files", f"{path}: {type(error).__name__}: {error}; no text could be decompressed before "
                                      f"the damage (the file has {path.stat().st_size:,} bytes), so nothing of it "
                                      "was read")
     elif not head.strip():
         counts.skip("empty_files", f"{path}")
-    elif b"\x00" in head:
+    elif binary_reason(head) is not None:
         counts.skip("binary_files", f"{path}: {binary_reason(head)}")
     else:
         file_format = detect_format(inner_name(path), head) if fmt == "auto" else fmt
         counts.formats[file_format] = counts.formats.get(file_format, 0) + 1
         if compression is not None:
             counts.compressed[compression] = counts.compressed.get(compression, 0) + 1
+        if encoding is not None:
+            counts.encodings[encoding] = counts.encodings.get(encoding, 0) + 1
+            counts.skip("transcoded_files", f"{path}: {encoding} text (it starts with a byte order mark), converted "
+                                            "to UTF-8 as it is read")
         yield from _read_text_file(path, compression, file_format, text_field, counts, progress)
         return
     if progress is not None:
@@ -623,7 +762,9 @@ def _read_text_file(path: Path, compression: str | None, file_format: str, text_
     try:
         for sentences in _READERS[file_format](source, text_field):
             if progress is not None:   # before the document goes out: its bytes are read once it is seen
-                position = raw.tell()
+                # a compressed file: how far into it the decompressor is; plain text: the bytes the reader took
+                position = raw.tell() if compression is not None else stream.raw.stored(stream.tell())
+                position = max(position, done)   # a proportion may step back a little
                 progress(position - done)
                 done = position
             yield sentences
@@ -671,10 +812,14 @@ class _TextSource:
     def _decoded(self, raw: bytes) -> str:
         if self.line_number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM):]  # a UTF-8 byte order mark (Windows tools) is not text: JSON, <doc> follow it
+        if b"\x00" in raw:   # stray NUL bytes in text (`binary_reason`): no character, an unknown token to a model
+            self.counts.skip("nul_lines", f"{self.path} line {self.line_number}: NUL bytes, removed")
+            raw = raw.replace(b"\x00", b"")
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
-            self.counts.skip("invalid_utf8_lines", f"{self.path} line {self.line_number}")
+            self.counts.skip("invalid_utf8_lines", f"{self.path} line {self.line_number}: bytes that are not UTF-8, "
+                                                   f"replaced with U+FFFD (text in another encoding? {NOT_UTF8_HINT})")
             return raw.decode("utf-8", errors="replace")
 
     def _pieces(self, limit: int) -> Iterator[bytes]:
@@ -732,9 +877,17 @@ def _paragraph_sentences(lines: Sequence[str]) -> list[str]:
     return sentences
 
 
+def _text_lines(text: str) -> list[str]:
+    """`text` cut at its line ends as a text file's lines are: LF, CR LF and CR (Python's universal newlines).
+    Not `str.splitlines`, which also breaks at U+2028, U+2029, U+0085, VT, FF and 1C-1E: inside a text file's
+    line those are characters, and a record's text is read as the same text in a file is (SentencePiece reads
+    them as spaces; WordPiece, as BERT, U+2028/U+2029 as spaces and deletes the control characters)."""
+    return _LINE_END.split(text)
+
+
 def _text_sentences(text: str) -> list[str]:
-    """A JSONL / Parquet / Arrow document's text, split like `raw`."""
-    return _paragraph_sentences([part.strip() for part in text.splitlines()])
+    """A JSONL / CSV / Parquet / Arrow document's text, split like `raw`."""
+    return _paragraph_sentences([part.strip() for part in _text_lines(text)])
 
 
 def _read_lines(source: _TextSource, text_field: str) -> Iterator[list[str]]:
@@ -1065,7 +1218,8 @@ def looks_legacy_encoded(head: bytes) -> bool:
 
 def _check_encoding(path: Path, compression: str | None) -> None:
     """A UserError when a text file's (decompressed) first 64 KiB are not UTF-8 (`looks_legacy_encoded`); a
-    head with NUL bytes is left to the reader, which skips it as binary (or UTF-16) and says so. The reader
+    binary head (`binary_reason`) is left to the reader, which skips it and says so; UTF-16/UTF-32 text with a
+    byte order mark is read as the UTF-8 it is converted to. The reader
     turns undecodable bytes into U+FFFD and counts the lines, so a corpus saved in CP949 trained a tokenizer of
     U+FFFD and stray Greek and Cyrillic (and built data of [UNK]), exit 0, with only a count of bad lines."""
     stream, raw = open_text_stream(path, compression, lambda exc: None)
@@ -1074,7 +1228,7 @@ def _check_encoding(path: Path, compression: str | None) -> None:
     finally:
         stream.close()
         raw.close()
-    if b"\x00" not in head and looks_legacy_encoded(head):
+    if binary_reason(head) is None and looks_legacy_encoded(head):
         raise UserError(f"{path} is not UTF-8 text (most of its non-ASCII bytes are not UTF-8): {NOT_UTF8_HINT}")
 
 
@@ -1113,8 +1267,8 @@ def _guessed_format(path: Path, compression: str | None) -> str:
         return "jsonl"
     if inner_name(path).suffix.lower() in CSV_SUFFIXES:
         return "csv"
-    head, _ = _read_head(path, compression)
-    return detect_format(inner_name(path), head) if head.strip() and b"\x00" not in head else "lines"
+    head, _, _ = _read_head(path, compression)
+    return detect_format(inner_name(path), head) if head.strip() and binary_reason(head) is None else "lines"
 
 
 def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
