@@ -173,7 +173,7 @@ def test_build_summary_names_the_empty_and_the_binary_file(tmp_path, capsys):
     inputs = tmp_path / "in"
     inputs.mkdir()
     (inputs / "a.txt").write_text(shared_path("text", "sample_text.txt").read_text(encoding="utf-8"), encoding="utf-8")
-    (inputs / "b.txt").write_bytes("UTF-16 text here. Two sentences.\n".encode("utf-16"))
+    (inputs / "b.txt").write_bytes("UTF-16 text here. Two sentences.\n".encode("utf-16-le"))
     (inputs / "c.txt").write_text("\n \n", encoding="utf-8")
     code = main(["data", "build", "--input", str(inputs), "--tokenizer", str(shared_path(*SPM)), "--out",
                  str(tmp_path / "out"), "--max-seq-length", "64", "--dupe-factor", "1", "--no-progress"])

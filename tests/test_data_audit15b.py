@@ -102,7 +102,7 @@ def test_tokenizer_train_on_binary_files_only_names_the_first_binary_file(tmp_pa
     inputs = tmp_path / "in"
     inputs.mkdir()
     (inputs / "a.txt").write_bytes(shared_path("text", "sample_text.txt").read_text(encoding="utf-8")
-                                   .encode("utf-16"))
+                                   .encode("utf-16-le"))
     shutil.copy(shared_path(*SPM), inputs / "b.model")
     for kind in ("sentencepiece", "wordpiece"):
         code = main(["tokenizer", "train", "--kind", kind, "--input", str(inputs), "--vocab-size", "100",

@@ -39,3 +39,59 @@ def test_squad_reads_every_shard_of_a_hub_split_from_any_one(tmp_path):
     (tmp_path / "sharded" / names[0]).unlink()
     with pytest.raises(DataError, match="validation-00000-of-00002.parquet is not beside it"):
         squad.read_squad(tmp_path / "sharded" / names[1])
+
+
+# 2. Follow-ups of the corpus reader's UTF-16 / stray-NUL reading (tests/test_encodings_audit25.py): a table with a
+#    stray NUL was not named as a table (its NUL test predated the stray-NUL rule), a UTF-16 table neither; the data
+#    build's and the tokenizer training's "skipped or changed" lines left out the files converted and the NULs
+#    dropped; tokenizer training counted a UTF-16 file's progress in UTF-8 bytes against its stored size.
+def _tsv(rows: int = 30) -> str:
+    return "sentence\tlabel\n" + "".join(f"The film number {k} was a pleasant surprise for all .\t{k % 2}\n"
+                                         for k in range(rows))
+
+
+def test_a_table_with_a_stray_nul_or_in_utf16_is_still_named_a_table(tmp_path):
+    import albertlm.data.build as build_module
+
+    text = _tsv()
+    nul = tmp_path / "nul.tsv"
+    nul.write_bytes(text.replace("number 3 ", "number 3\x00 ").encode("utf-8"))
+    wide = tmp_path / "wide.txt"
+    wide.write_bytes(text.encode("utf-16"))   # with its byte order mark
+    found = {path: shape for path, shape in build_module.tabular_inputs([nul, wide])}
+    assert set(found) == {nul, wide}
+    assert found[wide].header == ["sentence", "label"]
+
+
+def test_build_and_tokenizer_summaries_say_what_was_converted_and_dropped(tmp_path, capsys):
+    from albertlm.cli.main import main
+    from conftest import shared_path
+
+    text = shared_path("text", "sample_text.txt").read_text(encoding="utf-8")
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.txt").write_bytes(text.encode("utf-16"))
+    (inputs / "b.txt").write_bytes(text.replace("\n", "\x00\n", 1).encode("utf-8"))
+    assert main(["data", "build", "--input", str(inputs), "--tokenizer",
+                 str(shared_path("spm", "albert-base-v2_spiece.model")), "--out", str(tmp_path / "out"),
+                 "--max-seq-length", "64", "--dupe-factor", "1", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    line = next(line for line in (captured.out + captured.err).splitlines() if line.startswith("skipped or changed:"))
+    assert "transcoded files 1" in line and "nul lines 1" in line, line
+    assert main(["tokenizer", "train", "--input", str(inputs), "--vocab-size", "200", "--out",
+                 str(tmp_path / "tok")]) == 0
+    captured = capsys.readouterr()
+    line = next(line for line in (captured.out + captured.err).splitlines() if line.startswith("skipped or changed:"))
+    assert "transcoded files 1" in line and "nul lines 1" in line, line
+
+
+def test_tokenizer_training_counts_a_utf16_files_progress_in_its_stored_bytes(tmp_path):
+    from albertlm.cli.tokenizer_commands import _line_reader
+    from albertlm.data.corpus import CorpusCounts
+    from conftest import shared_path
+
+    path = tmp_path / "a.txt"
+    path.write_bytes(shared_path("text", "sample_text.txt").read_text(encoding="utf-8").encode("utf-16"))
+    told: list[int] = []
+    lines = list(_line_reader("auto", "text", CorpusCounts())(path, told.append))
+    assert lines and sum(told) == path.stat().st_size   # (UTF-8 bytes: about half of it)

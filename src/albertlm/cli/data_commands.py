@@ -44,7 +44,8 @@ def _build(args) -> int:
 
 def format_summary(summary) -> str:
     corpus, inst, tokens = summary.counts["corpus"], summary.counts["instances"], summary.counts["tokens"]
-    skipped = {k: corpus[k] for k in ("empty_files", "binary_files", "invalid_utf8_lines", "bad_json_lines",
+    skipped = {k: corpus[k] for k in ("empty_files", "binary_files", "transcoded_files", "invalid_utf8_lines",
+                                      "nul_lines", "bad_json_lines",
                                       "bad_rows", "empty_records", "corrupt_files", "documents_split",
                                       "long_lines_cut", "unclosed_documents", "lines_outside_documents")
                if corpus.get(k)}

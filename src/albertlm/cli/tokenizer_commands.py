@@ -161,10 +161,10 @@ def _line_reader(fmt: str, text_field: str, counts):
 
     `progress(n)`, when given, is told how far into the file as stored the reading is (the training's progress,
     over the files' sizes; see `sentencepiece.read_with_progress`): for a compressed file (whose text is several
-    times its size) or a Parquet/Arrow one, the stored bytes the reader has consumed, document by document; for
+    times its size), a UTF-16/UTF-32 one or a Parquet/Arrow one, the stored bytes the reader has consumed, document by document; for
     plain text, the UTF-8 bytes of the sentences given out, every ~64 kB (a file without blank lines is one
     document of up to 32 MB, so counting documents there would leap from 0 to 100%)."""
-    from albertlm.data.corpus import compression_of, read_documents, table_format
+    from albertlm.data.corpus import compression_of, read_documents, table_format, wide_encoding
 
     def read_lines(path: Path, progress=None):
         stored = False
@@ -174,7 +174,9 @@ def _line_reader(fmt: str, text_field: str, counts):
                     magic = handle.read(8)
             except OSError:   # the reader says why
                 magic = b""
-            stored = compression_of(magic) is not None or table_format(path, magic) is not None
+            # UTF-16/UTF-32 text is counted in its stored bytes too: its UTF-8 sentences are another size
+            stored = (compression_of(magic) is not None or table_format(path, magic) is not None
+                      or wide_encoding(magic) is not None)
         pending = 0
         for document in read_documents([path], fmt, text_field, counts, progress=progress if stored else None):
             for sentence in document.sentences:
@@ -245,7 +247,7 @@ def _train(args: argparse.Namespace) -> int:
     print(f"special ids: pad={tokenizer.pad_id} unk={tokenizer.unk_id} cls={tokenizer.cls_id} "
           f"sep={tokenizer.sep_id} mask={tokenizer.mask_id}; options: {tokenizer.options}")
     skipped = {k: getattr(counts, k) for k in ("empty_files", "binary_files", "corrupt_files", "bad_json_lines",
-                                                "bad_rows", "empty_records", "invalid_utf8_lines",
+                                                "bad_rows", "empty_records", "transcoded_files", "invalid_utf8_lines", "nul_lines",
                                                 "long_lines_cut", "unclosed_documents", "lines_outside_documents")
                if getattr(counts, k)}
     if long_sentences[0]:

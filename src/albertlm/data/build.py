@@ -41,9 +41,9 @@ from typing import Iterable, Iterator, Literal
 import numpy as np
 
 from albertlm.config.run import SEED_LIMIT
-from albertlm.data.corpus import (CSV_SUFFIXES, FORMATS, JSONL_SUFFIXES, CorpusCounts, Document, check_inputs,
-                                  compression_of, find_input_files, inner_name, open_text_stream, read_documents,
-                                  table_format)
+from albertlm.data.corpus import (CSV_SUFFIXES, FORMATS, JSONL_SUFFIXES, CorpusCounts, Document, binary_reason,
+                                  check_inputs, compression_of, find_input_files, inner_name, open_text_stream,
+                                  read_documents, table_format)
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
@@ -968,7 +968,8 @@ def tabular_inputs(files: Iterable[Path], fmt: str = "auto") -> list[tuple[Path,
         finally:
             stream.close()
             raw.close()
-        shape = None if b"\x00" in head else table_columns(head[:TABLE_SNIFF_BYTES], len(head) <= TABLE_SNIFF_BYTES)
+        # (a stray NUL in a text table is dropped by the reader: still a table)
+        shape = None if binary_reason(head) is not None else table_columns(head[:TABLE_SNIFF_BYTES], len(head) <= TABLE_SNIFF_BYTES)
         if shape is not None:
             found.append((path, shape))
     return found
