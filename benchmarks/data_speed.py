@@ -133,8 +133,10 @@ def format_speeds(tmp: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dupe-factor", type=int, default=5)
-    parser.add_argument("--skip-10x", action="store_true")
+    parser.add_argument("--dupe-factor", type=int, default=5,
+                        help="`albertlm data build --dupe-factor` of every build (default 5)")
+    parser.add_argument("--skip-10x", action="store_true",
+                        help="leave out the build of the 10x corpus (and the peak-RSS ratio it gives)")
     parser.add_argument("--formats-only", action="store_true", help="only the reading speed of each input format")
     args = parser.parse_args()
     if args.dupe_factor < 1:    # refused by the first build, after the minutes of the format speeds

@@ -17,9 +17,13 @@ again as `albertlm pretrain` passes it. tok/s counts real tokens, and MFU the re
 `ours-cudagraphs`: `torch.compile(mode="reduce-overhead")` (CUDA graphs; the padded shape, as pretraining
 runs it). `hf-unmasked-compiled`: transformers compiled and given no mask when the batch has no padding.
 
-MFU: model FLOPs (encoder, E->H projection, MLM head at the masked positions, x3 for training: the same
-for every variant, so MFU ratios equal speed ratios) / time / the dense-matmul rate of this device and
-dtype, measured before each row (the load changes; ratios are only meaningful within one run). On a CPU
+MFU: model FLOPs (`model_flops`: the matmuls of the E->H projection and every block run at each real token,
+attention over its row's real tokens, the MLM head at the masked positions, the pooler and SOP head; x3 for
+training: the same for every variant, so MFU ratios equal speed ratios) / time / the dense-matmul rate of
+this device and dtype, measured before each row (the load changes; ratios are only meaningful within one
+run): the faster of `torch.matmul` and, on a CPU, oneDNN's GEMM (the fast paths' kernel; on AMD CPUs MKL
+runs AVX2 code, oneDNN AVX-512), at 1024x768x3072 on a CPU and 8192x4096x4096 on a GPU, in the same
+threads and with the same clock as the rows. On a CPU
 without bf16 instructions (AVX-512 BF16 or AMX) torch emulates bf16 matmuls far below the CPU's fp32 rate:
 there the bf16 rows' MFU is against the fp32 rate (the hardware's), and the header says so; such a CPU
 times bf16 only when `--dtypes` asks for it (emulated, a bf16 step is many times slower than fp32).
@@ -27,7 +31,8 @@ fp16 runs on CUDA only (as `albertlm pretrain --precision fp16`).
 
 `--clock cpu --threads 1` times CPU seconds of one thread instead of wall seconds: on a machine shared with
 other jobs this is far steadier (time spent descheduled does not count), at the price of measuring
-single-thread work only (with more threads, OpenMP's spin-waiting would count as work).
+single-thread work only (with more threads, OpenMP's spin-waiting would count as work, so `--clock cpu`
+without `--threads 1` is refused).
 
     python benchmarks/model_speed.py [--device cpu|cuda] [--preset albert-base] [--rows 8x128,2x512]
         [--modes train,infer] [--dtypes fp32,bf16,fp16] [--variants ours,hf,ours-compiled,hf-compiled]
@@ -45,6 +50,7 @@ import os
 import statistics
 import tempfile
 import time
+from typing import Callable, Sequence
 
 import torch
 
@@ -98,22 +104,61 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_rate(dtype: torch.dtype, seconds: float = 2.0, device: torch.device | str = "cpu") -> float:
-    """Dense GEMM FLOP/s at a transformer-like shape (1024 tokens x 768 -> 3072 on CPU; 8192 x 4096 -> 4096
-    on a GPU, big enough to fill it)."""
-    device = torch.device(device)
-    m, k, n = (8192, 4096, 4096) if device.type == "cuda" else (1024, 768, 3072)
-    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+def gemm_kernels(dtype: torch.dtype, device: torch.device) -> dict[str, Callable[..., torch.Tensor]]:
+    """The dense GEMMs this device runs a transformer's linears with, each `(x, w)` -> `x @ w.T` for w (n, k):
+    `torch.matmul` (MKL on a CPU, cuBLAS on a GPU) and, on a CPU whose torch has it, oneDNN's (the kernel of
+    the CPU fast paths, `model/fused.py`). On AMD CPUs MKL runs its AVX2 code while oneDNN runs AVX-512 (on the
+    EPYC here 1.4x MKL's fp32 rate): a rate from `torch.matmul` alone was below what our fused linears reach,
+    and MFU against it read up to 113%."""
+    from albertlm.model import fused
+
+    kernels = {"torch.matmul": lambda x, w: x @ w.t()}
+    if device.type == "cpu" and fused.AVAILABLE and (dtype == torch.float32 or
+                                                     (dtype == torch.bfloat16 and fused.onednn_bf16())):
+        kernels["oneDNN"] = lambda x, w: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+    return kernels
+
+
+def gemm_shape(device: torch.device) -> tuple[int, int, int]:
+    """(m, k, n) of the probe: 1024 tokens x 768 -> 3072 on a CPU (albert-base's FFN at 8x128); 8192 x 4096 ->
+    4096 on a GPU, big enough to fill it."""
+    return (8192, 4096, 4096) if device.type == "cuda" else (1024, 768, 3072)
+
+
+def kernel_rate(kernel, dtype: torch.dtype, seconds: float, device: torch.device) -> float:
+    """FLOP/s of `kernel` at `gemm_shape`, after 3 untimed calls, synchronised around the timer on a GPU."""
+    m, k, n = gemm_shape(device)
+    a = torch.randn(m, k, dtype=dtype, device=device)
+    w = torch.randn(n, k, dtype=dtype, device=device)   # (out, in), as a linear layer's weight
     for _ in range(3):
-        a @ b
+        kernel(a, w)
     sync(device)
     count, start = 0, clock()
     while clock() - start < seconds:
         for _ in range(10 if device.type == "cuda" else 1):
-            a @ b
+            kernel(a, w)
             count += 1
         sync(device)
     return count * 2 * m * k * n / (clock() - start)
+
+
+def gemm_rates(dtype: torch.dtype, seconds: float = 2.0, device: torch.device | str = "cpu") -> dict[str, float]:
+    """Each of `gemm_kernels`' FLOP/s here (`seconds` each); a kernel this torch build refuses is left out."""
+    device = torch.device(device)
+    rates = {}
+    for name, kernel in gemm_kernels(dtype, device).items():
+        try:
+            rates[name] = kernel_rate(kernel, dtype, seconds, device)
+        except RuntimeError:        # a private op this build or CPU does not run: the others still measure
+            if name == "torch.matmul":
+                raise
+    return rates
+
+
+def matmul_rate(dtype: torch.dtype, seconds: float = 2.0, device: torch.device | str = "cpu") -> float:
+    """The device's dense-GEMM FLOP/s in `dtype`: the fastest of `gemm_kernels` at `gemm_shape` (the rate the
+    hardware reaches with the kernels this torch build has, which MFU is a fraction of)."""
+    return max(gemm_rates(dtype, seconds=seconds, device=device).values())
 
 
 def emulated_bf16(device: torch.device) -> bool:
@@ -156,12 +201,30 @@ def least_real(T: int) -> float:
     return (max(1, round(MASK_RATE * T)) + 2) / T
 
 
-def model_flops(cfg, B: int, T: int, P: int, train: bool, tokens: int | None = None) -> float:
-    """Forward FLOPs x (3 when training): matmuls only, attention scores included; `tokens` real tokens of
-    the B x T (default all), each attending to the T positions of its row at most."""
+def model_flops(cfg, B: int, T: int, P: int, train: bool, tokens: float | None = None,
+                lengths: Sequence[int] | None = None) -> float:
+    """The model's matmul FLOPs (a multiply-add is 2; LayerNorm, softmax, GELU and the embedding lookup are not
+    counted), forward, x 3 when training (the backward's two matmuls per forward one):
+    - per real token: the E -> H projection (where the model has one: E != H), and in each block run
+      (num_layers x inner_group_num: a shared block counts once per use) Q, K, V and the output (4 H^2 x 2)
+      and the FFN (2 H I x 2), and attention: scores and the weighted sum, 4 H per key attended;
+    - per row: the MLM head at its P prediction slots (H -> E and E -> V), the pooler and the SOP head.
+    The same count for every variant (the useful work: the last block at every token though ours computes it
+    only at [CLS] and the masked positions; the MLM head at the P slots though transformers projects every
+    token), so MFU ratios equal speed ratios. `lengths`: each row's real tokens, each attending to its row's
+    real tokens; without, `tokens` real tokens (default B x T), each counted as attending to T keys (exact
+    without padding, an upper bound with it)."""
     H, E, I, V = cfg.hidden_size, cfg.embedding_size, cfg.ffn_size, cfg.vocab_size
-    per_token = 2 * E * H + cfg.num_layers * cfg.inner_group_num * (2 * (4 * H * H + 2 * H * I) + 4 * T * H)
-    forward = (B * T if tokens is None else tokens) * per_token + B * P * 2 * (H * E + E * V) + B * 2 * (H * H + 2 * H)
+    if lengths is not None:
+        lengths = [int(n) for n in lengths]
+        tokens, attended = sum(lengths), sum(n * n for n in lengths)
+    else:
+        tokens = B * T if tokens is None else tokens
+        attended = tokens * T
+    blocks = cfg.num_layers * cfg.inner_group_num
+    per_token = (2 * E * H if cfg.has_embedding_projection else 0) + blocks * 2 * (4 * H * H + 2 * H * I)
+    forward = (tokens * per_token + blocks * 4 * H * attended + B * P * 2 * (H * E + E * V)
+               + B * 2 * (H * H + 2 * H))
     return forward * (3 if train else 1)
 
 
@@ -339,7 +402,7 @@ def main() -> None:
     parser.add_argument("--real", type=float, default=1.0,
                         help="mean fraction of real (not padding) tokens per row, in (0, 1] (default 1: no padding)")
     parser.add_argument("--clock", choices=list(CLOCK), default="wall",
-                        help="wall seconds, or CPU seconds of this process (steadier under load; use --threads 1)")
+                        help="wall seconds, or CPU seconds of this process (steadier under load; needs --threads 1)")
     args = parser.parse_args()
     global clock
     clock = CLOCK[args.clock]
@@ -350,6 +413,9 @@ def main() -> None:
     device = parse_device(parser, args.device)
     if args.clock == "cpu" and device.type == "cuda":
         parser.error("--clock cpu is for CPU runs")
+    if args.clock == "cpu" and args.threads != 1:   # CPU seconds of N threads: OpenMP's spin-waits count as work
+        parser.error("--clock cpu needs --threads 1 (with more threads the CPU seconds of every thread add up, "
+                     "their OpenMP spin-waiting included, and tok/s is no longer a rate of the run)")
     cuda = device.type == "cuda"
     rows = args.rows or ("32x512" if cuda else "8x128,2x512")
     dtypes = args.dtypes or default_dtypes(device)
@@ -384,14 +450,18 @@ def main() -> None:
                          f"tokens (its masked positions, [CLS] and [SEP]), so --real must be >= "
                          f"{math.ceil(least_real(T) * 100) / 100} there")
     ours, theirs = build_models(cfg)
+    from albertlm.model.albert import packed_attention_supported
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability
 
-    where = (torch.cuda.get_device_name(device) if cuda else
+    where = (f"{torch.cuda.get_device_name(device)} (packed attention over the real tokens: "
+             f"{packed_attention_supported(device)})" if cuda else
              f"CPU {cpu_capability()}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}, "
              f"{args.clock} clock")
     print(f"{args.preset} on {where}; torch {torch.__version__}. Fast paths: fp32 "
           f"{choose_fast_path(device, 'fp32')}, bf16 {choose_fast_path(device, 'bf16')}. The matmul rate is "
-          "measured before each row; MFU = model FLOPs / time / that rate. Compare ratios, not absolutes."
+          f"measured before each row ({' or '.join(gemm_kernels(torch.float32, device))}, the fastest; "
+          f"{'x'.join(map(str, gemm_shape(device)))}); MFU = model FLOPs / time / that rate. Compare ratios, "
+          "not absolutes."
           + (f" Rows are {args.real:.0%} real tokens on average (tok/s: real tokens)." if args.real < 1 else "")
           + dtypes_note(dtypes, args.dtypes is not None, device))
     extra = [v for v in variants if v not in ("ours", "hf")]
@@ -409,8 +479,9 @@ def main() -> None:
                 r = run_row(cfg, ours, theirs, variants, B, T, precision, train,
                             args.reps if train else args.infer_reps, device, real=args.real)
                 P = max(1, round(MASK_RATE * T))
-                real = int(make_inputs(cfg, B, T, real=args.real)["attention_mask"].sum())
-                flops = model_flops(cfg, B, T, P, train, tokens=real)
+                lengths = make_inputs(cfg, B, T, real=args.real)["attention_mask"].sum(1).tolist()   # run_row's
+                real = sum(lengths)
+                flops = model_flops(cfg, B, T, P, train, lengths=lengths)
                 tok = {v: real / r[v]["seconds"] for v in variants}
                 mfu = "/".join(f"{flops / r[v]['seconds'] / rate:.0%}" for v in variants)
                 line = (f"{mode:5} {shape:7} {precision:5} {tok['ours']:10.0f} {tok['hf']:9.0f} "

@@ -2,8 +2,9 @@
 
 1. Speed: an albert-base-shaped AlbertForSequenceClassification (random weights, 2 labels) exported with
    `albertlm.interop.onnx.export_onnx`; PyTorch (our model as `albertlm predict` runs it: fp32,
-   inference_mode, the plain model) vs onnxruntime fp32 vs onnxruntime int8 on the same inputs, the
-   three timed in alternation in this process, same thread count. Prints ms per batch and the ratios.
+   inference_mode, prepared by `prepare_model` with the CPU fast paths this CPU's probe picks, named in
+   the header) vs onnxruntime fp32 vs onnxruntime int8 on the same inputs, the three timed in alternation
+   in this process, same thread count. Prints ms per batch (medians) and the ratios.
 2. Accuracy (`--sst2`, a few minutes): a small ALBERT (E 64, H 128, L 4, all-shared, the ALBERT 30k
    vocabulary) fine-tuned from random initialisation on GLUE SST-2 (../shared/data/glue/SST-2) through
    `albertlm.tasks.finetune.run_finetune`, then dev accuracy (872 sentences) of PyTorch fp32, ONNX fp32
@@ -39,9 +40,20 @@ def timed(fn, reps: int) -> list[float]:
     return times
 
 
+def pytorch_model(model):
+    """A copy of `model` as `albertlm predict` runs it (`tasks.finetune.inference_model`: `prepare_model`, fp32,
+    the CPU fast paths where this CPU's probe picks them); the plain model before it is what is exported."""
+    import copy
+
+    from albertlm.training.precision import prepare_model
+
+    return prepare_model(copy.deepcopy(model), precision="fp32", device=torch.device("cpu")).eval()
+
+
 def speed(args, tmp: Path) -> None:
     from albertlm.config.presets import get_preset
     from albertlm.interop.onnx import example_inputs, export_onnx, onnx_session, quantize_int8
+    from albertlm.model.fast_paths import choose_fast_path
     from albertlm.model.heads import AlbertForSequenceClassification
 
     torch.manual_seed(0)
@@ -51,18 +63,20 @@ def speed(args, tmp: Path) -> None:
     export_seconds = time.perf_counter() - started
     quantize_int8(tmp / "base.onnx", tmp / "base.int8.onnx")
     model.save_pretrained(tmp / "ckpt")
+    served = pytorch_model(model)
     threads = torch.get_num_threads()
     sessions = {"onnx fp32": onnx_session(tmp / "base.onnx", threads),
                 "onnx int8": onnx_session(tmp / "base.int8.onnx", threads)}
     print(f"albert-base classifier: safetensors {(tmp / 'ckpt' / 'model.safetensors').stat().st_size / 1e6:.1f} MB, "
           f"ONNX {report['bytes'] / 1e6:.1f} MB (export {export_seconds:.1f} s), "
-          f"int8 {(tmp / 'base.int8.onnx').stat().st_size / 1e6:.1f} MB; {threads} threads")
+          f"int8 {(tmp / 'base.int8.onnx').stat().st_size / 1e6:.1f} MB; {threads} threads; PyTorch's CPU fast "
+          f"path (as `albertlm predict`): {choose_fast_path('cpu', 'fp32')}")
     print("\n| batch x length | PyTorch fp32 ms | ORT fp32 ms | ORT int8 ms | PyTorch / ORT fp32 | PyTorch / ORT int8 |")
     print("|---|---:|---:|---:|---:|---:|")
     for batch, length in dict.fromkeys(((args.batch, args.length), (1, args.length))):  # --batch 1: one row
         inputs = example_inputs(model, batch, length, seed=3)
         feeds = dict(zip(("input_ids", "attention_mask", "token_type_ids"), (t.numpy() for t in inputs)))
-        runs = {"pytorch": lambda: model(*inputs).logits,
+        runs = {"pytorch": lambda: served(*inputs).logits,
                 **{name: (lambda s=s: s.run(["logits"], feeds)) for name, s in sessions.items()}}
         with torch.inference_mode():
             for fn in runs.values():

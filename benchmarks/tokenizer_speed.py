@@ -1,6 +1,11 @@
 """Tokenizer throughput (MB/s of UTF-8 text) on the English text in ../shared/data/text, measured against the
 references in the same run: sentencepiece's own batch encoder and transformers' AlbertTokenizer/BertTokenizer.
 
+Each row also says on how many lines its ids equal albertlm's for that vocabulary (a speed ratio between
+tokenizers that split differently compares different work): transformers 5's AlbertTokenizer splits as
+albertlm's `split_added_tokens` mode does, not as the SentencePiece model and google's tokenizer (a lone `▁`,
+a word after a hyphen), and sentencepiece's raw encoder skips ALBERT's lowercasing and preprocessing.
+
     python benchmarks/tokenizer_speed.py [--repeat 3]
 """
 from __future__ import annotations
@@ -19,13 +24,26 @@ def read_lines() -> list[str]:
     return [line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def best_rate(fn, megabytes: float, repeat: int) -> float:
-    best = float("inf")
+def best_rate(fn, megabytes: float, repeat: int) -> tuple[float, object]:
+    """MB/s of `fn`'s fastest of `repeat` passes, and what its last pass returned."""
+    best, out = float("inf"), None
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
+        out = fn()
         best = min(best, time.perf_counter() - start)
-    return megabytes / best
+    return megabytes / best, out
+
+
+def token_ids(output) -> list[list[int]]:
+    """Each line's ids from a row's output: a list of id lists, or transformers' BatchEncoding."""
+    rows = output["input_ids"] if hasattr(output, "keys") else output
+    return [list(ids) for ids in rows]
+
+
+def agreement(output, reference) -> float:
+    """The fraction of lines whose ids are the reference's: whether two rows did the same work."""
+    a, b = token_ids(output), token_ids(reference)
+    return sum(x == y for x, y in zip(a, b)) / max(1, len(b))
 
 
 def main() -> None:
@@ -57,15 +75,27 @@ def main() -> None:
         ("albertlm WordPiece encode_batch (zh vocab)", lambda: wordpiece.encode_batch(lines)),
         ("transformers BertTokenizer (reference)", lambda: hf_bert(lines, add_special_tokens=False)),
     ]
-    rates = {name: best_rate(fn, megabytes, args.repeat) for name, fn in rows}
+    measured = {name: best_rate(fn, megabytes, args.repeat) for name, fn in rows}
+    rates = {name: rate for name, (rate, _) in measured.items()}
+    ours_ids = {"SentencePiece": measured["albertlm SentencePiece encode_batch"][1],
+                "WordPiece": measured["albertlm WordPiece encode_batch (zh vocab)"][1]}
+    vocab = {name: "WordPiece" if "WordPiece" in name or "Bert" in name else "SentencePiece" for name in measured}
+    same = {name: agreement(out, ours_ids[vocab[name]]) for name, (_, out) in measured.items()}
     reference = rates["sentencepiece encode(list) (reference)"]
     print(f"{len(lines)} lines, {megabytes:.1f} MB, {ours.num_threads} threads, best of {args.repeat}")
-    print(f"| {'tokenizer':44} | MB/s | vs sentencepiece |")
-    print(f"|{'-' * 46}|-----:|-----------------:|")
+    print(f"| {'tokenizer':44} | MB/s | vs sentencepiece | same ids as albertlm's |")
+    print(f"|{'-' * 46}|-----:|-----------------:|-----------------------:|")
     for name, rate in rates.items():
-        print(f"| {name:44} | {rate:4.1f} | {rate / reference:15.2f}x |")
+        print(f"| {name:44} | {rate:4.1f} | {rate / reference:15.2f}x | {same[name]:21.1%} |")
+    print("(same ids: the lines a row encodes to the ids of albertlm's encode_batch of that vocabulary; "
+          "sentencepiece's raw encoder skips the lowercasing and the text preprocessing ALBERT's tokenizer does, so it "
+          "does less work)")
+    hf = "transformers AlbertTokenizer (reference)"
+    compat_name = "albertlm SentencePiece, split_added_tokens"
     print(f"albertlm SentencePiece vs transformers AlbertTokenizer: "
-          f"{rates['albertlm SentencePiece encode_batch'] / rates['transformers AlbertTokenizer (reference)']:.1f}x")
+          f"{rates['albertlm SentencePiece encode_batch'] / rates[hf]:.1f}x (google's splits, not transformers'); "
+          f"with split_added_tokens (transformers 5's splits): {rates[compat_name] / rates[hf]:.1f}x, the same ids on "
+          f"{agreement(measured[compat_name][1], measured[hf][1]):.1%} of the lines")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 Ours is the real loop (`training.loop.Loop`): batches read from a data directory built here with
 `albertlm.data` (albert-base-v2's 30k SentencePiece vocabulary, text from ../shared/data), the
 accumulation path, LAMB, gradient clipping, and logging every step to metrics.jsonl + TensorBoard.
-The reference gets the very same batches, already in memory (so it pays no data loading), converted to
-transformers' `labels`, and does forward, backward, clip, AdamW step (fused AdamW on CUDA). albert-base,
-B x T = 8x128 and 2x512, fp32 and bf16 autocast, alternating chunks of steps; MFU from this device's matmul
-rate measured in the same run, before each row (model FLOPs as in model_speed.py: tok/s and MFU count the
-real tokens of the timed batches, not their padding; on a CPU without bf16 instructions bf16 runs emulated
-and its MFU is against the fp32 rate, as there). "wait" is the fraction of our step time spent waiting
+The reference gets the very same batches, converted to transformers' `labels` and put on the device before
+its timed steps (so it pays no data loading, label building or copy), and does forward, backward, clip, AdamW
+step (fused AdamW on CUDA). albert-base, B x T = 8x128 and 2x512, fp32 and bf16 autocast, alternating chunks
+of steps; MFU from this device's matmul rate measured in the same run, before each row (`model_speed.matmul_rate`:
+the faster of torch.matmul and, on a CPU, oneDNN's GEMM; model FLOPs as in model_speed.py: tok/s and MFU count
+the real tokens of the timed batches, not their padding, each token's attention counted over the T positions,
+an upper bound for the few short rows; on a CPU without bf16 instructions bf16 runs emulated and its MFU is
+against the fp32 rate, as there). "wait" is the fraction of our step time spent waiting
 for the next batch. `--compiled` adds `albertlm pretrain --train.compile default` and transformers under
 `torch.compile`. Every variant first runs one untimed warm-up chunk (`--steps` steps, on batches the timed
 chunks do not reuse): compiling happens there, and any recompile for a new shape (our loop marks its
@@ -33,8 +35,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_speed import (DTYPES, build_models, default_dtypes, dtypes_note, mfu_rate,  # noqa: E402
-                         model_flops, parse_device, parse_rows, sync)
+from model_speed import (DTYPES, build_models, default_dtypes, dtypes_note, gemm_kernels,  # noqa: E402
+                         mfu_rate, model_flops, parse_device, parse_rows, sync)
 # (same FLOPs, weights and matmul rates; the same checks of --device and --rows)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,13 +89,28 @@ def run_ours_chunk(loop, run_dir: Path, steps: int) -> tuple[list[float], list[f
     return [b - a for a, b in zip(stamps, stamps[1:])], waits
 
 
-def reference_step(model, optimizer, batch: dict, precision: str, device: torch.device, scaler=None) -> None:
-    """transformers' training step: autocast in the precision's dtype (fp16 with `scaler`, a GradScaler,
-    as our loop uses for fp16), backward, clip, AdamW step."""
+def hf_labels(batch: dict) -> torch.Tensor:
+    """transformers' `labels` for our batch: each masked position's target, -100 elsewhere (and at padded slots)."""
     labels = torch.full_like(batch["input_ids"], -100)
     keep = batch["masked_lm_weights"] > 0
     rows = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(keep)
     labels[rows[keep], batch["masked_lm_positions"][keep]] = batch["masked_lm_ids"][keep]
+    return labels
+
+
+def reference_batch(batch: dict, device: torch.device) -> dict:
+    """What transformers' step is given: our batch's inputs and `hf_labels` (as a data collator builds them),
+    on `device`. Built before the timed steps, so the reference's time holds neither the labels' boolean
+    indexing (a device sync on a GPU) nor the host-to-device copies."""
+    keys = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label")
+    return {**{k: batch[k].to(device) for k in keys}, "labels": hf_labels(batch).to(device)}
+
+
+def reference_step(model, optimizer, batch: dict, precision: str, device: torch.device, scaler=None) -> None:
+    """transformers' training step on a `reference_batch` (or our batch, its labels built here): autocast in
+    the precision's dtype (fp16 with `scaler`, a GradScaler, as our loop uses for fp16), backward, clip, AdamW
+    step."""
+    labels = batch["labels"] if "labels" in batch else hf_labels(batch)
     dtype = DTYPES[precision]
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -114,10 +131,12 @@ def reference_step(model, optimizer, batch: dict, precision: str, device: torch.
 
 def run_reference_chunk(model, optimizer, batches: list[dict], precision: str, device: torch.device,
                         scaler=None) -> list[float]:
+    """The reference's steps on `batches` (`reference_batch`es, already on the device), each synchronised before
+    its time stamp; the step times less the first (the warm-up)."""
     sync(device)
     stamps = [time.perf_counter()]
     for batch in batches:
-        reference_step(model, optimizer, {k: v.to(device) for k, v in batch.items()}, precision, device, scaler)
+        reference_step(model, optimizer, batch, precision, device, scaler)
         sync(device)
         stamps.append(time.perf_counter())
     return [b - a for a, b in zip(stamps[1:], stamps[2:])]   # the first step is the warm-up
@@ -155,9 +174,10 @@ def bench_row(cfg, B: int, T: int, precision: str, data_dir: Path, tmp: Path, ch
                 continue
             times[name] += t
             waits += w if name == "ours" else []
+        on_device = [reference_batch(b, device) for b in batches]   # (untimed: a collator's work)
         for name, model in refs.items():
             start = time.perf_counter()
-            t = run_reference_chunk(model, optimizers[name], batches, precision, device, scalers[name])
+            t = run_reference_chunk(model, optimizers[name], on_device, precision, device, scalers[name])
             if chunk == 0:
                 warm_s[name] = time.perf_counter() - start
                 continue
@@ -187,6 +207,7 @@ def main() -> None:
     if args.steps < 2 or args.chunks < 1:
         parser.error("--steps must be >= 2 (the first step of a chunk is not timed) and --chunks >= 1")
     from albertlm.config.presets import get_preset
+    from albertlm.model.albert import packed_attention_supported
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability
 
     device = parse_device(parser, args.device)
@@ -198,10 +219,12 @@ def main() -> None:
             parser.error(f"--dtypes: {precision!r} is not one of fp32, bf16, fp16 (fp16 on cuda only)")
     cfg = get_preset("albert-base")
     shapes = parse_rows(parser, rows, cfg.max_position_embeddings)   # T >= 8: the data builder's shortest
-    where = (torch.cuda.get_device_name(device) if cuda else
+    where = (f"{torch.cuda.get_device_name(device)} (packed attention over the real tokens: "
+             f"{packed_attention_supported(device)})" if cuda else
              f"CPU {cpu_capability()}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
     print(f"albert-base on {where}; torch {torch.__version__}; fast paths fp32 {choose_fast_path(device, 'fp32')}, "
-          f"bf16 {choose_fast_path(device, 'bf16')}. Matmul rate measured before each row."
+          f"bf16 {choose_fast_path(device, 'bf16')}. Matmul rate measured before each row ("
+          f"{' or '.join(gemm_kernels(torch.float32, device))}, the fastest)."
           + dtypes_note(dtypes, args.dtypes is not None, device), flush=True)
     names = ["ours", "hf"] + (["ours-compiled", "hf-compiled"] if compiled else [])
     print("| B x T | dtype | " + " | ".join(f"{n} tok/s" for n in names) + " | ours / hf |"
