@@ -48,7 +48,7 @@ def test_unknown_tokens_are_counted_recorded_and_warned_about_on_chinese_news(tm
     assert _build([shared_path(*ZH_NEWS)], tmp_path / "zh", ZH_VOCAB, "--chunk-chars", "4000") == 0
     err = capsys.readouterr().err
     assert f"unknown tokens ([UNK]) {expected_unk:,} of {expected_total:,} tokens of text" in err, err
-    warnings = [line for line in err.splitlines() if line.startswith("albertlm: warning:")]
+    warnings = [line for line in err.splitlines() if line.startswith("albertlm data: warning:")]
     assert len(warnings) == 1 and "[UNK]" in warnings[0] and "“" in warnings[0] and "”" in warnings[0], err
     inst = _meta(tmp_path / "zh")["counts"]["instances"]
     assert inst["unk_tokens"] == expected_unk and inst["text_tokens"] == expected_total

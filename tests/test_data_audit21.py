@@ -27,7 +27,7 @@ def _build(inputs, out: Path, *extra: str) -> int:
 
 
 def _warnings(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.startswith("albertlm: warning:")]
+    return [line for line in err.splitlines() if line.startswith("albertlm data: warning:")]
 
 
 # -- 1. a GLUE / classification table is named before it is built as text --------------------------------------

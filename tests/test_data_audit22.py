@@ -118,7 +118,7 @@ def test_more_workers_than_cores_are_cut_to_the_cores_with_one_warning(tmp_path,
     assert _build([alice_documents(tmp_path, 60)], tmp_path / "out", "--workers", "3") == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "--workers" in line]
     assert used == [1] and len(warnings) == 1, warnings
-    assert warnings[0].startswith("albertlm: warning: --workers 3 is more than the 1 CPU core(s)")
+    assert warnings[0].startswith("albertlm data: warning: --workers 3 is more than the 1 CPU core(s)")
 
 
 # -- 4. what the build renames into --out is on disk first ------------------------------------------------------

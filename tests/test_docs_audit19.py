@@ -51,8 +51,8 @@ def _commands(doc: str) -> list[tuple[str, list[str]]]:
         if language.startswith("python"):
             continue
         for line in body.replace("\\\n", " ").splitlines():
-            if not re.search(r"(?:^\s*(?:\$\s+)?|[|;&]\s*|-m\s+)albertlm [a-z]", line):
-                continue                   # output ("albertlm: warning: ..."), a file layout's "albertlm evaluate"
+            if not re.search(r"(?:^\s*(?:\$\s+)?|[|;&]\s*|-m\s+)albertlm [a-z]+\b(?!:)", line):
+                continue                   # output ("albertlm data: warning: ..."), a file layout's "albertlm evaluate"
             line = re.sub(r"\s\[--[^\]]*\]", "", line)           # synopsis: [--from auto|tf|hf|albertlm]
             words = shlex.split(line, comments=True)
             command: list[str] = []

@@ -99,12 +99,14 @@ def test_finetuning_md_quotes_the_duplicate_glue_prediction_error(tmp_path):
 def test_data_md_quotes_the_workers_warning(monkeypatch, capsys):
     """data.md's bad-input table: `--workers` above the usable cores is cut, with the warning it quotes."""
     from albertlm.data import build
+    from albertlm.errors import program_named
 
-    quoted = re.search(r"`(albertlm: warning: --workers (\d+) is more than the (\d+) CPU core[^`]+)`",
+    quoted = re.search(r"`(albertlm data: warning: --workers (\d+) is more than the (\d+) CPU core[^`]+)`",
                        _text("docs/data.md"))
     assert quoted, "data.md's table does not show the --workers warning"
     monkeypatch.setattr(build, "available_cores", lambda: int(quoted.group(3)))
-    assert build.usable_workers(int(quoted.group(2))) == int(quoted.group(3))
+    with program_named("albertlm data"):      # as `albertlm data build` runs it
+        assert build.usable_workers(int(quoted.group(2))) == int(quoted.group(3))
     assert capsys.readouterr().err.strip() == quoted.group(1)
 
 

@@ -85,7 +85,7 @@ def test_the_console_command_says_albertlms_own_warnings_in_one_line(tmp_path):
                           stdin=subprocess.DEVNULL, timeout=300)
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "Hangul" in line]
-    assert len(said) == 1 and said[0].startswith("warning: "), proc.stderr
+    assert len(said) == 1 and said[0].startswith("albertlm data: warning: "), proc.stderr
     assert "UserWarning" not in proc.stderr and "load.py" not in proc.stderr, proc.stderr
 
 

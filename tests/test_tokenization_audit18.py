@@ -127,5 +127,5 @@ def test_a_korean_vocab_warning_is_one_cli_line(tmp_path, monkeypatch, capsys):
     _stdin(monkeypatch, "가나\n")
     assert main(["tokenizer", "encode", "-t", str(tmp_path)]) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert err[0].startswith("warning: ") and "150 Hangul tokens" in err[0] and "-o strip_accents=false" in err[0]
+    assert err[0].startswith("albertlm tokenizer: warning: ") and "150 Hangul tokens" in err[0] and "-o strip_accents=false" in err[0]
     assert not any("load.py" in line or "return wp_tok" in line for line in err), err

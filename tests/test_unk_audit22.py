@@ -84,7 +84,7 @@ def test_data_build_tells_decomposed_hangul_to_convert_to_nfc(korean, tmp_path, 
     assert main(["data", "build", "--input", str(corpus), "--tokenizer", str(korean / "model"), "--out",
                  str(tmp_path / "data"), "--max-seq-length", "32", "--dupe-factor", "1", "--workers", "1",
                  "--no-progress"]) == 0
-    found = [line for line in capsys.readouterr().err.splitlines() if line.startswith("albertlm: warning:")]
+    found = [line for line in capsys.readouterr().err.splitlines() if line.startswith("albertlm data: warning:")]
     assert len(found) == 1 and NFD_ADVICE in found[0] and GENERIC_ADVICE not in found[0], found
 
 

@@ -33,12 +33,13 @@ def run(args: argparse.Namespace, command: str) -> int:
 
 def _build(args) -> int:
     from albertlm.data.build import build, unknown_token_report
+    from albertlm.errors import say_warning
 
     summary = build(read_options(args, BUILD))
     print(format_summary(summary), file=sys.stderr)
     _, warning = unknown_token_report(summary.counts["instances"])
     if warning:
-        print(f"albertlm: warning: {warning}", file=sys.stderr)
+        say_warning(warning)
     return 0
 
 

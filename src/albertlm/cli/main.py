@@ -248,13 +248,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _one_line_warning(shown):
     """`warnings.showwarning` for the console command: albertlm's own UserWarnings (a Korean vocab.txt read with
-    accent stripping, a config field missing from a file) are one `warning: ...` line on stderr, not Python's two
-    lines quoting our source file; other warnings as `shown` does."""
+    accent stripping, a config field missing from a file) are one `albertlm <command>: warning: ...` line on
+    stderr (`errors.warning_line`), not Python's two lines quoting our source file; other warnings as `shown`
+    does."""
+    from albertlm.errors import warning_line
+
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, UserWarning) and "albertlm" in Path(str(filename)).parts:
-            text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
             try:
-                print(f"warning: {text}", file=file or sys.stderr)
+                print(warning_line(str(message)), file=file or sys.stderr)
             except (OSError, ValueError):   # stderr gone: a warning is never worth a traceback
                 pass
         else:

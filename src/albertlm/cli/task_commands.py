@@ -25,7 +25,7 @@ from albertlm.config.overrides import (GivenValues, Options, add_options, build,
                                        given_values, leaf_keys, read_options)
 from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.task import FinetuneConfig
-from albertlm.errors import UserError, json_object_or_empty
+from albertlm.errors import UserError, json_object_or_empty, say_warning
 
 FAMILIES = ("glue", "squad", "race", "classify")   # tasks.registry.FAMILIES (not imported here: it loads torch)
 TRAINING_FLAGS = {
@@ -487,7 +487,7 @@ def _run_checkpoint(args) -> dict:
     if reordered:
         print(reordered, file=sys.stderr)
     for line in spec.warnings:              # once the run has worked: a refused one's error is its only line
-        print(f"albertlm {args.command}: warning: {line}", file=sys.stderr)
+        say_warning(line)
     return metrics
 
 
@@ -561,8 +561,7 @@ def _evaluate(args) -> int:
         extra = score_options(args.family)
         metrics = get_family(args.family).score(read_options(args, data_options(args.family)), args.predictions,
                                                 read_options(args, extra) if extra else None,
-                                                warn=lambda line: print(f"albertlm evaluate: warning: {line}",
-                                                                        file=sys.stderr))
+                                                warn=say_warning)
     else:
         metrics = _run_checkpoint(args)
     _print_metrics(metrics)

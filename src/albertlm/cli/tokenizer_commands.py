@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from albertlm.data.corpus import FORMATS, NOT_UTF8_HINT  # standard library only
-from albertlm.errors import UserError, stderr_is_terminal
+from albertlm.errors import UserError, say_warning, stderr_is_terminal
 
 BATCH_LINES = 4096  # lines per native encode_batch call
 
@@ -256,15 +256,15 @@ def _train(args: argparse.Namespace) -> int:
         print("skipped or changed: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in skipped.items()),
               file=sys.stderr)
     if tokenizer.vocab_size < args.vocab_size:
-        print(f"warning: the input gave only {tokenizer.vocab_size} tokens, fewer than --vocab-size "
-              f"{args.vocab_size} (a small corpus)", file=sys.stderr)
+        say_warning(f"the input gave only {tokenizer.vocab_size} tokens, fewer than --vocab-size "
+                    f"{args.vocab_size} (a small corpus)")
     if args.kind == "sentencepiece" and args.model_type == "bpe":
-        print(BPE_WARNING, file=sys.stderr)
+        say_warning(BPE_WARNING)
     return 0
 
 
 # transformers 5's AlbertTokenizer builds a `tokenizers` Unigram from every spiece.model's pieces and scores
-BPE_WARNING = ("warning: transformers 5's AlbertTokenizer reads every spiece.model as a unigram model, so this BPE "
+BPE_WARNING = ("transformers 5's AlbertTokenizer reads every spiece.model as a unigram model, so this BPE "
                "model gives other ids there (on most lines); albertlm and sentencepiece give its BPE ids "
                "(--model-type unigram for a model transformers reads alike)")
 
@@ -333,7 +333,8 @@ def _parse_options(items: list[str]) -> dict:
 
 def _load(args: argparse.Namespace):
     """The tokenizer of --tokenizer/--option; albertlm's own warnings while loading (a Korean vocab.txt with
-    accent stripping) are one `warning:` line each on stderr, not Python's two-line form quoting our source."""
+    accent stripping) are one `albertlm tokenizer: warning:` line each on stderr (`errors.say_warning`), not
+    Python's two-line form quoting our source."""
     import warnings
 
     from albertlm.tokenization import load_tokenizer
@@ -342,7 +343,7 @@ def _load(args: argparse.Namespace):
         tokenizer = load_tokenizer(args.tokenizer, **_parse_options(args.option))
     for warning in caught:
         if issubclass(warning.category, UserWarning) and "albertlm" in Path(warning.filename).parts:
-            print(f"warning: {warning.message}", file=sys.stderr)
+            say_warning(str(warning.message))
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     return tokenizer

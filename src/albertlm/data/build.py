@@ -50,7 +50,7 @@ from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
 from albertlm.data.shards import (CORPUS_ADVICE, FORMAT_VERSION, META_FILE, WORD_STARTS_FILE, ShardWriter,
                                   corpus_difference, part_meta_name, record_dtype, settings_difference,
                                   write_json_atomic)
-from albertlm.errors import UserError, read_json_object, stderr_is_terminal
+from albertlm.errors import UserError, read_json_object, say_warning, stderr_is_terminal
 
 RECORD_BYTES_PER_SHARD = 256 << 20
 ENCODE_BATCH = 4096  # sentences per native encode call
@@ -613,7 +613,7 @@ def _build(cfg: BuildConfig) -> BuildSummary:
     _check_other_parts(out, cfg, _meta(cfg, ctx, files, [], {}))
     warning = tables_warning(tabular_inputs(files, cfg.format))
     if warning:
-        print(f"albertlm: warning: {warning}", file=sys.stderr)
+        say_warning(warning)
     workers = usable_workers(cfg.workers)
     created = not out.exists()
     staging = out / f".building-{cfg.part_name or 'all'}"
@@ -652,8 +652,8 @@ def usable_workers(workers: int) -> int:
     cores = available_cores()
     if workers <= cores:
         return workers
-    print(f"albertlm: warning: --workers {workers} is more than the {cores} CPU core(s) this process may use; "
-          f"using {cores} (the output is the same for any number of workers)", file=sys.stderr, flush=True)
+    say_warning(f"--workers {workers} is more than the {cores} CPU core(s) this process may use; using {cores} "
+                "(the output is the same for any number of workers)")
     return cores
 
 

@@ -52,12 +52,11 @@ import json
 import lzma
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, say_warning
 
 FORMATS = ("auto", "lines", "raw", "jsonl", "wikiextractor", "parquet", "arrow", "csv")
 TABLE_FORMATS = ("parquet", "arrow")
@@ -307,8 +306,8 @@ def _without_duplicates(files: list[Path]) -> list[Path]:
             kept.append(path)
     if dropped:
         named = ", ".join(map(str, dropped[:3])) + (f" and {len(dropped) - 3} more" if len(dropped) > 3 else "")
-        print(f"albertlm: warning: {len(dropped)} input file(s) given more than once are read once: {named} "
-              "(to give a file more weight, copy it)", file=sys.stderr, flush=True)
+        say_warning(f"{len(dropped)} input file(s) given more than once are read once: {named} "
+                    "(to give a file more weight, copy it)")
     return kept
 
 
@@ -335,9 +334,9 @@ def _directory_files(directory: Path) -> list[Path]:
     tables = [p for p in found if p.suffix.lower() in TABLE_SUFFIXES]
     skipped = [p for p in found if p.suffix.lower() in TEXT_SUFFIXES] if tables else []
     if skipped:     # a Hub dataset's README.md / JSON are not text; a .txt beside the tables may be the user's
-        print(f"albertlm: warning: {directory} holds Parquet/Arrow files, so only they are read; "
-              f"{len(skipped)} text file(s) beside them are not (e.g. {skipped[0].relative_to(directory)}): "
-              "name them with --input to read them too", file=sys.stderr, flush=True)
+        say_warning(f"{directory} holds Parquet/Arrow files, so only they are read; {len(skipped)} text file(s) "
+                    f"beside them are not (e.g. {skipped[0].relative_to(directory)}): name them with --input to "
+                    "read them too")
     return tables or found
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from albertlm.errors import warning_line
 from albertlm.experiments.grids import GRIDS, NAMED, PAPER_ORDER, PAPER_VARIANTS, Variant, base_model, full_model
 from albertlm.experiments.scales import PAPER_E, Scale
 
@@ -693,7 +694,7 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
     data = load_results(out)
     warn = warn or (lambda message: print(message, file=sys.stderr, flush=True))
     for path, why in data["unreadable"].items():
-        warn(f"albertlm ablate: warning: {path}: left out of the report ({why}); remove it to run that job again")
+        warn(warning_line(f"{path}: left out of the report ({why}); remove it to run that job again"))
     scale_dict = data["suite"].get("scale")
     scale = _scale_from(scale_dict)
     agg = aggregate(data, scale)

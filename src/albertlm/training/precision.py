@@ -6,12 +6,11 @@ fp16: autocast + dynamic loss scaling (`torch.amp.GradScaler`), CUDA only.
 from __future__ import annotations
 
 import contextlib
-import sys
 
 import torch
 from torch import nn
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, say_warning
 from albertlm.training.distributed import reports_here
 
 
@@ -77,8 +76,7 @@ def warn_emulated_bf16(precision: str, device: torch.device | str) -> None:
         limit = isa_limit_without_bf16()
         why = (f"ONEDNN_MAX_CPU_ISA={limit} keeps oneDNN from bf16 instructions" if limit else
                "this CPU has no bf16 instructions (AVX-512 BF16 or AMX)")
-        print(f"albertlm: warning: {why}; --precision bf16 runs emulated and is slower than fp32 here",
-              file=sys.stderr, flush=True)
+        say_warning(f"{why}; --precision bf16 runs emulated and is slower than fp32 here")
 
 
 def cpu_has_bf16() -> bool:
