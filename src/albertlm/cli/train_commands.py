@@ -293,10 +293,11 @@ def _pretrain(args: argparse.Namespace) -> int:
     finally:
         shutdown()
     if is_main_process():
+        out = Path(args.out).absolute()        # usable from any directory, and in a log read later
         held = ", ".join(name for name in ("metrics.jsonl", "tensorboard/", "checkpoints/")
-                         if (Path(args.out) / name.rstrip("/")).exists())
-        print(f"{status}: run directory {args.out} ({held or 'nothing written'}); "
-              f"`albertlm plot {shlex.quote(str(args.out))}` draws the curves", flush=True)   # pasteable as is
+                         if (out / name.rstrip("/")).exists())
+        print(f"{status}: run directory {out} ({held or 'nothing written'}); "
+              f"`albertlm plot {shlex.quote(str(out))}` draws the curves", flush=True)   # pasteable as is
     return 130 if status == "interrupted" else 0
 
 

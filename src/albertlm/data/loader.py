@@ -23,7 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
-from albertlm.data.shards import WORD_STARTS_FILE, damage_message, damaged_rows, open_shards, read_meta
+from albertlm.data.shards import (WORD_STARTS_FILE, changed_shard, damage_message, damaged_rows, open_shards, read_meta,
+                                  shard_stamps)
 from albertlm.errors import UserError
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_positions", "masked_lm_ids",
@@ -68,6 +69,7 @@ class PretrainingDataset:
         self.directory = Path(directory)
         self.meta = read_meta(self.directory)
         self._shards = open_shards(self.directory, self.meta)
+        self._stamps = shard_stamps(self.directory, self.meta)   # the files as opened (`check_unchanged`)
         self._ends = np.cumsum([len(s) for s in self._shards])
         self.max_seq_length = int(self.meta["max_seq_length"])
         self.max_predictions = int(self.meta["max_predictions_per_seq"])
@@ -93,9 +95,20 @@ class PretrainingDataset:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        # the files the parent opened, or nothing: a worker started later must not read a rebuilt shard's records
+        # under the parent's meta and position
+        self.check_unchanged(range(len(self.meta["shards"])))
         self._shards = open_shards(self.directory, self.meta)
         if self.dynamic_masking:
             self._random_ids = self._vocab.random_ids
+
+    def check_unchanged(self, shards) -> None:
+        """A UserError when one of `shards` (places in the meta's list) is no longer the file opened
+        (`shards.changed_shard`): checked before their records are read."""
+        for shard in shards:
+            message = changed_shard(self.directory, self.meta, int(shard), self._stamps[int(shard)])
+            if message:
+                raise UserError(message)
 
     def record(self, index: int) -> np.void:
         """The raw stored record (see `albertlm.data.shards`)."""
@@ -113,6 +126,8 @@ class PretrainingDataset:
         an `(epoch, index)` pair (an index alone is epoch 0); dynamic masks are drawn for all of them in one
         vectorised call, each row from its own `example_rng`, so each equals `self[key]` alone."""
         pairs = np.array([key if isinstance(key, tuple) else (0, key) for key in keys], dtype=np.int64).reshape(-1, 2)
+        inside = pairs[:, 1][(pairs[:, 1] >= 0) & (pairs[:, 1] < len(self))]    # (`record` refuses the others)
+        self.check_unchanged(np.unique(np.searchsorted(self._ends, inside, side="right")))
         records = np.stack([self.record(int(i)) for i in pairs[:, 1]])
         self._check(records, pairs[:, 1])
         tokens = records["input_ids"].astype(np.int64)

@@ -371,3 +371,41 @@ def open_shards(directory: str | os.PathLike, meta: dict) -> list[np.ndarray]:
             continue
         maps.append(np.memmap(path, dtype=dtype, mode="r", shape=(shard["num_instances"],)))
     return maps
+
+
+def shard_stamps(directory: str | os.PathLike, meta: dict) -> list[tuple[int, int, int, int]]:
+    """(size, mtime in ns, inode, device) of every shard listed in meta, as opened (`open_shards`): what
+    `changed_shard` compares them with later."""
+    directory = Path(directory)
+    return [_stamp(directory / shard["file"]) for shard in meta["shards"]]
+
+
+def _stamp(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+def changed_shard(directory: str | os.PathLike, meta: dict, index: int, stamp: tuple[int, int, int, int]) -> str | None:
+    """The one-line error for shard `index` when its file is no longer the one stamped (`shard_stamps`) when the
+    data was opened, or None. A shard rebuilt or copied over while a run reads it through its memory map
+    (`albertlm data build --overwrite` into the run's --data, `cp` or `rsync --inplace` of another copy) is other
+    data under the run's position, and a file cut shorter under a memory map ends the process with SIGBUS, without a
+    word, at the first read past its new end: checked before the shard is read."""
+    path = Path(directory) / meta["shards"][index]["file"]
+    try:
+        now = _stamp(path)
+    except OSError as exc:
+        what = f"it cannot be read any more ({exc.strerror or exc})"
+    else:
+        if now == stamp:
+            return None
+        if now[0] != stamp[0]:
+            what = f"its size went from {stamp[0]} to {now[0]} bytes"
+        elif now[2:] != stamp[2:]:
+            what = "another file took its place (rebuilt?)"
+        else:
+            what = "it was written to (its modification time changed)"
+    return (f"shard {path} changed while this run reads it: {what}; the data was rebuilt or copied over in place "
+            "(reading a file changed under its memory map can kill the process with SIGBUS), so the run stopped: put "
+            "the data back as it was and `--resume` (build new data into another directory), or start over on the new "
+            "data")

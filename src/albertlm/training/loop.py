@@ -47,6 +47,9 @@ UNLOGGED = "unlogged_window"
 # key of the micro-batch a rank trains on, weighted 0, at a step whose global batch left it no examples
 # (`StepData`): it joins DDP's gradient all-reduce and adds nothing to the gradient, the loss or the counts
 STAND_IN = "_albertlm_stand_in"
+# the checkpoint's data-state key of the layout it was trained on (processes, micro-batches per process and step):
+# not part of what must match to resume (`StepData.check_resume`); another one is said (`StepData.layout_note`)
+LAYOUT = "layout"
 
 
 class TrainingDiverged(UserError):
@@ -147,24 +150,62 @@ class StepData:
             prefetch_factor=4 if self.num_workers else None)
         it = iter(loader)
         for size, stand_in in layout:
-            micro_batches = [next(it) for _ in range(size)]
+            try:
+                micro_batches = [next(it) for _ in range(size)]
+            except UserError as exc:        # a damaged or changed shard, found by a DataLoader worker
+                raise worker_error(exc) from None
             if stand_in:
                 micro_batches[0][STAND_IN] = True
             yield micro_batches
 
     def state_dict(self, step: int) -> dict:
-        return {"step": step, "num_examples": len(self.dataset), **self.identity}
+        return {"step": step, "num_examples": len(self.dataset), **self.identity,
+                LAYOUT: {"processes": self.world_size, "micro_batches": self.micro_batches}}
 
     def check_resume(self, state: dict) -> None:
         if not state:
             return
         mine = self.state_dict(state.get("step", 0))
         for key in mine:
-            if key != "step" and key in state and state[key] != mine[key]:
+            if key not in ("step", LAYOUT) and key in state and state[key] != mine[key]:
                 changed = "; the training data changed since the run started (rebuilt in place?)" \
                     if key == "num_examples" or key.startswith("data_") else ""
                 raise UserError(f"cannot resume exactly: the checkpoint's {key} is {state[key]}, now "
                                 f"{mine[key]}{changed}")
+
+    def layout_note(self, state: dict) -> str | None:
+        """One line when a run resumes on another layout than the checkpoint's (`LAYOUT`: 4 GPUs before, 2 now with
+        twice the accumulation): allowed, since the global batches and their order depend on neither (`batches`), so
+        the steps are the same; but the gradient's sums are added in another order, so the numbers follow the
+        uninterrupted run to rounding, not bit for bit, and dropout draws other masks (`SeededDropout`). None when
+        the layout is the same, or the checkpoint (an older one) did not record it."""
+        was = state.get(LAYOUT) if state else None
+        now = self.state_dict(0)[LAYOUT]
+        if not isinstance(was, dict) or was == now:
+            return None
+
+        def said(layout: dict) -> str:
+            processes, micro = layout.get("processes"), layout.get("micro_batches")
+            return (f"{processes} process{'es' if processes != 1 else ''} x {micro} micro-batch"
+                    f"{'es' if micro != 1 else ''} per step")
+
+        batch = self.identity.get("batch_size")
+        return (f"note: resuming on another layout ({said(was)} when step {state.get('step')} was saved, {said(now)} "
+                f"now): the same global batch{f' of {batch} examples' if batch else ''} and the same data "
+                "order, so the same steps; the sums are added in another order, so the numbers follow the "
+                "uninterrupted run to rounding, not bit for bit (and dropout, if on, draws other masks)")
+
+
+def worker_error(exc: UserError) -> UserError:
+    """A UserError raised in a DataLoader worker, as its one line: torch raises it again in the main process with
+    "Caught UserError in DataLoader worker process 0." and the worker's whole traceback as its message, which the
+    CLI printed as one long error line."""
+    text = str(exc)
+    name = f"{type(exc).__module__}.{type(exc).__qualname__}: "
+    at = text.rfind(name)
+    if "in DataLoader worker process" not in text.split("\n", 1)[0] or at < 0:
+        return exc
+    return type(exc)(text[at + len(name):].strip())
 
 
 def eval_micro_batches(dataset, collate, micro_batch_size: int, info: DistInfo, max_batches: int,
@@ -175,9 +216,10 @@ def eval_micro_batches(dataset, collate, micro_batch_size: int, info: DistInfo, 
     count = math.ceil(size / micro_batch_size)
     if max_batches:
         count = min(count, max_batches)
+    many = getattr(dataset, "__getitems__", None)    # a micro-batch in one call (the loader's: one check, one mask)
     for j in range(info.rank, count, info.world_size):
         items = range(j * micro_batch_size, min(size, (j + 1) * micro_batch_size))
-        yield collate([dataset[i] for i in items])
+        yield collate(many(list(items)) if many is not None else [dataset[i] for i in items])
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -259,6 +301,13 @@ class Loop:
     # while an evaluation runs: `state.extra` as it was before it (what the evaluator records there, a fine-tuning's
     # history and best, is put back when the evaluation is interrupted, and the resumed run does it again)
     _before_eval: dict | None = field(default=None, repr=False)
+    _said_first_step: bool = field(default=False, repr=False)   # the long first step's note (`_note_a_long_first_step`)
+
+    def __post_init__(self) -> None:
+        # every path the run says (saved ..., the summary's checkpoint, an error's last good checkpoint) and records
+        # (the summary in metrics.jsonl) is absolute: one relative to the launch directory led a user who had `cd`-ed
+        # elsewhere, or who read the log later, to a path that is not there
+        self.run_dir = Path(self.run_dir).absolute()
 
     def run(self) -> str:
         """Train to the plan's last step; returns "done", "interrupted" (Ctrl-C or SIGTERM, after saving) or
@@ -306,6 +355,9 @@ class Loop:
         if 0 < self.plan.total_steps <= self.state.step:   # a resumed run that had already finished
             self._print(f"the run is already at step {self.state.step} of {self.plan.total_steps}: nothing to "
                         f"train (a larger --max-steps or --train.epochs goes on from here)")
+        note = self.data.layout_note(self.state.data) if self.state.step else None
+        if note:
+            self._print(note)
         self.model.train()
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
@@ -449,7 +501,10 @@ class Loop:
         weight = 0.0 if stand_in else 1.0
         denominators = all_reduce_sum(self.objective.denominators(micro_batches) * weight)
         stats, tokens = None, torch.zeros((), device=self.info.device)
+        started = time.monotonic()
         for i, batch in enumerate(micro_batches):
+            if i and not self._said_first_step:
+                self._note_a_long_first_step(i, micro_batches, started)
             last = i == len(micro_batches) - 1
             sync = contextlib.nullcontext() if last or not self.info.enabled else self.model.no_sync()
             with sync:
@@ -476,6 +531,27 @@ class Loop:
         norm = values[n + 2] if grad_norm is not None else None
         loss = self._check_finite(torch.tensor(values[:n]), norm)
         return StepResult(summed[:n], values[n], values[n + 1], loss, lr, norm)
+
+    def _note_a_long_first_step(self, done: int, micro_batches: list[Batch], started: float) -> None:
+        """One line when this invocation's first step has run `FIRST_STEP_NOTE_S` and still has micro-batches to
+        go: the bar (or the first log line) moves only once a step is done, so a paper-sized step of many
+        micro-batches on few devices (minutes, compiling included) showed nothing at all until then. Said once per
+        invocation, between micro-batches; later steps have the bar's rate and ETA."""
+        if self.state.step != self._first_step:
+            self._said_first_step = True        # past the first step: nothing to say any more
+            return
+        elapsed = time.monotonic() - started
+        if elapsed < FIRST_STEP_NOTE_S:
+            return
+        from albertlm.training.metrics import duration
+
+        self._said_first_step = True
+        count = len(micro_batches)
+        compiling = " (torch.compile's compiling included)" if self.train.compile != "none" else ""
+        self._print(f"step {self.state.step + 1}: {done} of {count} micro-batches done in {duration(elapsed)}"
+                    f"{compiling}, about {duration(elapsed / done * count)} for the step at this pace; each process "
+                    f"accumulates {count} micro-batches of {len(micro_batches[0]['input_ids'])} examples per step, "
+                    "and the progress is shown once a step is done")
 
     def _check_finite(self, stats: torch.Tensor, grad_norm: float | None = None) -> float:
         """The step's loss, if it and the gradient norm (before clipping) are finite; else the run stops. A NaN or
@@ -690,6 +766,8 @@ class StopRequest:
 # apart: the second is the same request, not "stop at once" (which lost the step's checkpoint whenever the rank
 # ran Python code between the two). A deliberate second signal comes after the notice has been read.
 RELAYED_S = 1.0
+# a first step still running after this many seconds, with micro-batches to go, is said (`Loop._note_a_long_first_step`)
+FIRST_STEP_NOTE_S = 30.0
 
 
 def relayed_twice(request: StopRequest, signum: int) -> bool:

@@ -3,9 +3,11 @@ terminal) or a plain line per training record (otherwise), and the run's summary
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -72,8 +74,8 @@ class MetricsLogger:
             try:
                 for name, value in metrics.items():
                     self.writer.add_scalar(f"{split}/{name}", float(value), step)
-            except OSError as exc:   # the events' writer thread failed (a full disk): its error, said once
-                raise self._events_error(exc, f"cannot write the TensorBoard events of step {step}") from None
+            except Exception as exc:  # noqa: BLE001 (the events' writer thread failed: its error, said once)
+                self._events_failed(exc, f"cannot write the TensorBoard events of step {step}")
         if split == "eval":
             self.note(f"step {step} eval: " + numbers(metrics))
         elif split == "train" and self.bar is None:     # the bar shows these numbers: no second copy
@@ -146,6 +148,31 @@ class MetricsLogger:
         else:
             print(message, flush=True)
 
+    def _events_failed(self, exc: Exception, what: str) -> None:
+        """TensorBoard's writer failed (its thread's error comes back at the next write or at `close`). A full disk
+        stops the run in one line (`_events_error`): metrics.jsonl and the next checkpoint are on that disk too.
+        Any other failure (tensorboard/ removed or made read-only by hand, a stale network mount) costs only the
+        events: one warning line, and the run goes on without TensorBoard, its numbers still in metrics.jsonl
+        (which `albertlm plot` reads); a week's run was stopped for its events, with "is the disk full?"."""
+        if disk_full(exc):
+            raise self._events_error(exc, what) from None
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            with contextlib.suppress(Exception):     # its last flush fails the same way
+                writer.close()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        self.warn(f"{self.run_dir / 'tensorboard'}: {what} ({reason}); the run goes on without TensorBoard "
+                  "(metrics.jsonl keeps every record, which `albertlm plot` draws)")
+
+    def warn(self, text: str) -> None:
+        """A warning line on stderr (`errors.warning_line`), above the progress bar when there is one."""
+        from albertlm.errors import say_warning, warning_line
+
+        if self.bar is not None:
+            self.bar.write(warning_line(text), file=sys.stderr)
+        else:
+            say_warning(text)
+
     def _events_error(self, exc: OSError, what: str) -> UserError:
         """A TensorBoard write that failed (a full disk, a quota), in one line naming the events directory and
         what to resume from; the run stops, as on a failed metrics.jsonl record."""
@@ -166,9 +193,14 @@ class MetricsLogger:
             writer, self.writer = self.writer, None
             try:
                 writer.close()
-            except OSError as exc:
-                if not quiet:
+            except Exception as exc:  # noqa: BLE001 (said below, or left unsaid after the run's own error)
+                if not quiet and disk_full(exc):
                     error = self._events_error(exc, "cannot write the last TensorBoard events")
+                elif not quiet:
+                    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or \
+                        type(exc).__name__
+                    self.warn(f"{self.run_dir / 'tensorboard'}: cannot write the last TensorBoard events ({reason}); "
+                              "metrics.jsonl holds every record")
         self._close_jsonl(quiet or error is not None)
         if error is not None:
             raise error
@@ -180,6 +212,11 @@ class MetricsLogger:
             except OSError:
                 if not quiet:   # else the failed record, still buffered, fails again: said already
                     raise
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 def json_line(record: dict) -> str:
@@ -194,14 +231,14 @@ def json_line(record: dict) -> str:
 def quiet_event_writer_threads() -> None:
     """TensorBoard writes its events from a thread of its own, which on a full disk died with a traceback on
     stderr ("Exception in thread Thread-1: ... OSError: [Errno 28]"); the main thread gets the same error at its
-    next write or at `close` and says it in one line (`MetricsLogger._events_error`). So the thread's OSError is
-    not printed; every other thread exception goes to the hook that was there before."""
+    next write or at `close` and says it in one line (`MetricsLogger._events_failed`). So the thread's error is
+    not printed; every other thread's exception goes to the hook that was there before."""
     if getattr(threading.excepthook, "albertlm_quiet_events", False):
         return
     previous = threading.excepthook
 
     def hook(args) -> None:
-        if (args.exc_type is not None and issubclass(args.exc_type, OSError)
+        if (args.exc_type is not None and issubclass(args.exc_type, Exception)
                 and type(args.thread).__module__.startswith("tensorboard.")):
             return
         previous(args)
