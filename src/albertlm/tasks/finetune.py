@@ -5,9 +5,10 @@ model outputs into metrics and prediction files. Training is `training.trainer.b
 `training.loop.Loop` with a `TaskObjective` (each head's own loss) and length-bucketed batches re-drawn
 each epoch (`StepData` with `bucketed_batches`): accumulation, clipping, loss scaling, the NaN stop,
 metrics.jsonl + TensorBoard, atomic checkpoints in OUT/checkpoints, exact `--resume`, Ctrl-C / SIGTERM
-and `torchrun` all come from there. What is fine-tuning's own: dev evaluation on rank 0 that keeps the
-best model in OUT/best (the best-so-far record rides in the checkpoint, so a resumed run picks the same),
-and the files written at the end (metrics.json, train_log.json, test predictions).
+and `torchrun` all come from there. What is fine-tuning's own: dev evaluation (under torchrun each rank runs its
+share of the batches and rank 0 scores the gathered outputs, `shared_predict`) that keeps the best model in OUT/best
+(the best-so-far record rides in the checkpoint, so a resumed run picks the same), and the files written at the end
+(metrics.json, train_log.json, test predictions, shared the same way).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
-from albertlm.training.distributed import DistInfo, failing_together, init_distributed, pick_device
+from albertlm.training.distributed import DistInfo, failing_together, init_distributed, pick_device, unwrap
 from albertlm.training.loop import Batch, Loop, StepData
 from albertlm.training.metrics import _terminal
 from albertlm.training.precision import autocast, check_precision, prepare_model
@@ -215,6 +216,42 @@ def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, b
     return {k: (v if outputs.per_token else np.stack(v)) for k, v in out.items()}
 
 
+def shared_predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, batch_size: int,
+                   info: DistInfo, precision: str = "fp32", progress: bool = False) -> dict[str, Any] | None:
+    """`predict` with the batches shared over the processes of a torchrun (every rank must call it, with the same
+    features): rank r of W runs batches r, r + W, ... of the ones a single process runs (`distributed.my_share`, as
+    pretraining's evaluation shares its batches), and rank 0 gets every feature's outputs in feature order (keyed
+    by feature index: SQuAD's windows and RACE's choices as they are), the others None. Each batch holds the same
+    features, padded to the same width, as alone, so each row comes from the same computation: the outputs are a
+    single process's bit for bit at the same number of threads per process (torchrun sets OMP_NUM_THREADS=1;
+    against a run on more threads the CPU's kernels round some values differently in their last bits, as two
+    single-process runs on different thread counts do: 4e-9 in SQuAD null odds of 0.015 measured). A rank
+    that the batches run out before (fewer batches than ranks) sends nothing and still joins the gather. Alone,
+    `predict` itself; only rank 0 shows `progress`."""
+    from albertlm.training.distributed import gather_to_main, my_share
+
+    if not info.enabled:
+        return predict(model, features, outputs, pad_id, batch_size, info.device, precision, progress)
+    batches = bucket_batches([f.length for f in features], batch_size, rng=None)
+    mine = np.concatenate([batches[j] for j in my_share(len(batches), info)] or [np.zeros(0, dtype=np.int64)])
+    # `mine` is whole batches of the length-sorted order, in that order: `predict`'s own (stable) sort keeps it, and
+    # its cut into batches of `batch_size` gives back the same batches (only the last of all can be short)
+    done = predict(model, [features[i] for i in mine], outputs, pad_id, batch_size, info.device, precision,
+                   progress and info.is_main) if len(mine) else None
+    gathered = gather_to_main((mine, done), info)
+    if gathered is None:
+        return None
+    out: dict[str, list] = {key: [None] * len(features) for key in outputs.keys}
+    for indices, values in gathered:
+        for key in (outputs.keys if values is not None else ()):
+            for k, i in enumerate(indices):
+                out[key][i] = values[key][k]
+    missing = sum(row is None for row in out[outputs.keys[0]])
+    if missing:   # cannot be, unless the ranks were given different features: a bug, said rather than scored
+        raise RuntimeError(f"shared prediction: {missing} of {len(features)} features came back without outputs")
+    return {k: (v if outputs.per_token else np.stack(v)) for k, v in out.items()}
+
+
 def json_safe(data: Any) -> Any:
     """`data` with every NaN or infinity (Python's or numpy's) replaced by None: `json.dumps` writes them as bare
     `NaN` / `Infinity`, which is not JSON (jq, JavaScript's JSON.parse, Go and most other readers refuse the file)."""
@@ -332,8 +369,9 @@ def recover_best(out_dir: Path, record: dict | None) -> str | None:
 
 
 def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path, info: DistInfo):
-    """Evaluation on the labelled eval sets (rank 0, the raw model): keeps the best model in OUT/best and
-    the history and best record in the run's state (so they survive a resume)."""
+    """Evaluation on the labelled eval sets with the raw model (every rank its share of the batches, rank 0 scores
+    them, `shared_predict`): keeps the best model in OUT/best and the history and best record in rank 0's run state
+    (so they survive a resume)."""
     scored = [s for s in spec.eval_sets if s.score is not None]
 
     def main_value(record: dict) -> float:
@@ -356,6 +394,16 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
 
     def make(trained: nn.Module, raw: nn.Module, state: TrainState) -> Callable[[], dict]:
         def run_evaluation_now() -> dict[str, float]:
+            # under torchrun every rank runs its share of the dev batches (`shared_predict`) and rank 0, which gets
+            # all the outputs, scores them, keeps the best model and writes its files (the others go on to the
+            # next step's collectives meanwhile)
+            outputs = {}
+            # a bar below the training bar on a terminal (SQuAD's dev set takes minutes); none in a log, where
+            # the evaluation's metrics line follows anyway
+            bar = cfg.train.progress and _terminal()
+            for eval_set in scored:
+                outputs[eval_set.name] = shared_predict(raw, eval_set.features, spec.outputs, tokenizer.pad_id,
+                                                        cfg.eval_batch_size, info, cfg.train.precision, bar)
             if not info.is_main:
                 return {}
             step = state.step
@@ -367,13 +415,7 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
                 state.extra["best"] = {"step": step}
                 return {}
             record: dict[str, Any] = {"step": step}
-            outputs = {}
-            # a bar below the training bar on a terminal (SQuAD's dev set takes minutes); none in a log, where
-            # the evaluation's metrics line follows anyway
-            bar = cfg.train.progress and _terminal()
             for eval_set in scored:
-                outputs[eval_set.name] = predict(raw, eval_set.features, spec.outputs, tokenizer.pad_id,
-                                                 cfg.eval_batch_size, info.device, cfg.train.precision, bar)
                 record[eval_set.name] = eval_set.score(outputs[eval_set.name])
             state.extra.setdefault("history", []).append(record)
             if improves(record, best):
@@ -428,30 +470,67 @@ def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: F
     return loop
 
 
-def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: Path) -> dict[str, list[str]]:
-    """Predictions of the (best) model for every unlabelled eval set; returns {eval set: the paths written}."""
-    device = pick_device(cfg.dist.device)
-    model.to(device)
+def best_on_every_rank(spec: TaskSpec, best: nn.Module | None, rewrite: bool, trained: nn.Module,
+                       cfg: FinetuneConfig, info: DistInfo) -> tuple[nn.Module | None, bool]:
+    """Under torchrun, after the run: rank 0's best model (`best`, read from best/) and whether its dev prediction
+    files are written again (`rewrite`) on every rank, for `write_test_predictions` and `rewrite_dev_predictions`
+    to share the batches. The others build a model like `trained` (their copy of the model as trained: its class
+    and config), load rank 0's best weights sent to them, and prepare it as `inference_model` does, so each batch
+    runs the kernels rank 0's would. Nothing is sent when there is nothing to predict. Alone: (best, rewrite)."""
+    from albertlm.training.distributed import broadcast_from_main
+
+    tests = any(s.score is None and s.write is not None for s in spec.eval_sets)
+    if not info.enabled:
+        return best, rewrite
+    rewrite = bool(broadcast_from_main(rewrite, info))
+    if not tests and not rewrite:
+        return best, rewrite
+    weights = best.state_dict() if best is not None else None
+    layout = broadcast_from_main({name: (tuple(t.shape), t.dtype) for name, t in weights.items()}
+                                 if weights is not None else None, info)
+    if info.is_main:
+        for tensor in weights.values():   # one tensor at a time, in rank 0's order: no pickled copy of the model
+            broadcast_from_main(tensor.to(info.device).contiguous(), info, tensor=True)
+        return best, rewrite
+    received = {}
+    for name, (shape, dtype) in layout.items():
+        received[name] = broadcast_from_main(torch.empty(shape, dtype=dtype, device=info.device), info, tensor=True)
+    model = type(trained)(trained.config)
+    model.load_state_dict(received)
+    model = prepare_model(model, precision=cfg.train.precision, device=info.device, warn=False).to(info.device)
+    return model, rewrite
+
+
+def write_test_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: Path,
+                           info: DistInfo | None = None) -> dict[str, list[str]]:
+    """Predictions of the (best) model for every unlabelled eval set; returns {eval set: the paths written}.
+    Under torchrun (`info`) every rank calls it with the best model (`best_on_every_rank`) and runs its share of
+    the batches (`shared_predict`); rank 0 writes the files (the others get {})."""
+    info = info or DistInfo(device=pick_device(cfg.dist.device))
+    model.to(info.device)
     written: dict[str, list[str]] = {}
     for eval_set in spec.eval_sets:
         if eval_set.score is None and eval_set.write is not None:
-            outputs = predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
-                              device, cfg.train.precision, cfg.train.progress)
-            written[eval_set.name] = [str(path) for path in eval_set.write(outputs, out_dir)]
+            outputs = shared_predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
+                                     info, cfg.train.precision, cfg.train.progress)
+            if outputs is not None:
+                written[eval_set.name] = [str(path) for path in eval_set.write(outputs, out_dir)]
     return written
 
 
-def rewrite_dev_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: Path) -> None:
+def rewrite_dev_predictions(spec: TaskSpec, model, tokenizer, cfg: FinetuneConfig, out_dir: Path,
+                            info: DistInfo | None = None) -> None:
     """The dev prediction files of `model` (the best), scored first: scoring sets what they hold (SQuAD v2.0's
-    tuned null threshold)."""
-    device = pick_device(cfg.dist.device)
-    model.to(device)
+    tuned null threshold). Under torchrun (`info`), shared as `write_test_predictions` is."""
+    info = info or DistInfo(device=pick_device(cfg.dist.device))
+    model.to(info.device)
     for eval_set in spec.eval_sets:
         if eval_set.score is not None and eval_set.write is not None:
-            outputs = predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
-                              device, cfg.train.precision, cfg.train.progress)
-            eval_set.score(outputs)
-            eval_set.write(outputs, out_dir)
+            outputs = shared_predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
+                                     info, cfg.train.precision, cfg.train.progress)
+            if outputs is not None:
+                eval_set.score(outputs)
+                eval_set.write(outputs, out_dir)
 
 
 RUN_FILES = ("checkpoints", "best", "metrics.json", "metrics.jsonl", "train_log.json", "tensorboard")
@@ -495,9 +574,9 @@ def check_positions(spec: TaskSpec, model_dir: str | Path, cfg: FinetuneConfig) 
 
 def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig, out_dir: str | Path,
                  log=print, resume: bool = False, overwrite: bool = False) -> dict:
-    """Fine-tune (on every `torchrun` process), keep the best dev checkpoint, then on rank 0 write
-    metrics.json, train_log.json and test predictions from the best model. Returns the metrics (rank 0;
-    other ranks and runs stopped by a signal get {"status": ...}). A run the time budget stopped writes them
+    """Fine-tune (on every `torchrun` process), keep the best dev checkpoint, then write metrics.json,
+    train_log.json and test predictions from the best model (rank 0 writes; every rank predicts its share).
+    Returns the metrics (rank 0; other ranks and runs stopped by a signal get {"status": ...}). A run the time budget stopped writes them
     too, from the best model so far, with "status": "budget" and the step reached of "total_steps". An
     `out_dir` holding another run needs `resume` or `overwrite` (its files go once the model and the
     checkpoint to resume from have loaded); one that another run is still writing is refused (`run_dir_lock`)."""
@@ -561,16 +640,28 @@ def _train_and_write(spec: TaskSpec, loop: Loop, tokenizer, cfg: FinetuneConfig,
     best = loop.state.extra.get("best")
     if info.is_main and best is not None and best.get("step", -1) <= _checkpoint_step(out_dir):
         _remove_best_copy(out_dir / KEPT)   # the newest checkpoint records best/: the copy of the one before goes
-    if status not in ("done", "budget") or not info.is_main:
+    if status not in ("done", "budget"):   # the same on every rank (a stop is agreed on by all of them)
         return {"status": status}
     # stopped by the time budget (`--train.max_minutes`), the run has evaluated and saved the step it reached:
     # its files are written from the best model so far, marked "budget" (a `--resume` finishes and replaces them)
     extra = loop.state.extra
-    _write_json(out_dir / "train_log.json", {"losses": extra.get("losses", []), "history": extra.get("history", [])})
-    best_model = inference_model(spec, out_dir / "best", cfg, pick_device(cfg.dist.device), warn=False)
-    tests = write_test_predictions(spec, best_model, tokenizer, cfg, out_dir)
-    if restored is not None and extra.get("best") is restored:
-        rewrite_dev_predictions(spec, best_model, tokenizer, cfg, out_dir)
+    with failing_together(info, lambda: " while writing the test predictions"):
+        best_model = None
+        if info.is_main:
+            _write_json(out_dir / "train_log.json",
+                        {"losses": extra.get("losses", []), "history": extra.get("history", [])})
+            best_model = inference_model(spec, out_dir / "best", cfg, pick_device(cfg.dist.device), warn=False)
+        rewrite = info.is_main and restored is not None and extra.get("best") is restored
+        # under torchrun the other ranks take their shares of the test (and rewritten dev) batches, with rank 0's
+        # best model (`best_on_every_rank`: best/ is on rank 0's machine); alone, nothing changes
+        best_model, rewrite = best_on_every_rank(spec, best_model, rewrite, unwrap(loop.raw_model), cfg, info)
+        tests = {}
+        if best_model is not None:   # None: a rank other than 0 with nothing to predict (no test set, no rewrite)
+            tests = write_test_predictions(spec, best_model, tokenizer, cfg, out_dir, info)
+            if rewrite:
+                rewrite_dev_predictions(spec, best_model, tokenizer, cfg, out_dir, info)
+    if not info.is_main:
+        return {"status": status}
     losses = extra.get("losses") or [float("nan")]
     # the best model's task.json, not spec.info: what an evaluation records there (SQuAD v2.0's tuned null
     # threshold) is the best one's, not the last one's

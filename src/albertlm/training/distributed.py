@@ -328,8 +328,9 @@ def waited_too_long() -> str:
     minutes = _in_group.get("timeout_minutes")
     limit = f"--dist.timeout_minutes={minutes:g}" if isinstance(minutes, (int, float)) else "--dist.timeout_minutes"
     return (f"no word from the other processes for {limit}: one of them is stuck, or was busy longer than that with "
-            "work only it does (rank 0's dev evaluation while fine-tuning, a checkpoint written to a slow file "
-            "system), or its machine went away; if such work takes that long, raise --dist.timeout_minutes")
+            "work only it does (a checkpoint written to a slow file system, rank 0 scoring a dev evaluation or "
+            "writing the best model while fine-tuning), or its machine went away; if such work takes that long, "
+            "raise --dist.timeout_minutes")
 
 
 def _store():
@@ -530,3 +531,34 @@ def refuse_differences(info: DistInfo, values: dict, advice: str) -> None:
 def barrier() -> None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
+
+
+# ------------------------------------------------------------------------------- work shared out for rank 0
+def my_share(count: int, info: DistInfo) -> range:
+    """The items of `count` (batches, in order) that this rank takes when W processes share them: j on rank
+    j % W (r, r + W, ...; all of them alone). A rank past the last item gets none, and still joins the collective
+    that follows."""
+    return range(info.rank, count, info.world_size)
+
+
+def gather_to_main(obj: object, info: DistInfo) -> list | None:
+    """Every rank's `obj` (picklable, on the CPU), in rank order, on rank 0; None on the others. Alone, `[obj]`."""
+    if not info.enabled:
+        return [obj]
+    gathered: list | None = [None] * info.world_size if info.is_main else None
+    dist.gather_object(obj, gathered, dst=0)
+    return gathered
+
+
+def broadcast_from_main(obj, info: DistInfo, tensor: bool = False):
+    """Rank 0's `obj` on every rank (what the others pass is ignored): a picklable object, or with `tensor` a
+    tensor on the process group's device, filled in place on the others (each passes one of the same shape and
+    dtype). Alone, `obj`."""
+    if not info.enabled:
+        return obj
+    if tensor:
+        dist.broadcast(obj, src=0)
+        return obj
+    held = [obj if info.is_main else None]
+    dist.broadcast_object_list(held, src=0)
+    return held[0]

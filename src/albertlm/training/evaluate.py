@@ -71,6 +71,7 @@ def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: i
     from albertlm.data.loader import collate
     from albertlm.model.albert import AlbertForPreTraining
     from albertlm.model.io import resolve_checkpoint
+    from albertlm.training.distributed import my_share
     from albertlm.training.loop import eval_micro_batches, evaluate
     from albertlm.training.precision import check_precision, prepare_model
     from albertlm.training.pretrain import open_dataset
@@ -108,7 +109,7 @@ def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: i
         count = math.ceil(len(dataset) / batch_size)
         count = min(count, max_batches) if max_batches else count
         # this process's batches: under torchrun, those of rank r of W are r, r + W, ... (`eval_micro_batches`)
-        batches = show_progress(batches, len(range(info.rank, count, info.world_size)))
+        batches = show_progress(batches, len(my_share(count, info)))
     objective = CountingObjective()
     metrics = evaluate(model, batches, objective, precision, info)
     if not has_sentence_head and "sop_loss" in metrics:   # a random head's numbers: not the model's
