@@ -243,7 +243,10 @@ class AlbertForSquadV2(PretrainedMixin, nn.Module):
         else:
             check_target("p_mask", p_mask, (B, T), integer=False)
             p_mask = p_mask.bool()
-        start_logits = self.start_dense(hidden).squeeze(-1).float().masked_fill(p_mask, NEG_INF)
+        # the -1e30 mask, softmaxes and beam in float32 (float64 for a float64 model): -1e30 is -inf in float16; the
+        # layers run in the weights' dtype (a model loaded with dtype=torch.bfloat16 / float16 / float64 or .half())
+        acc = torch.promote_types(hidden.dtype, torch.float32)
+        start_logits = self.start_dense(hidden).squeeze(-1).to(acc).masked_fill(p_mask, NEG_INF)
         start_log_probs = F.log_softmax(start_logits, -1)
         out = ModelOutput(start_logits=start_logits)
         rows = torch.arange(B, device=hidden.device)
@@ -256,14 +259,14 @@ class AlbertForSquadV2(PretrainedMixin, nn.Module):
                 raise ModelInputError(f"start_positions and end_positions must be positions of the sequence (0 to "
                                       f"{T - 1}; 0, [CLS], for no answer)")
             start_states = hidden[rows, start_positions][:, None]           # (B, 1, H): the gold start
-            end_logits = self.end_logits(hidden, start_states)[:, 0].float().masked_fill(p_mask, NEG_INF)
+            end_logits = self.end_logits(hidden, start_states)[:, 0].to(acc).masked_fill(p_mask, NEG_INF)
             end_log_probs = F.log_softmax(end_logits, -1)
             out["end_logits"] = end_logits
         else:
             k = min(self.start_n_top, T)
             start_top_log_probs, start_top_index = start_log_probs.topk(k, -1)   # (B, k)
             start_states = hidden[rows[:, None], start_top_index]              # (B, k, H)
-            end_logits = self.end_logits(hidden, start_states).float().masked_fill(p_mask[:, None], NEG_INF)
+            end_logits = self.end_logits(hidden, start_states).to(acc).masked_fill(p_mask[:, None], NEG_INF)
             end_top_log_probs, end_top_index = F.log_softmax(end_logits, -1).topk(min(self.end_n_top, T), -1)
             beam = (self.start_n_top, self.end_n_top)
             out["start_top_log_probs"] = _fill(start_top_log_probs, beam[:1], NEG_INF)
@@ -272,16 +275,17 @@ class AlbertForSquadV2(PretrainedMixin, nn.Module):
             out["end_top_index"] = _fill(end_top_index, beam, 0).flatten(1)
         # answerability from [CLS] and the start distribution (no end: one cls_logits per window)
         start_probs = start_logits.softmax(-1)                                  # (B, T)
-        start_feature = torch.einsum("bt,bth->bh", start_probs, hidden.float())
-        features = torch.cat([start_feature, hidden[:, 0].float()], -1)         # (B, 2H): start first, as google
+        start_feature = torch.einsum("bt,bth->bh", start_probs, hidden.to(acc))
+        features = torch.cat([start_feature, hidden[:, 0].to(acc)], -1)         # (B, 2H): start first, as google
+        features = features.to(self.answer_dense.weight.dtype)                 # (float32 under autocast: it casts)
         answer = self.answer_dropout(torch.tanh(self.answer_dense(features)))
-        cls_logits = self.answer_out(answer).squeeze(-1).float()                # (B,)
+        cls_logits = self.answer_out(answer).squeeze(-1).to(acc)                # (B,)
         out["cls_logits"] = cls_logits
         out = with_hidden_states(out, base)
         if all(given):
             start_loss = -start_log_probs[rows, start_positions].mean()
             end_loss = -end_log_probs[rows, end_positions].mean()
-            answer_loss = F.binary_cross_entropy_with_logits(cls_logits, is_impossible.float())
+            answer_loss = F.binary_cross_entropy_with_logits(cls_logits, is_impossible.to(acc))
             out["loss"] = (start_loss + end_loss) / 2 + 0.5 * answer_loss
         return out
 
