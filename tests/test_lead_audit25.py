@@ -14,6 +14,7 @@ import pytest
 from albertlm.tasks import squad
 from albertlm.tasks.tables import DataError
 from test_qa_tables_audit24 import SQUAD_SCHEMA, _hub_rows
+from test_squadv2_audit25 import v2_run  # noqa: F401  (a fixture: a tiny run with google's v2.0 head)
 
 
 def _shards(folder, rows, names):
@@ -95,3 +96,27 @@ def test_tokenizer_training_counts_a_utf16_files_progress_in_its_stored_bytes(tm
     told: list[int] = []
     lines = list(_line_reader("auto", "text", CorpusCounts())(path, told.append))
     assert lines and sum(told) == path.stat().st_size   # (UTF-8 bytes: about half of it)
+
+
+# 3. `finetune squad --model RUN/best` of a run with google's v2.0 head (or a run_squad_v2.py import), without
+#    --squad-head or --recipe, trained a fresh BERT head, the trained one dropped with a "freshly initialised" line
+#    only, while `predict` used the checkpoint's head: it now goes on with the checkpoint's head; an explicit
+#    --squad-head bert there is said in one warning line.
+def test_finetune_from_a_v2_head_checkpoint_keeps_its_head(v2_run, tmp_path, capsys):
+    import json
+
+    from albertlm.cli.main import main
+    from albertlm.model.registry import saved_class_name
+
+    root, data = v2_run
+    common = ["finetune", "squad", "--train", str(data), "--model", str(root / "run"), "--max-seq-length", "40",
+              "--doc-stride", "8", "--max-query-length", "12", "--max-steps", "1", "--batch-size", "8",
+              "--no-progress", "--device", "cpu"]
+    assert main([*common, "--out", str(tmp_path / "again")]) == 0
+    assert json.loads((tmp_path / "again" / "metrics.json").read_text())["config"]["squad_head"] == "xlnet"
+    assert saved_class_name(tmp_path / "again" / "best") == "AlbertForSquadV2"
+    assert "freshly initialised" not in capsys.readouterr().err
+    assert main([*common, "--out", str(tmp_path / "bert"), "--squad-head", "bert"]) == 0
+    err = capsys.readouterr().err
+    assert "albertlm finetune: warning:" in err and "holds google's SQuAD v2.0 head" in err
+    assert saved_class_name(tmp_path / "bert" / "best") == "AlbertForQuestionAnswering"

@@ -351,6 +351,8 @@ def _finetune(args) -> int:
     # before the model or the data is read: what the loop would refuse once both had loaded
     check_precision(cfg.train.precision, check_backend(cfg.dist.backend, cfg.dist.device))
     model = _model(args.model)
+    if saved is None and args.family == "squad":
+        cfg = _squad_head_of_model(args, cfg, model)
     if saved is not None:
         _check_resumed_model(args.out, saved, model)
     if not args.resume:      # --overwrite would remove the checkpoint the run starts from
@@ -489,6 +491,20 @@ def _run_checkpoint(args) -> dict:
     for line in spec.warnings:              # once the run has worked: a refused one's error is its only line
         say_warning(line)
     return metrics
+
+
+def _squad_head_of_model(args, cfg: FinetuneConfig, model: Path) -> FinetuneConfig:
+    """`finetune squad` from a checkpoint holding google's SQuAD v2.0 head (an earlier `--squad-head xlnet` run,
+    a run_squad_v2.py import) goes on with that head when neither --squad-head nor --recipe chose one: it trained
+    a fresh BERT head instead, the trained one dropped with only a "freshly initialised" line, while `predict` used
+    the checkpoint's. An explicit --squad-head bert on such a checkpoint is said in one warning line."""
+    if _squad_head(model) != "xlnet" or cfg.squad_head == "xlnet":
+        return cfg
+    if "squad_head" in given_values(args, finetune_options(args.family, "finetune")) or getattr(args, "recipe", None):
+        say_warning(f"{model} holds google's SQuAD v2.0 head (AlbertForSquadV2); squad_head {cfg.squad_head!r} trains "
+                    "a new BERT head in its place (its answer_class and span layers are not used)")
+        return cfg
+    return cfg.replace(squad_head="xlnet")
 
 
 def _squad_head(model_dir: Path) -> str:

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from albertlm.config.task import FinetuneConfig
-from albertlm.errors import UserError, json_object_or_empty
+from albertlm.errors import UserError, json_object_or_empty, program_name, warning_line
 from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
 from albertlm.training import checkpoint as ckpt
@@ -608,7 +608,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
                 ckpt.clear_run_dir(old_run)
                 said = recover_best(out_dir, loop.state.extra.get("best"))
                 if said:
-                    print(f"albertlm finetune: note: {said}", file=sys.stderr)
+                    print(f"{program_name()}: note: {said}", file=sys.stderr)
         # best/ put back to an earlier model: its dev prediction files are the killed run's newer best's, and are
         # written again at the end unless a new best replaces them
         restored = loop.state.extra.get("best") if info.is_main and said else None
@@ -634,7 +634,7 @@ def _train_and_write(spec: TaskSpec, loop: Loop, tokenizer, cfg: FinetuneConfig,
         log("no labelled dev set: the last model is kept as best/")
     if info.is_main:
         for line in setup_warnings(spec, loop, cfg):
-            print(f"albertlm finetune: warning: {line}", file=sys.stderr)
+            print(warning_line(line), file=sys.stderr)
     open_logger(loop)
     status = loop.run()
     best = loop.state.extra.get("best")

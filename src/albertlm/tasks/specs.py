@@ -306,8 +306,8 @@ def _check_squad_head(head: str, version: str, training: bool) -> None:
     if head not in SQUAD_HEADS:
         raise UserError(f"squad_head {head!r}: one of {', '.join(SQUAD_HEADS)}")
     if head == "xlnet" and version.startswith("1"):
-        fix = ("drop --squad-head xlnet (and --recipe squad2.0: SQuAD v1.1's recipe is squad1.1) to train BERT's "
-               "head" if training else
+        fix = ("give --squad-head bert (and not --recipe squad2.0: SQuAD v1.1's recipe is squad1.1) to train BERT's "
+               "head (a --model holding the xlnet head goes on with it unless told)" if training else
                "give SQuAD v2.0 data, or a model fine-tuned with BERT's head (--squad-head bert)")
         raise UserError(f"the xlnet SQuAD head (google's run_squad_v2.py head, AlbertForSquadV2) is for SQuAD v2.0, "
                         f"not v{version}: {fix}")

@@ -31,7 +31,7 @@ from albertlm.config.run import TrainConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import (DistInfo, PeerFailed, all_reduce_sum, any_rank, failing_together,
-                                           peer_failures, reports_here)
+                                           my_share, peer_failures, reports_here)
 from albertlm.training.precision import autocast
 from albertlm.training.schedule import lr_at, set_lr
 
@@ -217,7 +217,7 @@ def eval_micro_batches(dataset, collate, micro_batch_size: int, info: DistInfo, 
     if max_batches:
         count = min(count, max_batches)
     many = getattr(dataset, "__getitems__", None)    # a micro-batch in one call (the loader's: one check, one mask)
-    for j in range(info.rank, count, info.world_size):
+    for j in my_share(count, info):
         items = range(j * micro_batch_size, min(size, (j + 1) * micro_batch_size))
         yield collate(many(list(items)) if many is not None else [dataset[i] for i in items])
 
@@ -800,8 +800,8 @@ def stop_on_signals(info: DistInfo | None = None, where: Callable[[], str] = lam
     The signal torchrun sends because another rank failed (`info`: the run's ranks; that rank left its message,
     `distributed.tell_peers`) stops this rank at once with that message (`PeerFailed`; `where()` says at which
     step): no collective can succeed any more, and waiting for the next one to fail let work that only this
-    rank does (rank 0's dev evaluation while fine-tuning, which can take longer than torchrun's 30-second grace
-    before it kills) end in a kill -9 that said nothing."""
+    rank does (rank 0 scoring a fine-tuning's dev evaluation and writing best/ and a checkpoint, which can take
+    longer than torchrun's 30-second grace before it kills) end in a kill -9 that said nothing."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
