@@ -120,3 +120,24 @@ def test_finetune_from_a_v2_head_checkpoint_keeps_its_head(v2_run, tmp_path, cap
     err = capsys.readouterr().err
     assert "albertlm finetune: warning:" in err and "holds google's SQuAD v2.0 head" in err
     assert saved_class_name(tmp_path / "bert" / "best") == "AlbertForQuestionAnswering"
+
+
+# 4. `albertlm info` of a checkpoint whose class has no pooler (SQuAD heads, token classification, masked LM) said
+#    "(embeddings + encoder + pooler)" beside the file's count as if the file held one.
+def test_info_says_which_classes_keep_no_pooler(tmp_path, capsys, tiny_config):
+    from albertlm.cli.main import main
+    from albertlm.cli.model_commands import WITHOUT_POOLER
+    from albertlm.model.registry import MODEL_CLASSES
+    from conftest import save_tiny_pretrained
+
+    cfg = tiny_config
+    for name, cls in MODEL_CLASSES.items():
+        has_pooler = any(".pooler." in key or key.startswith("pooler.") for key in cls(cfg).state_dict())
+        assert (name in WITHOUT_POOLER) == (not has_pooler), name
+    from albertlm.model.heads import AlbertForSquadV2
+
+    (tmp_path / "base").mkdir()
+    base = save_tiny_pretrained(tmp_path / "base")
+    AlbertForSquadV2.from_pretrained(base).save_pretrained(tmp_path / "squad")
+    assert main(["info", str(tmp_path / "squad")]) == 0
+    assert "AlbertForSquadV2's heads and no pooler:" in capsys.readouterr().out

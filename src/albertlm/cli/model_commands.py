@@ -18,6 +18,11 @@ COLUMNS = ("preset", "L", "H", "E", "A", "I", "sharing", "groups", "params", "pa
 PARAMS = Options(ModelConfig, show_defaults=False, title="ModelConfig overrides (applied to every shown preset)")
 
 
+# the classes built without the pooler (transformers' too): `info` says their file holds none
+WITHOUT_POOLER = frozenset({"AlbertForMaskedLM", "AlbertForTokenClassification", "AlbertForQuestionAnswering",
+                            "AlbertForSquadV2"})
+
+
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     if command == "info":
         parser.add_argument("directory", help="an albertlm or transformers model directory (or a file in one), "
@@ -167,8 +172,9 @@ def run_info(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
         return 0
     print(f"{info['directory']}  ({info['format']} format, {name})")
-    print(f"parameters: {body:,} (embeddings + encoder + pooler); in the file, with {name}'s heads: "
-          f"{info['stored_parameters']:,}")
+    # the architecture's count, as the paper's tables count it, whether or not this class keeps the pooler
+    print(f"parameters: {body:,} (embeddings + encoder + pooler, the paper's count); in the file, with {name}'s "
+          f"heads{' and no pooler' if name in WITHOUT_POOLER else ''}: {info['stored_parameters']:,}")
     for file, size in info["files"].items():
         print(f"  {file}  {size:,} bytes")
     for key, value in cfg.to_dict().items():

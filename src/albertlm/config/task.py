@@ -32,7 +32,7 @@ class FinetuneConfig(Config):
     hidden_dropout: float | None = None  # dropout of the encoder; none = keep the checkpoint's
     attention_dropout: float | None = None  # dropout on attention probabilities; none = keep the checkpoint's
     classifier_dropout: float | None = None  # dropout before the task head; none = keep the checkpoint's
-    squad_head: Literal["bert", "xlnet"] = "bert"  # SQuAD's answer head: bert (start/end logits: BERT's, transformers') or xlnet (google's run_squad_v2.py head: start/end beam, answer_class for no-answer; v2.0 only)
+    squad_head: Literal["bert", "xlnet"] = "bert"  # SQuAD's answer head: bert (start/end logits: BERT's, transformers') or xlnet (google's run_squad_v2.py head: start/end beam, answer_class for no-answer; v2.0 only; picked by --recipe squad2.0 and by a --model holding it)
 
     def __post_init__(self) -> None:
         check_types(self)
