@@ -99,6 +99,16 @@ def voiced_kana(form: str = "NFKD") -> re.Pattern:
     return re.compile("[" + "".join(chars) + "]")   # none of them is special inside [...]
 
 
+def kana_marked(entries: Sequence[str], form: str) -> list[str]:
+    """The vocabulary `entries` holding voiced kana (`voiced_kana(form)`), when there are MARKED_PIECES or more of
+    them (a Japanese vocabulary, worth a warning that accent stripping never produces them); else []."""
+    marked = voiced_kana(form)
+    if not marked.search("".join(entries)):   # most vocabularies: one C-level scan
+        return []
+    found = [entry for entry in entries if marked.search(entry)]
+    return found if len(found) >= MARKED_PIECES else []
+
+
 class TokenizerBase:
     """What every implementation derives from `_encode_batch` and its special ids (`_special`: the five ids)."""
 

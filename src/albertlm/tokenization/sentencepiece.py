@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import (MARKED_PIECES, TokenizerBase, read_config, save_directory, valid_unicode,
+from albertlm.tokenization.base import (TokenizerBase, kana_marked, read_config, save_directory, valid_unicode,
                                         voiced_kana)
 
 LineReader = Callable[[Path], Iterable[str]]   # a training input file -> its lines (sentences)
@@ -251,13 +251,8 @@ class SentencePieceTokenizer(TokenizerBase):
         No model's normalizer puts them back, so a Japanese model trained on unstripped text (spm_train's
         default) never produced its voiced-kana pieces when loaded bare (google's and transformers' default),
         and read "データ" as "テータ", without a word. We keep those ids (google's and transformers') but warn."""
-        if self.options.keep_accents:
-            return
-        marked = voiced_kana("NFKD")
-        if not marked.search("".join(pieces)):   # most models: one C-level scan
-            return
-        pieces = [p for p in pieces if marked.search(p)]
-        if len(pieces) >= MARKED_PIECES:
+        pieces = [] if self.options.keep_accents else kana_marked(pieces, "NFKD")
+        if pieces:
             warnings.warn(f"{self.model_file} holds {len(pieces)} pieces with voiced kana (e.g. {pieces[0]!r}), but "
                           "accent stripping (keep_accents=false) drops their sound marks (ガ -> カ, パ -> ハ): those "
                           "pieces are never produced and Japanese text is read without its marks; load it with "

@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import (MARKED_PIECES, TokenizersBacked, read_config, save_directory,
+from albertlm.tokenization.base import (TokenizersBacked, kana_marked, read_config, save_directory,
                                         valid_unicode, voiced_kana)
 
 VOCAB_FILE = "vocab.txt"
@@ -124,11 +124,8 @@ def warn_if_kana_marks_are_lost(vocab: dict[str, int], options: WordPieceOptions
     """BERT's accent stripping (NFD, then every nonspacing mark dropped) drops the voiced sound marks of kana:
     ガ -> カ, パ -> ハ, so a Japanese vocab's voiced-kana tokens are never produced and its text is read without
     them. transformers' BertTokenizer does the same; we keep its ids but say so."""
-    marked = voiced_kana("NFD")
-    if not strips_accents(options) or not marked.search("".join(vocab)):   # most vocabs: one C-level scan
-        return
-    tokens = [token for token in vocab if marked.search(token)]
-    if len(tokens) >= MARKED_PIECES:
+    tokens = kana_marked(list(vocab), "NFD") if strips_accents(options) else []
+    if tokens:
         warnings.warn(f"{source} holds {len(tokens)} tokens with voiced kana (e.g. {tokens[0]!r}) but accent "
                       "stripping (do_lower_case without strip_accents=False) drops their sound marks (ガ -> カ, "
                       "パ -> ハ), so those tokens are never produced; load it with strip_accents=False: "
