@@ -10,12 +10,16 @@ best-checkpoint choice, prediction files, metrics.json), and for SQuAD v2.0's be
 question) and RACE (choices), with a last batch that leaves a rank nothing and a single batch for two ranks.
 A rank that fails mid-evaluation stops rank 0 with its one line (rank 0 waits in the gather, not a hang).
 
-gloo launches with torch.multiprocessing (127.0.0.1), each a few seconds; a hang fails the test after a guard."""
+gloo launches with torch.multiprocessing (127.0.0.1); one pair of spawned ranks runs the four 2-process jobs in turn
+(`two_ranks`: each launch cost about 7 s of importing torch on a loaded 2-core machine, four of them most of this
+file's time); a hang fails the tests after a guard."""
 from __future__ import annotations
 
 import json
 import re
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +28,10 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # spawned children import this module
-from conftest import save_tiny_pretrained, shared_path  # noqa: E402
+from conftest import SHARED, save_tiny_pretrained, shared_path  # noqa: E402
 from test_distributed_audit24 import _free_port, _join_env  # noqa: E402
 
-HANG_GUARD_S = 240   # a hang guard only (two spawned processes importing torch on a loaded 2-core machine)
+HANG_GUARD_S = 300   # a hang guard only (two spawned processes running the four jobs on a loaded 2-core machine)
 
 
 @pytest.fixture(autouse=True)
@@ -35,11 +39,44 @@ def _one_thread(one_thread):
     """Tiny matrices: one thread (conftest's `one_thread`), as the spawned ranks use."""
 
 
-def _launch(worker, args: tuple) -> None:
-    """`worker(rank, 2, port, *args)` on two spawned processes; fails the test on an error or a hang."""
-    context = mp.start_processes(worker, args=(2, _free_port(), *args), nprocs=2, join=False, start_method="spawn")
-    import time
+def _job_port(rank: int, root: str, name: str) -> int:
+    """The port of job `name`: rank 0 takes a free one as the job starts (ports taken for every job at the launch
+    could meanwhile be the local port of a connection of an earlier job or of another test worker) and leaves it in
+    ROOT/NAME.port for rank 1."""
+    told = Path(root, f"{name}.port")
+    if rank == 0:
+        told.with_suffix(".tmp").write_text(str(_free_port()))
+        told.with_suffix(".tmp").replace(told)           # whole or absent: rank 1 never reads half of it
+    while not told.exists():                             # (a hang is the launch's guard)
+        time.sleep(0.05)
+    return int(told.read_text())
 
+
+def jobs_worker(rank: int, world_size: int, jobs: list, root: str) -> None:
+    """One rank running `worker(rank, world_size, port, *args)` for each (name, worker, args) of `jobs` in turn, each
+    on its own port; a job that raises leaves its traceback in ROOT/NAME.error.RANK (its test fails with it) and
+    the next job goes on in a fresh process group. The CLI's rank 1 silences warnings and albertlm's logger for the
+    rest of its process: each job starts with them as they were."""
+    import logging
+    import warnings
+
+    from albertlm.training.distributed import shutdown
+
+    logger = logging.getLogger("albertlm")
+    level = logger.level
+    for name, worker, args in jobs:
+        try:
+            with warnings.catch_warnings():
+                worker(rank, world_size, _job_port(rank, root, name), *args)
+        except BaseException:  # noqa: BLE001 (said by the job's test)
+            Path(root, f"{name}.error.{rank}").write_text(traceback.format_exc())
+            shutdown()
+        logger.setLevel(level)
+
+
+def _launch(jobs: list, root: Path) -> None:
+    """`jobs_worker` on two spawned processes; fails the tests on a hang."""
+    context = mp.start_processes(jobs_worker, args=(2, jobs, str(root)), nprocs=2, join=False, start_method="spawn")
     deadline = time.monotonic() + HANG_GUARD_S
     while not context.join(timeout=5):
         if time.monotonic() > deadline:
@@ -88,7 +125,10 @@ def cli_worker(rank: int, world_size: int, port: int, argv: list, record: str) -
     given = []
     real = finetune.predict
     finetune.predict = lambda model, features, *a, **k: (given.append(len(features)), real(model, features, *a, **k))[1]
-    code = main(argv)
+    try:
+        code = main(argv)
+    finally:
+        finetune.predict = real     # the next job runs in this process
     Path(f"{record}.{rank}").write_text(json.dumps({"code": code, "given": given}))
 
 
@@ -96,15 +136,14 @@ def _normalised(path: Path, out: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8").replace(str(out), "OUT"))
 
 
-def test_two_processes_share_glue_dev_evaluations_and_write_what_one_process_writes(tmp_path, capsys):
+def test_two_processes_share_glue_dev_evaluations_and_write_what_one_process_writes(two_ranks, tmp_path, capsys):
     from albertlm.cli.main import main
 
-    model = save_tiny_pretrained(tmp_path)
-    files = _glue_files(tmp_path)
-    alone, shared = tmp_path / "alone", tmp_path / "shared"
-    assert main(_glue_argv(model, files, alone)) == 0
-    _launch(cli_worker, (_glue_argv(model, files, shared), str(tmp_path / "record")))
-    ranks = [json.loads((tmp_path / f"record.{rank}").read_text()) for rank in range(2)]
+    root = _job_done(two_ranks, "glue")
+    files = _glue_files(root)
+    alone, shared = tmp_path / "alone", root / "glue"
+    assert main(_glue_argv(root, files, alone)) == 0
+    ranks = [json.loads((root / f"glue.record.{rank}").read_text()) for rank in range(2)]
     assert [r["code"] for r in ranks] == [0, 0]
     # three dev evaluations of 11 pairs in batches of 4 (4, 4, 3 for batches 0-2): batches 0 and 2 (7 pairs) on
     # rank 0, batch 1 (4 pairs) on rank 1; then the best model's test predictions (5 pairs: batches of 4 and 1)
@@ -129,26 +168,25 @@ def test_two_processes_share_glue_dev_evaluations_and_write_what_one_process_wri
     assert log_two["losses"] == pytest.approx(log_one["losses"], rel=1e-6)
 
 
-def test_two_processes_fine_tune_squad_v2_with_the_beam_head_as_one_process(tmp_path, capsys):
+def _squad_argv(model: Path, out: Path) -> list[str]:
+    squad_dir = shared_path("squad")
+    return ["finetune", "squad", "--train", str(squad_dir / "sample.json"), "--dev",
+            str(squad_dir / "dev-v2.0-small.json"), "--model", str(model), "--out", str(out), "--squad-head",
+            "xlnet", "--max-seq-length", "32", "--max-query-length", "8", "--doc-stride", "8", "--batch-size", "4",
+            "--eval-batch-size", "7", "--lr", "1e-30", "--max-steps", "2", "--train.progress=false",
+            "--train.tensorboard=false", "--device", "cpu", "--dist.backend", "gloo", "--hidden-dropout", "0",
+            "--attention-dropout", "0", "--classifier-dropout", "0"]
+
+
+def test_two_processes_fine_tune_squad_v2_with_the_beam_head_as_one_process(two_ranks, tmp_path, capsys):
     """SQuAD v2.0 with google's beam head (several windows per question, no test set): the same prediction files
     and metrics. A run without a test set: rank 1 has nothing to predict at the end."""
     from albertlm.cli.main import main
 
-    model = save_tiny_pretrained(tmp_path)
-    squad_dir = shared_path("squad")
-
-    def argv(out: Path) -> list[str]:
-        return ["finetune", "squad", "--train", str(squad_dir / "sample.json"), "--dev",
-                str(squad_dir / "dev-v2.0-small.json"), "--model", str(model), "--out", str(out), "--squad-head",
-                "xlnet", "--max-seq-length", "32", "--max-query-length", "8", "--doc-stride", "8", "--batch-size", "4",
-                "--eval-batch-size", "7", "--lr", "1e-30", "--max-steps", "2", "--train.progress=false",
-                "--train.tensorboard=false", "--device", "cpu", "--dist.backend", "gloo", "--hidden-dropout", "0",
-                "--attention-dropout", "0", "--classifier-dropout", "0"]
-
-    alone, shared = tmp_path / "alone", tmp_path / "shared"
-    assert main(argv(alone)) == 0
-    _launch(cli_worker, (argv(shared), str(tmp_path / "record")))
-    ranks = [json.loads((tmp_path / f"record.{rank}").read_text()) for rank in range(2)]
+    root = _job_done(two_ranks, "squad")
+    alone, shared = tmp_path / "alone", root / "squad"
+    assert main(_squad_argv(root, alone)) == 0
+    ranks = [json.loads((root / f"squad.record.{rank}").read_text()) for rank in range(2)]
     assert [r["code"] for r in ranks] == [0, 0]
     assert len(ranks[1]["given"]) == 1 and ranks[1]["given"][0] > 0, ranks    # its share of the one evaluation
     for name in ("predictions.json", "null_odds.json", "nbest_predictions.json", "best/task.json"):
@@ -220,13 +258,13 @@ def shared_qa_worker(rank: int, world_size: int, port: int, heads: dict, out_fil
     shutdown()
 
 
-def test_squad_v2_beams_and_race_choices_are_gathered_as_one_process_predicts_them(tmp_path):
+def test_squad_v2_beams_and_race_choices_are_gathered_as_one_process_predicts_them(two_ranks):
     from albertlm.tasks.finetune import predict
     from albertlm.training.distributed import DistInfo
 
-    heads = _heads(tmp_path)
-    out = tmp_path / "shared.pt"
-    _launch(shared_qa_worker, ({k: str(v) for k, v in heads.items()}, str(out)))
+    root = _job_done(two_ranks, "qa")
+    heads = {name: root / name for name in ("squad", "squad-bert", "race")}
+    out = root / "shared.pt"
     got = torch.load(out, weights_only=False)
     assert all(json.loads(Path(str(out) + ".1").read_text()).values())     # rank 1 gets None
     tokenizer, task_specs = _qa_sets(heads["squad"])
@@ -277,11 +315,51 @@ def failing_rank_worker(rank: int, world_size: int, port: int, model_dir: str, o
     shutdown()
 
 
-def test_a_rank_failing_in_its_share_of_the_dev_evaluation_stops_rank_0_with_its_line(tmp_path):
-    _launch(failing_rank_worker, (str(save_tiny_pretrained(tmp_path)), str(tmp_path / "run"),
-                                  str(tmp_path / "said")))
-    said = [(tmp_path / f"said.{rank}").read_text() for rank in range(2)]
+def test_a_rank_failing_in_its_share_of_the_dev_evaluation_stops_rank_0_with_its_line(two_ranks):
+    root = _job_done(two_ranks, "failing")
+    said = [(root / f"said.{rank}").read_text() for rank in range(2)]
     assert "(AUDIT)" in said[1]
     # the evaluation of step 3 (the loop names the step it would train next: "at step 4")
     assert re.fullmatch(r"PeerFailed: rank 1 stopped at step \d: cannot read the dev batch \(AUDIT\); "
                         r"rank 0 stopped too at step \d", said[0]), said
+
+
+# ------------------------------------------------------------------------- one launch for the four jobs
+def _has(*parts: str) -> bool:
+    return SHARED.joinpath(*parts).exists()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> dict[str, Path]:
+    """The four 2-process jobs, run in turn by one pair of spawned ranks (`jobs_worker`), each in its own folder
+    (ROOT/NAME, holding the tiny model its ranks read: `save_tiny_pretrained`, seed 0, so each test's one-process
+    run reads the same weights); the failing rank's job last. A job whose shared data is absent is left out (its
+    test skips). Returns the folder of each job."""
+    roots = {name: tmp_path_factory.mktemp(f"ftdist_{name}") for name in ("glue", "squad", "qa", "failing")}
+    jobs = []
+    if _has("glue", "RTE", "train.tsv"):
+        model = save_tiny_pretrained(roots["glue"])
+        jobs.append(("glue", cli_worker, (_glue_argv(model, _glue_files(roots["glue"]), roots["glue"] / "glue"),
+                                          str(roots["glue"] / "glue.record"))))
+    if _has("squad", "sample.json") and _has("squad", "dev-v2.0-small.json"):
+        model = save_tiny_pretrained(roots["squad"])
+        jobs.append(("squad", cli_worker, (_squad_argv(model, roots["squad"] / "squad"),
+                                           str(roots["squad"] / "squad.record"))))
+    if _has("squad", "dev-v2.0-small.json") and _has("race", "RACE", "dev"):
+        heads = _heads(roots["qa"])
+        jobs.append(("qa", shared_qa_worker, ({k: str(v) for k, v in heads.items()}, str(roots["qa"] / "shared.pt"))))
+    jobs.append(("failing", failing_rank_worker, (str(save_tiny_pretrained(roots["failing"])),
+                                                  str(roots["failing"] / "run"), str(roots["failing"] / "said"))))
+    errors = tmp_path_factory.mktemp("ftdist_errors")
+    _launch(jobs, errors)
+    return {"errors": errors, **{name: roots[name] for name, _, _ in jobs}}
+
+
+def _job_done(two_ranks: dict[str, Path], name: str) -> Path:
+    """The folder of job `name` once both ranks ran it without raising (else the test fails with the traceback)."""
+    if name not in two_ranks:
+        pytest.skip(f"shared data not found for the {name} job under {SHARED}")
+    said = [two_ranks["errors"] / f"{name}.error.{rank}" for rank in range(2)]
+    if any(path.exists() for path in said):
+        pytest.fail("\n".join(path.read_text() for path in said if path.exists()), pytrace=False)
+    return two_ranks[name]
