@@ -101,7 +101,7 @@ def test_every_command_in_readmes_bash_blocks_parses():
 
 # ------------------------------------------------------------------- training.md and paper.md: prose options
 # flags training.md names that are not albertlm's: placeholders of the options mechanism, torchrun's, TensorBoard's
-NOT_OURS = {"--field-name", "--section.field", "--flag", "--gpu", "--logdir", "--standalone", "--node-rank",
+NOT_OURS = {"--signal", "--field-name", "--section.field", "--flag", "--gpu", "--logdir", "--standalone", "--node-rank",
             "--nnodes", "--master-addr", "--master-port"}
 
 

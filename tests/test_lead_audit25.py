@@ -141,3 +141,24 @@ def test_info_says_which_classes_keep_no_pooler(tmp_path, capsys, tiny_config):
     AlbertForSquadV2.from_pretrained(base).save_pretrained(tmp_path / "squad")
     assert main(["info", str(tmp_path / "squad")]) == 0
     assert "AlbertForSquadV2's heads and no pooler:" in capsys.readouterr().out
+
+
+# 5. SIGUSR1 and SIGHUP became stop signals of the training loop and the ablate suite (tests/test_sigs_audit25.py);
+#    a run started with nohup (SIGHUP ignored) would then have stopped when its session closed, the very thing
+#    nohup is for: an ignored SIGUSR1 / SIGHUP stays ignored.
+def test_a_nohup_run_keeps_ignoring_sighup():
+    import signal
+
+    from albertlm.experiments.runner import _suite_stop_signals
+    from albertlm.training.loop import stop_on_signals, stop_signals
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.SIGHUP not in stop_signals() and signal.SIGHUP not in _suite_stop_signals()
+        with stop_on_signals():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGUSR1) not in (signal.SIG_IGN, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        assert signal.SIGHUP in stop_signals() and signal.SIGHUP in _suite_stop_signals()
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -838,15 +838,29 @@ def read_result(path: Path, kind: str | None = None) -> dict:
 # Stopped); the event is the second guard, stopping the worker between jobs.
 _STOP: Any = None
 _IN_JOB = False
+# the signals that stop a suite as SIGTERM does, besides Ctrl-C (Python's KeyboardInterrupt): a training loop's
+# stop signals (`training.loop.stop_signals`: Slurm's SIGUSR1 notice, the SIGHUP of a closed ssh session), named
+# here so that the suite's own process need not import torch
+SUITE_STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGHUP")
+
+
+def _suite_stop_signals() -> list:
+    """SUITE_STOP_SIGNALS this platform has, less SIGUSR1 and SIGHUP where the process ignores them (a suite
+    started with nohup outlives its session, as `training.loop.stop_signals` has it)."""
+    import signal
+
+    return [getattr(signal, name) for name in SUITE_STOP_SIGNALS if hasattr(signal, name)
+            and not (name in ("SIGUSR1", "SIGHUP") and signal.getsignal(getattr(signal, name)) == signal.SIG_IGN)]
 
 
 def _worker_init(stop: Any) -> None:
-    """A worker's start: the suite's stop event, and SIGTERM / SIGINT stopping it outside a training loop."""
+    """A worker's start: the suite's stop event, and SIGINT and the stop signals (SIGTERM, SIGUSR1, SIGHUP)
+    stopping it outside a training loop."""
     import signal
 
     global _STOP
     _STOP = stop
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGINT, *_suite_stop_signals()):
         signal.signal(signum, _worker_signalled)
 
 
@@ -1279,9 +1293,10 @@ def retire_finetuning(suite: Suite, tasks: list[str], log=print) -> int:
 
 
 def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: float | None = None) -> None:
-    """`jobs` worker processes; SIGTERM or Ctrl-C to the suite cancels the queued jobs, sets the stop event and
-    passes SIGTERM on to the workers: a training loop (pretraining or fine-tuning) saves a checkpoint and stops,
-    a job between loops stops at once, and no worker starts anything more (a rerun continues)."""
+    """`jobs` worker processes; SIGTERM (or SIGUSR1, SIGHUP) or Ctrl-C to the suite cancels the queued jobs, sets
+    the stop event and passes SIGTERM on to the workers: a training loop (pretraining or fine-tuning) saves a
+    checkpoint and stops, a job between loops stops at once, and no worker starts anything more (a rerun
+    continues)."""
     import multiprocessing as mp
     import signal
 
@@ -1292,7 +1307,7 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: floa
 
     # signal.signal works in the main thread only (a suite run from a program's thread keeps its SIGTERM as is)
     handles = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, interrupt) if handles else None
+    previous = {s: signal.signal(s, interrupt) for s in _suite_stop_signals()} if handles else {}
     context = mp.get_context("spawn")
     stop = context.Event()
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init, initargs=(stop,))
@@ -1317,8 +1332,8 @@ def _run_parallel(suite: Suite, todo: list[Job], jobs: int, note, deadline: floa
                 worker.kill()
         raise
     finally:
-        if handles:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     pool.shutdown(wait=True)
 
 

@@ -310,13 +310,14 @@ class Loop:
         self.run_dir = Path(self.run_dir).absolute()
 
     def run(self) -> str:
-        """Train to the plan's last step; returns "done", "interrupted" (Ctrl-C or SIGTERM, after saving) or
+        """Train to the plan's last step; returns "done", "interrupted" (a stop signal, after saving) or
         "budget" (`train.max_minutes` ran out, after saving). A signal during the last step lets the run finish
         and save as planned, and still returns "interrupted": the caller was asked to stop, and must not take
         "done" as leave to go on (the next job of a suite).
 
-        SIGINT and SIGTERM (a scheduler's notice, `kill`, torchrun passing either on) ask to stop: the step in
-        progress finishes, every rank agrees on that step, the checkpoint is written, and the run returns
+        SIGINT, SIGTERM, SIGUSR1 and SIGHUP (`stop_signals`: Ctrl-C, a scheduler's notice, `kill`, a closed ssh
+        session, torchrun passing one on) ask to stop: the step in progress finishes, every rank agrees on that
+        step, the checkpoint is written, and the run returns
         "interrupted"; `--resume` continues exactly. A second signal stops at once (KeyboardInterrupt; one that
         comes while a checkpoint is written leaves that checkpoint unwritten, not written again; one during an
         evaluation saves the step as it was before that evaluation, marked `UNEVALUATED`, and `--resume`
@@ -753,7 +754,8 @@ def count_tokens(batch: Batch) -> torch.Tensor:
 
 
 class StopRequest:
-    """Set by SIGINT / SIGTERM: the name of the first signal (and when it came), read by the loop after each step."""
+    """Set by a stop signal (`stop_signals`): the name of the first one (and when it came), read by the loop after
+    each step."""
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -791,11 +793,29 @@ def _say_in_handler(line: str) -> None:
         pass
 
 
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that ask a training loop to save after the step in progress and stop: SIGINT (Ctrl-C),
+    SIGTERM (`kill`, a scheduler, torchrun's shutdown), SIGUSR1 (Slurm's pre-emption notice,
+    `#SBATCH --signal=USR1@120`, and other clusters' "save and stop") and SIGHUP (the terminal of an ssh session
+    closed under a run started without nohup: the run ends anyway, and saving first loses nothing; by default it
+    ended at once, the steps since the last checkpoint lost). Those this platform lacks are left out, and so are
+    SIGUSR1 and SIGHUP where the process ignores them (`nohup` sets SIGHUP so: a run started with it must outlive
+    its session, not stop when the session closes)."""
+    return tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP")
+                 if hasattr(signal, name) and not (name in IGNORABLE_STOP_SIGNALS
+                                                   and signal.getsignal(getattr(signal, name)) == signal.SIG_IGN))
+
+
+# the stop signals a process that ignores them keeps ignoring (`stop_signals`; nohup's SIGHUP)
+IGNORABLE_STOP_SIGNALS = ("SIGUSR1", "SIGHUP")
+
+
 @contextlib.contextmanager
 def stop_on_signals(info: DistInfo | None = None, where: Callable[[], str] = lambda: ""):
-    """SIGINT (Ctrl-C) and SIGTERM (a scheduler, `kill`, torchrun's shutdown) ask the loop to stop after the
-    step in progress, save and return; a second signal raises KeyboardInterrupt at once. Outside the main
-    thread (no signal handlers there) only the caller's KeyboardInterrupt stops the loop.
+    """A stop signal (`stop_signals`: Ctrl-C, SIGTERM, SIGUSR1, SIGHUP) asks the loop to stop after the step in
+    progress, save and return; a second one raises KeyboardInterrupt at once. Outside the main thread (no
+    signal handlers there) only the caller's KeyboardInterrupt stops the loop. The handlers it replaced come
+    back when the block ends.
 
     The signal torchrun sends because another rank failed (`info`: the run's ranks; that rank left its message,
     `distributed.tell_peers`) stops this rank at once with that message (`PeerFailed`; `where()` says at which
@@ -820,7 +840,7 @@ def stop_on_signals(info: DistInfo | None = None, where: Callable[[], str] = lam
             _say_in_handler(f"{request.name}: stopping after this step to save a checkpoint (send it again to "
                             "stop at once, without saving this step)")
 
-    previous = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, ask) for s in stop_signals()}
     try:
         yield request
     finally:
