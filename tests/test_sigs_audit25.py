@@ -24,6 +24,17 @@ from test_signals import (ALBERTLM, STEPS, TIMEOUT, TORCHRUN, _assert_same_weigh
 
 __all__ = ["data"]   # the module-scoped fixture of tests/test_signals.py (the tokenizer and data built once here)
 
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_signals_not_ignored():
+    """A test session started under nohup (SIGHUP ignored; the lead's fresh-clone CI check is) hands the ignore on
+    to every run it starts, and an ignored SIGHUP / SIGUSR1 stays ignored (`loop.stop_signals`): these tests send
+    both, so they run with both at their defaults (module scope: before the module's runs are started)."""
+    before = {signum: signal.signal(signum, signal.SIG_DFL) for signum in (signal.SIGHUP, signal.SIGUSR1)}
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
 NEW = ("SIGUSR1", "SIGHUP")
 
 
