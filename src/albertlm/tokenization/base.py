@@ -85,6 +85,9 @@ def valid_texts(texts: list[str]) -> list[str]:
 
 
 MARKED_PIECES = 100   # vocabulary entries with voiced kana that make a warning about accent stripping worth it
+# the share of a training corpus's sentences (voiced kana, or Hangul under WordPiece's stripping) that makes the
+# same warning worth it after training: an English corpus quoting one Japanese word was warned about its one line
+MARKED_SHARE = 0.001
 
 
 @functools.lru_cache(maxsize=2)

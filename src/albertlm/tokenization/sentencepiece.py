@@ -26,8 +26,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import (TokenizerBase, kana_marked, read_config, save_directory, valid_unicode,
-                                        voiced_kana)
+from albertlm.tokenization.base import (MARKED_SHARE, TokenizerBase, kana_marked, read_config, save_directory,
+                                        valid_unicode, voiced_kana)
 
 LineReader = Callable[[Path], Iterable[str]]   # a training input file -> its lines (sentences)
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
@@ -776,7 +776,12 @@ def warn_kana_marks_dropped(lines: int, read: int, hangul: int = 0) -> None:
     """After a training with accent stripping: `lines` of the `read` sentences held voiced kana, whose sound marks
     the stripping dropped (ガ -> カ, パ -> ハ; `hangul`: WordPiece's stripping split that many sentences' Hangul
     into jamo). The model holds none of what was dropped, and reads such text the same way, by design of the
-    option, but nothing said so to a Japanese (or Korean) user who took `--strip-accents` for Latin accents."""
+    option, but nothing said so to a Japanese (or Korean) user who took `--strip-accents` for Latin accents.
+    Said only for a language in at least MARKED_SHARE of the sentences (a quotation in another language is not
+    a corpus of it)."""
+    lines, hangul = (count if count and count >= MARKED_SHARE * read else 0 for count in (lines, hangul))
+    if not lines and not hangul:
+        return
     what = []
     if lines:
         what.append(f"dropped the sound marks of the voiced kana in {lines:,} of the {read:,} sentences (ガ -> カ, "

@@ -1,0 +1,28 @@
+"""Lead's fixes of the twenty-sixth session."""
+import warnings
+
+import pytest
+
+from albertlm.tokenization.base import MARKED_SHARE
+from albertlm.tokenization.sentencepiece import warn_kana_marks_dropped
+
+
+def test_kana_warning_skips_a_corpus_that_only_quotes_japanese():
+    # the ablation suite's English corpus (220,744 sentences, one with a voiced kana) was warned to "train
+    # Japanese without it"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_kana_marks_dropped(1, 220_744)
+        warn_kana_marks_dropped(0, 220_744, hangul=3)
+    with pytest.warns(UserWarning, match=r"voiced kana in 300 of the 220,744 sentences"):
+        warn_kana_marks_dropped(300, 220_744)
+
+
+def test_kana_warning_names_only_the_language_over_the_share():
+    read = 10_000
+    enough = int(MARKED_SHARE * read) + 1
+    with pytest.warns(UserWarning) as caught:
+        warn_kana_marks_dropped(1, read, hangul=enough)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "jamo" in message and "kana" not in message and "train Korean without it" in message
