@@ -84,6 +84,10 @@ COMMAND_TEXT = {"finetune": "trains a pretrained model and keeps the best on dev
                             "({metric})"}
 
 
+SQUAD_HEAD_CLASSES = {"bert": "AlbertForQuestionAnswering", "xlnet": "AlbertForSquadV2"}   # specs.SQUAD_HEADS' classes
+CHECKED_SQUAD_HEAD = "given_squad_head"   # predict / evaluate --squad-head (checked against the model's, not used)
+
+
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     sub = parser.add_subparsers(dest="family", metavar="{glue,squad,race,classify}", required=True)
     for family in FAMILIES:
@@ -119,6 +123,12 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             if score_options(family) is not None:
                 add_options(p, score_options(family))
             p.add_argument("--out", help="also write prediction files here (with --model)")
+        if command != "finetune" and family == "squad":
+            # the head is the checkpoint's (`_squad_head`); finetune's flag given here was argparse's bare
+            # "unrecognized arguments" line: accepted when it names the model's head, else refused in one line
+            p.add_argument("--squad-head", dest=CHECKED_SQUAD_HEAD, choices=SQUAD_HEAD_CLASSES, metavar="{bert,xlnet}",
+                           help="not needed: the head is the one the checkpoint holds; given, it must be that one "
+                           "(bert: AlbertForQuestionAnswering, xlnet: google's v2.0 head, AlbertForSquadV2)")
         p.add_argument("--tokenizer", help="tokenizer file/dir (default: the files in the model dir, or the "
                        "tokenizer a pretraining run's data was built with)")
         add_options(p, finetune_options(family, command))
@@ -477,6 +487,7 @@ def _run_checkpoint(args) -> dict:
     cfg = _config(args, args.family, info)
     if args.family == "squad":      # the head is the checkpoint's (a run_squad_v2.py import has no task.json)
         cfg = cfg.replace(squad_head=_squad_head(Path(args.model)))
+        _check_given_squad_head(args, Path(args.model))
     tokenizer = _tokenizer(args, Path(args.model))
     spec = family.build_spec(options, tokenizer, cfg, False, info)
     if not spec.eval_sets:
@@ -516,6 +527,25 @@ def _squad_head(model_dir: Path) -> str:
         return "xlnet" if saved_class_name(model_dir) == "AlbertForSquadV2" else "bert"
     except UserError:   # no weights, an unknown class: said by the checks that load the model
         return "bert"
+
+
+def _check_given_squad_head(args, model_dir: Path) -> None:
+    """`predict` / `evaluate --model` with --squad-head: the head is read from the checkpoint, so the flag may only
+    name the one it holds; another is one line saying which it holds. A checkpoint with no SQuAD head is left to
+    the checks that load it (they name what it lacks)."""
+    from albertlm.model.registry import saved_class_name
+
+    given = getattr(args, CHECKED_SQUAD_HEAD, None)
+    if not given:
+        return
+    try:
+        held = saved_class_name(model_dir)
+    except UserError:
+        return
+    head = next((name for name, cls in SQUAD_HEAD_CLASSES.items() if cls == held), None)
+    if head is not None and head != given:
+        raise UserError(f"--squad-head {given}: {model_dir} holds the {head} SQuAD head ({held}); {args.command} "
+                        f"uses the head the checkpoint holds: leave --squad-head out")
 
 
 def _glue_class_order(spec, model_dir: Path, options) -> str | None:

@@ -885,8 +885,30 @@ def _read_json_map(path: str | Path, kind, what: str) -> dict:
     data = read_json(path, dict, f"a JSON object {{question id: {what}}}")
     for qid, value in data.items():
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise DataError(f"{path}: the value for question {shown(qid)} is {value!r}, expected {what}")
+            raise DataError(f"{path}: the value for question {shown(qid)} is {_brief(value)}, expected {what}"
+                            f"{_which_file(value, kind is str)}")
     return data
+
+
+def _brief(value, limit: int = 60) -> str:
+    """A value from a JSON file for a one-line message, cut to about `limit` characters: an n-best list was
+    quoted whole (thousands of characters on the error line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _which_file(value, answers: bool) -> str:
+    """What a value of the wrong kind says of the file it came from: another of the files a SQuAD prediction
+    writes, given in the wrong place (nbest_predictions.json or null_odds.json as --predictions, predictions.json
+    as --na-probs). `answers`: the file was read for answers (--predictions), else for null odds (--na-probs)."""
+    if isinstance(value, list) and value and all(isinstance(entry, dict) and "text" in entry for entry in value):
+        wanted = "predictions.json" if answers else "null_odds.json"
+        return f" (this looks like nbest_predictions.json, the n-best lists: give {wanted})"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return " (this looks like null_odds.json: give predictions.json as --predictions, this file as --na-probs)"
+    if isinstance(value, str):
+        return " (this looks like predictions.json: give null_odds.json as --na-probs)"
+    return ""
 
 
 # ------------------------------------------------------------------------------ scoring prediction files
