@@ -589,7 +589,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
     if old_run:   # --overwrite: the old run's prediction files go with it
         old_run += prediction_files(out_dir)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
-    check_same_finetune(spec, cfg, info)
+    check_same_finetune(spec, cfg, info, out_dir, resume)
     said = None
     with contextlib.ExitStack() as held:
         held.enter_context(callers_rng_kept(info.device))   # the caller's random stream is as it was after the run
@@ -681,28 +681,37 @@ PER_PROCESS = ("train.progress", "train.tensorboard", "train.log_every", "train.
                "dist.backend", "dist.timeout_minutes")
 
 
-def finetune_identity(spec: TaskSpec, cfg: FinetuneConfig) -> dict:
+def finetune_identity(spec: TaskSpec, cfg: FinetuneConfig, out_dir: str | Path | None = None,
+                      resume: bool = False) -> dict:
     """What every process of one fine-tuning must agree on: its settings (but `PER_PROCESS`), the task, the number
-    of training features and the task's labels (`spec.info`)."""
+    of training features and the task's labels (`spec.info`), and on `resume` the checkpoint in `out_dir` it
+    continues from (as pretraining's `run_identity`)."""
     from albertlm.config.overrides import flatten
 
     values = {key: value for key, value in flatten(cfg.to_dict()).items() if key not in PER_PROCESS}
     values.update({"the task": spec.family, "the training features": len(spec.train),
                    "the task's labels": json.dumps(spec.info, sort_keys=True, default=str)})
+    if resume and out_dir is not None:
+        last = ckpt.latest_checkpoint(out_dir) if Path(out_dir).is_dir() else None
+        values["the checkpoint it resumes from"] = last.name if last is not None else None
     return values
 
 
-def check_same_finetune(spec: TaskSpec, cfg: FinetuneConfig, info: DistInfo) -> None:
+def check_same_finetune(spec: TaskSpec, cfg: FinetuneConfig, info: DistInfo, out_dir: str | Path | None = None,
+                        resume: bool = False) -> None:
     """Every torchrun process was given the same fine-tuning (`finetune_identity`): a node with another --lr
     trained its copy of the model at its own rate while only rank 0's was saved, and another --epochs or data
-    left the ranks waiting in different collectives. Refused on every rank in one line
-    (`distributed.refuse_differences`), as pretraining does."""
-    from albertlm.training.distributed import refuse_differences
+    left the ranks waiting in different collectives. With `resume`, every rank continues from the same checkpoint:
+    a node whose --out was its own directory holding an older copy of the run (not the shared one rank 0 writes)
+    resumed at another step, trained the steps in between on the others' gradients with its own optimizer state,
+    and left rank 0 waiting for --dist.timeout_minutes at the end, then blamed a slow rank. Refused on every rank in
+    one line (`distributed.refuse_differences`), as pretraining does."""
+    from albertlm.training.distributed import SHARED_OUT, refuse_differences
 
     if info.enabled:
-        refuse_differences(info, finetune_identity(spec, cfg),
+        refuse_differences(info, finetune_identity(spec, cfg, out_dir, resume),
                            f"start every node's torchrun with the same `albertlm finetune {spec.family}` options "
-                           "and --config files, on the same data")
+                           f"and --config files, on the same data{SHARED_OUT if resume else ''}")
 
 
 def check_task_head(model_class: type, family: str, model_dir: str | Path) -> None:

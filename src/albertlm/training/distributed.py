@@ -505,6 +505,13 @@ def differing_across_ranks(info: DistInfo, values: dict) -> dict[str, list[tuple
     return out
 
 
+# what a resumed multi-process run adds to its advice when its processes disagree (`pretrain.check_same_run`,
+# `tasks.finetune.check_same_finetune`): each rank reads the checkpoint it resumes from in its own --out, so a
+# node given a directory of its own (not the one rank 0 writes) resumes from another checkpoint, or none
+SHARED_OUT = (", with an --out that every node sees as the same directory (a shared file system: rank 0 writes the "
+              "run there, and with --resume every rank reads its checkpoint from there)")
+
+
 def refuse_differences(info: DistInfo, values: dict, advice: str) -> None:
     """A UserError on every rank, in one line naming what differs and on which ranks (and hosts), when `values`
     (what every process of one run must agree on) are not the same everywhere (`differing_across_ranks`);

@@ -25,8 +25,8 @@ from torch import nn
 from albertlm.config.run import RunConfig
 from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import (DistInfo, failing_together, init_distributed, refuse_differences,
-                                           world_size_from_env)
+from albertlm.training.distributed import (SHARED_OUT, DistInfo, failing_together, init_distributed,
+                                           refuse_differences, world_size_from_env)
 from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate, shuffled_batches
 from albertlm.training.trainer import build_loop, callers_rng_kept, open_logger, seed_everything
 
@@ -359,7 +359,7 @@ def check_same_run(run: RunConfig, datasets: Datasets, run_dir: Path, resume: bo
     differs and on which ranks (and hosts), before anything is read or written."""
     refuse_differences(info, run_identity(run, datasets, run_dir, resume),
                        "start every node's torchrun with the same `albertlm pretrain` options and --config files, "
-                       "on the same data (a shared path or a copy)")
+                       f"on the same data (a shared path or a copy){SHARED_OUT if resume else ''}")
 
 
 def long_warmup_warning(plan, resumed: bool = False) -> str | None:
