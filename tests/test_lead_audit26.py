@@ -26,3 +26,18 @@ def test_kana_warning_names_only_the_language_over_the_share():
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "jamo" in message and "kana" not in message and "train Korean without it" in message
+
+
+def test_resume_without_a_run_on_another_node_names_the_shared_directory(tmp_path, monkeypatch):
+    # a torchrun rank other than 0 (another node, whose --out was its own local folder) was told to "leave out
+    # --resume to start a new run there": wrong there; the run is rank 0's
+    from albertlm.errors import UserError
+    from albertlm.training.checkpoint import check_run_dir
+
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(UserError, match=r"on rank 1, which reads .*every node sees") as caught:
+        check_run_dir(tmp_path / "run", resume=True, must_exist=True)
+    assert "leave out --resume" not in str(caught.value)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(UserError, match=r"leave out --resume to start a new run there"):
+        check_run_dir(tmp_path / "run", resume=True, must_exist=True)

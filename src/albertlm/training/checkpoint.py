@@ -208,8 +208,7 @@ def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
         raise UserError(f"--out {run_dir}: cannot create or write there ({parent} is not writable)")
     found = [run_dir / name for name in run_files if (run_dir / name).exists()] if run_dir.is_dir() else []
     if resume and must_exist and not found:
-        raise UserError(f"no run to resume in {run_dir} (no {', '.join(run_files)}); leave out --resume to "
-                        "start a new run there")
+        raise UserError(f"no run to resume in {run_dir} (no {', '.join(run_files)}){no_run_advice(run_dir)}")
     if resume or not found:
         return []
     if not overwrite:
@@ -228,6 +227,17 @@ def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
                         f"{steps[-1].name}); pass --resume to continue it, --overwrite to start over (its files "
                         "are removed), or another --out")
     return found
+
+
+def no_run_advice(run_dir: str | Path) -> str:
+    """What a `--resume` that finds no run in `run_dir` advises: to start a new run there; but on a torchrun rank
+    other than 0 (another node, whose --out is not the directory rank 0 writes) that advice was wrong: the run is
+    rank 0's, and every node must see its --out as the same directory."""
+    rank = os.environ.get("RANK", "0").strip()
+    if rank not in ("", "0"):
+        return (f" on rank {rank}, which reads {Path(run_dir).absolute()}: rank 0 writes the run, so with several "
+                "nodes --out must be one directory every node sees (a shared file system)")
+    return "; leave out --resume to start a new run there"
 
 
 def unstarted_run(run_dir: str | Path, run_files: tuple[str, ...] = RUN_FILES) -> bool:
