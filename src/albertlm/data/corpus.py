@@ -25,7 +25,9 @@ The text formats may be compressed: gzip, bzip2, xz or zstd, recognised by their
 Parquet or Arrow file is always read as such, whatever text ``--format`` says.
 
 Text is UTF-8, or UTF-16/UTF-32 with a byte order mark, converted to UTF-8 as it streams (`transcoded_files`,
-`encodings`); lines end at LF, CR LF or CR in every format (`_Utf8Text`, `_text_lines`).
+`encodings`; decided once at open, `_open_lines`: UTF-8 text is read without a converting layer); lines end at LF,
+CR LF or CR in every format (`_TextSource`, `_Utf8Text`, `_text_lines`). A file that starts with a UTF-16 byte
+order mark but does not read as UTF-16 (Latin-1 text beginning "ÿþ") is a UserError (`misread_wide`).
 
 In every format the end of a file ends a document (google's builder silently merges files that do not end
 with a blank line). Damage is skipped and counted, never fatal: undecodable bytes are replaced with U+FFFD
@@ -52,6 +54,7 @@ import json
 import lzma
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -101,6 +104,9 @@ _DOC_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _SNIFF_BYTES = 1 << 16
 _READ_BUFFER = 1 << 20  # bytes per read from a decompressor
+ZSTD_MAX_WINDOW = 1 << 31  # the largest zstd window read (zstd's own maximum; `zstd -d` needs --long=31 for it)
+ZSTD_MAX_STEP = 1 << 13    # compressed bytes given to the zstd decompressor at once, at most (`_ZstdReader`)
+ZSTD_STEP_OUTPUT = 1 << 20  # the text one step should give, about: smaller steps where the text repeats
 TABLE_BATCH_ROWS = 1024  # Parquet rows per record batch (Arrow files keep the batches they were written with)
 JSONL_CHECK_RECORDS = 100  # check_inputs: records of a JSONL file searched for the text field
 # Documents are cut at a sentence boundary beyond this size, so memory stays bounded even for a corpus
@@ -475,19 +481,40 @@ def open_text_stream(path: Path, compression: str | None, on_error: Callable[[Ex
     UTF-16/UTF-32 with a byte order mark transcoded, a UTF-8 one dropped, CR LF and lone CR made LF), buffered
     for fast line iteration, and the file itself (whose `tell()` says how much of it is read). A decompression
     error (corrupt or truncated data) ends the stream early and is reported to `on_error`. The stream's
-    `raw.encoding` names what the file was converted from (None: UTF-8)."""
+    `raw.encoding` names what the file was converted from (None: UTF-8). For a file's first bytes (the checks, the
+    format guess); the readers take UTF-8 text without this layer (`_open_lines`)."""
     raw = open(path, "rb")
+    return io.BufferedReader(_Utf8Text(_decompressor(raw, compression, on_error)), _READ_BUFFER), raw
+
+
+def _decompressor(raw, compression: str | None, on_error: Callable[[Exception], None]):
+    """The file `raw` itself, or a (guarded: `_Guarded`) decompressor reading it."""
     if compression is None:
-        inner = raw
-    elif compression == "gz":
-        inner = _Guarded(gzip.GzipFile(fileobj=raw), on_error)
-    elif compression == "bz2":
-        inner = _Guarded(bz2.BZ2File(raw), on_error)
-    elif compression == "xz":
-        inner = _Guarded(lzma.LZMAFile(raw), on_error)
-    else:
-        inner = _Guarded(_ZstdReader(raw), on_error)
-    return io.BufferedReader(_Utf8Text(inner), _READ_BUFFER), raw
+        return raw
+    if compression == "gz":
+        return _Guarded(gzip.GzipFile(fileobj=raw), on_error)
+    if compression == "bz2":
+        return _Guarded(bz2.BZ2File(raw), on_error)
+    if compression == "xz":
+        return _Guarded(lzma.LZMAFile(raw), on_error)
+    return _Guarded(_ZstdReader(raw), on_error)
+
+
+def _open_lines(path: Path, compression: str | None, on_error: Callable[[Exception], None],
+                encoding: str | None):
+    """(stream, raw) as `open_text_stream` gives them, for reading the lines of a whole file: where the file is
+    transcoded (`encoding`, found by `_read_head`), the same stream; UTF-8 text (the common case) is the file's
+    (decompressed) bytes as they are, without the `_Utf8Text` layer: its UTF-8 byte order mark is skipped here and
+    its CR LF and lone CR line ends are found by `_TextSource` line by line (a layer over every byte cost a
+    third more time on a CR LF file)."""
+    if encoding is not None:
+        return open_text_stream(path, compression, on_error)
+    raw = open(path, "rb")
+    inner = _decompressor(raw, compression, on_error)
+    stream = raw if inner is raw else io.BufferedReader(inner, _READ_BUFFER)
+    if stream.peek(3)[:3] == _BOM:   # (a shorter peek, from a tiny first zstd frame: `_decoded` drops it)
+        stream.read(3)
+    return stream, raw
 
 
 # Byte order marks of the text encodings read besides UTF-8 (UTF-32's first: FF FE 00 00 starts with UTF-16LE's)
@@ -495,10 +522,17 @@ _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le", "UTF-32LE"), (b"\x00\x00\xfe\xf
               (b"\xff\xfe", "utf-16-le", "UTF-16LE"), (b"\xfe\xff", "utf-16-be", "UTF-16BE"))
 
 
+def _wide_bom(head: bytes) -> tuple[bytes, str, str] | None:
+    """(byte order mark, codec, name) of the UTF-16/UTF-32 encoding `head` (a file's first 4 bytes) starts with,
+    else None: the one place that decides whether a file is transcoded (`wide_encoding`, `_Utf8Text`)."""
+    return next((entry for entry in _WIDE_BOMS if head.startswith(entry[0])), None)
+
+
 def wide_encoding(head: bytes) -> str | None:
     """The encoding (UTF-16LE, UTF-16BE, UTF-32LE or UTF-32BE) whose byte order mark a file's first bytes `head`
     begin with (such a file is read transcoded, `_Utf8Text`), else None."""
-    return next((name for bom, _, name in _WIDE_BOMS if head.startswith(bom)), None)
+    found = _wide_bom(head)
+    return found[2] if found is not None else None
 
 
 _UNDECODABLE = "albertlm.corpus.undecodable"   # the error handler of the UTF-16/32 decoders (see `_Utf8Text`)
@@ -515,12 +549,15 @@ class _Utf8Text(io.RawIOBase):
     - a UTF-8 byte order mark at the start is dropped.
     - CR LF and a lone CR (classic Mac OS) end a line as LF does (Python's universal newlines), also where a
       read splits a CR LF pair. UTF-8 never has 0x0D or 0x0A inside a character, so this works on bytes.
+
+    `sniff=False`: the stream is UTF-8 from the middle of a file (`_TextSource` met a lone CR): no byte order
+    mark is looked for, only the line ends are converted.
     """
 
-    def __init__(self, inner):
+    def __init__(self, inner, sniff: bool = True):
         self.inner = inner
         head = b""
-        while len(head) < 4:   # a decompressor may hand out fewer bytes than asked
+        while sniff and len(head) < 4:   # a decompressor may hand out fewer bytes than asked
             data = inner.read(4 - len(head))
             if not data:
                 break
@@ -529,12 +566,12 @@ class _Utf8Text(io.RawIOBase):
         self.made = self.handed = 0   # bytes of UTF-8 made from them, and handed out
         self.encoding: str | None = None
         self.decoder = None
-        for bom, codec, name in _WIDE_BOMS:
-            if head.startswith(bom):
-                self.encoding, head = name, head[len(bom):]
-                self.decoder = codecs.getincrementaldecoder(codec)(errors=_UNDECODABLE)
-                break
-        else:
+        wide = _wide_bom(head) if sniff else None
+        if wide is not None:
+            bom, codec, self.encoding = wide
+            head = head[len(bom):]
+            self.decoder = codecs.getincrementaldecoder(codec)(errors=_UNDECODABLE)
+        elif sniff:
             head = head.removeprefix(_BOM)
         self.cr = False          # the text handed out so far ends with a CR (made LF): an LF next belongs to it
         self.eof = False
@@ -593,26 +630,40 @@ class _Utf8Text(io.RawIOBase):
 
 class _ZstdReader:
     """zstd frames one after another (what `zstd` and `pzstd` write), with a truncated last frame reported
-    as an EOFError: zstandard's own stream_reader silently ends there. Compressed input goes in 8 KiB at a
-    time, which bounds the output of one call."""
+    as an EOFError: zstandard's own stream_reader silently ends there. Compressed input goes to the decompressor
+    in steps of at most 8 KiB, made smaller where one step gave more than ZSTD_STEP_OUTPUT bytes of text: text that
+    repeats (a dump of one line over and over, duplicated pages with `--long`) decompresses thousands of times its
+    size, and one 8 KiB step of such a file gave 90 MB at once (a 200 MB file of one repeated line read in 290 MB
+    of memory, its gzip copy in 59 MB)."""
 
     def __init__(self, raw):
         try:
             import zstandard
         except ImportError:  # a declared dependency; only a broken install lacks it
             raise UserError("reading .zst files needs the zstandard package: pip install zstandard") from None
-        self.raw, self.new = raw, zstandard.ZstdDecompressor().decompressobj
-        self.frame, self.in_frame, self.pending = self.new(), False, b""
+        # frames written with `zstd --long` (or -19 and up on big inputs) declare windows over the decoder's default
+        # limit of 128 MiB: they were skipped as corrupt ("Frame requires too much memory for decoding"); the window
+        # (the frame says how large, at most 2 GiB) is held while the file is read
+        decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+        self.raw, self.new = raw, decompressor.decompressobj
+        self.frame, self.in_frame = self.new(), False
+        self.pending, self.offset = b"", 0   # text decompressed, and how much of it is handed out
+        self.compressed, self.step = b"", 256   # input read but not decompressed; bytes per step (grows at once)
 
     def read(self, size: int) -> bytes:
-        while not self.pending:
-            data = self.raw.read(1 << 13)
-            if not data:
-                if self.in_frame:
-                    raise EOFError("the zstd data ends inside a frame (the file is truncated)")
-                return b""
-            self.pending = self._decompress(data)
-        out, self.pending = self.pending[:size], self.pending[size:]
+        while self.offset >= len(self.pending):
+            if not self.compressed:
+                self.compressed = self.raw.read(ZSTD_MAX_STEP)
+                if not self.compressed:
+                    if self.in_frame:
+                        raise EOFError("the zstd data ends inside a frame (the file is truncated)")
+                    return b""
+            data, self.compressed = self.compressed[:self.step], self.compressed[self.step:]
+            self.pending, self.offset = self._decompress(data), 0
+            # the next step in proportion to how much text this one gave (by this step's ratio)
+            self.step = max(16, min(ZSTD_MAX_STEP, len(data) * ZSTD_STEP_OUTPUT // max(len(self.pending), 1)))
+        out = self.pending[self.offset:self.offset + size]
+        self.offset += len(out)
         return out
 
     def _decompress(self, data: bytes) -> bytes:
@@ -746,23 +797,27 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
             counts.encodings[encoding] = counts.encodings.get(encoding, 0) + 1
             counts.skip("transcoded_files", f"{path}: {encoding} text (it starts with a byte order mark), converted "
                                             "to UTF-8 as it is read")
-        yield from _read_text_file(path, compression, file_format, text_field, counts, progress)
+        yield from _read_text_file(path, compression, file_format, text_field, counts, progress, encoding)
         return
     if progress is not None:
         progress(size)
 
 
 def _read_text_file(path: Path, compression: str | None, file_format: str, text_field: str,
-                    counts: CorpusCounts, progress: Callable[[int], None] | None) -> Iterator[list[str]]:
+                    counts: CorpusCounts, progress: Callable[[int], None] | None,
+                    encoding: str | None = None) -> Iterator[list[str]]:
     errors: list[Exception] = []
-    stream, raw = open_text_stream(path, compression, errors.append)
+    stream, raw = _open_lines(path, compression, errors.append, encoding)
     source = _TextSource(path, stream, counts)
     done = 0
     try:
         for sentences in _READERS[file_format](source, text_field):
             if progress is not None:   # before the document goes out: its bytes are read once it is seen
-                # a compressed file: how far into it the decompressor is; plain text: the bytes the reader took
-                position = raw.tell() if compression is not None else stream.raw.stored(stream.tell())
+                # a compressed file: how far into it the decompressor is; UTF-8 text: the bytes the reader took
+                # (or, once a lone CR put a `_Utf8Text` over the rest, the bytes read ahead for it); transcoded
+                # text: its stored bytes in proportion to the UTF-8 taken
+                transcoded = encoding is not None and compression is None
+                position = stream.raw.stored(stream.tell()) if transcoded else raw.tell()
                 position = max(position, done)   # a proportion may step back a little
                 progress(position - done)
                 done = position
@@ -785,33 +840,67 @@ def _damage_read_up_to(path: Path, error: Exception, lines: int, text_bytes: int
             "before it were kept (the last possibly cut short); nothing after the damage was read")
 
 
+class _Prefixed:
+    """`first`, then the rest of `rest`: a stream's bytes with those already taken from it put back."""
+
+    def __init__(self, first: bytes, rest):
+        self.first, self.rest = first, rest
+
+    def read(self, size: int) -> bytes:
+        if self.first:
+            out, self.first = self.first[:size], self.first[size:]
+            return out
+        return self.rest.read(size)
+
+
 class _Continued(bytes):
     """A piece of a long line after its first (`_TextSource.lines` does not count it as a new line)."""
 
 
 class _TextSource:
-    """The decoded, stripped lines of one text file, with the current line number for messages."""
+    """The decoded, stripped lines of one text file, with the current line number for messages.
+
+    Lines end at LF, CR LF or a lone CR. A stream from `open_text_stream` has LF ends only; the UTF-8 stream of
+    `_open_lines` is the file's bytes, whose CR LF ends are left to `str.strip` (and the csv module), and at the
+    first line holding a lone CR (classic Mac OS, or mixed ends) the rest of the file is read through `_Utf8Text`
+    (`_convert_rest`), which makes every CR an LF: the same lines, and no layer over the bytes of other files."""
 
     def __init__(self, path: Path, stream, counts: CorpusCounts):
         self.path, self.stream, self.counts, self.line_number = path, stream, counts, 0
 
     def lines(self, whole: bool = False) -> Iterator[str]:
         """Decoded, stripped lines; unless `whole`, a line over MAX_LINE_BYTES comes in pieces (see there)."""
-        for raw in (self.stream if whole else self._pieces(MAX_LINE_BYTES)):
+        for raw in (self._whole_lines() if whole else self._pieces(MAX_LINE_BYTES)):
             if not isinstance(raw, _Continued):
                 self.line_number += 1
             yield self._decoded(raw).strip()
 
     def text_lines(self) -> Iterator[str]:
-        """Whole decoded lines with their line ends, for the csv module (a quoted field may span lines)."""
-        for raw in self.stream:
+        """Whole decoded lines with their line ends (LF or CR LF), for the csv module (a quoted field may span
+        lines)."""
+        for raw in self._whole_lines():
             self.line_number += 1
             yield self._decoded(raw)
+
+    def _whole_lines(self) -> Iterator[bytes]:
+        while True:
+            for raw in self.stream:
+                # a CR that is no CR LF line end: one before the last two bytes, or one in a line without LF
+                if 13 in raw and (raw.find(13, 0, -2) >= 0 or raw[-1] != 10):
+                    self._convert_rest(raw)
+                    break
+                yield raw
+            else:
+                return
+
+    def _convert_rest(self, unread: bytes) -> None:
+        """From here on, read `unread` and the rest of the stream with every CR made an LF (`_Utf8Text`)."""
+        self.stream = io.BufferedReader(_Utf8Text(_Prefixed(unread, self.stream), sniff=False), _READ_BUFFER)
 
     def _decoded(self, raw: bytes) -> str:
         if self.line_number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM):]  # a UTF-8 byte order mark (Windows tools) is not text: JSON, <doc> follow it
-        if b"\x00" in raw:   # stray NUL bytes in text (`binary_reason`): no character, an unknown token to a model
+        if 0 in raw:   # stray NUL bytes in text (`binary_reason`): no character, an unknown token to a model
             self.counts.skip("nul_lines", f"{self.path} line {self.line_number}: NUL bytes, removed")
             raw = raw.replace(b"\x00", b"")
         try:
@@ -824,11 +913,18 @@ class _TextSource:
     def _pieces(self, limit: int) -> Iterator[bytes]:
         """The file's lines as bytes, a line longer than `limit` bytes cut into pieces of at most `limit`: at
         the last space or tab, else before the last character that starts in the piece. A piece that goes
-        on with the current line is yielded as a `_Continued` (a bytes subclass)."""
-        readline, pending, continued = self.stream.readline, b"", False
+        on with the current line is yielded as a `_Continued` (a bytes subclass). A CR LF end counts as one
+        byte, as the LF it is made by `_Utf8Text` (the same pieces whatever the line ends)."""
+        pending, continued = b"", False
         while True:
             want = limit - len(pending)
-            data = readline(want)
+            data = self.stream.readline(want)
+            if 13 in data and (data.find(13, 0, -2) >= 0 or data[-1] != 10):   # a lone CR (see `_whole_lines`)
+                if (len(data) == want and data.find(13, 0, -1) < 0 and self.stream.peek(1)[:1] == b"\n"):
+                    data += self.stream.read(1)   # no: a CR LF cut by the limit; the line fits, as its LF would
+                else:
+                    self._convert_rest(data)
+                    continue
             raw, pending = pending + data, b""
             if not raw:
                 return
@@ -1220,15 +1316,40 @@ def _check_encoding(path: Path, compression: str | None) -> None:
     binary head (`binary_reason`) is left to the reader, which skips it and says so; UTF-16/UTF-32 text with a
     byte order mark is read as the UTF-8 it is converted to. The reader
     turns undecodable bytes into U+FFFD and counts the lines, so a corpus saved in CP949 trained a tokenizer of
-    U+FFFD and stray Greek and Cyrillic (and built data of [UNK]), exit 0, with only a count of bad lines."""
+    U+FFFD and stray Greek and Cyrillic (and built data of [UNK]), exit 0, with only a count of bad lines.
+    Also a UserError when a file starting with a UTF-16/UTF-32 byte order mark does not read as such text
+    (`misread_wide`)."""
     stream, raw = open_text_stream(path, compression, lambda exc: None)
     try:
         head = stream.read(ENCODING_SNIFF_BYTES)
+        encoding = stream.raw.encoding
     finally:
         stream.close()
         raw.close()
+    if encoding is not None and misread_wide(head):
+        bom = next(entry[0] for entry in _WIDE_BOMS if entry[2] == encoding)
+        sample = head.decode("utf-8", errors="replace")[:12]
+        raise UserError(f"{path} starts with {bom.hex(' ').upper()}, the byte order mark of {encoding}, but read as "
+                        f"{encoding} its text holds no line break, space or ASCII character ({sample!r}...): it is "
+                        f"probably not {encoding} but 8-bit or UTF-8 text that begins with those bytes (in Latin-1 "
+                        f"they read {bom.decode('latin-1')!r}); remove them or convert the file to UTF-8, e.g. "
+                        f"tail -c +{len(bom) + 1} {shlex.quote(str(path))} | iconv -f latin1 -t utf-8 > text.txt")
     if binary_reason(head) is None and looks_legacy_encoded(head):
         raise UserError(f"{path} is not UTF-8 text (most of its non-ASCII bytes are not UTF-8): {NOT_UTF8_HINT}")
+
+
+MISREAD_WIDE_CHARS = 256   # characters of transcoded text `misread_wide` needs before it judges
+_BELOW_0100 = re.compile("[\x00-\xff]")
+
+
+def misread_wide(head: bytes) -> bool:
+    """Whether `head`, the UTF-8 that a file starting with a UTF-16/UTF-32 byte order mark was converted to, is
+    8-bit or UTF-8 text misread (a Latin-1 file that begins with "ÿþ", bytes FF FE): at least MISREAD_WIDE_CHARS
+    characters and not one of them below U+0100. Real UTF-16 text of any script has line breaks, spaces, digits
+    or ASCII punctuation (each a code unit below 0x100); two bytes of 8-bit text make one code unit of 0x2020 or
+    more (the CJK, symbols and unassigned code points such a file turned into, one document without a break)."""
+    text = head.decode("utf-8", errors="replace")
+    return len(text) >= MISREAD_WIDE_CHARS and _BELOW_0100.search(text) is None
 
 
 def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "text") -> None:
