@@ -41,3 +41,20 @@ def test_resume_without_a_run_on_another_node_names_the_shared_directory(tmp_pat
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(UserError, match=r"leave out --resume to start a new run there"):
         check_run_dir(tmp_path / "run", resume=True, must_exist=True)
+
+
+def test_a_file_named_with_a_leading_dash_gets_a_hint(tmp_path, monkeypatch, capsys):
+    # `data build --input a.txt -b.txt`: argparse reads -b.txt as an option and said only "unrecognized arguments"
+    from albertlm.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("one sentence.\n", encoding="utf-8")
+    (tmp_path / "-b.txt").write_text("another sentence.\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as caught:
+        main(["data", "build", "--input", "a.txt", "-b.txt", "--out", "out"])
+    assert caught.value.code != 0
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: -b.txt" in err and "write ./-b.txt" in err
+    with pytest.raises(SystemExit):
+        main(["data", "build", "--input", "a.txt", "-c.txt", "--out", "out"])
+    assert "write ./" not in capsys.readouterr().err   # no such file: the plain line

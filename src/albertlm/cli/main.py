@@ -146,6 +146,10 @@ class Parser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments:"):
             options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
             for word in message.split(":", 1)[1].split():
+                if word.startswith("-") and os.path.exists(word):   # `--input a.txt -b.txt`: a file, not an option
+                    message += (f" ({word!r} is a file whose name begins with '-', so it was read as an option: "
+                                f"write ./{word})")
+                    break
                 # `-lr 0.1` (one dash, as some tools spell options) is looked up as `--lr`
                 close = nearest_option(word.split("=")[0], options) if re.match(r"--?[A-Za-z]", word) else None
                 if close:
