@@ -154,16 +154,86 @@ def _staging(dst: Path):
 
 
 def _move_into_place(stage: Path, dst: Path, overwrite: bool) -> None:
-    """The complete conversion replaces DST's files; with --overwrite no file of an earlier one outlives it."""
+    """The complete conversion replaces DST's files; with --overwrite no file of an earlier one outlives it. A DST
+    that does not exist is the staged folder renamed (one step); into an existing DST the files move as one step
+    too (`swap_into_place`): a Ctrl-C, SIGTERM or error on the way leaves DST with its earlier files, not a mix."""
     try:
-        dst.mkdir(parents=True, exist_ok=True)
-        if overwrite:
-            for name in (*OUTPUT_FILES, *_earlier_weights(dst)):
-                (dst / name).unlink(missing_ok=True)
-        for path in sorted(stage.iterdir()):
-            os.replace(path, dst / path.name)
+        if not dst.exists():
+            os.rename(stage, dst)
+            return
+        removed = [dst / name for name in (*OUTPUT_FILES, *_earlier_weights(dst))] if overwrite else []
+        swap_into_place([(path, dst / path.name) for path in sorted(stage.iterdir())], removed,
+                        stage.parent / ".earlier")
     except OSError as exc:
         raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
+
+
+def swap_into_place(moves: list[tuple[Path, Path]], removed: list[Path], aside: Path) -> None:
+    """Move each staged file onto its target (`moves`: (staged, target)) and remove the files `removed`, as one step:
+    every target that exists and every file of `removed` is first moved into the new folder `aside` (beside the
+    staged files: the same file system), then the new files move in. An error or interrupt on the way (Ctrl-C, the
+    CLI's SIGTERM) takes the new files out and puts the earlier ones back, so the destination holds the earlier
+    set or the new one, never a mix (the new files moved one by one used to leave a half-replaced model). Ctrl-C
+    and SIGTERM are held back while it runs (`_stops_held`: acted on once it is done). `aside` (which must not
+    exist) is left for the caller's clean-up: it holds the earlier files once the new ones are in."""
+    with _stops_held():
+        aside.mkdir()
+        kept: list[tuple[Path, Path]] = []     # (target, where it waits in `aside`)
+        placed: list[Path] = []
+        made: list[Path] = []                  # folders made for a target (an export's onnx/), innermost last
+        try:
+            for target in dict.fromkeys([*(t for _, t in moves), *removed]):
+                if target.is_file() or target.is_symlink():
+                    waiting = aside / str(len(kept))
+                    os.replace(target, waiting)
+                    kept.append((target, waiting))
+            for staged, target in moves:
+                if not target.parent.is_dir():
+                    target.parent.mkdir(parents=True)
+                    made.append(target.parent)
+                os.replace(staged, target)
+                placed.append(target)
+        except BaseException:
+            for target in reversed(placed):
+                with contextlib.suppress(OSError):
+                    target.unlink()
+            for directory in reversed(made):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            for target, waiting in reversed(kept):
+                with contextlib.suppress(OSError):
+                    os.replace(waiting, target)
+            raise
+
+
+@contextlib.contextmanager
+def _stops_held():
+    """Ctrl-C and SIGTERM held back while the block runs (a few renames) and acted on once it is done: their Python
+    handlers (KeyboardInterrupt, the CLI's SIGTERM one) are swapped for one that notes the signal, and the first
+    noted runs after. Not pthread_sigmask: that holds a signal back from the calling thread only, and the kernel
+    hands a signal sent to the process to another thread that does not block it (torch's OpenMP workers, started
+    by the load), whose Python handler then runs in the main thread all the same, mid-block. Only in the main
+    thread (where Python sets handlers); a signal without a Python handler (ignored, or default) is left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            previous[sig] = handler
+            signal.signal(sig, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if noted:   # (the block's own error, if any, is raised instead)
+        previous[noted[0]](noted[0], None)
 
 
 def _check_tokenizer_fits(path: Path, vocab_size: int, explicit: bool = False) -> None:

@@ -159,9 +159,16 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
         else:
             lines.append(_serving_line(metadata, model, tokenizer, tf_source))
         target = out if directory else out.parent
-        if directory:
-            target.mkdir(exist_ok=True)
-        _install(staging, target, names, directory, args.overwrite)
+        made = directory and not target.exists()
+        try:
+            if directory:
+                target.mkdir(exist_ok=True)
+            _install(staging, target, names, directory, args.overwrite)
+        except BaseException:
+            if made:   # the files were taken out again: nor is the folder made for them left behind
+                with contextlib.suppress(OSError):
+                    target.rmdir()
+            raise
     for line in lines:
         print(line)
     for warning in warnings_:
@@ -360,18 +367,22 @@ def _install(staging: Path, target: Path, names: dict[str, str], directory: bool
     """Move the staged files into `target` (--out DIR, or FILE's folder); with --overwrite, an earlier export's
     files this one does not write are removed first (a bigger model's FILE.data; in a directory, another
     tokenizer's files or a model_quantized.onnx not asked for this time), so nothing stale stays beside the new."""
-    written = {str(path.relative_to(staging)) for path in staging.rglob("*") if path.is_file()}
+    from albertlm.cli.convert_commands import swap_into_place
+
+    written = {path.relative_to(staging).as_posix() for path in staging.rglob("*") if path.is_file()}
     if directory:
         ours = set(SERVING_FILES) if overwrite else set()
     else:
         ours = {name + data for name in names.values() for data in ("", ".data")}
-    for name in sorted(ours - written):
-        old = target / name
-        if old.is_file():
-            old.unlink()
-    for name in sorted(written):
-        (target / name).parent.mkdir(exist_ok=True)
-        os.replace(staging / name, target / name)
+    # one step (convert's `swap_into_place`): a Ctrl-C or SIGTERM while the files moved in one by one left a new
+    # model.onnx beside an earlier export's model_quantized.onnx and config.json
+    try:
+        swap_into_place([(staging / name, target / name) for name in sorted(written)],
+                        [target / name for name in sorted(ours - written)], staging / ".earlier")
+    except OSError as exc:
+        from albertlm.errors import UserError
+
+        raise UserError(f"--out: cannot write {target}: {exc.strerror or exc}") from None
 
 
 def _write_serving_files(staging: Path, model, model_dir: Path, metadata: dict[str, str], tokenizer: Path | None,

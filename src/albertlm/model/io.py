@@ -4,8 +4,9 @@
 `pytorch_model.bin`, loaded with weights_only=True, or either sharded with its `.index.json`) through the key
 map in `hf_format`.
 Loading between our classes works like transformers: the backbone (`albert.*`) must match exactly;
-head weights the checkpoint lacks are freshly initialised, heads it has but the class lacks are dropped
-(both are logged).
+head weights the checkpoint lacks, or holds in another shape, are freshly initialised (a warning), heads it has but
+the class lacks are dropped: a fine-tuned one with a warning, a pretraining checkpoint's MLM / SOP heads and a pooler
+the class has none of quietly (`load_state_into`).
 """
 from __future__ import annotations
 
@@ -255,7 +256,8 @@ class _MissingPoolerNote(logging.Filter):
         head = "freshly initialised weights (not in the checkpoint): "
         if message.startswith(head):
             return not all(name.strip().startswith("pooler.") for name in message[len(head):].split(","))
-        return not (message.startswith("checkpoint head weight pooler."))
+        shapes = re.findall(r"(\S+) has another shape", message) if "head weights of another shape" in message else []
+        return not (shapes and all(name.startswith("pooler.") for name in shapes))
 
 
 def load_backbone(directory: str | Path) -> nn.Module:
@@ -420,12 +422,15 @@ def mode_like(path: Path, reference: Path) -> None:
 
 
 def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: str,
-                    strict_heads: bool = False) -> list[str]:
+                    strict_heads: bool = False, source: object = "the checkpoint") -> list[str]:
     """Load a full-model state (backbone under `albert.`) into `model` whose backbone is under `prefix`; returns the
     names of the model's tensors the checkpoint did not give (missing, or of another shape), which keep their values.
     Backbone weights must match exactly; heads (and the pooler, which some heads lack) may differ: a head weight
     of another shape is freshly initialised, or with `strict_heads` a UserError (the checkpoint's own class, whose
-    config does not fit its weights: that head would come back random)."""
+    config does not fit its weights: that head would come back random). What a user should hear of (warnings,
+    one line each, naming `source`): weights freshly initialised, head weights of another shape, and a fine-tuned
+    head the class has no place for (`_dropped_heads`); a pretraining checkpoint's MLM / SOP heads and a pooler the
+    class lacks are dropped as expected when fine-tuning (logged at info level)."""
     state = {(prefix + k.removeprefix("albert.") if k.startswith("albert.") else k): v for k, v in state.items()
              if k.startswith("albert.") or prefix}  # a bare AlbertModel drops every head
 
@@ -433,7 +438,7 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
         return key.startswith(prefix) and not key.startswith(prefix + "pooler.")
 
     own = model.state_dict()
-    reshaped = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
+    reshaped = [k for k in own if k in state and own[k].shape != state[k].shape]   # in the model's order
     for key in reshaped:
         if is_backbone(key):
             raise UserError(f"checkpoint tensor {key} has shape {tuple(state[key].shape)}, "
@@ -445,7 +450,12 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
                                 "wide (transformers sizes it by num_labels), so this head cannot be loaded")
             raise UserError(shapes + f"of its config.json has {tuple(own[key].shape)}: the config (num_labels / "
                             "id2label) does not fit the weights, and that head would come back random")
-        log.warning("checkpoint head weight %s has another shape; it is freshly initialised", key)
+    if reshaped:   # one line for the head (weight and bias were a line each): a head trained for another task
+        log.warning("%s: head weights of another shape than %s's are freshly initialised (a head trained for another "
+                    "number of labels or task): %s", source, type(model).__name__,
+                    "; ".join(f"{key} has another shape, {tuple(state[key].shape)} vs {tuple(own[key].shape)}"
+                              for key in reshaped))
+    for key in reshaped:
         del state[key]
     missing, unexpected = model.load_state_dict(state, strict=False)
     for keys, what in ((missing, "checkpoint lacks model weights"),
@@ -455,9 +465,26 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
     missing = [k for k in missing if k not in reshaped]  # those were named above
     if missing:
         log.warning("freshly initialised weights (not in the checkpoint): %s", ", ".join(missing))
-    if unexpected:
-        log.info("ignored checkpoint weights of other heads: %s", ", ".join(unexpected))
+    dropped = _dropped_heads(unexpected, prefix)
+    if dropped:   # transformers warns "Some weights of the model checkpoint ... were not used"
+        modules = list(dict.fromkeys(key.rpartition(".")[0] for key in dropped))   # classifier.weight -> classifier
+        log.warning("%s: the checkpoint's fine-tuned head (%s) is not used: %s has none (a head trained for another "
+                    "task)", source, ", ".join(modules), type(model).__name__)
+    expected = [k for k in unexpected if k not in dropped]
+    if expected:
+        log.info("ignored checkpoint weights of other heads: %s", ", ".join(expected))
     return reshaped + missing
+
+
+# A pretraining checkpoint's heads (AlbertForPreTraining, AlbertForMaskedLM), and a pooler the class has none of, are
+# dropped by every fine-tuning from it: expected, not warned. Any other head in a checkpoint is a fine-tuned one.
+PRETRAINING_HEADS = ("mlm_head.", "sop_head.")
+
+
+def _dropped_heads(unexpected: list[str], prefix: str) -> list[str]:
+    """The checkpoint's fine-tuned head weights (a classifier, a QA head, google's SQuAD v2.0 head) among the weights
+    `unexpected` that the loading class has no place for."""
+    return [k for k in unexpected if not k.startswith(PRETRAINING_HEADS) and not k.startswith(prefix + "pooler.")]
 
 
 def to_full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -661,7 +688,7 @@ class PretrainedMixin:
                 state = hf_format.state_from_hf(state, model.config, plan)  # overrides included (the E->H projection)
             else:
                 state = to_full_state(state)
-            fresh = load_state_into(model, state, cls.base_prefix, strict_heads)
+            fresh = load_state_into(model, state, cls.base_prefix, strict_heads, source=directory)
         except UserError as exc:
             raise UserError(f"{directory}: {exc}") from None
         if cls.__name__ in LABELLED:   # (read_labels names the file of a bad entry)
