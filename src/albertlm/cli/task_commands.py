@@ -604,6 +604,9 @@ def _evaluate(args) -> int:
     if bool(args.model) == bool(args.predictions):
         raise UserError("give either --model CHECKPOINT or --predictions FILE")
     if args.predictions:
+        if "null_threshold" in command_line_values(args, data_options(args.family)):   # was read and ignored
+            raise UserError("--null-threshold applies to a model's predictions (--model); with --predictions, "
+                            "--na-probs null_odds.json --na-prob-thresh X nulls the answers whose odds exceed X")
         extra = score_options(args.family)
         metrics = get_family(args.family).score(read_options(args, data_options(args.family)), args.predictions,
                                                 read_options(args, extra) if extra else None,

@@ -22,8 +22,57 @@ def _squad_spec(o: SquadOptions, tokenizer, cfg, training: bool, info: dict):
                                    o.max_answer_length)
     # predicting with a v2.0 model: the null threshold its run tuned on dev (task.json), for a file without answers
     threshold = info.get("null_threshold") if not training and str(info.get("version")) == o.version else None
-    tuned = {"null_threshold": float(threshold)} if isinstance(threshold, (int, float)) else {}
-    return specs.squad_spec(o.version, tokenizer, cfg, o.train or None, o.dev or None, settings, training, **tuned)
+    recorded = float(threshold) if isinstance(threshold, (int, float)) and not isinstance(threshold, bool) else None
+    extra: dict[str, Any] = {"null_threshold": recorded} if recorded is not None else {}
+    applied = _null_threshold(o.null_threshold, recorded, training, info, o.version)
+    if applied is not None:
+        extra["applied_threshold"] = applied
+    if not training and o.version == "2.0" and str(info.get("version")) == "2.0":
+        extra["version_from"] = "the version the model was fine-tuned with"   # said if the data looks like v1.1
+    return specs.squad_spec(o.version, tokenizer, cfg, o.train or None, o.dev or None, settings, training, **extra)
+
+
+def _null_threshold(given: str, recorded: float | None, training: bool, info: dict, version: str = "") -> float | None:
+    """`--null-threshold`: the no-answer threshold applied to predictions.json whatever the file (None: tuned on a
+    labelled file, else the model's recorded one, else 0). A number, or `recorded` (predict / evaluate: the one
+    the model's run tuned on dev). `finetune` takes a number for a --dev file without answers (nothing to tune it
+    on); a resumed run keeps the one it started with (recorded in its config as `given_null_threshold`)."""
+    import math
+
+    text = str(given or "").strip()
+    started = info.get("given_null_threshold") if training and info else None   # a resumed run's (saved config)
+    if training and info and text and (started is None or _number(text) != started):
+        was = f"--null-threshold {started:g}" if started is not None else "no --null-threshold"
+        raise UserError(f"--resume: the run was started with {was}, now --null-threshold {text}; drop the option, "
+                        "or start over with --overwrite")
+    if not text:
+        return float(started) if isinstance(started, (int, float)) and not isinstance(started, bool) else None
+    if text and version.startswith("1"):
+        raise UserError(f"--null-threshold: SQuAD v{version} has no unanswerable questions (no null predictions); "
+                        "leave it out, or give --version 2.0")
+    if text == "recorded":
+        if training:
+            raise UserError("--null-threshold recorded is for predict / evaluate (the threshold a fine-tuned model's "
+                            "run recorded); finetune tunes its own on a labelled --dev: give a number, or leave it "
+                            "out")
+        if recorded is None:
+            raise UserError("--null-threshold recorded: the model records no tuned null threshold (a run's best/"
+                            "task.json holds it; a checkpoints/step_N folder, a SQuAD v1.1 model or a converted "
+                            "checkpoint has none): give a number, e.g. dev/null_threshold of the step in the run's "
+                            "metrics.jsonl")
+        return recorded
+    value = _number(text)
+    if value is None or not math.isfinite(value):
+        raise UserError(f"--null-threshold {text!r}: a number (a question is unanswered where its odds in "
+                        "null_odds.json exceed it) or 'recorded' (the one the model's run tuned on dev)")
+    return value
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _squad_version(o: SquadOptions) -> str:

@@ -237,11 +237,16 @@ def _glue_test_set(task, path: Path, examples, features) -> EvalSet:
 
 def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, dev_file=None,
                settings: squad.SquadSettings | None = None, training: bool = True,
-               null_threshold: float | None = None) -> TaskSpec:
+               null_threshold: float | None = None, applied_threshold: float | None = None,
+               version_from: str = "--version 2.0") -> TaskSpec:
     """`null_threshold`: v2.0's no-answer threshold for a file without answers to tune it on (the one the
     fine-tuning run tuned on its dev set, recorded in task.json); a labelled dev file tunes its own.
+    `applied_threshold` (`--null-threshold`): the threshold applied to the dev file whether it has answers or not
+    (its metrics are those of predictions.json at it, `best_*` still tuned on it); `finetune` (`training`) takes
+    it for a file without answers only, and records it in task.json as the run's `null_threshold`.
     `version` "" (none given): the version the files show (`squad.resolve_version`; a UserError where they show
-    none or disagree)."""
+    none or disagree); `version_from`: where a "2.0" given came from, for the warning that a file looks like v1.1
+    (`squad.version_note`)."""
     head = cfg.squad_head
     if version:   # a version given is checked before any file is read
         version = squad.check_version_name(version)
@@ -257,11 +262,28 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
                                                           ("dev", dev_file)) if path is not None}
     examples_of = {split: squad.read_squad(path, found, anchored=split == "train")
                    for split, (path, found) in raw.items()}
+    given = version
     version = squad.resolve_version(version, [(raw[split][0], examples_of[split]) for split in raw])
     _check_squad_head(head, version, training)
     info = {"version": version, "settings": vars(settings)}
     if head != "bert":
         info["squad_head"] = head
+    if given:   # a v1.1 file read as v2.0 (given, or the model's): said, as `evaluate --predictions` says it
+        for path in dict.fromkeys(raw[split][0] for split in raw):
+            split = next(s for s in raw if raw[s][0] == path)
+            note = squad.version_note(version, examples_of[split], path, version_from,
+                                      _v11_advice(head, training, version_from))
+            if note:
+                warnings.append(note)
+    dev_labelled = "dev" in raw and any(e.labelled for e in examples_of["dev"])
+    _check_applied_threshold(applied_threshold, version, training, dev_labelled)
+    if training and applied_threshold is not None:
+        # the run's threshold: `predict` applies it on new files; `given_null_threshold` is what a --resume keeps
+        # (a threshold tuned at an evaluation is `null_threshold` alone)
+        info["null_threshold"] = info["given_null_threshold"] = float(applied_threshold)
+    if "dev" in raw and not dev_labelled and not version.startswith("1") and applied_threshold is None \
+            and null_threshold is None:
+        warnings.append(_untuned_note(raw["dev"][0], training))
 
     def read(split: str):
         """The split's examples and features; what was tolerated is counted per split (`(train)`, `(dev)`), as
@@ -290,14 +312,56 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     eval_sets = []
     if dev_file is not None:
         examples, features = read("dev")
+        threshold = applied_threshold if applied_threshold is not None else null_threshold
         eval_sets.append(_squad_eval_set(version, tokenizer, settings, examples, features, info,
-                                         0.0 if null_threshold is None else float(null_threshold), head))
+                                         0.0 if threshold is None else float(threshold), head,
+                                         fixed=applied_threshold is not None))
     model_class, outputs = (AlbertForSquadV2, SQUAD_BEAM) if head == "xlnet" else (AlbertForQuestionAnswering, SPANS)
     return TaskSpec("squad", model_class, {}, train, eval_sets, "f1", torch.long,
                     info, problems, outputs=outputs, warnings=warnings)
 
 
 SQUAD_HEADS = ("bert", "xlnet")
+
+
+def _v11_advice(head: str, training: bool, version_from: str) -> str:
+    """What to do about a v1.1 file read as v2.0 (`squad.version_note`): v1.1's own reading where the head allows
+    it (google's v2.0 head is refused with v1.1), else a threshold no odds exceed (no '' predicted)."""
+    if head == "xlnet":
+        return ("google's v2.0 head scores v2.0 only: give --null-threshold 1e9 to answer every question"
+                if not training else "train BERT's head with --version 1.1 (--squad-head bert) if it is v1.1")
+    if version_from != "--version 2.0":
+        return "give --version 1.1 if it is v1.1 (the model is used as it is; v1.1 never predicts '')"
+    return "give --version 1.1 if it is v1.1"
+
+
+def _untuned_note(path, training: bool) -> str:
+    """The warning for a v2.0 file without answers predicted with no threshold tuned, recorded or given: 0.0 is
+    applied, which is a tuned one only by chance (the odds are logit differences, or answer_class logits)."""
+    if training:
+        why = "no labelled --dev to tune it on"
+        fix = "give --null-threshold X (one tuned on labelled dev data) for its predictions.json"
+    else:
+        why = ("the model records none (a fine-tuning run's best/task.json does; a checkpoints/step_N folder, a "
+               "converted checkpoint does not)")
+        fix = ("give --null-threshold X: the run's best/task.json null_threshold, or for a step_N folder the "
+               "dev/null_threshold of that step in the run's metrics.jsonl")
+    return (f"{path} has no answers to tune SQuAD v2.0's no-answer threshold on, and {why}: predictions.json "
+            f"nulls the questions whose odds exceed 0.0 (null_odds.json holds them); {fix}")
+
+
+def _check_applied_threshold(threshold: float | None, version: str, training: bool, dev_labelled: bool) -> None:
+    """`--null-threshold` is v2.0's; `finetune` tunes it on a labelled --dev (as google's run_squad does) and keeps
+    the best model by the F1 at the tuned one, so there it is taken for a file without answers only."""
+    if threshold is None:
+        return
+    if version.startswith("1"):
+        raise UserError(f"--null-threshold: SQuAD v{version} has no unanswerable questions (no null predictions); "
+                        "leave it out, or give --version 2.0")
+    if training and dev_labelled:
+        raise UserError("--null-threshold: finetune tunes the no-answer threshold on a labelled --dev and keeps the "
+                        "best model by the F1 at it; leave it out, and apply another to the best model with "
+                        "`albertlm predict squad --null-threshold`")
 
 
 def _check_squad_head(head: str, version: str, training: bool) -> None:
@@ -314,9 +378,10 @@ def _check_squad_head(head: str, version: str, training: bool) -> None:
 
 
 def _squad_eval_set(version: str, tokenizer, settings, examples, features, info: dict,
-                    threshold: float = 0.0, head: str = "bert") -> EvalSet:
+                    threshold: float = 0.0, head: str = "bert", fixed: bool = False) -> EvalSet:
     """Scoring v2.0 tunes the null threshold on this file and records it in `info` (task.json beside the best
-    model), so that predicting on a file without answers applies the run's threshold, not 0. `head` "xlnet":
+    model), so that predicting on a file without answers applies the run's threshold, not 0. `fixed`
+    (`--null-threshold`): `threshold` is applied and scored instead (the tuned `best_*` beside it). `head` "xlnet":
     google's v2.0 head's outputs, post-processed as its write_predictions_v2 (`squad.postprocess_beam`)."""
     golds = squad.gold_answers(examples)
     # a question is labelled by its answers or by the file saying it has none (v2.0's is_impossible): a dev file
@@ -333,6 +398,8 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
         preds = predictions(out)
         if version.startswith("1"):
             return squad_v1_scores(golds, squad.final_predictions(preds, version))
+        if fixed:
+            return squad.tune_threshold(golds, preds, applied=threshold)
         metrics = squad.tune_threshold(golds, preds)
         state["threshold"] = info["null_threshold"] = metrics["null_threshold"]
         return metrics

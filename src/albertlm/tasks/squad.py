@@ -400,15 +400,17 @@ def resolve_version(version: str | None, files: Sequence[tuple[str | Path, Seque
     raise UserError(f"the SQuAD files disagree: {what}; give --version 1.1 or --version 2.0")
 
 
-def version_note(version: str, examples: Sequence[SquadExample], path: str | Path) -> str | None:
+def version_note(version: str, examples: Sequence[SquadExample], path: str | Path, given: str = "--version 2.0",
+                 advice: str = "give --version 1.1 if it is v1.1") -> str | None:
     """A warning where a version given contradicts what the file shows without doubt (its own "version" field, or
-    no is_impossible field on any of its answered questions): `--version 2.0`, the CLI's default, on a v1.1 file
-    scores it by the v2.0 script and predicts null answers ('') for some of its questions."""
+    no is_impossible field on any of its answered questions): `--version 2.0` on a v1.1 file scores it by the v2.0
+    script and predicts null answers ('') for some of its questions. `given`: where v2.0 came from (the flag, or the
+    version a model was fine-tuned with); `advice`: what to do about it."""
     detected, why = detect_version(examples)
     if detected is None or detected == version or version != "2.0":
         return None     # a v2.0 file given as v1.1 is an error (check_version), not a warning
-    return (f"{path} looks like a SQuAD v1.1 file ({why}) and is read as v2.0 (--version 2.0): no-answer "
-            "predictions ('') are allowed and scored by the v2.0 script; give --version 1.1 if it is v1.1")
+    return (f"{path} looks like a SQuAD v1.1 file ({why}) and is read as v2.0 ({given}): no-answer "
+            f"predictions ('') are allowed and scored by the v2.0 script; {advice}")
 
 
 # ------------------------------------------------------------------------------ tokens and offsets
@@ -821,21 +823,24 @@ def null_odds(predictions: dict[str, ExamplePrediction]) -> dict[str, float]:
     return {qid: p.score_diff for qid, p in predictions.items()}
 
 
-def tune_threshold(golds: dict[str, list[str]], predictions: dict[str, ExamplePrediction]) -> dict:
+def tune_threshold(golds: dict[str, list[str]], predictions: dict[str, ExamplePrediction],
+                   applied: float | None = None) -> dict:
     """The null threshold that maximises dev F1 (the official `find_best_thresh` over best-span texts, ties
-    aside: see `best_threshold`), and the official v2.0 metrics at that threshold."""
+    aside: see `best_threshold`), and the official v2.0 metrics at that threshold. `applied`: the metrics (and
+    `null_threshold`) are those of this threshold instead (`--null-threshold`), `best_*` still the tuned ones."""
     from albertlm.tasks.metrics import squad_v2_raw_scores, squad_v2_scores
 
     spans = {qid: p.best.text for qid, p in predictions.items()}
     odds = null_odds(predictions)
     exact_raw, f1_raw = squad_v2_raw_scores(golds, spans)
     best_exact, exact_threshold = best_threshold(golds, spans, exact_raw, odds)
-    best_f1, threshold = best_threshold(golds, spans, f1_raw, odds)
+    best_f1, tuned = best_threshold(golds, spans, f1_raw, odds)
+    threshold = tuned if applied is None else float(applied)
     final = squad_v2_scores(golds, final_predictions(predictions, "2.0", threshold))
-    # best_f1_thresh (= null_threshold) as the official script names it: fine-tuning and `evaluate --model` printed
-    # every key of its output but that one
+    # best_f1_thresh (= null_threshold unless one was applied) as the official script names it: fine-tuning and
+    # `evaluate --model` printed every key of its output but that one
     final.update({"null_threshold": threshold, "best_exact": best_exact, "best_exact_thresh": exact_threshold,
-                  "best_f1": best_f1, "best_f1_thresh": threshold})
+                  "best_f1": best_f1, "best_f1_thresh": tuned})
     return final
 
 
