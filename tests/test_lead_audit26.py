@@ -58,3 +58,14 @@ def test_a_file_named_with_a_leading_dash_gets_a_hint(tmp_path, monkeypatch, cap
     with pytest.raises(SystemExit):
         main(["data", "build", "--input", "a.txt", "-c.txt", "--out", "out"])
     assert "write ./" not in capsys.readouterr().err   # no such file: the plain line
+
+
+def test_finetune_resume_without_a_run_on_another_node_names_the_shared_directory(tmp_path, monkeypatch, capsys):
+    from albertlm.cli.main import main
+
+    monkeypatch.setenv("RANK", "1")
+    code = main(["finetune", "glue", "--task", "rte", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "run"),
+                 "--resume"])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "no run to resume" in err and "on rank 1" in err and "every node sees" in err

@@ -351,8 +351,10 @@ def _finetune(args) -> int:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
     saved = _saved_run(args.out) if args.resume else None
     if args.resume and saved is None:   # as `pretrain --resume`
-        raise UserError(f"no run to resume in {args.out} (no checkpoint in {Path(args.out) / 'checkpoints'}); "
-                        "leave out --resume to start a new run there")
+        from albertlm.training.checkpoint import no_run_advice
+
+        raise UserError(f"no run to resume in {args.out} (no checkpoint in {Path(args.out) / 'checkpoints'})"
+                        f"{no_run_advice(args.out)}")
     if saved is not None and saved.get("family", args.family) != args.family:
         raise UserError(f"--resume: the run in {args.out} fine-tunes {saved['family']}, not {args.family}")
     options = _data(args, saved or {}, resume=saved is not None)
