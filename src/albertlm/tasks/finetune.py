@@ -368,10 +368,42 @@ def recover_best(out_dir: Path, record: dict | None) -> str | None:
     return said
 
 
-def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path, info: DistInfo):
+# What a dev evaluation's scoring records in `spec.info` for predicting with the model it evaluated (SQuAD v2.0's
+# tuned no-answer threshold, which best/task.json holds for the best model). The checkpoint of a step evaluated
+# records it in its run_config.json too, where `predict` from RUN/checkpoints/step_N reads it (it applied 0.0 on new
+# questions); the checkpoint of a step not evaluated (`--save-every`, a stop between evaluations) records none: the
+# threshold of another step's model is not this one's.
+TUNED_AT_EVALUATION = ("null_threshold",)
+
+
+def _record_tuned(run_config: dict, out_dir: Path, step: int, tuned: dict[str, Any]) -> None:
+    """The values an evaluation of `step` tuned (`TUNED_AT_EVALUATION`) go into the run config its checkpoint is saved
+    with; where that checkpoint exists already (a resumed run evaluating again the step whose evaluation was
+    interrupted, or a time-budget stop evaluating a step saved before), into its run_config.json (written whole)."""
+    run_config.update(tuned)
+    path = ckpt.step_dir(out_dir, step) / "run_config.json"
+    if tuned and path.is_file():
+        recorded = json_object_or_empty(path)
+        if recorded and any(recorded.get(key) != value for key, value in tuned.items()):
+            ckpt.write_text_atomic(path, json.dumps({**recorded, **tuned}, indent=2) + "\n")
+
+
+def _forget_tuned(run_config: dict, started: dict) -> None:
+    """A new step: the run config its checkpoint is saved with holds no evaluation's tuned values (those the run
+    started with, `started`, stay: a threshold given for an unlabelled --dev)."""
+    for key in TUNED_AT_EVALUATION:
+        if key in started:
+            run_config[key] = started[key]
+        else:
+            run_config.pop(key, None)
+
+
+def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path, info: DistInfo,
+                  run_config: dict | None = None):
     """Evaluation on the labelled eval sets with the raw model (every rank its share of the batches, rank 0 scores
     them, `shared_predict`): keeps the best model in OUT/best and the history and best record in rank 0's run state
-    (so they survive a resume)."""
+    (so they survive a resume). `run_config`: the dict the loop saves beside each checkpoint (`Loop.saved_config`),
+    given the values the evaluation tuned (`TUNED_AT_EVALUATION`) for the checkpoint of the step evaluated."""
     scored = [s for s in spec.eval_sets if s.score is not None]
 
     def main_value(record: dict) -> float:
@@ -418,6 +450,9 @@ def dev_evaluator(spec: TaskSpec, tokenizer, cfg: FinetuneConfig, out_dir: Path,
             for eval_set in scored:
                 record[eval_set.name] = eval_set.score(outputs[eval_set.name])
             state.extra.setdefault("history", []).append(record)
+            if run_config is not None:
+                _record_tuned(run_config, out_dir, step,
+                              {key: spec.info[key] for key in TUNED_AT_EVALUATION if key in spec.info})
             if improves(record, best):
                 save_best(raw, tokenizer, spec, out_dir / "best", step, keep)
                 state.extra["best"] = record     # at once: a Ctrl-C in the writes below saves best/'s own record
@@ -459,9 +494,15 @@ def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: F
                     train.micro_batches(info.world_size), info.rank, info.world_size,
                     identity={"batch_size": train.batch_size, "seed": train.seed})
     saved = {"family": spec.family, **spec.info, "model": str(model_path), **cfg.to_dict()}
+    started = {key: saved[key] for key in TUNED_AT_EVALUATION if key in saved}
     loop = build_loop(model, TaskObjective(spec.outputs), data, train, cfg.optim, info, out_dir, saved,
-                      resume=resume, evaluator=dev_evaluator(spec, tokenizer, cfg, out_dir, info))
-    loop.on_step = lambda step, metrics: loop.state.extra.setdefault("losses", []).append(metrics["loss"])
+                      resume=resume, evaluator=dev_evaluator(spec, tokenizer, cfg, out_dir, info, saved))
+
+    def on_step(step: int, metrics: dict) -> None:
+        loop.state.extra.setdefault("losses", []).append(metrics["loss"])
+        _forget_tuned(loop.saved_config, started)   # until this step is evaluated (`dev_evaluator`)
+
+    loop.on_step = on_step
     if not train.save_every:
         # --save-every 0 (the default): a checkpoint at every dev evaluation (once per epoch by default), not only
         # at the end: a run killed outright (kill -9, the OOM killer, a preempted node) resumes from its last
