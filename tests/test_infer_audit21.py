@@ -75,7 +75,7 @@ def test_fill_mask_answers_each_line_typed_at_a_terminal(tiny_mlm, monkeypatch, 
     assert capsys.readouterr().out.startswith("the [MASK] was good\n  ")
 
 
-@pytest.mark.parametrize("name", ["emb.npz", "emb.parquet", "emb.jsonl", "emb"])
+@pytest.mark.parametrize("name", ["emb.npz", "emb"])   # .parquet / .jsonl are outputs since audit26
 def test_embed_out_named_for_another_format_is_refused(tiny_mlm, tmp_path, capsys, name):
     # .npy bytes were written under any name: emb.parquet, emb.npz, emb.jsonl held an .npy array, without a word
     (tmp_path / "in.txt").write_text("the film was good\n")

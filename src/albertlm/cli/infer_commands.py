@@ -3,13 +3,17 @@
     albertlm fill-mask runs/base "The capital of France is [MASK]."
     cat lines.txt | albertlm fill-mask runs/base --json        # one JSON object per input line
     albertlm embed runs/base --input sentences.txt --out emb.npy --pooling mean
+    albertlm embed runs/base --input train.parquet --text-field sentence --out emb.parquet   # text + embedding
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+
+from albertlm.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -21,9 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         parser.add_argument("--top-k", type=int, default=5, metavar="K", help="predictions per [MASK] (default 5)")
         parser.add_argument("--json", action="store_true", help="one JSON object per text (JSON lines)")
     else:
-        parser.add_argument("--input", required=True, metavar="FILE", help="one text per line ('-': stdin)")
-        parser.add_argument("--out", required=True, metavar="X.npy",
-                            help="output .npy file: float32 array (N, H), input order (another suffix is refused)")
+        parser.add_argument("--input", required=True, metavar="FILE",
+                            help="one text per line ('-': stdin; .gz/.bz2/.xz/.zst read as they are), or one text "
+                                 "per record of JSON lines, CSV, TSV, Parquet or Arrow (see --text-field)")
+        parser.add_argument("--format", choices=EMBED_FORMATS, default="auto",
+                            help="how --input is read (default auto: Parquet/Arrow by their first bytes, .jsonl/"
+                                 ".json/.ndjson, .csv, .tsv by the name, else one text per line)")
+        parser.add_argument("--text-field", metavar="NAME",
+                            help="the field/column holding the texts (JSON lines, Parquet, Arrow: needed when "
+                                 "records hold several text columns; CSV/TSV: always, a column of the header line)")
+        parser.add_argument("--out", required=True, metavar="X.npy|X.parquet|X.jsonl",
+                            help="X.npy: float32 array (N, H); X.parquet: columns text, embedding (float32 lists); "
+                                 "X.jsonl: {\"text\", \"embedding\"} per line; rows in input order")
         parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="mean of the last hidden states over the tokens, or the [CLS] state")
@@ -51,26 +64,48 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise UserError(f"--max-length must be >= 3 ([CLS], at least one token of the text, [SEP]), "
                         f"got {args.max_length}")
     if command == "embed":
-        check_npy_name(args.out)
+        check_out_name(args.out)
+        check_input_options(args.input, args.format, args.text_field)
     return _fill_mask(args) if command == "fill-mask" else _embed(args)
 
 
-def check_npy_name(out: str) -> None:
-    """`embed` writes one NumPy .npy array whatever --out is called: `emb.npz`, `emb.parquet` or `emb.jsonl` got
-    .npy bytes under that name without a word (a reader of the format named then fails on the file); `emb.npy/`
-    (a folder, by its '/') wrote the file emb.npy."""
+EMBED_FORMATS = ("auto", "lines", "jsonl", "csv", "tsv", "parquet", "arrow")
+OUT_KINDS = {".npy": "npy", ".parquet": "parquet", ".jsonl": "jsonl"}   # embed's --out, by its suffix (any case)
+
+
+def check_out_name(out: str) -> str:
+    """What `embed` writes, by --out's suffix: "npy", "parquet" or "jsonl". Another suffix (`emb.npz`, no suffix)
+    is refused: .npy bytes were once written under any name, which a reader of the format named failed on; so is
+    `emb.npy/` (a folder, by its '/'), which wrote the file emb.npy."""
     from pathlib import Path
 
     from albertlm.errors import UserError
 
     suffix = Path(out).suffix
-    if suffix.lower() == ".npy" and out.rstrip(".").endswith(("/", os.sep)):   # Path drops the '/' of `emb.npy/`
-        raise UserError(f"--out {out}: embed writes one .npy file, and the '/' after its name names a folder; "
+    kind = OUT_KINDS.get(suffix.lower())
+    if kind is not None and out.rstrip(".").endswith(("/", os.sep)):   # Path drops the '/' of `emb.npy/`
+        raise UserError(f"--out {out}: embed writes one {suffix} file, and the '/' after its name names a folder; "
                         f"give {Path(out)}")
-    if suffix.lower() != ".npy":
+    if kind is None:
         what = f", not a {suffix} file" if suffix else ""
-        raise UserError(f"--out {out}: embed writes a NumPy .npy array (float32, texts x hidden size){what}; "
-                        f"name it {Path(out).stem or 'emb'}.npy (np.load reads it)")
+        stem = Path(out).stem or "emb"
+        raise UserError(f"--out {out}: embed writes a NumPy .npy array (float32, texts x hidden size), a .parquet "
+                        f"table or JSON lines{what}; name it {stem}.npy (np.load reads it), {stem}.parquet (columns "
+                        f"text, embedding) or {stem}.jsonl")
+    return kind
+
+
+def check_input_options(input_name: str, fmt: str, text_field: str | None) -> None:
+    """--format / --text-field that cannot apply, refused before the model loads: stdin is read as lines."""
+    from albertlm.errors import UserError
+
+    if text_field is not None and fmt == "lines":
+        raise UserError("--text-field names a field of JSON lines, CSV/TSV, Parquet or Arrow records; "
+                        "--format lines reads one text per line")
+    if input_name == "-" and (text_field is not None or fmt not in ("auto", "lines")):
+        given = "--text-field" if text_field is not None else f"--format {fmt}"
+        raise UserError(f"--input -: stdin is read as one text per line; {given} needs the file itself "
+                        "(give its path to --input)")
 
 
 def _fill_mask(args) -> int:
@@ -142,27 +177,32 @@ def _embed(args) -> int:
     from tqdm import tqdm
 
     from albertlm.errors import UserError
-    from albertlm.tasks.inference import embed_texts, load_encoder, load_tokenizer_for
+    from albertlm.tasks.inference import embed_texts, embed_windows, load_encoder, load_tokenizer_for
 
-    model, model_dir, device = load_encoder(args.model, args.device)
-    tokenizer = load_tokenizer_for(model_dir, args.tokenizer, model.config.vocab_size)
+    out_kind = check_out_name(args.out)
     if args.input == "-":
-        count, source = spooled(stdin_lines(), "stdin")
+        path = None
     else:
         path = Path(args.input)
         if path.is_dir():
-            raise UserError(f"--input {path} is a directory; give a text file (one text per line)")
+            raise UserError(f"--input {path} is a directory; give a text file (one text per line) or a table")
         if not path.exists():
             raise UserError(f"--input {path}: no such file")
-        if path.is_file():
-            count = _count_lines(path)       # and the whole file is UTF-8, before any output is made
-            source = _lines(path)
-        else:   # a pipe (bash's `--input <(cmd)`: /dev/fd/63), /dev/null: read once, as stdin is (was "no such file")
-            try:
-                with open(path, "rb") as handle:
-                    count, source = spooled(binary_lines(handle, f"--input {path} line "), f"--input {path}")
-            except OSError as exc:
-                raise UserError(f"--input {path}: cannot read it ({exc.strerror or exc})") from None
+        if not path.is_file() and (args.text_field is not None or args.format not in ("auto", "lines")):
+            raise UserError(f"--input {path} is not a regular file (a pipe?): it is read once as one text per line; "
+                            "--format and --text-field need the file itself")
+    if path is not None and path.is_file():   # every record checked before the model loads and any output is made
+        count, source = file_texts(path, args.format, args.text_field)
+    model, model_dir, device = load_encoder(args.model, args.device)
+    tokenizer = load_tokenizer_for(model_dir, args.tokenizer, model.config.vocab_size)
+    if path is None:
+        count, source = spooled(stdin_lines(), "stdin")
+    elif not path.is_file():   # a pipe (bash's `--input <(cmd)`: /dev/fd/63), /dev/null: read once, as stdin is
+        try:
+            with open(path, "rb") as handle:
+                count, source = spooled(binary_lines(handle, f"--input {path} line "), f"--input {path}")
+        except OSError as exc:
+            raise UserError(f"--input {path}: cannot read it ({exc.strerror or exc})") from None
     out = Path(args.out)
     if out.is_dir():
         raise UserError(f"--out {out} is a directory")
@@ -170,20 +210,34 @@ def _embed(args) -> int:
         raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or another --out")
     made = make_parent(out, "--out")
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # renamed into place when complete
+    hidden = model.config.hidden_size
+    limit = min(args.max_length or model.config.max_position_embeddings, model.config.max_position_embeddings)
     stats: dict = {}
+    options = dict(pooling=args.pooling, batch_size=args.batch_size, max_length=args.max_length, device=device,
+                   normalize=args.normalize, stats=stats)
     try:
-        try:
-            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
-                                              shape=(count, model.config.hidden_size))
-        except OSError as exc:
-            raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
         with tqdm(total=count, unit="text", desc="albertlm embed", disable=args.no_progress or None,
                   leave=False) as bar:
-            embed_texts(model, tokenizer, source, pooling=args.pooling, batch_size=args.batch_size,
-                        max_length=args.max_length, device=device, normalize=args.normalize, out=array,
-                        progress=bar.update, stats=stats)
-        array.flush()
-        del array
+            if out_kind == "npy":
+                try:
+                    array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, hidden))
+                except OSError as exc:
+                    raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+                embed_texts(model, tokenizer, source, out=array, progress=bar.update, **options)
+                array.flush()
+                del array
+            else:
+                about = {"model": str(model_dir), "pooling": args.pooling, "normalize": args.normalize,
+                         "max_length": limit, "hidden_size": hidden}
+                windows = _reading(embed_windows(model, tokenizer, source, progress=bar.update, **options),
+                                   args.input)
+                try:
+                    written = (write_parquet if out_kind == "parquet" else write_jsonl)(tmp, windows, hidden, about)
+                except OSError as exc:   # a full disk, no permission
+                    raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+                if written != count:   # the input changed between its check and its reading
+                    raise UserError(f"--input {args.input}: {written:,} texts read, {count:,} when it was checked: "
+                                    "did it change meanwhile?")
         os.replace(tmp, out)
     except BaseException:   # nothing of a failed or stopped embedding stays: the folders made for it neither
         tmp.unlink(missing_ok=True)
@@ -191,16 +245,361 @@ def _embed(args) -> int:
         raise
     finally:
         tmp.unlink(missing_ok=True)
-    print(f"wrote {count:,} x {model.config.hidden_size} {args.pooling}-pooled embeddings to {out} "
+    print(f"wrote {count:,} x {hidden} {args.pooling}-pooled embeddings to {out} "
           f"({model_dir}, {device})", file=sys.stderr)
     if stats.get("truncated"):
-        limit = min(args.max_length or model.config.max_position_embeddings, model.config.max_position_embeddings)
         cut = stats["truncated"]
         print(f"{cut:,} {'text' if cut == 1 else 'texts'} longer than {limit} tokens (the longest: "
               f"{stats['longest']:,}) {'was' if cut == 1 else 'were'} cut to {limit}, keeping [SEP]: "
               f"{'its embedding covers' if cut == 1 else 'their embeddings cover'} only the start of the text",
               file=sys.stderr)
+    if stats.get("empty"):
+        empty = stats["empty"]
+        print(f"{empty:,} {'text' if empty == 1 else 'texts'} (empty or blank) gave no token: "
+              f"{'its row is' if empty == 1 else 'their rows are'} the embedding of [CLS] [SEP] alone",
+              file=sys.stderr)
     return 0
+
+
+def _reading(windows, name: str):
+    """`windows`, an OSError met reading the input said as such (the writer's own are the output's)."""
+    try:
+        yield from windows
+    except OSError as exc:
+        raise UserError(f"--input {name}: cannot read it ({exc.strerror or exc})") from None
+
+
+def write_parquet(path, windows, hidden: int, about: dict) -> int:
+    """`windows` ((texts, (n, hidden) float32) in input order, `embed_windows`) into a Parquet file: columns `text`
+    (string) and `embedding` (fixed_size_list<float32>[hidden]), one row group per window as it is done (memory
+    stays bounded); `about` (model, pooling, ...) as the schema's `albertlm` metadata, JSON. Returns the rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("text", pa.string()), ("embedding", pa.list_(pa.float32(), hidden))],
+                       metadata={"albertlm": json.dumps(about)})
+    rows = 0
+    with pq.ParquetWriter(str(path), schema) as writer:
+        for texts, vectors in windows:
+            embedding = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), hidden)
+            writer.write_table(pa.Table.from_arrays([pa.array(texts, pa.string()), embedding], schema=schema))
+            rows += len(texts)
+    return rows
+
+
+def write_jsonl(path, windows, hidden: int, about: dict) -> int:
+    """`windows` as JSON lines, `{"text": ..., "embedding": [...]}` a line, each number the shortest decimal that
+    reads back as the same float32 (a non-finite number as Python's json writes it: NaN, Infinity). Returns the
+    rows."""
+    import numpy as np
+
+    rows = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        for texts, vectors in windows:
+            finite = bool(np.isfinite(vectors).all())
+            for text, vector in zip(texts, vectors):
+                numbers = ",".join(map(str, vector)) if finite else json.dumps(vector.tolist())[1:-1]
+                handle.write(f'{{"text": {json.dumps(text, ensure_ascii=False)}, "embedding": [{numbers}]}}\n')
+            rows += len(texts)
+    return rows
+
+
+# -- embed's input: lines, compressed lines, JSON lines, CSV/TSV, Parquet, Arrow ---------------------------------
+def file_texts(path, fmt: str = "auto", text_field: str | None = None):
+    """(count, texts) of an input file, one text per line or per record, in file order. The whole file is read once
+    first: a line that is not UTF-8, a record without the field, a null, a damaged compressed stream is a UserError
+    naming the place before any output is made (a record skipped, as `data build` skips it, would shift every
+    later row of the output against the input). The texts are records, never split into sentences or stripped."""
+    from pathlib import Path
+
+    path = Path(path)
+    kind, compression = input_format(path, fmt)
+    if kind == "lines" and text_field is not None:
+        raise UserError(f"--input {path} is read as one text per line (no fields): --text-field is for JSON lines, "
+                        "CSV/TSV, Parquet and Arrow (see --format)")
+    if kind == "lines" and compression is None:
+        return _count_lines(path), _lines(path)   # split at "\n" only, a lone "\r" kept in the text
+    field = None if kind == "lines" else text_column(path, kind, compression, text_field)
+
+    def texts():
+        if kind == "lines":
+            return (text.removesuffix("\n") for _, text in _stream_lines(path, compression))
+        if kind == "jsonl":
+            return _jsonl_texts(path, compression, field)
+        if kind in ("csv", "tsv"):
+            return _delimited_texts(path, compression, kind, field)
+        return _column_texts(path, kind, field)
+
+    count = sum(1 for _ in texts())
+    return count, texts()
+
+
+def input_format(path, fmt: str = "auto") -> tuple[str, str | None]:
+    """(how to read it, its compression): Parquet and Arrow by their first bytes, a compressed file by its magic
+    bytes, then the name without its compression suffix (.jsonl/.json/.ndjson, .csv, .tsv/.tab), else lines."""
+    from albertlm.data import corpus
+
+    with open(path, "rb") as handle:
+        magic = handle.read(8)
+    table = corpus.table_format(path, magic)
+    compression = corpus.compression_of(magic)
+    inner = corpus.inner_name(path).suffix.lower()
+    if table is not None:
+        if fmt not in ("auto", table):
+            raise UserError(f"--input {path} is a{'n' if table == 'arrow' else ''} {table.capitalize()} file, not "
+                            f"{fmt}; leave --format out (and name the column with --text-field)")
+        return table, None
+    if fmt in corpus.TABLE_FORMATS or (fmt == "auto" and inner in corpus.TABLE_SUFFIXES):
+        what = f"{compression}-compressed" if compression else "not one by its first bytes: damaged or cut short?"
+        raise UserError(f"--input {path}: no {(fmt if fmt != 'auto' else inner[1:]).capitalize()} file ({what}); "
+                        "a Parquet or Arrow file is read as it is stored" + ("; decompress it first"
+                                                                           if compression else ""))
+    if fmt != "auto":
+        return fmt, compression
+    if inner in corpus.JSONL_SUFFIXES:
+        return "jsonl", compression
+    if inner in corpus.CSV_SUFFIXES:
+        return "csv", compression
+    return ("tsv" if inner in (".tsv", ".tab") else "lines"), compression
+
+
+def text_column(path, kind: str, compression: str | None, text_field: str | None) -> str:
+    """The field or column holding the texts: `text_field`, checked against the file's first record (JSON lines),
+    header (CSV/TSV) or schema (Parquet/Arrow); without it, the one text column there is. Several are ambiguous (a
+    file's `id` and `title` are text too): a UserError naming them."""
+    if kind == "jsonl":
+        number, record = next(_jsonl_records(path, compression), (0, None))
+        if record is None:
+            return text_field or "text"   # no record: nothing to embed, nothing to choose
+        names = [str(name) for name in record]
+        texts = [str(name) for name, value in record.items() if isinstance(value, str)]
+        where, what = f"{path}:{number}", "fields"
+    elif kind in ("csv", "tsv"):
+        header = next((row for _, row in _delimited_rows(path, compression, kind) if row), None)
+        if header is None:
+            return text_field or "text"
+        names = texts = [name.strip() for name in header]
+        where, what = f"{path}", "columns"
+    else:
+        schema = _table_schema(path, kind)
+        names = list(schema.names)
+        texts = [name for name in names if _is_text_type(schema.field(name).type)]
+        where, what = f"{path}", "columns"
+    shown = ", ".join(map(repr, names[:12])) + (", ..." if len(names) > 12 else "")
+    if text_field is None and kind in ("csv", "tsv"):
+        # every cell is text, and a file without a header line (GLUE's CoLA, a one-column list) would lose its first
+        # text as the "header": the column is named, which says that the first line is the header
+        raise UserError(f"{where}: a {kind.upper()} file's texts are read from the column its first line names "
+                        f"({shown}): name it with --text-field; a file without a header line: --format lines "
+                        "embeds its whole lines")
+    if text_field is None:
+        if len(texts) == 1:
+            return texts[0]
+        if not texts:
+            raise UserError(f"{where}: no text {what[:-1]} to embed ({what}: {shown})")
+        raise UserError(f"{where}: {len(texts)} text {what} ({', '.join(map(repr, texts[:12]))}); name the one to "
+                        "embed with --text-field")
+    if text_field not in names:
+        raise UserError(f"{where}: no {what[:-1]} {text_field!r} ({what}: {shown}); see --text-field")
+    if names.count(text_field) > 1:
+        raise UserError(f"{where}: the header names the column {text_field!r} twice")
+    if text_field not in texts:   # a number, a list, a struct (JSON lines: in the first record)
+        held = (schema.field(text_field).type if kind in ("parquet", "arrow")
+                else f"a JSON {_json_kind(record[text_field])}")
+        raise UserError(f"{where}: {what[:-1]} {text_field!r} holds {held}, not text; text {what}: "
+                        f"{', '.join(map(repr, texts[:12])) or 'none'}")
+    return text_field
+
+
+def _stream_lines(path, compression: str | None):
+    """(line number, line with its "\\n") of a text file read as `data build` reads it (`corpus.open_text_stream`:
+    gzip, bzip2, xz or zstd decompressed, UTF-16/UTF-32 with a byte order mark transcoded, a lone CR a line end);
+    a line that is not UTF-8, or compressed data damaged or cut short (where `data build` keeps what came before),
+    is a UserError naming the file and the line."""
+    from albertlm.data.corpus import NOT_UTF8_HINT, open_text_stream
+
+    errors: list[Exception] = []
+    stream, raw = open_text_stream(path, compression, errors.append)
+
+    def damaged(number: int) -> UserError:   # said before the line the damage cut short is read as a text
+        where = f"near line {number:,}" if number else "before its first line"
+        return UserError(f"{path}: the {compression} data is damaged or cut short, {where} "
+                         f"({type(errors[0]).__name__}: {errors[0]}); nothing was embedded")
+
+    number = 0
+    try:
+        for number, line in enumerate(stream, 1):
+            if errors:
+                raise damaged(number)
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{path}:{number}: not UTF-8 text ({_not_utf8(line, number, exc)}); "
+                                f"{NOT_UTF8_HINT}") from None
+            yield number, text
+    finally:
+        stream.close()
+        raw.close()
+    if errors:
+        raise damaged(number)
+
+
+def _jsonl_records(path, compression: str | None):
+    """(line number, object) of a JSON lines file, blank lines skipped; a line that is no JSON object is a
+    UserError naming it."""
+    for number, line in _stream_lines(path, compression):
+        if not line.strip():
+            continue
+        hint = ("; a file holding one JSON document (an array of records) is no JSON lines: write one object a "
+                "line (pandas: to_json(path, orient='records', lines=True))") if line.lstrip()[:1] == "[" else ""
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise UserError(f"{path}:{number}: not JSON ({str(exc) or type(exc).__name__}){hint}") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{path}:{number}: a JSON {_json_kind(record)}, not an object{hint}")
+        yield number, record
+
+
+def _jsonl_texts(path, compression: str | None, field: str):
+    for number, record in _jsonl_records(path, compression):
+        if field not in record:
+            raise UserError(f"{path}:{number}: no field {field!r} (fields: {', '.join(map(str, list(record)[:12]))}); "
+                            "embed writes one row per record")
+        text = record[field]
+        if not isinstance(text, str):
+            raise UserError(f"{path}:{number}: field {field!r} is a JSON {_json_kind(text)}, not a string; embed "
+                            "writes one row per record: fix or drop it first")
+        yield text
+
+
+def _json_kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {dict: "object", list: "array", str: "string"}.get(type(value), type(value).__name__)
+
+
+def _delimited_rows(path, compression: str | None, kind: str):
+    """(line number, cells) of a CSV or TSV file. A TSV is read without quoting as GLUE's are (bare quotes in the
+    texts), unless its head shows CSV quoting (`tables.csv_quoted_tsv`: pandas' to_csv(sep="\\t"); plain files
+    only). Each row is read under `corpus.CSV_FIELD_LIMIT` (csv's own limit, 131072 characters, is below a long
+    article), csv's process-wide limit put back after it."""
+    import csv
+
+    from albertlm.data.corpus import CSV_FIELD_LIMIT
+
+    lines = (line for _, line in _stream_lines(path, compression))
+    if kind == "tsv":
+        quoting = csv.QUOTE_NONE
+        if compression is None:
+            from albertlm.tasks.tables import csv_quoted_tsv
+            try:
+                quoting = csv.QUOTE_MINIMAL if csv_quoted_tsv(path) else csv.QUOTE_NONE
+            except (UnicodeDecodeError, OSError):   # the reading below names the line
+                pass
+        reader = csv.reader(lines, delimiter="\t", quoting=quoting)
+    else:
+        reader = csv.reader(lines)
+    while True:
+        before = csv.field_size_limit(max(CSV_FIELD_LIMIT, csv.field_size_limit()))
+        try:
+            row = next(reader, None)
+        except csv.Error as exc:
+            raise UserError(f"{path}:{reader.line_num}: {exc}") from None
+        finally:
+            csv.field_size_limit(before)
+        if row is None:
+            return
+        yield reader.line_num, row
+
+
+def _delimited_texts(path, compression: str | None, kind: str, field: str):
+    """The `field` cell of each row after the header line; blank lines are no rows, a row of another length than
+    the header a UserError naming its line."""
+    rows = _delimited_rows(path, compression, kind)
+    header = next((row for _, row in rows if row), None)
+    if header is None:
+        return
+    column = [name.strip() for name in header].index(field)
+    for number, row in rows:
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise UserError(f"{path}:{number}: {len(row)} field(s), the header has {len(header)}; embed writes one row "
+                            "per record")
+        yield row[column]
+
+
+def _is_text_type(kind) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or getattr(pa.types, "is_string_view", lambda t: False)(kind))
+
+
+def _table_schema(path, kind: str):
+    import pyarrow as pa
+
+    try:
+        with _table_batches(path, kind, None) as (schema, _):
+            return schema
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"--input {path}: cannot read it as {kind.capitalize()} ({exc})") from None
+
+
+@contextlib.contextmanager
+def _table_batches(path, kind: str, column: str | None):
+    """(schema, record batches of `column` alone, or of every column) of a Parquet file or an Arrow IPC file or
+    stream, read a batch at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pa.OSFile(str(path)) as source:   # plain reads, not a memory map: pages are freed batch by batch
+        if kind == "parquet":
+            parquet = pq.ParquetFile(source)
+            columns = None if column is None else [column]
+            yield parquet.schema_arrow, parquet.iter_batches(batch_size=1024, columns=columns, use_threads=False)
+            return
+        if source.read(6) == b"ARROW1":
+            source.seek(0)
+            reader = pa.ipc.open_file(source)
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        else:
+            source.seek(0)
+            reader = pa.ipc.open_stream(source)
+            batches = iter(reader)
+        if column is not None:
+            index = reader.schema.get_field_index(column)
+            batches = (batch.select([index]) for batch in batches)
+        yield reader.schema, batches
+
+
+def _column_texts(path, kind: str, field: str):
+    """The `field` value of each row of a Parquet or Arrow file; a null is a UserError naming its row (from 1)."""
+    import pyarrow as pa
+
+    row = 0
+    try:
+        with _table_batches(path, kind, field) as (_, batches):
+            for batch in batches:
+                values = batch.column(0)
+                if values.null_count:
+                    first = row + 1 + values.is_null().to_pylist().index(True)
+                    raise UserError(f"{path} row {first:,}: column {field!r} is null (and {values.null_count - 1:,} "
+                                    f"more of rows {row + 1:,}-{row + len(values):,}); embed writes one row per input "
+                                    "row: drop or fill the nulls first")
+                for text in values.to_pylist():
+                    row += 1
+                    yield text
+    except (pa.ArrowException, OSError) as exc:
+        after = f"after row {row:,}: " if row else ""
+        raise UserError(f"--input {path}: cannot read it as {kind.capitalize()} ({after}{exc})") from None
 
 
 def spooled(lines, where: str):
@@ -263,8 +662,9 @@ def remove_if_empty(directories) -> None:
 
 
 def _count_lines(path) -> int:
-    """The file's lines; a line that is not UTF-8 is a UserError naming the file and the line."""
-    from albertlm.errors import UserError
+    """The file's lines; a line that is not UTF-8 is a UserError naming the file and the line, and how to convert
+    text in a legacy encoding (a Korean CP949 file said only "byte 0xb1 at column 1")."""
+    from albertlm.data.corpus import NOT_UTF8_HINT
 
     count = 0
     with open(path, "rb") as handle:
@@ -272,7 +672,9 @@ def _count_lines(path) -> int:
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise UserError(f"{path}:{count}: not UTF-8 text ({_not_utf8(raw, count, exc)})") from None
+                where = _not_utf8(raw, count, exc)
+                hint = "" if "byte order mark" in where else f"; {NOT_UTF8_HINT}"
+                raise UserError(f"{path}:{count}: not UTF-8 text ({where}){hint}") from None
     return count
 
 

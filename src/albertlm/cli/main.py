@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("albertlm.cli.task_commands", "fine-tune on GLUE, SQuAD, RACE or your own data"),
     "predict": ("albertlm.cli.task_commands", "predict with a fine-tuned checkpoint"),
     "fill-mask": ("albertlm.cli.infer_commands", "top-k tokens for each [MASK] in a text (or stdin lines)"),
-    "embed": ("albertlm.cli.infer_commands", "sentence embeddings (mean or [CLS]) of a file's lines to .npy"),
+    "embed": ("albertlm.cli.infer_commands", "sentence embeddings (mean or [CLS]) of a file's lines or a dataset's records to .npy/.parquet/.jsonl"),
     "export": ("albertlm.cli.export_commands", "export a model to ONNX (encoder or fine-tuned head), optional int8"),
     "ablate": ("albertlm.cli.ablate_commands", "run the paper's ablations (tables 3/4/5, dropout, figure 1) and write a report"),
 }

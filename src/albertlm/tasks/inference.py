@@ -315,9 +315,38 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
     raised a numpy broadcast error mid-way; fewer left the last rows zero without a word).
 
     Texts are read `window` at a time (default 64 batches), tokenized, sorted into length buckets and run
-    batch by batch, so memory is bounded whatever N. Texts longer than `max_length` (default: the model's
-    positions) are truncated, keeping the final [SEP]; with `stats` (a dict), the texts cut are counted in
-    stats["truncated"] and the longest one's tokens in stats["longest"], so the caller can say so."""
+    batch by batch, so memory is bounded whatever N (`embed_windows` hands out each window as it is done). Texts
+    longer than `max_length` (default: the model's positions) are truncated, keeping the final [SEP]; with `stats`
+    (a dict), the texts cut are counted in stats["truncated"] and the longest one's tokens in stats["longest"], and
+    the texts that gave no token (empty, blank) in stats["empty"], so the caller can say so."""
+    windows = embed_windows(model, tokenizer, texts, pooling=pooling, batch_size=batch_size, max_length=max_length,
+                            device=device, normalize=normalize, window=window, progress=progress, stats=stats)
+    chunks: list[np.ndarray] = []
+    row = 0
+    for _, vectors in windows:
+        if out is not None:
+            if row + len(vectors) > len(out):
+                raise UserError(f"more texts than the {len(out)} rows of the output array "
+                                f"(at least {row + len(vectors)})")
+            out[row:row + len(vectors)] = vectors
+        else:
+            chunks.append(vectors)
+        row += len(vectors)
+    if out is not None:
+        if row != len(out):
+            raise UserError(f"{row} texts for the {len(out)} rows of the output array: its last "
+                            f"{len(out) - row} rows would be left unwritten")
+        return out
+    return np.concatenate(chunks) if chunks else np.zeros((0, model.config.hidden_size), dtype=np.float32)
+
+
+def embed_windows(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean", batch_size: int = 32,
+                  max_length: int | None = None, device: torch.device | str | None = None, normalize: bool = False,
+                  window: int = 0, progress: Callable[[int], None] | None = None,
+                  stats: dict | None = None) -> Iterator[tuple[list[str], np.ndarray]]:
+    """`embed_texts` a window at a time: (the window's texts, their (n, H) float32 embeddings), in input order,
+    each as soon as it is done, so a writer can put it out (a Parquet row group, JSON lines) and memory stays
+    bounded by one window. The options are checked here, before the first window is read."""
     if pooling not in POOLINGS:
         raise UserError(f"--pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if batch_size < 1:
@@ -329,19 +358,23 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
         texts = [texts]
     positions = model.config.max_position_embeddings
     limit = positions if max_length is None else min(max_length, positions)
-    window = window or batch_size * 64
+    return _embedded_windows(model, tokenizer, texts, pooling, batch_size, limit, device, normalize,
+                             window or batch_size * 64, progress, stats)
+
+
+def _embedded_windows(model, tokenizer, texts: Iterable[str], pooling: str, batch_size: int, limit: int,
+                      device: torch.device, normalize: bool, window: int,
+                      progress: Callable[[int], None] | None,
+                      stats: dict | None) -> Iterator[tuple[list[str], np.ndarray]]:
     with evaluating(model):   # no dropout: the same text, the same vector
-        chunks: list[np.ndarray] = []
-        row = 0
         for texts_window in _windows(texts, window):
             rows = [[tokenizer.cls_id, *ids, tokenizer.sep_id] for ids in tokenizer.encode_batch(texts_window)]
             if stats is not None:
                 cut = [len(r) for r in rows if len(r) > limit]
                 stats["truncated"] = stats.get("truncated", 0) + len(cut)
                 stats["longest"] = max([stats.get("longest", 0), *cut])
+                stats["empty"] = stats.get("empty", 0) + sum(len(r) == 2 for r in rows)   # [CLS] [SEP] alone
             rows = [_truncate(r, limit) for r in rows]
-            if out is not None and row + len(rows) > len(out):
-                raise UserError(f"more texts than the {len(out)} rows of the output array (at least {row + len(rows)})")
             vectors = np.zeros((len(rows), model.config.hidden_size), dtype=np.float32)
             for batch in length_buckets([len(r) for r in rows], batch_size):
                 vectors[batch] = embed_batch(model, [rows[i] for i in batch], tokenizer.pad_id, pooling, device)
@@ -349,17 +382,7 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
                     progress(len(batch))
             if normalize:
                 vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
-            if out is not None:
-                out[row:row + len(rows)] = vectors
-            else:
-                chunks.append(vectors)
-            row += len(rows)
-        if out is not None:
-            if row != len(out):
-                raise UserError(f"{row} texts for the {len(out)} rows of the output array: its last "
-                                f"{len(out) - row} rows would be left unwritten")
-            return out
-        return np.concatenate(chunks) if chunks else np.zeros((0, model.config.hidden_size), dtype=np.float32)
+            yield texts_window, vectors
 
 
 def _truncate(ids: list[int], limit: int) -> list[int]:
