@@ -55,6 +55,7 @@ import lzma
 import os
 import re
 import shlex
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -511,10 +512,17 @@ def _open_lines(path: Path, compression: str | None, on_error: Callable[[Excepti
         return open_text_stream(path, compression, on_error)
     raw = open(path, "rb")
     inner = _decompressor(raw, compression, on_error)
-    stream = raw if inner is raw else io.BufferedReader(inner, _READ_BUFFER)
-    if stream.peek(3)[:3] == _BOM:   # (a shorter peek, from a tiny first zstd frame: `_decoded` drops it)
-        stream.read(3)
-    return stream, raw
+    if inner is raw:   # a file: its buffer's first fill holds the first bytes
+        if raw.peek(3)[:3] == _BOM:
+            raw.read(3)
+        return raw, raw
+    # a decompressor may hand out fewer bytes than asked (a gzip member or zstd frame of one or two bytes first): a
+    # peek saw part of the mark, which stayed in the first line (whose pieces were then cut 3 bytes early)
+    head = b""
+    while len(head) < 3 and (data := inner.read(3 - len(head))):
+        head += data
+    inner.head = head.removeprefix(_BOM)   # put back, unless a byte order mark
+    return io.BufferedReader(inner, _READ_BUFFER), raw
 
 
 # Byte order marks of the text encodings read besides UTF-8 (UTF-32's first: FF FE 00 00 starts with UTF-16LE's)
@@ -687,12 +695,17 @@ class _Guarded(io.RawIOBase):
     def __init__(self, inner, on_error: Callable[[Exception], None]):
         self.inner, self.on_error, self.failed = inner, on_error, False
         self.delivered = 0   # decompressed bytes handed on (before the error, once there is one)
+        self.head = b""      # bytes read and put back, handed out first (`_open_lines`)
         self._read = getattr(inner, "read1", inner.read)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
+        if self.head:
+            size = min(len(buffer), len(self.head))
+            buffer[:size], self.head = self.head[:size], self.head[size:]
+            return size
         if self.failed:
             return 0
         try:
@@ -876,11 +889,12 @@ class _TextSource:
             yield self._decoded(raw).strip()
 
     def text_lines(self) -> Iterator[str]:
-        """Whole decoded lines with their line ends (LF or CR LF), for the csv module (a quoted field may span
-        lines)."""
+        """Whole decoded lines with their line ends (CR LF made LF), for the csv module (a quoted field may span
+        lines: the csv module keeps the line ends inside it, and a header cell over two lines was named with its CR
+        in the missing-column error)."""
         for raw in self._whole_lines():
             self.line_number += 1
-            yield self._decoded(raw)
+            yield self._decoded(raw[:-2] + b"\n" if raw.endswith(b"\r\n") else raw)
 
     def _whole_lines(self) -> Iterator[bytes]:
         while True:
@@ -1345,11 +1359,23 @@ _BELOW_0100 = re.compile("[\x00-\xff]")
 def misread_wide(head: bytes) -> bool:
     """Whether `head`, the UTF-8 that a file starting with a UTF-16/UTF-32 byte order mark was converted to, is
     8-bit or UTF-8 text misread (a Latin-1 file that begins with "ÿþ", bytes FF FE): at least MISREAD_WIDE_CHARS
-    characters and not one of them below U+0100. Real UTF-16 text of any script has line breaks, spaces, digits
-    or ASCII punctuation (each a code unit below 0x100); two bytes of 8-bit text make one code unit of 0x2020 or
-    more (the CJK, symbols and unassigned code points such a file turned into, one document without a break)."""
+    characters, not one of them below U+0100, and not the characters of Chinese or Japanese text. Real UTF-16 text
+    has line breaks, spaces, digits or ASCII punctuation (each a code unit below 0x100), except a Chinese or
+    Japanese paragraph with full-width punctuation only (such a file of one paragraph, no line break, was refused);
+    two bytes of 8-bit text make one code unit of 0x2020 or more, and that text shows itself, in code units of two
+    printable ASCII bytes, the high one no digit (counted 1 each: English 90% and more of them), Hangul syllables
+    (3: UTF-8 of Cyrillic or Greek; Korean text has spaces) and unassigned, private-use or undecodable ones (15:
+    accented Latin-1, UTF-8 of CJK), adding up to 3/4 of the characters or more (real Chinese and Japanese: about
+    1/4 to 1/2)."""
     text = head.decode("utf-8", errors="replace")
-    return len(text) >= MISREAD_WIDE_CHARS and _BELOW_0100.search(text) is None
+    if len(text) < MISREAD_WIDE_CHARS or _BELOW_0100.search(text) is not None:
+        return False
+    # (not 0x30-0x39, a digit, in the high byte: U+3041-U+3093, Hiragana, would be three quarters of them)
+    ascii_pairs = sum(0x20 <= (ord(c) & 0xFF) <= 0x7E and 0x2020 <= ord(c) <= 0x7EFF and not 0x3000 <= ord(c) <= 0x39FF
+                      for c in text)
+    hangul = sum("\uac00" <= c <= "\ud7a3" for c in text)
+    odd = sum(c == "\ufffd" or unicodedata.category(c) in ("Cn", "Co", "Cs") for c in text)
+    return ascii_pairs + 3 * hangul + 15 * odd >= 0.75 * len(text)
 
 
 def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "text") -> None:
