@@ -69,3 +69,19 @@ def test_finetune_resume_without_a_run_on_another_node_names_the_shared_director
     assert code != 0
     err = capsys.readouterr().err
     assert "no run to resume" in err and "on rank 1" in err and "every node sees" in err
+
+
+def test_torchrun_ranks_do_not_compare_the_recorded_tokenizer_path():
+    # the CLI records the tokenizer's absolute path in spec.info; nodes reaching the same files by other paths
+    # were refused as differing in "the task's labels"
+    from types import SimpleNamespace
+
+    from albertlm.tasks.finetune import FinetuneConfig, finetune_identity
+
+    def spec(path):
+        return SimpleNamespace(family="glue", train=[1, 2], info={"labels": ["a", "b"], "tokenizer": path})
+
+    cfg = FinetuneConfig()
+    assert finetune_identity(spec("/node0/spm.model"), cfg) == finetune_identity(spec("/node1/spm.model"), cfg)
+    other = SimpleNamespace(family="glue", train=[1, 2], info={"labels": ["b", "a"], "tokenizer": "/x"})
+    assert finetune_identity(other, cfg) != finetune_identity(spec("/x"), cfg)

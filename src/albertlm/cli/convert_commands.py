@@ -96,6 +96,11 @@ def run(args: argparse.Namespace, command: str) -> int:
     from albertlm.tasks.inference import find_tokenizer
 
     tokenizer = args.tokenizer or find_tokenizer(base)
+    run_tokenizer = None
+    if tokenizer is None:   # a fine-tuning run's checkpoints/step_N holds none: the run's (best/'s, or recorded)
+        from albertlm.cli.task_commands import run_tokenizer as find_run_tokenizer
+
+        run_tokenizer = tokenizer = find_run_tokenizer(base)
     # the tokenizer DST will hold (--to hf writes the one found; files beside SRC are copied): it must fit
     if tokenizer is not None and (args.tokenizer or args.dst_format == "hf" or Path(tokenizer) == base):
         _check_tokenizer_fits(Path(tokenizer), model.config.vocab_size, explicit=bool(args.tokenizer))
@@ -111,7 +116,10 @@ def run(args: argparse.Namespace, command: str) -> int:
     with _staging(dst) as stage:
         try:
             save_model(model, stage, args.dst_format, labels)
-            copied = copy_tokenizer(src, stage, Path(args.tokenizer) if args.tokenizer else None)
+            if run_tokenizer is not None and run_tokenizer.is_dir():
+                copied = copy_tokenizer(run_tokenizer, stage, None)
+            else:
+                copied = copy_tokenizer(src, stage, Path(args.tokenizer) if args.tokenizer else run_tokenizer)
         except OSError as exc:
             raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
         card = None
@@ -123,7 +131,12 @@ def run(args: argparse.Namespace, command: str) -> int:
         _move_into_place(stage, dst, args.overwrite)
     copied = [line.replace(str(stage), str(dst)) for line in copied]
     card = card.replace(str(stage), str(dst)) if card else card
-    print_summary(model, src, src_format, dst, args.dst_format, notes, copied, card)
+    no_tokenizer = None
+    if not copied:   # a fine-tuning run's step_N: why its run's tokenizer was not found
+        from albertlm.cli.task_commands import missing_run_tokenizer
+
+        no_tokenizer = f"none found beside the source{missing_run_tokenizer(base)} (see --tokenizer)"
+    print_summary(model, src, src_format, dst, args.dst_format, notes, copied, card, no_tokenizer)
     return 0
 
 
@@ -391,7 +404,7 @@ def copy_tokenizer(src: Path, dst: Path, explicit: Path | None) -> list[str]:
 
 
 def print_summary(model, src: Path, src_format: str, dst: Path, dst_format: str, notes: list[str],
-                  copied: list[str], card: str | None = None) -> None:
+                  copied: list[str], card: str | None = None, no_tokenizer: str | None = None) -> None:
     cfg = model.config
     params = sum(p.numel() for p in model.parameters())
     print(f"converted {src} ({src_format}) -> {dst} ({dst_format})")
@@ -401,6 +414,7 @@ def print_summary(model, src: Path, src_format: str, dst: Path, dst_format: str,
     print(f"parameters: {params:,}")
     for line in notes or [ALL_MAPPED]:
         print(line)
-    print("tokenizer: " + ("; ".join(copied) if copied else "none found beside the source (see --tokenizer)"))
+    print("tokenizer: " + ("; ".join(copied) if copied else
+                           no_tokenizer or "none found beside the source (see --tokenizer)"))
     if card:
         print(card)

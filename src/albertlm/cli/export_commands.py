@@ -247,17 +247,16 @@ def serving_metadata(model_dir: Path, model, tf_source: bool = False,
     `given`: --tokenizer, instead of the one found; a TF checkpoint (`tf_source`) gives only its tokenizer."""
     import json
 
+    from albertlm.cli.task_commands import run_tokenizer
     from albertlm.errors import json_object_or_empty
     from albertlm.interop.hf import read_labels
+    from albertlm.model.io import fine_tuning_record
     from albertlm.tokenization.load import find_tokenizer
 
     if tf_source:   # google's tarball: 30k-clean.model beside the checkpoint (a prefix's folder)
         base = model_dir if model_dir.is_dir() else model_dir.parent
         return _tokenizer_files({}, given if given is not None else find_tokenizer(base))
-    info = json_object_or_empty(model_dir / "task.json")
-    if not info and model_dir.parent.name == "checkpoints":   # a fine-tuning run's step: its saved settings
-        saved = json_object_or_empty(model_dir / "run_config.json")
-        info = saved if saved.get("family") else {}
+    info = fine_tuning_record(model_dir)   # task.json, or a fine-tuning run's step_N's saved settings
     meta: dict[str, str] = {}
     head = type(model).__name__ != "AlbertModel"   # --encoder: the task's head and labels are not in the file
     if head:
@@ -280,8 +279,8 @@ def serving_metadata(model_dir: Path, model, tf_source: bool = False,
         if problem:
             meta["problem_type"] = problem
     tokenizer = given if given is not None else find_tokenizer(model_dir)
-    if tokenizer is None and info and model_dir.parent.name == "checkpoints":   # a fine-tuning step: its run's own
-        tokenizer = find_tokenizer(model_dir.parent.parent / "best")
+    if tokenizer is None:   # a fine-tuning run's step_N holds none: the run's own (best/'s copy, or the recorded one)
+        tokenizer = run_tokenizer(model_dir)
     return _tokenizer_files(meta, tokenizer)
 
 

@@ -25,7 +25,7 @@ from albertlm.config.overrides import (GivenValues, Options, add_options, build,
                                        given_values, leaf_keys, read_options)
 from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.task import FinetuneConfig
-from albertlm.errors import UserError, json_object_or_empty, say_warning
+from albertlm.errors import UserError, say_warning
 
 FAMILIES = ("glue", "squad", "race", "classify")   # tasks.registry.FAMILIES (not imported here: it loads torch)
 TRAINING_FLAGS = {
@@ -240,29 +240,63 @@ def _using(given: str, model: Path) -> str | None:
     return f"using {model}" if Path(model) != Path(given) else None
 
 
-def _tokenizer(args, model_dir: Path):
-    """--tokenizer, else the model directory's files, else the pretraining run's tokenizer."""
+def _tokenizer(args, model_dir: Path, resumed: dict | None = None):
+    """--tokenizer, else the model directory's files, else the fine-tuning run's (`run_tokenizer`: a step_N holds
+    none), else the pretraining run's tokenizer. `finetune` records the one it found in the run's config
+    (`RECORDED_TOKENIZER`); on --resume (`resumed`: the run's saved config) another one than the run's is refused."""
     from albertlm.tokenization import load_tokenizer
     from albertlm.tokenization.load import find_tokenizer
 
     from albertlm.model.io import read_config
     from albertlm.tasks.inference import check_tokenizer_fits
 
-    found = Path(args.tokenizer) if args.tokenizer else (find_tokenizer(model_dir) or _run_tokenizer(Path(model_dir)))
+    model_dir = Path(model_dir)
+    found = Path(args.tokenizer) if args.tokenizer else (find_tokenizer(model_dir) or run_tokenizer(model_dir))
+    recorded = _recorded_tokenizer(resumed or {})
+    if not args.tokenizer and recorded is not None:
+        found = recorded       # --resume: the run's own, also where it was given as --tokenizer
     if found is None:
-        raise UserError(f"no tokenizer files (spiece.model / vocab.txt / tokenizer.json) in {model_dir}; "
-                        "pass --tokenizer PATH")
+        raise UserError(f"no tokenizer files (spiece.model / vocab.txt / tokenizer.json) in {model_dir}"
+                        f"{missing_run_tokenizer(model_dir)}; pass --tokenizer PATH")
     tokenizer = load_tokenizer(found)
     check_tokenizer_fits(tokenizer, read_config(model_dir)[0].vocab_size, found)
+    if args.command == "finetune":
+        args.tokenizer_found = found.resolve()     # recorded in the run's config (`_finetune`)
+        if resumed is not None:
+            _check_resumed_tokenizer(args.out, resumed, tokenizer, found)
+        return tokenizer
     own = find_tokenizer(model_dir)
-    if args.tokenizer and args.command != "finetune" and _task_info(model_dir) and own is not None \
-            and Path(own).resolve() == Path(model_dir).resolve():
-        # a fine-tuned checkpoint keeps the tokenizer it was trained with: another one would feed it other ids
-        difference = tokenizer_difference(load_tokenizer(own), tokenizer)
+    # a fine-tuned checkpoint keeps the tokenizer it was trained with: another one would feed it other ids. For a
+    # run's step_N, which holds none, that is the run's (its best/ copy, or the one the run recorded)
+    reference, where = ((own, "the one saved beside it") if own is not None and own.resolve() == model_dir.resolve()
+                        else (run_tokenizer(model_dir), "its run's"))
+    if args.tokenizer and reference is not None and _task_info(model_dir):
+        difference = tokenizer_difference(load_tokenizer(reference), tokenizer)
         if difference:
-            raise UserError(f"--tokenizer {found} is not the tokenizer {model_dir} was fine-tuned with (the one "
-                            f"saved beside it): {difference}; leave --tokenizer out")
+            raise UserError(f"--tokenizer {found} is not the tokenizer {model_dir} was fine-tuned with ({where}, "
+                            f"{reference}): {difference}; leave --tokenizer out")
     return tokenizer
+
+
+def _check_resumed_tokenizer(out: str, saved: dict, tokenizer, found: Path) -> None:
+    """`finetune --resume` with another tokenizer than the run's (another --tokenizer, or none where the run was
+    given one) trained the saved weights on other ids without a word: refused, naming the run's."""
+    from albertlm.tokenization import load_tokenizer
+    from albertlm.tokenization.load import find_tokenizer
+
+    best = Path(out) / "best"
+    reference = find_tokenizer(best) if best.is_dir() else None
+    recorded = saved.get(RECORDED_TOKENIZER)
+    reference = reference or _recorded_tokenizer(saved)
+    if reference is None or Path(reference).resolve() == found.resolve():
+        return
+    difference = tokenizer_difference(load_tokenizer(reference), tokenizer)
+    if difference:
+        usable = _recorded_tokenizer(saved) is not None    # what --resume without --tokenizer takes
+        named = recorded if usable else reference
+        fix = "leave --tokenizer out" if usable else f"give --tokenizer {reference}"
+        raise UserError(f"--resume: the run in {out} was fine-tuned with the tokenizer {named}; {found} is another "
+                        f"({difference}): a resumed run keeps its tokenizer ({fix}), or start over with --overwrite")
 
 
 PROBE = "Hello World, ALBERT's café costs $3.50!"
@@ -291,23 +325,69 @@ def _task_info(model_dir) -> dict:
     path = Path(model_dir) / TASK_FILE
     if path.is_file():
         return json.loads(path.read_text())
-    if Path(model_dir).parent.name != "checkpoints":
-        return {}
-    saved = json_object_or_empty(Path(model_dir) / "run_config.json")
-    if not saved.get("family"):            # a pretraining checkpoint: no task
-        return {}
+    saved = _step_record(Path(model_dir))   # {} for a pretraining checkpoint: no task
     settings = {f.name for f in dataclasses.fields(FinetuneConfig)} - {"max_seq_length"}
     return {k: v for k, v in saved.items() if k not in settings and k != "model"}
 
 
-def _run_tokenizer(model_dir: Path) -> Path | None:
-    """The tokenizer of a fine-tuning run's `checkpoints/step_N`: the one saved in the run's best/ (the run's own)."""
+# the key of a fine-tuning run's config (each checkpoints/step_N's run_config.json, best/task.json) that names the
+# tokenizer it was fine-tuned with: a step holds no tokenizer files, and best/ (which does) exists only once the
+# run has evaluated
+RECORDED_TOKENIZER = "tokenizer"
+
+
+def run_tokenizer(model_dir: str | Path) -> Path | None:
+    """The tokenizer of a fine-tuning run's `checkpoints/step_N` (which holds none): the copy saved in the run's
+    best/, else the one the run recorded it was fine-tuned with (its run_config.json), if it is still there.
+    None for another directory, or where neither is (`missing_run_tokenizer` says why)."""
     from albertlm.tokenization.load import find_tokenizer
 
+    model_dir = Path(model_dir)
+    info = _step_record(model_dir)
+    if not info:
+        return None
     best = model_dir.parent.parent / "best"
-    if model_dir.parent.name == "checkpoints" and _task_info(model_dir) and best.is_dir():
-        return find_tokenizer(best)
-    return None
+    found = find_tokenizer(best) if best.is_dir() else None
+    if found is None:
+        found = _recorded_tokenizer(info)
+    return found
+
+
+def _recorded_tokenizer(saved: dict) -> Path | None:
+    """The tokenizer a fine-tuning run's config records (`RECORDED_TOKENIZER`), if it is still there."""
+    from albertlm.tokenization.load import find_tokenizer
+
+    recorded = saved.get(RECORDED_TOKENIZER)
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    path = Path(recorded)
+    return path if path.is_file() or (path.is_dir() and find_tokenizer(path) == path) else None
+
+
+def missing_run_tokenizer(model_dir: str | Path) -> str:
+    """Why a fine-tuning run's step_N has no tokenizer (`run_tokenizer` found none), and which one its run used;
+    '' for another directory."""
+    model_dir = Path(model_dir)
+    info = _step_record(model_dir)
+    if not info:
+        return ""
+    best = model_dir.parent.parent / "best"
+    said = (f": a fine-tuning run's step checkpoint holds none, and the run's {best} "
+            + ("holds none either" if best.is_dir() else
+               "does not exist (it is written at the run's first dev evaluation, or it was removed)"))
+    recorded = info.get(RECORDED_TOKENIZER)
+    if isinstance(recorded, str) and recorded:
+        return f"{said}; the run was fine-tuned with the tokenizer {recorded}, not found there now"
+    return f"{said}; the run was started from --model {info['model']}" if info.get("model") else said
+
+
+def _step_record(model_dir: Path) -> dict:
+    """The run_config.json of a fine-tuning run's checkpoints/step_N ({} for any other directory)."""
+    from albertlm.model.io import fine_tuning_record
+
+    if model_dir.parent.name != "checkpoints" or (model_dir / "task.json").is_file():
+        return {}
+    return fine_tuning_record(model_dir)
 
 
 def _transformers_labels(model_dir: Path) -> dict:
@@ -370,13 +450,16 @@ def _finetune(args) -> int:
     if not args.resume:      # --overwrite would remove the checkpoint the run starts from
         check_out_keeps_source(args.out, args.model, model, "--model", RUN_FILES)
     check_run_dir(args.out, args.resume, args.overwrite, RUN_FILES)   # before the data is read and tokenized
-    tokenizer = _tokenizer(args, model)
+    tokenizer = _tokenizer(args, model, saved)
     spec = get_family(args.family).build_spec(options, tokenizer, cfg, True, saved or {})
     if best_metric is not None:
         from albertlm.tasks.specs import choose_best_metric
 
         choose_best_metric(spec, best_metric)
     spec.info["max_seq_length"] = cfg.max_seq_length
+    # where the tokenizer is: each step checkpoint's run_config.json records it (a step holds no tokenizer files,
+    # and best/, which does, exists only once the run has evaluated); `run_tokenizer` reads it
+    spec.info[RECORDED_TOKENIZER] = str(args.tokenizer_found)
     log = _after_checks(_using(args.model, model), _version_shown(args, options, spec.info)) if is_main_process() \
         else lambda *a: None
     try:

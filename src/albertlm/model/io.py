@@ -515,9 +515,9 @@ LABELLED = ("AlbertForSequenceClassification", "AlbertForTokenClassification")  
 
 def read_labels(directory: str | Path) -> dict:
     """{"id2label": {...}, "problem_type": ...} for a classifier: from a transformers config, our labels.json
-    (written by `save_pretrained` or a conversion from transformers), or the task.json of the albertlm fine-tuning
-    run it came from (its directory, or the run directory of a `best/` or `checkpoints/step_N` inside it). Names
-    that are not index -> name, or a problem_type transformers does not know, are a UserError naming the file."""
+    (written by `save_pretrained` or a conversion from transformers), or what the albertlm fine-tuning it came from
+    recorded (`fine_tuning_record`: best/'s task.json, a run's `checkpoints/step_N`'s run_config.json). Names that
+    are not index -> name, or a problem_type transformers does not know, are a UserError naming the file."""
     directory = Path(directory)
     config = json_object_or_empty(directory / CONFIG)
     if config.get("model_type") == "albert":
@@ -530,14 +530,29 @@ def read_labels(directory: str | Path) -> dict:
     found = json_object_or_empty(directory / LABELS_FILE)
     if found:
         return hf_format.check_labels(found, str(directory / LABELS_FILE))
-    run_dir = directory.parent.parent if directory.parent.name == "checkpoints" else directory.parent
-    task = next((t for t in (json_object_or_empty(d / "task.json") for d in (directory, run_dir)) if t), {})
+    task = fine_tuning_record(directory)
+    if not task:   # the task.json of the run directory it is in
+        run_dir = directory.parent.parent if directory.parent.name == CHECKPOINT_DIR else directory.parent
+        task = json_object_or_empty(run_dir / "task.json")
     if task.get("regression"):
         return {"problem_type": "regression"}
     if task.get("labels"):
         return {"id2label": {str(i): str(name) for i, name in enumerate(task["labels"])},
                 "problem_type": "single_label_classification"}
     return {}
+
+
+def fine_tuning_record(directory: str | Path) -> dict[str, Any]:
+    """What an albertlm fine-tuning recorded beside a checkpoint: best/'s task.json (family, task, labels,
+    regression, max_seq_length, ...), or for a run's `checkpoints/step_N`, which has none, the run_config.json saved
+    in it (the same keys beside the training settings; the step's own record: best/ may be another step's model,
+    or not written yet). {} for anything else (a pretraining checkpoint's run_config.json names no family)."""
+    directory = Path(directory)
+    task = json_object_or_empty(directory / "task.json")
+    if task or directory.parent.name != CHECKPOINT_DIR:
+        return task
+    saved = json_object_or_empty(directory / "run_config.json")
+    return saved if saved.get("family") else {}
 
 
 def model_labels(model: nn.Module) -> dict[str, Any]:

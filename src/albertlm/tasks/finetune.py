@@ -731,7 +731,9 @@ def finetune_identity(spec: TaskSpec, cfg: FinetuneConfig, out_dir: str | Path |
 
     values = {key: value for key, value in flatten(cfg.to_dict()).items() if key not in PER_PROCESS}
     values.update({"the task": spec.family, "the training features": len(spec.train),
-                   "the task's labels": json.dumps(spec.info, sort_keys=True, default=str)})
+                   # (not the tokenizer path the CLI records there: nodes may reach the same files by other paths)
+                   "the task's labels": json.dumps({k: v for k, v in spec.info.items() if k != "tokenizer"},
+                                                   sort_keys=True, default=str)})
     if resume and out_dir is not None:
         last = ckpt.latest_checkpoint(out_dir) if Path(out_dir).is_dir() else None
         values["the checkpoint it resumes from"] = last.name if last is not None else None

@@ -57,9 +57,10 @@ def _null_threshold(given: str, recorded: float | None, training: bool, info: di
                             "out")
         if recorded is None:
             raise UserError("--null-threshold recorded: the model records no tuned null threshold (a run's best/"
-                            "task.json holds it; a checkpoints/step_N folder, a SQuAD v1.1 model or a converted "
-                            "checkpoint has none): give a number, e.g. dev/null_threshold of the step in the run's "
-                            "metrics.jsonl")
+                            "task.json holds it, as does the run_config.json of a checkpoints/step_N saved right "
+                            "after a dev evaluation; a step_N saved between evaluations (--save-every), a SQuAD v1.1 "
+                            "model or a converted checkpoint has none): give a number, e.g. for such a step the "
+                            "dev/null_threshold of a nearby evaluated step in the run's metrics.jsonl")
         return recorded
     value = _number(text)
     if value is None or not math.isfinite(value):

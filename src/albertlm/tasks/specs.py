@@ -342,10 +342,11 @@ def _untuned_note(path, training: bool) -> str:
         why = "no labelled --dev to tune it on"
         fix = "give --null-threshold X (one tuned on labelled dev data) for its predictions.json"
     else:
-        why = ("the model records none (a fine-tuning run's best/task.json does; a checkpoints/step_N folder, a "
-               "converted checkpoint does not)")
-        fix = ("give --null-threshold X: the run's best/task.json null_threshold, or for a step_N folder the "
-               "dev/null_threshold of that step in the run's metrics.jsonl")
+        why = ("the model records none (a fine-tuning run's best/task.json does, as does the run_config.json of a "
+               "checkpoints/step_N saved right after a dev evaluation; a step_N saved between evaluations "
+               "(--save-every) or a converted checkpoint does not)")
+        fix = ("give --null-threshold X: the run's best/task.json null_threshold, or for such a step the "
+               "dev/null_threshold of a nearby evaluated step in the run's metrics.jsonl")
     return (f"{path} has no answers to tune SQuAD v2.0's no-answer threshold on, and {why}: predictions.json "
             f"nulls the questions whose odds exceed 0.0 (null_odds.json holds them); {fix}")
 
