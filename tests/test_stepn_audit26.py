@@ -177,3 +177,22 @@ def test_the_null_threshold_lines_say_which_steps_record_one(tmp_path, capsys):
     notes = [line for line in _warnings(capsys.readouterr().err) if "threshold" in line]
     assert len(notes) == 1 and "saved between evaluations (--save-every)" in notes[0], notes
     assert "right after a dev evaluation" in notes[0] and "nearby evaluated step" in notes[0]
+
+
+def test_a_step_converted_to_hf_cuts_at_the_fine_tuned_length_and_says_fine_tuning(run, tmp_path, capsys):
+    """convert --to hf from a step wrote model_max_length 64 (the positions; best/ gave the fine-tuned 24) and a
+    card saying "held-out evaluation during pretraining" and "Training data: Not recorded"."""
+    import json
+
+    from albertlm.cli.main import main
+
+    _, _, out = run
+    step = out / "checkpoints" / "step_00000002"
+    dst = tmp_path / "hf"
+    assert main(["convert", str(step), str(dst), "--to", "hf"]) == 0
+    capsys.readouterr()
+    config = json.loads((dst / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["model_max_length"] == 24
+    card = (dst / "README.md").read_text(encoding="utf-8")
+    assert "during fine-tuning at step 2" in card and "during pretraining" not in card
+    assert "fine-tuned on classify" in card and "Not recorded" not in card

@@ -18,7 +18,7 @@ from torch import nn
 from albertlm.errors import UserError, json_object_or_empty
 from albertlm.model import hf_format
 from albertlm.model.albert import AlbertModel, sharing_plan
-from albertlm.model.io import LABELLED, model_labels
+from albertlm.model.io import LABELLED, fine_tuning_record, model_labels
 from albertlm.model.registry import architecture_from_weights  # noqa: F401 (its home was here)
 
 # our class name -> transformers class name (they match; listed so an unknown class fails clearly)
@@ -325,13 +325,14 @@ def complete_export(model: nn.Module, directory: str | Path, source: str | Path 
 
 
 def _max_length_into_tokenizer_config(model: nn.Module, directory: Path, source) -> None:
-    """tokenizer_config.json's `model_max_length`: the fine-tuning's max_seq_length (its task.json), else
-    the model's position embeddings, so that transformers' `truncation=True` cuts as albertlm does."""
+    """tokenizer_config.json's `model_max_length`: the fine-tuning's max_seq_length (best/'s task.json, or a
+    step_N's run_config.json: `fine_tuning_record`), else the model's position embeddings, so that transformers'
+    `truncation=True` cuts as albertlm does."""
     path = directory / "tokenizer_config.json"
     if not path.is_file():
         return
     limit = model.config.max_position_embeddings
-    task = json_object_or_empty(Path(source) / "task.json") if source is not None else {}
+    task = fine_tuning_record(source) if source is not None else {}
     if isinstance(task.get("max_seq_length"), int):
         limit = min(limit, task["max_seq_length"])
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -429,8 +430,10 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
     step_match = re.fullmatch(r"step_(\d+)", checkpoint.name)
     run_dir = checkpoint.parent.parent if step_match and checkpoint.parent.name == "checkpoints" else checkpoint.parent
     run_config = next((p for p in (checkpoint / "run_config.json", run_dir / "run_config.json") if p.is_file()), None)
-    if run_config is not None:
-        data_dir = json_object_or_empty(run_config).get("data", {}).get("path")
+    tuned = fine_tuning_record(checkpoint)   # a fine-tuning run's step_N (best/ is told from its metrics.json below)
+    if run_config is not None and not tuned:
+        data = json_object_or_empty(run_config).get("data")
+        data_dir = data.get("path") if isinstance(data, dict) else None
         meta = json_object_or_empty(Path(data_dir) / "meta.json") if data_dir else {}
         if meta:
             corpus = meta.get("counts", {}).get("corpus", {})
@@ -450,9 +453,13 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
         record = evals[-1]
         values = ", ".join(f"{k} {v:.4f}" if isinstance(v, (int, float)) else f"{k} {v}"   # null: a NaN score
                            for k, v in record.items() if k not in ("step", "split", "time"))
-        kind = "fine-tuning" if (run_dir / "task.json").is_file() else "pretraining"
+        kind = "fine-tuning" if tuned else "pretraining"   # (a fine-tuning run has no task.json beside its steps)
         facts["metrics"] = [f"- held-out evaluation during {kind} at step {record['step']:,}: {values}",
                             f"- (run directory `{run_dir}`, metrics.jsonl)"]
+    if tuned and checkpoint.name != "best":
+        parts = [str(part) for part in (tuned.get("family"), tuned.get("task")) if part]
+        facts["data"] = [f"- fine-tuned on {' '.join(parts)}, the checkpoint of step {step:,} (see {run_dir / 'metrics.jsonl'})"
+                         if step is not None else f"- fine-tuned on {' '.join(parts)}"]
     finetune = json_object_or_empty(checkpoint.parent / "metrics.json") if checkpoint.name == "best" else {}
     if finetune.get("best"):
         values = ", ".join(_flat_metrics(finetune["best"]))
