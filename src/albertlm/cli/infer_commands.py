@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
@@ -191,6 +192,14 @@ def _embed(args) -> int:
         if not path.is_file() and (args.text_field is not None or args.format not in ("auto", "lines")):
             raise UserError(f"--input {path} is not a regular file (a pipe?): it is read once as one text per line; "
                             "--format and --text-field need the file itself")
+    out = Path(args.out)   # said before the input is read through and the model loads (was after both)
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory")
+    if out.exists() and not args.overwrite:
+        raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or another --out")
+    if path is not None and out.exists() and os.path.samefile(path, out):   # --overwrite: embeddings in its place
+        raise UserError(f"--out {out} is the --input file: embed would replace the texts with their embeddings; "
+                        "give another --out")
     if path is not None and path.is_file():   # every record checked before the model loads and any output is made
         count, source = file_texts(path, args.format, args.text_field)
     model, model_dir, device = load_encoder(args.model, args.device)
@@ -203,11 +212,6 @@ def _embed(args) -> int:
                 count, source = spooled(binary_lines(handle, f"--input {path} line "), f"--input {path}")
         except OSError as exc:
             raise UserError(f"--input {path}: cannot read it ({exc.strerror or exc})") from None
-    out = Path(args.out)
-    if out.is_dir():
-        raise UserError(f"--out {out} is a directory")
-    if out.exists() and not args.overwrite:
-        raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or another --out")
     made = make_parent(out, "--out")
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # renamed into place when complete
     hidden = model.config.hidden_size
@@ -322,8 +326,8 @@ def file_texts(path, fmt: str = "auto", text_field: str | None = None):
     field = None if kind == "lines" else text_column(path, kind, compression, text_field)
 
     def texts():
-        if kind == "lines":
-            return (text.removesuffix("\n") for _, text in _stream_lines(path, compression))
+        if kind == "lines":   # split at "\n" only, as a plain file and stdin are: `zcat f.gz | wc -l` rows
+            return _compressed_lines(path, compression)
         if kind == "jsonl":
             return _jsonl_texts(path, compression, field)
         if kind in ("csv", "tsv"):
@@ -342,6 +346,12 @@ def input_format(path, fmt: str = "auto") -> tuple[str, str | None]:
     with open(path, "rb") as handle:
         magic = handle.read(8)
     table = corpus.table_format(path, magic)
+    if table is None and magic.startswith(corpus._ARROW_STREAM) and (fmt == "arrow" or (
+            fmt == "auto" and path.suffix.lower() == ".arrows")):
+        # an Arrow IPC stream has no magic number: `table_format` takes it by a `.arrow` name; `.arrows` is the
+        # stream format's own suffix, and --format arrow says it outright (both were "no Arrow file", or its bytes
+        # read as lines: "not UTF-8 text")
+        table = "arrow"
     compression = corpus.compression_of(magic)
     inner = corpus.inner_name(path).suffix.lower()
     if table is not None:
@@ -411,15 +421,121 @@ def text_column(path, kind: str, compression: str | None, text_field: str | None
     return text_field
 
 
-def _stream_lines(path, compression: str | None):
+    from albertlm.data import corpus
+
+    with open(path, "rb") as handle:
+        magic = handle.read(8)
+    table = corpus.table_format(path, magic)
+    if table is None and magic.startswith(corpus._ARROW_STREAM) and (fmt == "arrow" or (
+            fmt == "auto" and path.suffix.lower() == ".arrows")):
+        # an Arrow IPC stream has no magic number: `table_format` takes it by a `.arrow` name; `.arrows` is the
+        # stream format's own suffix, and --format arrow says it outright (both were "no Arrow file", or its bytes
+        # read as lines: "not UTF-8 text")
+        table = "arrow"
+    compression = corpus.compression_of(magic)
+    inner = corpus.inner_name(path).suffix.lower()
+    if table is not None:
+        if fmt not in ("auto", table):
+            raise UserError(f"--input {path} is a{'n' if table == 'arrow' else ''} {table.capitalize()} file, not "
+                            f"{fmt}; leave --format out (and name the column with --text-field)")
+        return table, None
+    if fmt in corpus.TABLE_FORMATS or (fmt == "auto" and inner in corpus.TABLE_SUFFIXES):
+        what = f"{compression}-compressed" if compression else "not one by its first bytes: damaged or cut short?"
+        raise UserError(f"--input {path}: no {(fmt if fmt != 'auto' else inner[1:]).capitalize()} file ({what}); "
+                        "a Parquet or Arrow file is read as it is stored" + ("; decompress it first"
+                                                                           if compression else ""))
+    if fmt != "auto":
+        return fmt, compression
+    if inner in corpus.JSONL_SUFFIXES:
+        return "jsonl", compression
+    if inner in corpus.CSV_SUFFIXES:
+        return "csv", compression
+    return ("tsv" if inner in (".tsv", ".tab") else "lines"), compression
+
+
+def text_column(path, kind: str, compression: str | None, text_field: str | None) -> str:
+    """The field or column holding the texts: `text_field`, checked against the file's first record (JSON lines),
+    header (CSV/TSV) or schema (Parquet/Arrow); without it, the one text column there is. Several are ambiguous (a
+    file's `id` and `title` are text too): a UserError naming them."""
+    if kind == "jsonl":
+        number, record = next(_jsonl_records(path, compression), (0, None))
+        if record is None:
+            return text_field or "text"   # no record: nothing to embed, nothing to choose
+        names = [str(name) for name in record]
+        texts = [str(name) for name, value in record.items() if isinstance(value, str)]
+        where, what = f"{path}:{number}", "fields"
+    elif kind in ("csv", "tsv"):
+        header = next((row for _, row in _delimited_rows(path, compression, kind) if row), None)
+        if header is None:
+            return text_field or "text"
+        names = texts = [name.strip() for name in header]
+        where, what = f"{path}", "columns"
+    else:
+        schema = _table_schema(path, kind)
+        names = list(schema.names)
+        texts = [name for name in names if _is_text_type(schema.field(name).type)]
+        where, what = f"{path}", "columns"
+    shown = ", ".join(map(repr, names[:12])) + (", ..." if len(names) > 12 else "")
+    if text_field is None and kind in ("csv", "tsv"):
+        # every cell is text, and a file without a header line (GLUE's CoLA, a one-column list) would lose its first
+        # text as the "header": the column is named, which says that the first line is the header
+        raise UserError(f"{where}: a {kind.upper()} file's texts are read from the column its first line names "
+                        f"({shown}): name it with --text-field; a file without a header line: --format lines "
+                        "embeds its whole lines")
+    if text_field is None:
+        if len(texts) == 1:
+            return texts[0]
+        if not texts:
+            raise UserError(f"{where}: no text {what[:-1]} to embed ({what}: {shown})")
+        raise UserError(f"{where}: {len(texts)} text {what} ({', '.join(map(repr, texts[:12]))}); name the one to "
+                        "embed with --text-field")
+    if text_field not in names:
+        raise UserError(f"{where}: no {what[:-1]} {text_field!r} ({what}: {shown}); see --text-field")
+    if names.count(text_field) > 1:
+        raise UserError(f"{where}: the header names the column {text_field!r} twice")
+    if text_field not in texts:   # a number, a list, a struct (JSON lines: in the first record)
+        held = (schema.field(text_field).type if kind in ("parquet", "arrow")
+                else f"a JSON {_json_kind(record[text_field])}")
+        raise UserError(f"{where}: {what[:-1]} {text_field!r} holds {held}, not text; text {what}: "
+                        f"{', '.join(map(repr, texts[:12])) or 'none'}")
+    return text_field
+
+
+def _compressed_lines(path, compression: str):
+    """The texts of a compressed file of one text per line, as `_lines` gives a plain file's and `stdin_lines`
+    stdin's: split at "\\n" only, a "\\r\\n" end dropped, a lone "\\r" kept in the text, a UTF-8 byte order mark
+    dropped. `data build`'s stream (`_stream_lines`) also ends a line at a lone "\\r": the same file gave one row
+    more per lone "\\r" gzipped than plain or through `zcat | embed --input -`, every row after it shifted against
+    the file's line numbers. UTF-16/UTF-32 text with a byte order mark (refused in a plain file) is read
+    transcoded, as `data build` reads it."""
+    from albertlm.data import corpus
+
+    with open(path, "rb") as raw:   # the first decompressed bytes: a UTF-16/UTF-32 byte order mark?
+        inner = corpus._decompressor(raw, compression, lambda exc: None)
+        head = b""
+        while len(head) < 4 and (data := inner.read(4 - len(head))):   # a decompressor may hand out fewer
+            head += data
+    if corpus.wide_encoding(head) is not None:
+        yield from (text.removesuffix("\n") for _, text in _stream_lines(path, compression))
+        return
+    yield from (_line_text(text, number) for number, text in _stream_lines(path, compression, universal=False))
+
+
+def _stream_lines(path, compression: str | None, universal: bool = True):
     """(line number, line with its "\\n") of a text file read as `data build` reads it (`corpus.open_text_stream`:
     gzip, bzip2, xz or zstd decompressed, UTF-16/UTF-32 with a byte order mark transcoded, a lone CR a line end);
     a line that is not UTF-8, or compressed data damaged or cut short (where `data build` keeps what came before),
-    is a UserError naming the file and the line."""
+    is a UserError naming the file and the line. `universal=False`: the decompressed bytes as they are (no
+    transcoding, line ends and byte order mark left in the lines, lines split at "\\n" only)."""
+    from albertlm.data import corpus
     from albertlm.data.corpus import NOT_UTF8_HINT, open_text_stream
 
     errors: list[Exception] = []
-    stream, raw = open_text_stream(path, compression, errors.append)
+    if universal:
+        stream, raw = open_text_stream(path, compression, errors.append)
+    else:
+        raw = open(path, "rb")
+        stream = io.BufferedReader(corpus._decompressor(raw, compression, errors.append), 1 << 20)
 
     def damaged(number: int) -> UserError:   # said before the line the damage cut short is read as a text
         where = f"near line {number:,}" if number else "before its first line"
@@ -470,7 +586,7 @@ def _jsonl_texts(path, compression: str | None, field: str):
         if not isinstance(text, str):
             raise UserError(f"{path}:{number}: field {field!r} is a JSON {_json_kind(text)}, not a string; embed "
                             "writes one row per record: fix or drop it first")
-        yield text
+        yield _encodable(text, f"{path}:{number}: field {field!r}")
 
 
 def _json_kind(value) -> str:
@@ -494,13 +610,11 @@ def _delimited_rows(path, compression: str | None, kind: str):
 
     lines = (line for _, line in _stream_lines(path, compression))
     if kind == "tsv":
-        quoting = csv.QUOTE_NONE
-        if compression is None:
-            from albertlm.tasks.tables import csv_quoted_tsv
-            try:
-                quoting = csv.QUOTE_MINIMAL if csv_quoted_tsv(path) else csv.QUOTE_NONE
-            except (UnicodeDecodeError, OSError):   # the reading below names the line
-                pass
+        from albertlm.tasks.tables import csv_quoted_tsv
+        try:   # a compressed file's head is its text's (pandas' to_csv("x.tsv.gz", sep="\t") quotes as a plain one)
+            quoting = csv.QUOTE_MINIMAL if csv_quoted_tsv(_DecompressedText(path, compression)) else csv.QUOTE_NONE
+        except (UnicodeDecodeError, OSError):   # the reading below names the line
+            quoting = csv.QUOTE_NONE
         reader = csv.reader(lines, delimiter="\t", quoting=quoting)
     else:
         reader = csv.reader(lines)
@@ -515,6 +629,26 @@ def _delimited_rows(path, compression: str | None, kind: str):
         if row is None:
             return
         yield reader.line_num, row
+
+
+class _DecompressedText:
+    """A file's (decompressed, transcoded) text where `tables.csv_quoted_tsv` opens a path: a compressed TSV was
+    read without quoting whatever it held, so a text of pandas' quoting with a line break inside became two rows
+    (of a one-column file: every later row shifted) and one with quotes kept its CSV quotes."""
+
+    def __init__(self, path, compression: str | None):
+        self.path, self.compression = path, compression
+
+    @contextlib.contextmanager
+    def open(self, encoding: str = "utf-8-sig", newline: str | None = ""):
+        from albertlm.data.corpus import open_text_stream
+
+        stream, raw = open_text_stream(self.path, self.compression, lambda exc: None)
+        try:
+            yield io.TextIOWrapper(stream, encoding=encoding, newline=newline)
+        finally:
+            stream.close()
+            raw.close()
 
 
 def _delimited_texts(path, compression: str | None, kind: str, field: str):
@@ -594,12 +728,40 @@ def _column_texts(path, kind: str, field: str):
                     raise UserError(f"{path} row {first:,}: column {field!r} is null (and {values.null_count - 1:,} "
                                     f"more of rows {row + 1:,}-{row + len(values):,}); embed writes one row per input "
                                     "row: drop or fill the nulls first")
-                for text in values.to_pylist():
+                try:
+                    texts = values.to_pylist()
+                except UnicodeDecodeError:   # a string column of bytes that are no UTF-8 (a writer that did not
+                    raise _not_utf8_row(path, field, values, row) from None   # check): was a traceback
+                for text in texts:
                     row += 1
-                    yield text
+                    yield text   # decoded from UTF-8: no lone surrogate
     except (pa.ArrowException, OSError) as exc:
         after = f"after row {row:,}: " if row else ""
         raise UserError(f"--input {path}: cannot read it as {kind.capitalize()} ({after}{exc})") from None
+
+
+def _not_utf8_row(path, field: str, values, row: int) -> UserError:
+    """The error for a batch of a string column one of whose values is no UTF-8: its row (from 1) named."""
+    for k in range(len(values)):
+        try:
+            values[k].as_py()
+        except UnicodeDecodeError as exc:
+            return UserError(f"{path} row {row + k + 1:,}: column {field!r} is not UTF-8 text (byte "
+                             f"{exc.object[exc.start]:#04x} at byte {exc.start + 1}); embed writes one row per input "
+                             "row: fix or drop it first")
+    return UserError(f"{path} rows {row + 1:,}-{row + len(values):,}: column {field!r} is not UTF-8 text")
+
+
+def _encodable(text: str, where: str) -> str:
+    """`text`, unless it holds a lone surrogate (JSON's "\\ud800", which Python's json writes for text decoded with
+    surrogateescape): UTF-8 cannot hold one, and the .parquet and .jsonl writers failed on it with a traceback after
+    the embedding of every window before it, the .npy got the row of an undecodable text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UserError(f"{where} holds a lone surrogate ({ascii(text[exc.start])} at character {exc.start + 1}): no "
+                        "text UTF-8 can hold; embed writes one row per record: fix or drop it first") from None
+    return text
 
 
 def spooled(lines, where: str):
