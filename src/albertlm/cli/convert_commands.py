@@ -94,13 +94,14 @@ def run(args: argparse.Namespace, command: str) -> int:
     model, notes = load_model(src, src_format, args.config, args.verify)
     base = src if src.is_dir() else src.parent
     from albertlm.tasks.inference import find_tokenizer
+    from albertlm.tasks.inference import run_tokenizer as find_run_tokenizer
 
     tokenizer = args.tokenizer or find_tokenizer(base)
-    run_tokenizer = None
-    if tokenizer is None:   # a fine-tuning run's checkpoints/step_N holds none: the run's (best/'s, or recorded)
-        from albertlm.cli.task_commands import run_tokenizer as find_run_tokenizer
-
-        run_tokenizer = tokenizer = find_run_tokenizer(base)
+    # a fine-tuning run's checkpoints/step_N holds none: `find_tokenizer` gives the run's (best/'s, or the recorded
+    # one), which is copied as files beside SRC are
+    run_tokenizer = None if args.tokenizer or tokenizer is None else find_run_tokenizer(base)
+    if run_tokenizer is not None and Path(tokenizer) != run_tokenizer:
+        run_tokenizer = None
     # the tokenizer DST will hold (--to hf writes the one found; files beside SRC are copied): it must fit
     if tokenizer is not None and (args.tokenizer or args.dst_format == "hf" or Path(tokenizer) == base):
         _check_tokenizer_fits(Path(tokenizer), model.config.vocab_size, explicit=bool(args.tokenizer))
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     card = card.replace(str(stage), str(dst)) if card else card
     no_tokenizer = None
     if not copied:   # a fine-tuning run's step_N: why its run's tokenizer was not found
-        from albertlm.cli.task_commands import missing_run_tokenizer
+        from albertlm.tasks.inference import missing_run_tokenizer
 
         no_tokenizer = f"none found beside the source{missing_run_tokenizer(base)} (see --tokenizer)"
     print_summary(model, src, src_format, dst, args.dst_format, notes, copied, card, no_tokenizer)

@@ -247,10 +247,10 @@ def serving_metadata(model_dir: Path, model, tf_source: bool = False,
     `given`: --tokenizer, instead of the one found; a TF checkpoint (`tf_source`) gives only its tokenizer."""
     import json
 
-    from albertlm.cli.task_commands import run_tokenizer
     from albertlm.errors import json_object_or_empty
     from albertlm.interop.hf import read_labels
     from albertlm.model.io import fine_tuning_record
+    from albertlm.tasks.inference import run_tokenizer
     from albertlm.tokenization.load import find_tokenizer
 
     if tf_source:   # google's tarball: 30k-clean.model beside the checkpoint (a prefix's folder)

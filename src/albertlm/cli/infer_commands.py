@@ -345,13 +345,10 @@ def input_format(path, fmt: str = "auto") -> tuple[str, str | None]:
 
     with open(path, "rb") as handle:
         magic = handle.read(8)
-    table = corpus.table_format(path, magic)
-    if table is None and magic.startswith(corpus._ARROW_STREAM) and (fmt == "arrow" or (
-            fmt == "auto" and path.suffix.lower() == ".arrows")):
-        # an Arrow IPC stream has no magic number: `table_format` takes it by a `.arrow` name; `.arrows` is the
-        # stream format's own suffix, and --format arrow says it outright (both were "no Arrow file", or its bytes
-        # read as lines: "not UTF-8 text")
-        table = "arrow"
+    # an Arrow IPC stream has no magic number: `table_format` takes it by a `.arrow` or `.arrows` name (the stream
+    # format's own suffix), or by --format arrow, which says it outright (both were "no Arrow file", or its bytes
+    # read as lines: "not UTF-8 text")
+    table = corpus.table_format(path, magic, fmt)
     compression = corpus.compression_of(magic)
     inner = corpus.inner_name(path).suffix.lower()
     if table is not None:
@@ -361,87 +358,8 @@ def input_format(path, fmt: str = "auto") -> tuple[str, str | None]:
         return table, None
     if fmt in corpus.TABLE_FORMATS or (fmt == "auto" and inner in corpus.TABLE_SUFFIXES):
         what = f"{compression}-compressed" if compression else "not one by its first bytes: damaged or cut short?"
-        raise UserError(f"--input {path}: no {(fmt if fmt != 'auto' else inner[1:]).capitalize()} file ({what}); "
-                        "a Parquet or Arrow file is read as it is stored" + ("; decompress it first"
-                                                                           if compression else ""))
-    if fmt != "auto":
-        return fmt, compression
-    if inner in corpus.JSONL_SUFFIXES:
-        return "jsonl", compression
-    if inner in corpus.CSV_SUFFIXES:
-        return "csv", compression
-    return ("tsv" if inner in (".tsv", ".tab") else "lines"), compression
-
-
-def text_column(path, kind: str, compression: str | None, text_field: str | None) -> str:
-    """The field or column holding the texts: `text_field`, checked against the file's first record (JSON lines),
-    header (CSV/TSV) or schema (Parquet/Arrow); without it, the one text column there is. Several are ambiguous (a
-    file's `id` and `title` are text too): a UserError naming them."""
-    if kind == "jsonl":
-        number, record = next(_jsonl_records(path, compression), (0, None))
-        if record is None:
-            return text_field or "text"   # no record: nothing to embed, nothing to choose
-        names = [str(name) for name in record]
-        texts = [str(name) for name, value in record.items() if isinstance(value, str)]
-        where, what = f"{path}:{number}", "fields"
-    elif kind in ("csv", "tsv"):
-        header = next((row for _, row in _delimited_rows(path, compression, kind) if row), None)
-        if header is None:
-            return text_field or "text"
-        names = texts = [name.strip() for name in header]
-        where, what = f"{path}", "columns"
-    else:
-        schema = _table_schema(path, kind)
-        names = list(schema.names)
-        texts = [name for name in names if _is_text_type(schema.field(name).type)]
-        where, what = f"{path}", "columns"
-    shown = ", ".join(map(repr, names[:12])) + (", ..." if len(names) > 12 else "")
-    if text_field is None and kind in ("csv", "tsv"):
-        # every cell is text, and a file without a header line (GLUE's CoLA, a one-column list) would lose its first
-        # text as the "header": the column is named, which says that the first line is the header
-        raise UserError(f"{where}: a {kind.upper()} file's texts are read from the column its first line names "
-                        f"({shown}): name it with --text-field; a file without a header line: --format lines "
-                        "embeds its whole lines")
-    if text_field is None:
-        if len(texts) == 1:
-            return texts[0]
-        if not texts:
-            raise UserError(f"{where}: no text {what[:-1]} to embed ({what}: {shown})")
-        raise UserError(f"{where}: {len(texts)} text {what} ({', '.join(map(repr, texts[:12]))}); name the one to "
-                        "embed with --text-field")
-    if text_field not in names:
-        raise UserError(f"{where}: no {what[:-1]} {text_field!r} ({what}: {shown}); see --text-field")
-    if names.count(text_field) > 1:
-        raise UserError(f"{where}: the header names the column {text_field!r} twice")
-    if text_field not in texts:   # a number, a list, a struct (JSON lines: in the first record)
-        held = (schema.field(text_field).type if kind in ("parquet", "arrow")
-                else f"a JSON {_json_kind(record[text_field])}")
-        raise UserError(f"{where}: {what[:-1]} {text_field!r} holds {held}, not text; text {what}: "
-                        f"{', '.join(map(repr, texts[:12])) or 'none'}")
-    return text_field
-
-
-    from albertlm.data import corpus
-
-    with open(path, "rb") as handle:
-        magic = handle.read(8)
-    table = corpus.table_format(path, magic)
-    if table is None and magic.startswith(corpus._ARROW_STREAM) and (fmt == "arrow" or (
-            fmt == "auto" and path.suffix.lower() == ".arrows")):
-        # an Arrow IPC stream has no magic number: `table_format` takes it by a `.arrow` name; `.arrows` is the
-        # stream format's own suffix, and --format arrow says it outright (both were "no Arrow file", or its bytes
-        # read as lines: "not UTF-8 text")
-        table = "arrow"
-    compression = corpus.compression_of(magic)
-    inner = corpus.inner_name(path).suffix.lower()
-    if table is not None:
-        if fmt not in ("auto", table):
-            raise UserError(f"--input {path} is a{'n' if table == 'arrow' else ''} {table.capitalize()} file, not "
-                            f"{fmt}; leave --format out (and name the column with --text-field)")
-        return table, None
-    if fmt in corpus.TABLE_FORMATS or (fmt == "auto" and inner in corpus.TABLE_SUFFIXES):
-        what = f"{compression}-compressed" if compression else "not one by its first bytes: damaged or cut short?"
-        raise UserError(f"--input {path}: no {(fmt if fmt != 'auto' else inner[1:]).capitalize()} file ({what}); "
+        named = fmt if fmt != "auto" else inner[1:].removesuffix("s")    # .arrows: an Arrow (stream) file
+        raise UserError(f"--input {path}: no {named.capitalize()} file ({what}); "
                         "a Parquet or Arrow file is read as it is stored" + ("; decompress it first"
                                                                            if compression else ""))
     if fmt != "auto":
@@ -511,7 +429,7 @@ def _compressed_lines(path, compression: str):
     from albertlm.data import corpus
 
     with open(path, "rb") as raw:   # the first decompressed bytes: a UTF-16/UTF-32 byte order mark?
-        inner = corpus._decompressor(raw, compression, lambda exc: None)
+        inner = corpus.decompressor(raw, compression, lambda exc: None)
         head = b""
         while len(head) < 4 and (data := inner.read(4 - len(head))):   # a decompressor may hand out fewer
             head += data
@@ -535,7 +453,7 @@ def _stream_lines(path, compression: str | None, universal: bool = True):
         stream, raw = open_text_stream(path, compression, errors.append)
     else:
         raw = open(path, "rb")
-        stream = io.BufferedReader(corpus._decompressor(raw, compression, errors.append), 1 << 20)
+        stream = io.BufferedReader(corpus.decompressor(raw, compression, errors.append), 1 << 20)
 
     def damaged(number: int) -> UserError:   # said before the line the damage cut short is read as a text
         where = f"near line {number:,}" if number else "before its first line"

@@ -248,11 +248,11 @@ def _tokenizer(args, model_dir: Path, resumed: dict | None = None):
     from albertlm.tokenization.load import find_tokenizer
 
     from albertlm.model.io import read_config
-    from albertlm.tasks.inference import check_tokenizer_fits
+    from albertlm.tasks.inference import check_tokenizer_fits, missing_run_tokenizer, recorded_tokenizer, run_tokenizer
 
     model_dir = Path(model_dir)
     found = Path(args.tokenizer) if args.tokenizer else (find_tokenizer(model_dir) or run_tokenizer(model_dir))
-    recorded = _recorded_tokenizer(resumed or {})
+    recorded = recorded_tokenizer(resumed or {})
     if not args.tokenizer and recorded is not None:
         found = recorded       # --resume: the run's own, also where it was given as --tokenizer
     if found is None:
@@ -281,18 +281,19 @@ def _tokenizer(args, model_dir: Path, resumed: dict | None = None):
 def _check_resumed_tokenizer(out: str, saved: dict, tokenizer, found: Path) -> None:
     """`finetune --resume` with another tokenizer than the run's (another --tokenizer, or none where the run was
     given one) trained the saved weights on other ids without a word: refused, naming the run's."""
+    from albertlm.tasks.inference import RECORDED_TOKENIZER, recorded_tokenizer
     from albertlm.tokenization import load_tokenizer
     from albertlm.tokenization.load import find_tokenizer
 
     best = Path(out) / "best"
     reference = find_tokenizer(best) if best.is_dir() else None
     recorded = saved.get(RECORDED_TOKENIZER)
-    reference = reference or _recorded_tokenizer(saved)
+    reference = reference or recorded_tokenizer(saved)
     if reference is None or Path(reference).resolve() == found.resolve():
         return
     difference = tokenizer_difference(load_tokenizer(reference), tokenizer)
     if difference:
-        usable = _recorded_tokenizer(saved) is not None    # what --resume without --tokenizer takes
+        usable = recorded_tokenizer(saved) is not None    # what --resume without --tokenizer takes
         named = recorded if usable else reference
         fix = "leave --tokenizer out" if usable else f"give --tokenizer {reference}"
         raise UserError(f"--resume: the run in {out} was fine-tuned with the tokenizer {named}; {found} is another "
@@ -321,73 +322,14 @@ def _task_info(model_dir) -> dict:
     import dataclasses
 
     from albertlm.tasks.finetune import TASK_FILE
+    from albertlm.tasks.inference import step_record
 
     path = Path(model_dir) / TASK_FILE
     if path.is_file():
         return json.loads(path.read_text())
-    saved = _step_record(Path(model_dir))   # {} for a pretraining checkpoint: no task
+    saved = step_record(Path(model_dir))   # {} for a pretraining checkpoint: no task
     settings = {f.name for f in dataclasses.fields(FinetuneConfig)} - {"max_seq_length"}
     return {k: v for k, v in saved.items() if k not in settings and k != "model"}
-
-
-# the key of a fine-tuning run's config (each checkpoints/step_N's run_config.json, best/task.json) that names the
-# tokenizer it was fine-tuned with: a step holds no tokenizer files, and best/ (which does) exists only once the
-# run has evaluated
-RECORDED_TOKENIZER = "tokenizer"
-
-
-def run_tokenizer(model_dir: str | Path) -> Path | None:
-    """The tokenizer of a fine-tuning run's `checkpoints/step_N` (which holds none): the copy saved in the run's
-    best/, else the one the run recorded it was fine-tuned with (its run_config.json), if it is still there.
-    None for another directory, or where neither is (`missing_run_tokenizer` says why)."""
-    from albertlm.tokenization.load import find_tokenizer
-
-    model_dir = Path(model_dir)
-    info = _step_record(model_dir)
-    if not info:
-        return None
-    best = model_dir.parent.parent / "best"
-    found = find_tokenizer(best) if best.is_dir() else None
-    if found is None:
-        found = _recorded_tokenizer(info)
-    return found
-
-
-def _recorded_tokenizer(saved: dict) -> Path | None:
-    """The tokenizer a fine-tuning run's config records (`RECORDED_TOKENIZER`), if it is still there."""
-    from albertlm.tokenization.load import find_tokenizer
-
-    recorded = saved.get(RECORDED_TOKENIZER)
-    if not isinstance(recorded, str) or not recorded:
-        return None
-    path = Path(recorded)
-    return path if path.is_file() or (path.is_dir() and find_tokenizer(path) == path) else None
-
-
-def missing_run_tokenizer(model_dir: str | Path) -> str:
-    """Why a fine-tuning run's step_N has no tokenizer (`run_tokenizer` found none), and which one its run used;
-    '' for another directory."""
-    model_dir = Path(model_dir)
-    info = _step_record(model_dir)
-    if not info:
-        return ""
-    best = model_dir.parent.parent / "best"
-    said = (f": a fine-tuning run's step checkpoint holds none, and the run's {best} "
-            + ("holds none either" if best.is_dir() else
-               "does not exist (it is written at the run's first dev evaluation, or it was removed)"))
-    recorded = info.get(RECORDED_TOKENIZER)
-    if isinstance(recorded, str) and recorded:
-        return f"{said}; the run was fine-tuned with the tokenizer {recorded}, not found there now"
-    return f"{said}; the run was started from --model {info['model']}" if info.get("model") else said
-
-
-def _step_record(model_dir: Path) -> dict:
-    """The run_config.json of a fine-tuning run's checkpoints/step_N ({} for any other directory)."""
-    from albertlm.model.io import fine_tuning_record
-
-    if model_dir.parent.name != "checkpoints" or (model_dir / "task.json").is_file():
-        return {}
-    return fine_tuning_record(model_dir)
 
 
 def _transformers_labels(model_dir: Path) -> dict:
@@ -422,6 +364,7 @@ def _one_process(command: str) -> None:
 def _finetune(args) -> int:
     from albertlm.cli.guards import check_out_keeps_source
     from albertlm.tasks.finetune import RUN_FILES, run_finetune
+    from albertlm.tasks.inference import RECORDED_TOKENIZER
     from albertlm.tasks.registry import get_family
     from albertlm.training.checkpoint import check_run_dir
     from albertlm.training.distributed import check_backend, is_main_process, shutdown

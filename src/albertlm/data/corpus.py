@@ -66,14 +66,14 @@ FORMATS = ("auto", "lines", "raw", "jsonl", "wikiextractor", "parquet", "arrow",
 TABLE_FORMATS = ("parquet", "arrow")
 COMPRESSIONS = {"gz": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00", "zst": b"\x28\xb5\x2f\xfd"}
 COMPRESSED_SUFFIXES = {".gz": "gz", ".gzip": "gz", ".bz2": "bz2", ".xz": "xz", ".zst": "zst", ".zstd": "zst"}
-TABLE_SUFFIXES = (".parquet", ".arrow")
+TABLE_SUFFIXES = (".parquet", ".arrow", ".arrows")   # .arrows: the Arrow IPC stream format's own suffix
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")   # read as JSON lines by --format auto, whatever they hold
 CSV_SUFFIXES = (".csv",)                          # read as CSV (a header line, then rows) by --format auto
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".ndjson", ".csv", ".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd")
 # csv's default limit on one field (131072 characters) is below a long article. Ours keeps memory bounded: an
 # unclosed quote would otherwise read the rest of a many-GB file into one field (it ends the file as a bad row)
 CSV_FIELD_LIMIT = 4 * 10_000_000
-_ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Arrow IPC stream
+ARROW_STREAM = b"\xff\xff\xff\xff"  # the continuation marker that starts an Arrow IPC stream
 
 # A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a likely sentence start (see
 # `_starts_sentence`: the regex finds the next word character, Python judges it, whatever the script), or right
@@ -458,12 +458,14 @@ def binary_reason(head: bytes) -> str | None:
             "order mark; convert other text to UTF-8)")
 
 
-def table_format(path: Path, magic: bytes) -> str | None:
-    """"parquet" / "arrow" when the first bytes say so (Arrow streams, which have no magic number, by the
-    `.arrow` name plus their continuation marker), else None."""
+def table_format(path: Path, magic: bytes, fmt: str = "auto") -> str | None:
+    """"parquet" / "arrow" when the first bytes say so, else None. An Arrow IPC stream has no magic number: its
+    continuation marker (`ARROW_STREAM`) counts with a `.arrow` or `.arrows` name (the stream format's own suffix),
+    or where `fmt` (--format) says arrow outright (a stream of another name was "not an arrow file")."""
     if magic.startswith(b"PAR1"):
         return "parquet"
-    if magic.startswith(b"ARROW1") or (path.suffix.lower() == ".arrow" and magic.startswith(_ARROW_STREAM)):
+    if magic.startswith(b"ARROW1") or (magic.startswith(ARROW_STREAM) and (
+            fmt == "arrow" or Path(path).suffix.lower() in (".arrow", ".arrows"))):
         return "arrow"
     return None
 
@@ -485,11 +487,13 @@ def open_text_stream(path: Path, compression: str | None, on_error: Callable[[Ex
     `raw.encoding` names what the file was converted from (None: UTF-8). For a file's first bytes (the checks, the
     format guess); the readers take UTF-8 text without this layer (`_open_lines`)."""
     raw = open(path, "rb")
-    return io.BufferedReader(_Utf8Text(_decompressor(raw, compression, on_error)), _READ_BUFFER), raw
+    return io.BufferedReader(_Utf8Text(decompressor(raw, compression, on_error)), _READ_BUFFER), raw
 
 
-def _decompressor(raw, compression: str | None, on_error: Callable[[Exception], None]):
-    """The file `raw` itself, or a (guarded: `_Guarded`) decompressor reading it."""
+def decompressor(raw, compression: str | None, on_error: Callable[[Exception], None]):
+    """The file `raw` itself (`compression` None), or a decompressor reading it: gzip, bzip2, xz or zstd (guarded:
+    `_Guarded` ends the data early at damage and reports it to `on_error`). The bytes as stored: no transcoding,
+    line ends and byte order mark as they are (`open_text_stream` adds that layer). Used by `embed` too."""
     if compression is None:
         return raw
     if compression == "gz":
@@ -511,7 +515,7 @@ def _open_lines(path: Path, compression: str | None, on_error: Callable[[Excepti
     if encoding is not None:
         return open_text_stream(path, compression, on_error)
     raw = open(path, "rb")
-    inner = _decompressor(raw, compression, on_error)
+    inner = decompressor(raw, compression, on_error)
     if inner is raw:   # a file: its buffer's first fill holds the first bytes
         if raw.peek(3)[:3] == _BOM:
             raw.read(3)
@@ -775,7 +779,7 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
                     progress: Callable[[int], None] | None) -> Iterator[list[str]]:
     size = path.stat().st_size
     magic = _peek(path, 8)
-    table = table_format(path, magic)
+    table = table_format(path, magic, fmt)
     if fmt in TABLE_FORMATS and table != fmt:
         raise UserError(f"{path} is not a{'n' if fmt == 'arrow' else ''} {fmt} file (--format {fmt}); "
                         f"use --format auto")
@@ -1388,7 +1392,7 @@ def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "te
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     for path in map(Path, files):
         magic = _peek(path, 8)
-        table = table_format(path, magic)
+        table = table_format(path, magic, fmt)
         if fmt in TABLE_FORMATS and table != fmt:
             raise UserError(f"{path} is not a{'n' if fmt == 'arrow' else ''} {fmt} file (--format {fmt}); "
                             f"use --format auto")

@@ -1,8 +1,9 @@
 """Poke a model: fill-mask (top-k tokens with probabilities) and sentence embeddings (mean-pooled or [CLS]).
 
 Both take any checkpoint `albertlm` reads: our model directories, transformers ALBERT directories, and
-pretraining run directories (their newest checkpoint). The tokenizer is the one beside the model, else the
-one its pretraining data was built with (run_config.json -> data meta.json), unless one is given.
+pretraining run directories (their newest checkpoint). The tokenizer is the one beside the model (for a fine-tuning
+run's checkpoints/step_N, the run's: best/'s copy, else the one the run recorded), else the one its pretraining data
+was built with (run_config.json -> data meta.json), unless one is given.
 
     fill = FillMask.load("runs/base")                   # or FillMask(model, tokenizer)
     fill(["The capital of France is [MASK]."], top_k=5)  # [[[{"token": "▁paris", "score": 0.41, ...}, ...]]]
@@ -39,21 +40,26 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def find_tokenizer(model_dir: str | Path) -> Path | None:
-    """The tokenizer of a checkpoint: files in its directory, else in its run directory, else the one its
-    pretraining data was built with (run_config.json -> data.path -> meta.json)."""
+    """The tokenizer of a checkpoint: files in its directory, else in its run directory; for a fine-tuning run's
+    `checkpoints/step_N` (which holds none) the run's (`run_tokenizer`: best/'s copy, else the one the run
+    recorded); else the one its pretraining data was built with (run_config.json -> data.path -> meta.json)."""
     model_dir = Path(model_dir)
     run_dir = model_dir.parent.parent if model_dir.parent.name == "checkpoints" else model_dir.parent
     for directory in (model_dir, run_dir):
         if any((directory / name).is_file() for name in TOKENIZER_FILES) or list(directory.glob("*.model")):
             return directory
+    found = run_tokenizer(model_dir)   # embed / fill-mask on a step said "no tokenizer ... nor recorded by its run"
+    if found is not None:
+        return found
     for config in (model_dir / "run_config.json", run_dir / "run_config.json"):
-        recorded = _recorded_tokenizer(config)
+        recorded = _data_tokenizer(config)
         if recorded is not None:
             return recorded
     return None
 
 
-def _recorded_tokenizer(run_config: Path) -> Path | None:
+def _data_tokenizer(run_config: Path) -> Path | None:
+    """The tokenizer a pretraining run's data was built with (run_config.json -> data.path -> meta.json)."""
     try:
         data_dir = json.loads(run_config.read_text()).get("data", {}).get("path", "")
         meta = json.loads((Path(data_dir) / "meta.json").read_text()) if data_dir else {}
@@ -63,13 +69,75 @@ def _recorded_tokenizer(run_config: Path) -> Path | None:
     return Path(path) if path and Path(path).exists() else None
 
 
+# the key of a fine-tuning run's config (each checkpoints/step_N's run_config.json, best/task.json) that names the
+# tokenizer it was fine-tuned with: a step holds no tokenizer files, and best/ (which does) exists only once the
+# run has evaluated
+RECORDED_TOKENIZER = "tokenizer"
+
+
+def run_tokenizer(model_dir: str | Path) -> Path | None:
+    """The tokenizer of a fine-tuning run's `checkpoints/step_N` (which holds none): the copy saved in the run's
+    best/, else the one the run recorded it was fine-tuned with (its run_config.json), if it is still there.
+    None for another directory, or where neither is (`missing_run_tokenizer` says why)."""
+    from albertlm.tokenization.load import find_tokenizer as tokenizer_in
+
+    model_dir = Path(model_dir)
+    info = step_record(model_dir)
+    if not info:
+        return None
+    best = model_dir.parent.parent / "best"
+    found = tokenizer_in(best) if best.is_dir() else None
+    if found is None:
+        found = recorded_tokenizer(info)
+    return found
+
+
+def recorded_tokenizer(saved: dict) -> Path | None:
+    """The tokenizer a fine-tuning run's config records (`RECORDED_TOKENIZER`), if it is still there."""
+    from albertlm.tokenization.load import find_tokenizer as tokenizer_in
+
+    recorded = saved.get(RECORDED_TOKENIZER)
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    path = Path(recorded)
+    return path if path.is_file() or (path.is_dir() and tokenizer_in(path) == path) else None
+
+
+def missing_run_tokenizer(model_dir: str | Path) -> str:
+    """Why a fine-tuning run's step_N has no tokenizer (`run_tokenizer` found none), and which one its run used;
+    '' for another directory."""
+    model_dir = Path(model_dir)
+    info = step_record(model_dir)
+    if not info:
+        return ""
+    best = model_dir.parent.parent / "best"
+    said = (f": a fine-tuning run's step checkpoint holds none, and the run's {best} "
+            + ("holds none either" if best.is_dir() else
+               "does not exist (it is written at the run's first dev evaluation, or it was removed)"))
+    recorded = info.get(RECORDED_TOKENIZER)
+    if isinstance(recorded, str) and recorded:
+        return f"{said}; the run was fine-tuned with the tokenizer {recorded}, not found there now"
+    return f"{said}; the run was started from --model {info['model']}" if info.get("model") else said
+
+
+def step_record(model_dir: str | Path) -> dict:
+    """The run_config.json of a fine-tuning run's checkpoints/step_N ({} for any other directory)."""
+    from albertlm.model.io import fine_tuning_record
+
+    model_dir = Path(model_dir)
+    if model_dir.parent.name != "checkpoints" or (model_dir / "task.json").is_file():
+        return {}
+    return fine_tuning_record(model_dir)
+
+
 def load_tokenizer_for(model_dir: Path, explicit: str | Path | None = None, vocab_size: int | None = None):
     """The model's tokenizer (or `explicit`); with `vocab_size`, one with more pieces is refused."""
     from albertlm.tokenization import load_tokenizer
 
     found = Path(explicit) if explicit else find_tokenizer(model_dir)
     if found is None:
-        raise UserError(f"no tokenizer beside {model_dir} nor recorded by its run; pass --tokenizer PATH")
+        raise UserError(f"no tokenizer beside {model_dir} nor recorded by its run{missing_run_tokenizer(model_dir)}; "
+                        "pass --tokenizer PATH")
     tokenizer = load_tokenizer(found)
     if vocab_size is not None:
         check_tokenizer_fits(tokenizer, vocab_size, found)
