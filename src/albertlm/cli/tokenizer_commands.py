@@ -175,7 +175,7 @@ def _line_reader(fmt: str, text_field: str, counts):
             except OSError:   # the reader says why
                 magic = b""
             # UTF-16/UTF-32 text is counted in its stored bytes too: its UTF-8 sentences are another size
-            stored = (compression_of(magic) is not None or table_format(path, magic) is not None
+            stored = (compression_of(magic) is not None or table_format(path, magic, fmt) is not None
                       or wide_encoding(magic) is not None)
         pending = 0
         for document in read_documents([path], fmt, text_field, counts, progress=progress if stored else None):
