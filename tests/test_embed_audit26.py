@@ -122,7 +122,8 @@ def test_every_input_format_gives_the_rows_of_the_lines_file(tiny, tmp_path, cap
                                   "short row", "damaged gzip", "wrong column", "column not text", "stdin field",
                                   "lines field", "compressed parquet", "json array",
                                   "csv without field"])
-def test_ambiguous_or_bad_records_are_one_line_and_nothing_is_written(tiny, tmp_path, capsys, case, monkeypatch):
+def test_ambiguous_or_bad_records_are_one_line_and_nothing_is_written(tiny, tmp_path, capsys, case, monkeypatch,
+                                                                      request):
     source, options = tmp_path / "in.parquet", []
     if case in ("two text columns", "wrong column", "column not text"):
         pq.write_table(pa.table({"sentence": ["a", "b"], "title": ["x", "y"], "n": [1, 2]}), source)
@@ -158,7 +159,9 @@ def test_ambiguous_or_bad_records_are_one_line_and_nothing_is_written(tiny, tmp_
         source.write_bytes(gzip.compress(b"".join(b"the film was good %d\n" % k for k in range(3000)))[:2000])
         phrases = ["in.txt.gz", "gz data is damaged or cut short"]
     elif case == "stdin field":
-        monkeypatch.setattr("sys.stdin", open(__file__, encoding="utf-8"))
+        stdin = open(__file__, encoding="utf-8")
+        request.addfinalizer(stdin.close)   # (left open, it was a ResourceWarning)
+        monkeypatch.setattr("sys.stdin", stdin)
         source, options = "-", ["--text-field", "text"]
         phrases = ["stdin is read as one text per line", "--text-field"]
     elif case == "lines field":

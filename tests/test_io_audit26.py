@@ -195,12 +195,16 @@ def test_export_stopped_before_a_new_serving_directory_is_in_leaves_no_directory
 def test_a_stop_signal_during_the_move_is_acted_on_once_the_files_are_in(tmp_path, monkeypatch, sig):
     """Ctrl-C or SIGTERM (the CLI's handler) while the files move: held back, then acted on (KeyboardInterrupt) with
     the new set complete. The signal goes to another thread of the process, as the kernel may hand it to one of
-    torch's OpenMP workers: held back with pthread_sigmask in the main thread only, its handler still ran mid-move."""
+    torch's OpenMP workers: held back with pthread_sigmask in the main thread only, its handler still ran mid-move.
+    The dispositions a console gives (Python's Ctrl-C handler, SIGTERM's default) are set here, whatever the test
+    run inherited (`nohup`, `trap '' INT`, a runner that blocks signals), and every wait is bounded."""
     import socket
 
     from albertlm.cli.convert_commands import swap_into_place
     from albertlm.errors import _sigterm_interrupts, sigterm_stops
 
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set in the main thread only")
     dst, stage = tmp_path / "dst", tmp_path / "stage"
     dst.mkdir()
     stage.mkdir()
@@ -208,36 +212,49 @@ def test_a_stop_signal_during_the_move_is_acted_on_once_the_files_are_in(tmp_pat
         (dst / name).write_text("old")
         (stage / name).write_text("new")
     idle = threading.Event()
-    other = threading.Thread(target=idle.wait, daemon=True)
-    other.start()
+
+    def take_the_signal() -> None:   # a thread inherits its creator's mask: one blocking `sig` would never take it
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        idle.wait(120)
+
+    other = threading.Thread(target=take_the_signal, daemon=True)
     reader, writer = socket.socketpair()
     writer.setblocking(False)
+    reader.settimeout(60)   # a signal that never arrives fails the test (socket.timeout), not hangs it
     real, sent = os.replace, []
 
     def replace(src, target, *args, **kwargs):
         if Path(target).parent == dst and not sent:
             sent.append(sig)
             signal.pthread_kill(other.ident, sig)
-            reader.recv(1)   # the signal's C handler has run (it writes the wakeup fd): Python's is pending
+            while reader.recv(1) != bytes([sig]):   # its C handler has run (it writes the wakeup fd): Python's is
+                pass                                # pending (another signal's byte, if any, is passed over)
         return real(src, target, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", replace)
-    interrupt = signal.getsignal(signal.SIGINT)
-    wakeup = signal.set_wakeup_fd(writer.fileno())
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    wakeup = None
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        other.start()
+        wakeup = signal.set_wakeup_fd(writer.fileno())
         with sigterm_stops():
-            if signal.getsignal(signal.SIGTERM) is not _sigterm_interrupts:
-                pytest.skip("SIGTERM has another handler here than the CLI's")
-            if interrupt is not signal.default_int_handler:
-                pytest.skip("SIGINT has another handler here than Python's")
+            assert signal.getsignal(signal.SIGTERM) is _sigterm_interrupts
             with pytest.raises(KeyboardInterrupt):
                 swap_into_place([(stage / n, dst / n) for n in "abc"], [], tmp_path / ".earlier")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
-        signal.set_wakeup_fd(wakeup)
+        if wakeup is not None:
+            signal.set_wakeup_fd(wakeup)
+        for s, handler in previous.items():
+            if handler is not None:   # (None: set outside Python, left as the test found it)
+                signal.signal(s, handler)
         idle.set()
-        other.join()
+        if other.ident is not None:
+            other.join(60)
         reader.close()
         writer.close()
     assert sent == [sig]
     assert {p.name: p.read_text() for p in dst.iterdir()} == {"a": "new", "b": "new", "c": "new"}
-    assert signal.getsignal(signal.SIGINT) is interrupt

@@ -28,13 +28,21 @@ def test_kana_warning_names_only_the_language_over_the_share():
     assert "jamo" in message and "kana" not in message and "train Korean without it" in message
 
 
+def _as_rank(monkeypatch, rank: str) -> None:
+    """RANK=`rank`, nothing else of a torchrun launch in the environment (a runner's LOCAL_RANK / WORLD_SIZE would
+    silence this process: `errors.reports_here`)."""
+    for name in ("LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", rank)
+
+
 def test_resume_without_a_run_on_another_node_names_the_shared_directory(tmp_path, monkeypatch):
     # a torchrun rank other than 0 (another node, whose --out was its own local folder) was told to "leave out
     # --resume to start a new run there": wrong there; the run is rank 0's
     from albertlm.errors import UserError
     from albertlm.training.checkpoint import check_run_dir
 
-    monkeypatch.setenv("RANK", "1")
+    _as_rank(monkeypatch, "1")
     with pytest.raises(UserError, match=r"on rank 1, which reads .*every node sees") as caught:
         check_run_dir(tmp_path / "run", resume=True, must_exist=True)
     assert "leave out --resume" not in str(caught.value)
@@ -63,7 +71,7 @@ def test_a_file_named_with_a_leading_dash_gets_a_hint(tmp_path, monkeypatch, cap
 def test_finetune_resume_without_a_run_on_another_node_names_the_shared_directory(tmp_path, monkeypatch, capsys):
     from albertlm.cli.main import main
 
-    monkeypatch.setenv("RANK", "1")
+    _as_rank(monkeypatch, "1")
     code = main(["finetune", "glue", "--task", "rte", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "run"),
                  "--resume"])
     assert code != 0

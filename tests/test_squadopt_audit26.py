@@ -11,17 +11,18 @@ import pytest
 
 from albertlm.cli.main import main
 from albertlm.tasks import squad
-from conftest import assert_one_error, save_tiny_pretrained, shared_path
+from conftest import SHARED, assert_one_error, save_tiny_pretrained, shared_path
 from test_squad_audit23 import _v11
 from test_squadj_audit26 import SMALL, _save_squad_model
 
-DEV = shared_path("squad", "dev-v2.0-small.json")
+DEV = SHARED / "squad" / "dev-v2.0-small.json"   # (shared_path here: a collection error where it is absent)
 HEADS = {"bert": "AlbertForQuestionAnswering", "xlnet": "AlbertForSquadV2"}
 
 
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
-    """Tiny matrices: one thread (conftest's `one_thread`)."""
+    """Tiny matrices: one thread (conftest's `one_thread`); each test skipped where the SQuAD dev file is absent."""
+    shared_path("squad", "dev-v2.0-small.json")
 
 
 def _v20_model(path, head: str = "bert", threshold: float | None = None):
