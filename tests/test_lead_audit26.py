@@ -93,3 +93,19 @@ def test_torchrun_ranks_do_not_compare_the_recorded_tokenizer_path():
     assert finetune_identity(spec("/node0/spm.model"), cfg) == finetune_identity(spec("/node1/spm.model"), cfg)
     other = SimpleNamespace(family="glue", train=[1, 2], info={"labels": ["b", "a"], "tokenizer": "/x"})
     assert finetune_identity(other, cfg) != finetune_identity(spec("/x"), cfg)
+
+
+def test_a_silent_rank_does_not_leave_warnings_off_for_its_caller(tmp_path, monkeypatch):
+    # main() on a torchrun rank that does not report set warnings.simplefilter("ignore") and the albertlm logger
+    # to ERROR for the rest of the process (an in-process caller, a test worker)
+    import logging
+
+    from albertlm.cli.main import main
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    level, filters = logging.getLogger("albertlm").level, list(warnings.filters)
+    main(["info", str(tmp_path / "missing")])
+    assert logging.getLogger("albertlm").level == level
+    assert warnings.filters == filters

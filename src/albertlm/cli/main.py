@@ -324,8 +324,15 @@ def _main(argv: list[str]) -> int:
         return 2
     from albertlm.errors import program_named
 
-    with program_named(f"albertlm {command}"):   # warning lines name the command, as its error line does
-        return _run_command(command, rest)
+    logger = logging.getLogger("albertlm")
+    level = logger.level
+    # warning lines name the command, as its error line does; a rank that does not report silences warnings for
+    # the command only (an in-process caller of main(), a test, keeps its own filters and level after it)
+    with program_named(f"albertlm {command}"), warnings.catch_warnings():
+        try:
+            return _run_command(command, rest)
+        finally:
+            logger.setLevel(level)
 
 
 def _run_command(command: str, rest: list[str]) -> int:
