@@ -15,9 +15,9 @@ import pytest
 from albertlm.cli.main import main
 from albertlm.errors import UserError
 from albertlm.tokenization import load_tokenizer
-from conftest import shared_path
+from conftest import SHARED
 
-KORNLI = shared_path("korean", "KorNLI", "xnli.dev.ko.tsv")
+KORNLI = SHARED / "korean" / "KorNLI" / "xnli.dev.ko.tsv"   # (skipif below: no module-level skip)
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TINY = ["--model.vocab_size", "1500", "--model.embedding_size", "8", "--model.hidden_size", "16",
         "--model.num_layers", "1", "--model.num_heads", "2", "--model.ffn_size", "16",

@@ -12,10 +12,10 @@ import shutil
 import pytest
 
 from albertlm.cli.main import main
-from conftest import shared_path
+from conftest import SHARED
 
-ZH_VOCAB = shared_path("vocab", "albert_zh_vocab.txt")
-ZH_NEWS = shared_path("text", "zh", "news_zh_1.txt")
+ZH_VOCAB = SHARED / "vocab" / "albert_zh_vocab.txt"
+ZH_NEWS = SHARED / "text" / "zh" / "news_zh_1.txt"
 # mixed scripts, full-width letters / digits / spaces / punctuation, traditional characters, curly quotes
 MIXED = ["ALBERT[MASK]型在2019年发布，参数量12M。", "　全角[MASK]格和，。！？", "臺灣的[MASK]體字測試",
          "Hello[MASK]界123abc", "Ｈｅｌｌｏ[MASK]界１２３", "他说：“你[MASK]”……", "数字12[MASK]45", "[MASK]"]
