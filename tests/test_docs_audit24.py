@@ -159,24 +159,26 @@ def _cited_names(modules) -> list[tuple[str, str, list, list[str]]]:
     return found
 
 
+def _exists(owners, attributes) -> bool:
+    """Whether one of `owners` (modules) has the attribute path `attributes`."""
+    for owner in owners:
+        obj = owner
+        try:
+            for attribute in attributes:
+                obj = getattr(obj, attribute)
+            return True
+        except AttributeError:
+            continue
+    return False
+
+
 def test_module_qualified_names_the_docs_cite_exist():
     """test_docs_audit14 resolves `albertlm.x.y` only; the pages mostly cite `loop.STAND_IN`,
     `config.run.paper_recipe`, `cli.train_commands.RESUME_MAY_CHANGE`: each is in the module it names."""
     cited = _cited_names(_modules())
     assert len(cited) >= 120
 
-    def exists(owners, attributes) -> bool:
-        for owner in owners:
-            obj = owner
-            try:
-                for attribute in attributes:
-                    obj = getattr(obj, attribute)
-                return True
-            except AttributeError:
-                continue
-        return False
-
-    missing = [f"{where}: {name}" for where, name, owners, attributes in cited if not exists(owners, attributes)]
+    missing = [f"{where}: {name}" for where, name, owners, attributes in cited if not _exists(owners, attributes)]
     assert not missing, "\n".join(missing)
 
 

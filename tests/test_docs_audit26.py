@@ -269,18 +269,8 @@ def test_module_qualified_names_finetuning_md_cites_exist(monkeypatch):
     cited = audit24._cited_names(audit24._modules())
     assert len(cited) >= 8
 
-    def exists(owners, attributes) -> bool:
-        for owner in owners:
-            obj = owner
-            try:
-                for attribute in attributes:
-                    obj = getattr(obj, attribute)
-                return True
-            except AttributeError:
-                continue
-        return False
-
-    missing = [f"{where}: {name}" for where, name, owners, attributes in cited if not exists(owners, attributes)]
+    missing = [f"{where}: {name}" for where, name, owners, attributes in cited
+               if not audit24._exists(owners, attributes)]
     assert not missing, "\n".join(missing)
     for doc in ("docs/finetuning.md", "docs/training.md"):
         for name in re.findall(r"`(albertlm(?:\.[A-Za-z_]\w*)+)(?:\([^`]*\))?`", (ROOT / doc).read_text()):

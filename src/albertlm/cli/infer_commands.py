@@ -605,31 +605,12 @@ def _table_schema(path, kind: str):
         raise UserError(f"--input {path}: cannot read it as {kind.capitalize()} ({exc})") from None
 
 
-@contextlib.contextmanager
 def _table_batches(path, kind: str, column: str | None):
-    """(schema, record batches of `column` alone, or of every column) of a Parquet file or an Arrow IPC file or
-    stream, read a batch at a time."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """(schema, record batches) of a Parquet or Arrow file: `tasks.tables.table_batches`, which GLUE/SQuAD/RACE
+    tables are read with too."""
+    from albertlm.tasks.tables import table_batches
 
-    with pa.OSFile(str(path)) as source:   # plain reads, not a memory map: pages are freed batch by batch
-        if kind == "parquet":
-            parquet = pq.ParquetFile(source)
-            columns = None if column is None else [column]
-            yield parquet.schema_arrow, parquet.iter_batches(batch_size=1024, columns=columns, use_threads=False)
-            return
-        if source.read(6) == b"ARROW1":
-            source.seek(0)
-            reader = pa.ipc.open_file(source)
-            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-        else:
-            source.seek(0)
-            reader = pa.ipc.open_stream(source)
-            batches = iter(reader)
-        if column is not None:
-            index = reader.schema.get_field_index(column)
-            batches = (batch.select([index]) for batch in batches)
-        yield reader.schema, batches
+    return table_batches(path, kind, column)
 
 
 def _column_texts(path, kind: str, field: str):

@@ -458,8 +458,8 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
                             f"- (run directory `{run_dir}`, metrics.jsonl)"]
     if tuned and checkpoint.name != "best":
         parts = [str(part) for part in (tuned.get("family"), tuned.get("task")) if part]
-        facts["data"] = [f"- fine-tuned on {' '.join(parts)}, the checkpoint of step {step:,} (see {run_dir / 'metrics.jsonl'})"
-                         if step is not None else f"- fine-tuned on {' '.join(parts)}"]
+        where = f", the checkpoint of step {step:,} (see {run_dir / 'metrics.jsonl'})" if step is not None else ""
+        facts["data"] = [f"- fine-tuned on {' '.join(parts)}{where}"]
     finetune = json_object_or_empty(checkpoint.parent / "metrics.json") if checkpoint.name == "best" else {}
     if finetune.get("best"):
         values = ", ".join(_flat_metrics(finetune["best"]))

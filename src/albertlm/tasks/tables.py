@@ -5,6 +5,7 @@ Every problem that stops a run names the file and line; problems a run can live 
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -367,23 +368,41 @@ def _jsonl_records(path: Path, handle) -> Iterator[tuple[int, dict]]:
         yield lineno, record
 
 
+@contextlib.contextmanager
+def table_batches(path: str | Path, kind: str, column: str | None = None):
+    """(schema, record batches of `column` alone, or of every column) of a Parquet file (`kind` "parquet") or an
+    Arrow IPC file or stream, read a batch at a time (plain reads, not a memory map: pages are freed batch by
+    batch). Arrow's errors (pyarrow.ArrowException, OSError) are the caller's to word."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pa.OSFile(str(path)) as source:
+        if kind == "parquet":
+            parquet = pq.ParquetFile(source)
+            columns = None if column is None else [column]
+            yield parquet.schema_arrow, parquet.iter_batches(batch_size=1024, columns=columns, use_threads=False)
+            return
+        if source.read(6) == b"ARROW1":
+            source.seek(0)
+            reader = pa.ipc.open_file(source)
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        else:
+            source.seek(0)
+            reader = pa.ipc.open_stream(source)
+            batches = iter(reader)
+        if column is not None:
+            index = reader.schema.get_field_index(column)
+            batches = (batch.select([index]) for batch in batches)
+        yield reader.schema, batches
+
+
 def _columnar_records(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
     """(row number from 1, record) of a Parquet file or an Arrow IPC file / stream, one batch at a time."""
     import pyarrow as pa
-    import pyarrow.parquet  # noqa: F401  (registers the submodule)
 
     row = 0
     try:
-        with pa.OSFile(str(path)) as source:
-            if fmt == "parquet":
-                batches = pa.parquet.ParquetFile(source).iter_batches(batch_size=1024, use_threads=False)
-            elif source.read(6) == b"ARROW1":
-                source.seek(0)
-                reader = pa.ipc.open_file(source)
-                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-            else:
-                source.seek(0)
-                batches = iter(pa.ipc.open_stream(source))
+        with table_batches(path, fmt) as (_, batches):
             for batch in batches:
                 for record in batch.to_pylist():
                     row += 1
