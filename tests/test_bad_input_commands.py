@@ -232,8 +232,10 @@ def _cases(root: Path) -> dict[str, tuple[list[str], list[str]]]:
         # inference and export
         "fill-mask: truncated model": (["fill-mask", r("model_truncated"), "a [MASK] b"], ["model.safetensors"]),
         "fill-mask: no [MASK] in the text": (["fill-mask", model, "no mask here"], ["[MASK]"]),
-        "embed: input not UTF-8": (["embed", model, "--input", r("latin1.txt"), "--out", r("existing.npy")],
-                                   ["latin1.txt", "UTF-8"]),
+        # with --overwrite, so the bad input (not the existing --out, now checked first) is what is refused, and
+        # the user's file must survive it
+        "embed: input not UTF-8": (["embed", model, "--input", r("latin1.txt"), "--out", r("existing.npy"),
+                                    "--overwrite"], ["latin1.txt", "UTF-8"]),
         "embed: missing input": (["embed", model, "--input", r("missing.txt"), "--out", r("e2.npy")], ["missing.txt"]),
         "export onnx: truncated model": (["export", "onnx", r("model_truncated"), "--out", r("m.onnx")],
                                          ["model_truncated"]),

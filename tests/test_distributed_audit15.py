@@ -186,6 +186,8 @@ def test_a_wrongly_set_rank_still_reports_its_error(monkeypatch, env, says):
 def test_the_other_ranks_log_no_warnings(monkeypatch):
     """The model loader's logged warnings ("freshly initialised weights") were printed once per rank."""
     import logging
+    import sys
+    import types
 
     from albertlm.cli.main import main
 
@@ -194,8 +196,14 @@ def test_the_other_ranks_log_no_warnings(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    seen = []   # the logger's level while the command runs (since audit26 it is put back after the command)
+    probe = types.ModuleType("albertlm_probe_audit15")
+    probe.add_arguments = lambda parser, command: parser.add_argument("--preset")
+    probe.run = lambda args, command: seen.append(logger.getEffectiveLevel()) or 0
+    monkeypatch.setitem(sys.modules, probe.__name__, probe)
+    monkeypatch.setattr("albertlm.cli.main._module_for", lambda command, rest: probe.__name__)
     try:
-        main(["params", "--preset", "albert-base"])
-        assert logger.getEffectiveLevel() >= logging.ERROR
+        assert main(["params", "--preset", "albert-base"]) == 0
+        assert len(seen) == 1 and seen[0] >= logging.ERROR, seen
     finally:
         logger.setLevel(level)

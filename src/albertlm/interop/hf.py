@@ -453,7 +453,8 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
         record = evals[-1]
         values = ", ".join(f"{k} {v:.4f}" if isinstance(v, (int, float)) else f"{k} {v}"   # null: a NaN score
                            for k, v in record.items() if k not in ("step", "split", "time"))
-        kind = "fine-tuning" if tuned else "pretraining"   # (a fine-tuning run has no task.json beside its steps)
+        # (albertlm's fine-tuning runs keep task.json in best/, not beside their steps: the step's own record)
+        kind = "fine-tuning" if tuned or (run_dir / "task.json").is_file() else "pretraining"
         facts["metrics"] = [f"- held-out evaluation during {kind} at step {record['step']:,}: {values}",
                             f"- (run directory `{run_dir}`, metrics.jsonl)"]
     if tuned and checkpoint.name != "best":
