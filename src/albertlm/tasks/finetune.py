@@ -728,11 +728,12 @@ def finetune_identity(spec: TaskSpec, cfg: FinetuneConfig, out_dir: str | Path |
     of training features and the task's labels (`spec.info`), and on `resume` the checkpoint in `out_dir` it
     continues from (as pretraining's `run_identity`)."""
     from albertlm.config.overrides import flatten
+    from albertlm.tasks.inference import RECORDED_TOKENIZER
 
     values = {key: value for key, value in flatten(cfg.to_dict()).items() if key not in PER_PROCESS}
     values.update({"the task": spec.family, "the training features": len(spec.train),
                    # (not the tokenizer path the CLI records there: nodes may reach the same files by other paths)
-                   "the task's labels": json.dumps({k: v for k, v in spec.info.items() if k != "tokenizer"},
+                   "the task's labels": json.dumps({k: v for k, v in spec.info.items() if k != RECORDED_TOKENIZER},
                                                    sort_keys=True, default=str)})
     if resume and out_dir is not None:
         last = ckpt.latest_checkpoint(out_dir) if Path(out_dir).is_dir() else None
