@@ -31,8 +31,9 @@ class SquadOptions:
     n_best_size: int = 20                # start / end candidates considered per window
     max_answer_length: int = 30          # longest answer, in tokens
     # SQuAD v2.0's no-answer threshold for predictions.json (a question is unanswered where its null_odds.json odds
-    # exceed it): a number, or 'recorded' (the one the model's run tuned on dev, in best/task.json); default: tuned
-    # on a labelled file, else the recorded one, else 0
+    # exceed it): a number, or with predict / evaluate 'recorded' (the one the model's run tuned on dev, in
+    # best/task.json; finetune takes a number, for an unlabelled --dev only); default: tuned on a labelled file,
+    # else the recorded one, else 0
     null_threshold: str = ""
 
 
