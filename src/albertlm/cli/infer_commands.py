@@ -15,6 +15,7 @@ import os
 import sys
 
 from albertlm.errors import UserError
+from albertlm.tasks.tables import table_batches   # (stdlib-only imports: the command module stays light)
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -599,18 +600,10 @@ def _table_schema(path, kind: str):
     import pyarrow as pa
 
     try:
-        with _table_batches(path, kind, None) as (schema, _):
+        with table_batches(path, kind) as (schema, _):
             return schema
     except (pa.ArrowException, OSError) as exc:
         raise UserError(f"--input {path}: cannot read it as {kind.capitalize()} ({exc})") from None
-
-
-def _table_batches(path, kind: str, column: str | None):
-    """(schema, record batches) of a Parquet or Arrow file: `tasks.tables.table_batches`, which GLUE/SQuAD/RACE
-    tables are read with too."""
-    from albertlm.tasks.tables import table_batches
-
-    return table_batches(path, kind, column)
 
 
 def _column_texts(path, kind: str, field: str):
@@ -619,7 +612,7 @@ def _column_texts(path, kind: str, field: str):
 
     row = 0
     try:
-        with _table_batches(path, kind, field) as (_, batches):
+        with table_batches(path, kind, field) as (_, batches):
             for batch in batches:
                 values = batch.column(0)
                 if values.null_count:
