@@ -79,7 +79,7 @@ TASKS: dict[str, GlueTask] = {t.name: t for t in [
     GlueTask("ax", ("contradiction", "entailment", "neutral"), Columns(5, 6, 7, None), Columns(1, 2, None),
              "diagnostic", "AX.tsv", ("diagnostic-full.tsv",), ("diagnostic.tsv", "AX.tsv"), test_fields=3),
 ]}
-ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "diagnostic": "ax"}
+ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli-mm": "mnli", "diagnostic": "ax"}
 SUBMISSION_NAMES = {("mnli", "test_mismatched.tsv"): "MNLI-mm.tsv"}
 # msr_paraphrase_test.txt read for prediction: the train layout (Quality, #1 ID, #2 ID, #1 String, #2 String),
 # its rows numbered 0, 1, ... as GLUE's MRPC test.tsv numbers them (download_glue_data.py writes the row number
@@ -97,7 +97,7 @@ class Example:
 
 
 def get_task(name: str) -> GlueTask:
-    """A task by its name or GLUE's own spelling, in any case (`RTE`, `SST-2`, `STS-B`, `MNLI-m`, `AX`)."""
+    """A task by its name or GLUE's own spelling, in any case (`RTE`, `SST-2`, `STS-B`, `MNLI-m`, `MNLI-mm`, `AX`)."""
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in TASKS:
         raise DataError(f"unknown GLUE task {name!r}; choose from {', '.join(TASKS)}")
@@ -189,8 +189,9 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
     inside a text: its texts would be cut at the tab and another column read as the second text), is an error
     naming the file and line, unless `problems` is given and the file is labelled: then it is skipped and
     counted there. A test file's row is never skipped (`has_labels` False): the GLUE server takes a submission
-    only with a prediction for every test row. A file without a single example (empty, or only a header) is an
-    error: found when the file is read, before any training. `skip_option`: the option that skips such rows (the
+    only with a prediction for every test row, and one per index: a test file's index given twice is an error
+    naming both rows. A file without a single example (empty, or only a header) is an error: found when the file
+    is read, before any training. `skip_option`: the option that skips such rows (the
     CLI's `--skip-bad-rows`), named in the error of a labelled file read without `problems` (QQP's older train.tsv
     has questions cut in two by a line break: 4 fields, then 3). A Hugging Face datasets export of the task
     (`hub_format`) is read in its columns (`read_hub_examples`)."""
@@ -204,6 +205,7 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
         cols = MSR_TEST
     examples: list[Example] = []
     skipped = 0
+    first_at: dict[str, str] = {}     # a test file's index -> the row that had it
     header_cells: list[str] | None = None
     widest = None            # a header's field count: no row of its file has more
     for n, (lineno, cells) in enumerate(read_tsv(path)):
@@ -248,6 +250,13 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
             except DataError as exc:
                 raise DataError(f"{exc}{_test_layout_hint(task, cells, header_cells)}") from None
         guid = cells[cols.guid].strip() if cols.guid is not None else str(len(examples))
+        if not has_labels:   # one prediction per index: two test files joined into one wrote a row "index" and
+            if not guid:           # every index twice into the submission, which the server rejects
+                raise DataError(f"{where}: no index in the index column; a submission is keyed by it")
+            if guid in first_at:
+                raise DataError(f"{where}: index {shown(guid)} is also the index of {first_at[guid]}; a submission "
+                                "has one row per test index (two test files joined into one?)")
+            first_at[guid] = where
         text_b = cells[cols.text_b] if cols.text_b is not None else None
         examples.append(Example(guid, cells[cols.text_a], text_b, label, where))
     if not examples:
@@ -685,3 +694,45 @@ def file_task(task: GlueTask, path: Path) -> GlueTask:
                         f"ax --model MNLI_RUN/best --test diagnostic.tsv` (a {task.name} file under this name: "
                         "rename it)")
     return get_task("ax")
+
+
+def runs_glue_score(runs) -> dict:
+    """GLUE's overall score (`metrics.glue_score`) of fine-tuning runs, one per task: each run's folder (or its
+    `metrics.json`) gives its task and its best dev metrics; MNLI's matched and mismatched dev sets are averaged, the
+    diagnostic set beside them left out. A run that is not a finished GLUE run, has no dev metrics or several dev
+    sets (which one would be GLUE's?), or a task given by two runs, is a DataError naming it. The result also holds
+    `runs`: each task's run, as given."""
+    import json
+
+    from albertlm.tasks.metrics import glue_score
+
+    results: dict[str, list[dict]] = {}
+    where: dict[str, str] = {}
+    for run in runs:
+        path = Path(run)
+        path = path / "metrics.json" if path.is_dir() else path
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(f"{run}: no metrics.json (a fine-tuning run writes it when it ends)") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{path}: not a run's metrics.json ({exc})") from None
+        if not isinstance(record, dict) or record.get("family") != "glue" or not isinstance(record.get("best"), dict):
+            family = record.get("family") if isinstance(record, dict) else None
+            raise DataError(f"{path}: not the metrics.json of a `finetune glue` run"
+                            + (f" (a {family} run)" if isinstance(family, str) else ""))
+        task = get_task(str(record.get("task"))).name
+        sets = {name: scores for name, scores in record["best"].items()
+                if isinstance(scores, dict) and not name.lower().startswith(("diagnostic", "ax"))}
+        if not sets:
+            raise DataError(f"{path}: no dev metrics ({task} was fine-tuned without a dev set)")
+        if len(sets) > 1 and task != "mnli":
+            raise DataError(f"{path}: {len(sets)} dev sets ({', '.join(sets)}); GLUE's score takes one per task: "
+                            "score that one with `albertlm evaluate glue --predictions`")
+        if task in where:
+            raise DataError(f"{run} and {where[task]} are both {task} runs; give one run per task")
+        where[task], results[task] = str(run), list(sets.values())
+    if not where:
+        raise DataError("no runs given")
+    scored = glue_score(results)
+    return {**scored, "runs": {task: where[task] for task in scored["tasks"]}}

@@ -79,6 +79,49 @@ def glue_metrics(task: str, labels: Sequence, preds: Sequence) -> dict[str, floa
     return {**{name: out[name] for name in GLUE_METRICS.get(task, ()) if name in out}, **out}
 
 
+# the nine tasks of GLUE's score, the leaderboard's first column (the diagnostic set, AX, is shown beside it, not in it)
+GLUE_SCORE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
+
+
+def glue_score(results: Mapping[str, Mapping[str, float] | Sequence[Mapping[str, float]]]) -> dict:
+    """GLUE's overall score of per-task results, as the GLUE benchmark computes it: the mean of the tasks' scores,
+    where a task with two metrics scores their mean (MRPC and QQP: F1 and accuracy; STS-B: Pearson and Spearman;
+    the rest their one metric, GLUE_METRICS) and MNLI the mean of its matched and mismatched scores.
+
+    `results` maps a task (`cola`, ..., `wnli`) to its metrics as `glue_metrics` returns them (a run's best dev
+    metrics), or to a list of them whose task scores are averaged (MNLI's matched and mismatched). Returns
+    {"score": the mean over the tasks given, "tasks": each task's score in GLUE's order, "missing": the tasks of
+    the nine not given}: with any missing, the score is not GLUE's (BERT's papers leave out WNLI, for one). The
+    values are on the metrics' scale (0-1); the leaderboard shows them times 100. A task outside the nine, a
+    metric missing or a NaN (a diverged run) is a UserError."""
+    unknown = [task for task in results if task not in GLUE_SCORE_TASKS]
+    if unknown:
+        raise UserError(f"{unknown[0]!r} is not one of GLUE's scored tasks ({', '.join(GLUE_SCORE_TASKS)}; the "
+                        "diagnostic set ax is reported beside the score, not in it)")
+    if not results:
+        raise UserError("no task results to score")
+    tasks = {}
+    for task in (task for task in GLUE_SCORE_TASKS if task in results):
+        given = results[task]
+        sets = [given] if isinstance(given, Mapping) else list(given)
+        if not sets:
+            raise UserError(f"{task}: no metrics")
+        per_set = []
+        for scores in sets:
+            lacking = [name for name in GLUE_METRICS[task] if name not in scores]
+            if lacking:
+                raise UserError(f"{task}: no {', '.join(lacking)} among its metrics ({', '.join(scores) or 'none'}); "
+                                f"GLUE scores it by {' and '.join(GLUE_METRICS[task])}")
+            # metrics.json writes a NaN as null
+            values = [float("nan") if scores[name] is None else float(scores[name]) for name in GLUE_METRICS[task]]
+            if not all(np.isfinite(values)):
+                raise UserError(f"{task}: {dict(zip(GLUE_METRICS[task], values))} is not a score (a diverged run?)")
+            per_set.append(sum(values) / len(values))
+        tasks[task] = sum(per_set) / len(per_set)
+    return {"score": sum(tasks.values()) / len(tasks), "tasks": tasks,
+            "missing": [task for task in GLUE_SCORE_TASKS if task not in tasks]}
+
+
 def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labels: int) -> dict[str, float]:
     """Accuracy and macro F1 for a user's own multi-class data (and, for two classes, the F1 of class 1), then
     the Matthews correlation (scikit-learn's, multi-class too; 0 where undefined): the metrics `finetune
