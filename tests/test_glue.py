@@ -181,6 +181,7 @@ def test_recipes_and_flag_precedence():
     args.command = "finetune"
     cfg = task_commands._config(args, "glue")
     assert (cfg.optim.lr, cfg.train.batch_size, cfg.train.max_steps, cfg.train.epochs, cfg.optim.warmup_steps) == \
-        (1e-4, 32, 0, 2.0, 200)
+        (1e-4, 32, 0, 2.0, -1)
+    assert cfg.optim.warmup_ratio == 0.25   # --epochs: the table's warmup as its share of the run (200 of 800)
     with pytest.raises(UserError, match="unknown recipe"):
         recipe("imagenet")

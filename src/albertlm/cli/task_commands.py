@@ -169,23 +169,39 @@ def _recipe(args, family: str, options=None) -> FinetuneConfig | None:
     return recipes.recipe(name)
 
 
+# the keys that set the warmup (`--warmup-steps`, `--warmup-ratio`, or a --config file's)
+WARMUP_KEYS = frozenset({"optim.warmup_steps", "optim.warmup_ratio"})
+
+
 def _config(args, family: str, task_info: dict | None = None, options=None) -> FinetuneConfig:
-    """The family's defaults or --recipe, then the checkpoint's sequence length, < --config FILE < flags."""
+    """The family's defaults or --recipe, then the checkpoint's sequence length, < --config FILE < flags. A recipe
+    whose step count `--epochs` replaced (no --max-steps) keeps its warmup as the same share of the run
+    (`recipes.warmup_as_share`), unless the warmup is given."""
     from albertlm.tasks import recipes
 
-    base = _recipe(args, family, options) or recipes.FAMILY_DEFAULTS[family]
+    recipe = _recipe(args, family, options)
+    base = recipe or recipes.FAMILY_DEFAULTS[family]
     if task_info and "max_seq_length" in task_info:
         base = base.replace(max_seq_length=task_info["max_seq_length"])
-    return read_options(args, finetune_options(family, args.command), base)
+    flags = finetune_options(family, args.command)
+    cfg = read_options(args, flags, base)
+    if recipe is not None and cfg.train.max_steps == 0 and not WARMUP_KEYS & given_values(args, flags).keys():
+        cfg = read_options(args, flags, recipes.warmup_as_share(base))
+    return cfg
 
 
 def _resumed_config(args, saved: dict, options) -> FinetuneConfig:
     """`finetune --resume`: the run's saved config, with only the settings in RESUME_MAY_CHANGE changed by
     --recipe (less its steps), --config FILE or flags; changing any other is refused, naming it."""
+    from albertlm.tasks import recipes
+
     flags = finetune_options(args.family, "finetune")
     keys = leaf_keys(FinetuneConfig)
     base = build(FinetuneConfig, {k: v for k, v in flatten(saved).items() if k in keys})
     recipe = _recipe(args, args.family, options)
+    if recipe is not None and base.optim.warmup_steps < 0 <= recipe.optim.warmup_steps:
+        # a run the recipe started for --epochs warms up for the recipe's share of it (`_config`): the same recipe
+        recipe = recipes.warmup_as_share(recipe)
     asked = {k: v for k, v in flatten(recipe.to_dict()).items()
              if k not in ("train.max_steps", "train.epochs")} if recipe else {}
     given = given_values(args, flags)
