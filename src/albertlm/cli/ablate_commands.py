@@ -34,7 +34,7 @@ class AblateOptions:
     seeds: list[int] = field(default_factory=list)  # pretraining seeds (default: the scale's)
     max_steps: int = 0                   # override the scale's pretraining steps (0 = the scale's)
     vocab_size: int = 0                  # override the scale's vocabulary V, SentencePiece pieces (0 = the scale's; a Korean, Chinese or Japanese corpus needs more than smoke's 400)
-    finetune_seeds: int = 0              # fine-tuning runs per model, averaged (0 = the scale's); raising it on a finished suite adds only the new runs
+    finetune_seeds: int = 0              # fine-tuning runs per model, averaged (0 = the scale's); raising it on a finished suite adds only the new runs; a suite keeps a larger count it ran with
     finetune_lr: float = 0.0             # override the scale's fine-tuning learning rate (0 = the scale's); on a finished suite it needs --refinetune
     refinetune: bool = False             # continue a suite whose fine-tuning protocol (scale) changed: its kept models are fine-tuned again, nothing is pretrained again
     jobs: int = 1                        # jobs run at the same time (worker processes)

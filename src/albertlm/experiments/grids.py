@@ -147,7 +147,9 @@ def read_grid_file(path: Path) -> Grid:
 
             data: Any = tomllib.loads(text)
         else:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _TwiceGiven as exc:   # TOML refuses a key given twice itself
+        raise UserError(f"{path}: {exc}") from None
     except Exception as exc:   # json.JSONDecodeError, tomllib.TOMLDecodeError
         raise UserError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {exc}") from None
     if isinstance(data, dict):
@@ -213,6 +215,22 @@ _OWN_WHY = {"embedding": "the embedding size ('embedding' is the paper's E, mapp
                          "model.embedding_size is the size itself)",
             "dropout": "the dropout rate ('dropout' is the scale's rate or none; model's field is a rate itself)"}
 _NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+
+
+class _TwiceGiven(ValueError):
+    """A JSON object of a grid file that gives one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when it gives a key twice: json keeps the last value without a word, so
+    {"sharing": "none", ..., "sharing": "all"} would train all-shared (TOML refuses such a file itself)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _TwiceGiven(f"key {key!r} is given twice in one object ({json.dumps(out[key])[:40]} and "
+                              f"{json.dumps(value)[:40]}); give it once")
+        out[key] = value
+    return out
 
 
 def paper_variant(label: str) -> Variant | None:

@@ -270,11 +270,15 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
     settings = prepare_settings(suite)
     if done.is_file():
         saved = check_prepared(suite)
-        if saved["settings"].get("finetune_tasks") != settings["finetune_tasks"]:   # --refinetune: new GLUE samples
-            saved.update(settings=settings, glue=prepare_glue(suite))
+        files = glue_fingerprint(suite)
+        # --refinetune: new GLUE samples; the suite (or --glue-dir) moved: its files are here now (the same seeded
+        # samples, written again where missing); files changed where nothing of theirs was fine-tuned yet
+        if (saved["settings"].get("finetune_tasks") != settings["finetune_tasks"]
+                or saved.get("glue") != glue_paths(suite) or saved.get("glue_files", files) != files):
+            saved.update(settings=settings, glue=prepare_glue(suite), glue_files=files)
             _write_json(done, saved)
-        elif saved.get("glue") != glue_paths(suite):   # the suite (or --glue-dir) moved: its files are here now
-            saved["glue"] = prepare_glue(suite)         # (the same seeded samples, written again where missing)
+        elif "glue_files" not in saved:   # a record older than the digests: from now on
+            saved["glue_files"] = files
             _write_json(done, saved)
         return saved
     fresh = not suite.prepared.exists()
@@ -286,10 +290,11 @@ def prepare(suite: Suite, log=print, workers: int = 1) -> dict:
         raise
 
 
-def check_prepared(suite: Suite) -> Any:
+def check_prepared(suite: Suite, stale: list[str] = ()) -> Any:
     """The prepared data's record (prepared.json), refused when it was prepared with other data settings than
-    the suite's (another corpus, vocabulary, length, masking): what `prepare` would refuse, so `--list-jobs`
-    refuses it too rather than listing every job as done."""
+    the suite's (another corpus, vocabulary, length, masking), or when the fine-tuning files under --glue-dir
+    are not those its fine-tunings read (`glue_change`; `stale`: tasks --refinetune fine-tunes again): what
+    `prepare` would refuse, so `--list-jobs` refuses it too rather than listing every job as done."""
     saved = read_json(suite.prepared / "prepared.json", "the suite's prepared data record")
     why = prepared_difference(saved, prepare_settings(suite))
     if why:
@@ -300,7 +305,46 @@ def check_prepared(suite: Suite) -> Any:
         raise UserError(f"--corpus {suite.train_text.parent}: {changed} since {suite.out} was prepared from it; "
                         f"the suite's runs are of the text it had then: restore it, or give another --out for "
                         f"the new text")
+    changed = glue_change(suite, saved.get("glue_files") if isinstance(saved, dict) else None, stale)
+    if changed:   # another --glue-dir, or its files edited: new fine-tunings would read other data than the old
+        raise UserError(f"--glue-dir {suite.glue_dir}: {changed} (new fine-tunings would be averaged with theirs): "
+                        f"give the --glue-dir the suite was run with, its files as they were, or another --out")
     return saved
+
+
+def glue_fingerprint(suite: Suite) -> dict:
+    """The SHA-256 digest of each fine-tuning task's files under --glue-dir (its training file, the one a sample
+    is drawn from, and its dev files), kept in prepared.json: a rerun given another --glue-dir, or the same one
+    with its files edited, is told from the one the suite fine-tuned on (`glue_change`); a suite moved with its
+    GLUE folder, or given a copy of it, reads the same digests. {} when a task lacks its files; a task without
+    its folder is left out (`--list-jobs` needs no --glue-dir; a run is refused it before this)."""
+    out = {}
+    for task in suite.scale.finetune_tasks:
+        if not (suite.glue_dir / task.dir_name).is_dir():
+            continue
+        _, train, dev = _task_files(suite, task)
+        if not train or not dev:
+            return {}
+        out[task.name] = {"train": _sha256(train[0]), "dev": [_sha256(p) for p in dev]}
+    return out
+
+
+def glue_change(suite: Suite, recorded: Any, stale: list[str] = ()) -> str:
+    """How a task's files under --glue-dir differ from those recorded (prepared.json's `glue_fingerprint`; None in
+    a record older than it) when fine-tunings of that task were measured (a task of `stale` is fine-tuned again
+    anyway): "SST-2's training file is not the one OUT's fine-tunings of sst2 read", or "" (nothing that matters)."""
+    if not isinstance(recorded, dict):
+        return ""
+    now = glue_fingerprint(suite)
+    for task in suite.scale.finetune_tasks:
+        had, have = recorded.get(task.name), now.get(task.name)
+        if task.name in stale or not isinstance(had, dict) or have is None or had == have:
+            continue
+        if any(next((suite.out / kind).glob(f"*/finetune/{task.name}-s*/{RESULT}"), None) is not None
+               for kind in ("runs", "scratch")):
+            what = "training file is not the one" if had.get("train") != have["train"] else "dev files are not those"
+            return f"{task.dir_name}'s {what} {suite.out}'s fine-tunings of {task.name} read"
+    return ""
 
 
 def _sha256(path: Path) -> str:
@@ -421,7 +465,7 @@ def _prepare_fresh(suite: Suite, settings: dict, log, workers: int) -> dict:
             metas[f"{split}_{task}"] = {k: meta.get(k) for k in ("num_instances", "counts", "corpus") if k in meta}
     glue = prepare_glue(suite)
     summary = {"settings": settings, "data": metas, "glue": glue, "tokenizer": tokenizer,
-               "corpus_files": corpus_fingerprint(suite),
+               "corpus_files": corpus_fingerprint(suite), "glue_files": glue_fingerprint(suite),
                "glue_tokens": glue_token_fit(suite, glue), "latin_share": latin_share(train), "corpus_chars": {
                    "train": train.stat().st_size, "heldout": heldout.stat().st_size}}
     _write_json(done, summary)      # last, whole: its presence says the preparation is complete
@@ -934,12 +978,17 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
     soon as this call has made --out."""
     check_same_tokenizer(suite)
     stale = check_same_scale(suite, refinetune)
+    kept = kept_finetune_seeds(suite)
+    if kept:
+        log(f"--out {suite.out} was fine-tuned with {kept} seeds per model, not {suite.scale.finetune_seeds}: every "
+            f"model gets {kept} (its finished models' scores are means over {kept}); another --out for fewer")
+        suite = replace(suite, scale=replace(suite.scale, finetune_seeds=kept))
     planned = plan_jobs(suite.runs)
     afresh = (suite.out / "suite.json").is_file() and not measured(suite)   # every job so far failed
     if not afresh:
         check_recorded(suite, planned)      # before anything is written: a finished job is another model's
         if (suite.prepared / "prepared.json").is_file():   # ... or the corpus is another (edited in place)
-            check_prepared(suite)
+            check_prepared(suite, stale)
     check_models_kept(suite, planned, stale)   # ... or must be fine-tuned again and its model is gone
     plan = merged_plan(suite, planned)
     created = not suite.out.exists()
@@ -1027,11 +1076,14 @@ def preview(suite: Suite, refinetune: bool = False) -> list[tuple[Job, str]]:
     never shows a plan the run would refuse. Writes nothing."""
     check_same_tokenizer(suite)
     stale = check_same_scale(suite, refinetune)
+    kept = kept_finetune_seeds(suite)
+    if kept:   # as the run: the suite's larger count of fine-tuning seeds
+        suite = replace(suite, scale=replace(suite.scale, finetune_seeds=kept))
     planned = plan_jobs(suite.runs)
     if not ((suite.out / "suite.json").is_file() and not measured(suite)):   # else retire_unmeasured's
         check_recorded(suite, planned)
         if (suite.prepared / "prepared.json").is_file():   # another corpus or data setting: `prepare` refuses it
-            check_prepared(suite)
+            check_prepared(suite, stale)
     check_models_kept(suite, planned, stale)
     merged_plan(suite, planned)
     return [(job, job_state(suite, job, stale)) for job in planned]
@@ -1187,6 +1239,20 @@ def check_same_scale(suite: Suite, refinetune: bool = False) -> list[str]:
                         f"fine-tune its kept models again with this one (the old fine-tunings move to "
                         f"{suite.out / 'replaced'}; nothing is pretrained again), or give another --out")
     return stale
+
+
+def kept_finetune_seeds(suite: Suite) -> int:
+    """The fine-tuning seeds per model that --out was run with when more than the suite's (a rerun without
+    --finetune-seeds, or with fewer, after one with more), else 0. A suite keeps its larger count, as it keeps
+    every pretraining seed it planned: its finished models' scores are means over that many seeds, and a model
+    finished now with fewer would be averaged beside them while suite.json and the report said the smaller
+    count. Nothing measured there: this command's count (its options replace the old ones)."""
+    saved = suite.out / "suite.json"
+    if not saved.is_file() or not measured(suite):
+        return 0
+    scale = read_json_object(saved, "the suite's plan").get("scale")
+    had = scale.get("finetune_seeds") if isinstance(scale, dict) else None
+    return had if isinstance(had, int) and not isinstance(had, bool) and had > suite.scale.finetune_seeds else 0
 
 
 def scale_changes(old: Any, suite: Suite) -> list[str]:
