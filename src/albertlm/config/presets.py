@@ -75,16 +75,28 @@ ABLATION_PARAMS: dict[tuple[int, str], float] = {
 ABLATION_BASES = ("albert-base", "albert-base-v1", "albert-base-v2")
 
 
+# fields that change no parameter count: overriding them keeps the paper's row (`--hidden-dropout 0` on a -v1 preset)
+COUNT_FREE_FIELDS = frozenset({"hidden_dropout", "attention_dropout", "classifier_dropout", "initializer_range",
+                               "layer_norm_eps", "activation", "pad_token_id", "num_labels"})
+
+
 def paper_params(name: str, overrides: Mapping[str, Any] | None = None) -> float | None:
     """The count the paper prints for preset `name` with field `overrides`, in millions: Table 1's row without
     overrides, Table 3 / 4's for an albert-base with only `embedding_size` and / or `sharing` changed; None where the
-    paper has no such row."""
-    overrides = dict(overrides or {})
-    if not overrides:
-        return PRESETS[name].paper_params if name in PRESETS else None
-    if name not in ABLATION_BASES or not set(overrides) <= {"embedding_size", "sharing"}:
+    paper has no such row. Overrides that change no count (dropouts, activation, ...: `COUNT_FREE_FIELDS`), that
+    repeat the preset's own value, or that set `num_groups` under `sharing=none` (which ignores it) do not count
+    as changes."""
+    if name not in PRESETS:
         return None
     cfg = PRESETS[name].config
+    overrides = {key: value for key, value in dict(overrides or {}).items()
+                 if key not in COUNT_FREE_FIELDS and getattr(cfg, key, None) != value}
+    if overrides.get("sharing", cfg.sharing) == "none":
+        overrides.pop("num_groups", None)
+    if not overrides:
+        return PRESETS[name].paper_params
+    if name not in ABLATION_BASES or not set(overrides) <= {"embedding_size", "sharing"}:
+        return None
     key = (overrides.get("embedding_size", cfg.embedding_size), overrides.get("sharing", cfg.sharing))
     return ABLATION_PARAMS.get(key)
 

@@ -216,9 +216,12 @@ class Attention(nn.Module):
 
     @staticmethod
     def gather_rows(x: Tensor, rows: Tensor, packing: Packing | None) -> Tensor:
-        """The hidden states at the (B, R) positions `rows`: (B, R, H)."""
-        if packing is not None:
+        """The hidden states at the (B, R) positions `rows`: (B, R, H). A packed batch of padding only (N = 0, a
+        shape: no sync) has no row to point at: its rows are read from the padded layout, zeros."""
+        if packing is not None and len(packing.index) > 0:
             return x[packing.rows(rows)]
+        if packing is not None:
+            x = packing.pad(x)  # (B, T, H) zeros
         return x.gather(1, rows[..., None].expand(-1, -1, x.shape[-1]))
 
     def output(self, residual: Tensor, y: Tensor) -> Tensor:
@@ -495,6 +498,28 @@ def enable_packed_attention(model: nn.Module, kernel: Callable | None = None) ->
     for module in model.modules():
         if isinstance(module, Attention):
             module.packed_kernel = kernel
+    return model
+
+
+def init_truncated_normal(model: nn.Module, std: float | None = None) -> nn.Module:
+    """google-research's initialisation, in place: every `nn.Linear` and `nn.Embedding` weight drawn from a normal of
+    standard deviation `std` (default: the model's `config.initializer_range`, 0.02 in every preset) truncated at two
+    standard deviations (`tf.truncated_normal_initializer`, which redraws what falls outside: samples in [-2 std,
+    2 std], their own spread about 0.88 std), biases and the MLM output bias zero, LayerNorms 1 and 0. The model
+    classes initialise as transformers does (`init_weights`: the same, with a plain normal); call this right after
+    building a model to start from google's distribution instead. Shared modules are drawn once."""
+    if std is None:
+        std = model.config.initializer_range
+    if not (isinstance(std, (int, float)) and not isinstance(std, bool) and 0 < std < float("inf")):
+        raise ConfigError(f"std={std!r}: must be a positive finite number")
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+            if isinstance(module, (nn.Linear, nn.LayerNorm, MaskedLMHead)) and getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
     return model
 
 

@@ -87,7 +87,8 @@ def _targets(model: nn.Module) -> list[nn.Module]:
 
 def apply_fast_paths(model: nn.Module, device: torch.device | str, precision: str) -> torch.dtype | None:
     """In place: the fused CPU linears where `choose_fast_path` picks them; returns the dtype chosen (None:
-    the model is left plain). Call before `torch.compile` (compiled models should stay plain)."""
+    the model is left plain). A swapped model compiled with `torch.compile` (or exported) runs the plain ops in
+    the compiled graph (inductor fuses on its own), so compile a plain model rather than swap one in first."""
     dtype = choose_fast_path(device, precision)
     if dtype is not None:
         swap_in(model, dtype)
@@ -123,10 +124,14 @@ def fast_path_dtype(model: nn.Module) -> torch.dtype | None:
 
 
 def _open_cast_scope(module: nn.Module, args) -> None:
+    if torch.compiler.is_compiling():   # traced, the fused linears take the plain ops (`fused._compute_dtype`)
+        return
     module._cast_scope = fused._CASTS.set({})
 
 
 def _close_cast_scope(module: nn.Module, args, output) -> None:
+    if torch.compiler.is_compiling():
+        return
     token = module.__dict__.pop("_cast_scope", None)
     if token is not None:
         fused._CASTS.reset(token)

@@ -9,7 +9,7 @@ sizes they took as long as the matmuls in bf16 (torch.profiler, benchmarks/model
 The model never calls these: `model/fast_paths.py` swaps them in from outside, only where a probe of this
 CPU and torch build says the dtype is supported (and pays: bf16 only with bf16 instructions, `bf16_supported`).
 Each call still checks its inputs and takes the plain ops for anything else (CUDA tensors, another dtype, active
-dropout), so a swapped model never crashes.
+dropout, a torch.compile / torch.export trace), so a swapped model never crashes.
 Under bf16 autocast the weights are cast to bf16 as autocast would, once per `cast_once()` scope (one model
 forward, opened by the fast paths' forward hooks), so a weight shared by 12 layers is cast once.
 """
@@ -92,7 +92,11 @@ def cast_once() -> Iterator[None]:
 
 
 def _compute_dtype(x: Tensor, layer: nn.Linear, fused: torch.dtype) -> torch.dtype | None:
-    """`fused` (the dtype the fast path was chosen for) when this call can run fused in it, else None."""
+    """`fused` (the dtype the fast path was chosen for) when this call can run fused in it, else None. Never while
+    torch.compile / torch.export traces: the private oneDNN ops have no fake-tensor kernels (a swapped model failed
+    `torch.compile(fullgraph=True)`), and inductor does its own fusion; the plain ops give one graph."""
+    if torch.compiler.is_compiling():
+        return None
     if x.device.type != "cpu" or layer.bias is None or layer.weight.dtype != torch.float32:
         return None
     if torch.is_autocast_enabled("cpu"):  # bf16 only where oneDNN has bf16 GEMMs (a forced `swap_in` elsewhere)
