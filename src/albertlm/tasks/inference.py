@@ -131,17 +131,95 @@ def step_record(model_dir: str | Path) -> dict:
 
 
 def load_tokenizer_for(model_dir: Path, explicit: str | Path | None = None, vocab_size: int | None = None):
-    """The model's tokenizer (or `explicit`); with `vocab_size`, one with more pieces is refused."""
+    """The model's tokenizer (or `explicit`: refused where it is not the checkpoint's own, `check_own_tokenizer`);
+    with `vocab_size`, one with more pieces is refused."""
     from albertlm.tokenization import load_tokenizer
 
     found = Path(explicit) if explicit else find_tokenizer(model_dir)
     if found is None:
-        raise UserError(f"no tokenizer beside {model_dir} nor recorded by its run{missing_run_tokenizer(model_dir)}; "
-                        "pass --tokenizer PATH")
+        built = _recorded_vocabulary(Path(model_dir)).get("path")   # a pretraining checkpoint's, moved or removed
+        gone = f": its pretraining data was built with {built}, not found there now" if isinstance(built, str) else ""
+        raise UserError(f"no tokenizer beside {model_dir} nor recorded by its run"
+                        f"{missing_run_tokenizer(model_dir) or gone}; pass --tokenizer PATH")
     tokenizer = load_tokenizer(found)
     if vocab_size is not None:
         check_tokenizer_fits(tokenizer, vocab_size, found)
+    if explicit:
+        check_own_tokenizer(model_dir, found, tokenizer)
     return tokenizer
+
+
+def check_own_tokenizer(model_dir: str | Path, given: str | Path, tokenizer) -> None:
+    """A tokenizer given for a checkpoint that has its own (files beside it, its fine-tuning run's for a step_N, the
+    one its pretraining data was built with) must be that one: of the same size and other pieces, or smaller, it
+    fed the model other ids and embed / fill-mask gave nonsense without a word (only one with more pieces than the
+    model's rows was refused). Where the pretraining data's tokenizer file is gone, its recorded vocabulary hash
+    (meta.json's `vocab_sha256`) is compared. The parent folder's tokenizer (`find_tokenizer`'s last guess) is no
+    evidence and is not compared; nor is a tokenizer that cannot be read (not this check's to report)."""
+    from albertlm.tokenization import load_tokenizer
+    from albertlm.tokenization.load import find_tokenizer as tokenizer_in
+
+    model_dir, given = Path(model_dir), Path(given)
+    own = tokenizer_in(model_dir) or run_tokenizer(model_dir)
+    if own is not None:
+        if _same_tokenizer_path(own, given):
+            return
+        try:
+            reference = load_tokenizer(own)
+        except (UserError, OSError, ValueError, RuntimeError):
+            return
+        difference = tokenizer_difference(reference, tokenizer)
+        if difference:
+            where = ("the one saved beside it" if _same_tokenizer_path(model_dir, own) else
+                     f"its fine-tuning run's, {own}" if step_record(model_dir) else
+                     f"the one its pretraining data was built with, {own}")
+            raise UserError(f"--tokenizer {given} is not the tokenizer of {model_dir} ({where}): {difference}; "
+                            "leave --tokenizer out")
+        return
+    built = _recorded_vocabulary(model_dir)
+    if built.get("vocab_sha256"):
+        from albertlm.data.build import vocab_fingerprint
+
+        if vocab_fingerprint(tokenizer) != built["vocab_sha256"]:
+            raise UserError(f"--tokenizer {given} is not the tokenizer {model_dir} was pretrained with: its data was "
+                            f"built with {built.get('path', '?')} ({built.get('vocab_size', '?')} pieces, another "
+                            f"vocabulary than {tokenizer.vocab_size} pieces given); give that tokenizer")
+
+
+def _same_tokenizer_path(own: Path, given: Path) -> bool:
+    """Whether `given` is `own` (a directory) or a file in it, or `own` itself."""
+    try:
+        own, given = own.resolve(), given.resolve()
+    except OSError:
+        return False
+    return given == own or given.parent == own
+
+
+def _recorded_vocabulary(model_dir: Path) -> dict:
+    """meta.json's `tokenizer` record ({path, vocab_size, vocab_sha256}) of the data a pretraining checkpoint was
+    trained on (its run_config.json -> data.path), {} where there is none to read."""
+    try:
+        data_dir = json.loads((model_dir / "run_config.json").read_text(encoding="utf-8"))["data"]["path"]
+        meta = json.loads((Path(data_dir) / "meta.json").read_text(encoding="utf-8"))
+        built = meta["tokenizer"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return built if isinstance(built, dict) else {}
+
+
+TOKENIZER_PROBE = "Hello World, ALBERT's café costs $3.50!"
+
+
+def tokenizer_difference(ours, theirs) -> str | None:
+    """How two tokenizers differ (vocabulary size, a piece, or how a probe text is split), or None."""
+    if ours.vocab_size != theirs.vocab_size:
+        return f"{theirs.vocab_size} pieces, not {ours.vocab_size}"
+    for i in range(ours.vocab_size):
+        if ours.id_to_token(i) != theirs.id_to_token(i):
+            return f"piece {i} is {theirs.id_to_token(i)!r}, not {ours.id_to_token(i)!r}"
+    if ours.encode(TOKENIZER_PROBE) != theirs.encode(TOKENIZER_PROBE):
+        return f"it splits {TOKENIZER_PROBE!r} differently (casing or normalisation)"
+    return None
 
 
 def check_tokenizer_fits(tokenizer, vocab_size: int, path: str | Path) -> None:
