@@ -855,9 +855,12 @@ class Window:
     def __init__(self) -> None:
         self._reset(time.perf_counter())
         self.done_tokens, self.done_s, self.examples = 0.0, 0.0, 0.0
+        # what `resume` took over from a checkpoint (tokens, seconds): in the window's record, not in `totals`
+        self.carried_tokens, self.carried_s = 0.0, 0.0
 
     def _reset(self, now: float) -> None:
         self.start, self.wait, self.tokens, self.stats, self.steps = now, 0.0, 0.0, None, 0
+        self.window_examples = 0.0
         self.lr: float = 0.0
         self.grad_norm: float | None = None
 
@@ -883,6 +886,7 @@ class Window:
         self.steps += 1
         self.tokens += result.tokens
         self.examples += result.examples
+        self.window_examples += result.examples
         self.lr, self.grad_norm = result.lr, result.grad_norm
 
     def rate(self) -> float:
@@ -894,17 +898,22 @@ class Window:
         if not self.steps:
             return None
         return {"stats": self.stats.detach().cpu().clone(), "steps": self.steps, "tokens": float(self.tokens),
-                "examples": float(self.examples), "seconds": max(time.perf_counter() - self.start, 0.0),
+                "examples": float(self.window_examples), "seconds": max(time.perf_counter() - self.start, 0.0),
                 "wait": self.wait, "lr": self.lr, "grad_norm": self.grad_norm}
 
     def resume(self, saved: dict | None, device) -> None:
-        """Go on with the window a checkpoint kept (`unlogged`), on `device`; nothing when it kept none."""
+        """Go on with the window a checkpoint kept (`unlogged`), on `device`; nothing when it kept none. Its steps,
+        tokens and seconds are the next record's (as in the run never stopped), not this invocation's `totals`:
+        the summary of a resumed run counted the steps before the checkpoint since the last record, and its
+        examples counted every step of the invocation that saved it (a checkpoint kept the running total)."""
         if not saved:
             return
         self.stats = saved["stats"].to(device)
-        self.steps, self.tokens, self.examples = int(saved["steps"]), saved["tokens"], saved["examples"]
+        self.steps, self.tokens = int(saved["steps"]), saved["tokens"]
+        self.window_examples = saved["examples"]
         self.start, self.wait = time.perf_counter() - saved["seconds"], saved["wait"]
         self.lr, self.grad_norm = saved["lr"], saved["grad_norm"]
+        self.carried_tokens, self.carried_s = float(saved["tokens"]), float(saved["seconds"])
 
     def read(self) -> dict[str, float]:
         """The window's timing, lr and gradient norm; starts the next window."""
@@ -920,7 +929,8 @@ class Window:
         return out
 
     def totals(self) -> tuple[float, float, float]:
-        """(tokens, training seconds, examples) since the window was made, pauses left out."""
-        return (self.done_tokens + self.tokens, self.done_s + max(time.perf_counter() - self.start, 0.0),
-                self.examples)
+        """(tokens, training seconds, examples) since the window was made, pauses left out, and without what it
+        took over from a checkpoint (`resume`: trained by the invocation that saved it)."""
+        seconds = self.done_s + max(time.perf_counter() - self.start, 0.0) - self.carried_s
+        return self.done_tokens + self.tokens - self.carried_tokens, max(seconds, 0.0), self.examples
 

@@ -143,10 +143,14 @@ class MetricsLogger:
             self.bar.set_postfix_str(postfix, refresh=False)
 
     def note(self, message: str) -> None:
-        if self.bar is not None:
-            self.bar.write(message)
-        else:
-            print(message, flush=True)
+        """A line on stdout (above the bar). A console that went away costs only its lines (`console_gone`)."""
+        try:
+            if self.bar is not None:
+                self.bar.write(message)
+            else:
+                print(message, flush=True)
+        except OSError:
+            console_gone(sys.stdout)
 
     def _events_failed(self, exc: Exception, what: str) -> None:
         """TensorBoard's writer failed (its thread's error comes back at the next write or at `close`). A full disk
@@ -168,10 +172,13 @@ class MetricsLogger:
         """A warning line on stderr (`errors.warning_line`), above the progress bar when there is one."""
         from albertlm.errors import say_warning, warning_line
 
-        if self.bar is not None:
-            self.bar.write(warning_line(text), file=sys.stderr)
-        else:
+        if self.bar is None:
             say_warning(text)
+            return
+        try:
+            self.bar.write(warning_line(text), file=sys.stderr)
+        except OSError:
+            console_gone(sys.stderr)
 
     def _events_error(self, exc: OSError, what: str) -> UserError:
         """A TensorBoard write that failed (a full disk, a quota), in one line naming the events directory and
@@ -212,6 +219,23 @@ class MetricsLogger:
             except OSError:
                 if not quiet:   # else the failed record, still buffered, fails again: said already
                     raise
+
+
+def console_gone(stream) -> None:
+    """`stream` (stdout or stderr) could not be written: the terminal of an ssh session that closed (EIO), or a pipe
+    whose reader left (`albertlm pretrain ... | tee log` in that session: tee ends with it, EPIPE). Its descriptor is
+    pointed at /dev/null, so the run's later lines, and the interpreter's flush at exit, go nowhere instead of
+    failing: the run goes on (or, on the session's SIGHUP, saves and stops) with every record in metrics.jsonl.
+    Before, the line printed after that SIGHUP's step (the unlogged steps' record) raised BrokenPipeError before the
+    checkpoint was written, and the CLI took it for `| head` and exited 0: the steps since the last save were lost."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)
+    except (OSError, ValueError, AttributeError):   # no descriptor (a test's capture): its later writes may fail too
+        pass
 
 
 def disk_full(exc: BaseException) -> bool:
