@@ -4,6 +4,7 @@
     albertlm export onnx runs/base --out encoder.onnx --encoder       # the backbone only (hidden states, pooled)
     albertlm export onnx runs/rte/best --out rte.onnx --quantize int8 # also rte.int8.onnx
     albertlm export onnx albert_base/ --out albert.onnx               # google's TF checkpoint, read as convert does
+    albertlm export onnx mrpc_out/ --out mrpc.onnx --config albert_base/albert_config.json  # a run_classifier.py
     albertlm export onnx runs/rte/best --out rte-onnx/ --fp16         # a serving directory (optimum, transformers.js)
 
 --out FILE.onnx writes that file (and FILE.int8.onnx / FILE.fp16.onnx); any other --out is a directory that
@@ -45,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                    help="a file name ending in .onnx: that file; anything else: a serving directory (made if "
                         "missing) holding onnx/model.onnx, config.json and the tokenizer files, which optimum's "
                         "ORTModelFor*.from_pretrained and transformers.js load as they are")
+    p.add_argument("--config", metavar="FILE", help="TF checkpoint: its albert_config.json where none is beside it "
+                   "(run_classifier.py's --output_dir, a TF-Hub module), as `albertlm convert --config` takes it")
     p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer to ship (a directory, spiece.model, vocab.txt "
                    "or tokenizer.json) instead of the one found beside MODEL")
     p.add_argument("--encoder", action="store_true",
@@ -90,6 +93,10 @@ def run(args: argparse.Namespace, command: str) -> int:
     directory = _is_directory_out(args.out)
     tokenizer_given = _given_tokenizer(args.tokenizer)
     tf_source = _is_tf_checkpoint(Path(args.model))
+    if args.config is not None and not tf_source:
+        from albertlm.errors import UserError
+
+        raise UserError("--config is only for TF checkpoints (other formats carry config.json)")
     model_dir = Path(args.model) if tf_source else resolve_checkpoint(args.model)
     names = _output_names(out, directory, args.quantize == "int8", args.fp16)
     if directory:
@@ -113,7 +120,7 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
 
     lines, warnings_ = [], []
     if tf_source:   # google's checkpoint read as convert reads it; what the import did is said first
-        model, notes = _load_tf(model_dir, args.encoder)
+        model, notes = _load_tf(model_dir, args.encoder, args.config)
         lines += notes
     else:
         model = _load(model_dir, args.encoder)
@@ -255,7 +262,11 @@ def serving_metadata(model_dir: Path, model, tf_source: bool = False,
 
     if tf_source:   # google's tarball: 30k-clean.model beside the checkpoint (a prefix's folder)
         base = model_dir if model_dir.is_dir() else model_dir.parent
-        return _tokenizer_files({}, given if given is not None else find_tokenizer(base))
+        # no labels or length in a TF checkpoint; a one-score classifier (run_classifier.py's STS-B) is a regression,
+        # as the serving directory's config.json says (the .onnx's metadata said nothing)
+        one_score = type(model).__name__ == "AlbertForSequenceClassification" and model.config.num_labels == 1
+        return _tokenizer_files({"problem_type": "regression"} if one_score else {},
+                                given if given is not None else find_tokenizer(base))
     info = fine_tuning_record(model_dir)   # task.json, or a fine-tuning run's step_N's saved settings
     meta: dict[str, str] = {}
     head = type(model).__name__ != "AlbertModel"   # --encoder: the task's head and labels are not in the file
@@ -353,6 +364,14 @@ def _check_directory(out: Path, model_dir: Path, names: dict[str, str], overwrit
     if held:
         raise UserError(f"--out {out} holds a checkpoint ({held}), whose config.json the serving directory would "
                         "replace; give another directory")
+    # a google-research TF checkpoint (MODEL given as its prefix or .index file, or another one): with the serving
+    # config.json beside it, `convert`, `info` and `export` read the folder as a transformers model from then on
+    tf_held = next((p.name for p in sorted(out.glob("*.index"))), None) or \
+        ("variables/variables.index" if (out / "variables" / "variables.index").is_file() else None)
+    if tf_held:
+        raise UserError(f"--out {out} holds a TF checkpoint ({tf_held}), which the serving directory's config.json "
+                        "would hide (a folder with a config.json is read as a transformers model); give another "
+                        "directory")
     for name in names.values():
         if (out / name).is_dir():
             raise UserError(f"--out: {out / name} is a directory")
@@ -461,12 +480,13 @@ def _is_tf_checkpoint(path: Path) -> bool:
         return False
 
 
-def _load_tf(path: Path, encoder: bool):
-    """(model, the import's report lines) of a TF checkpoint; --encoder: its backbone, with the trained pooler where
-    the checkpoint has one (google's QA model has none)."""
+def _load_tf(path: Path, encoder: bool, config: str | None = None):
+    """(model, the import's report lines) of a TF checkpoint (`config`: --config, its albert_config.json where none is
+    beside it); --encoder: its backbone, with the trained pooler where the checkpoint has one (google's QA model has
+    none)."""
     from albertlm.interop.tf import import_tf_checkpoint
 
-    model, report = import_tf_checkpoint(path)
+    model, report = import_tf_checkpoint(path, config)
     if encoder and hasattr(model, "albert"):
         model = model.albert
     return model, report.lines()

@@ -85,8 +85,9 @@ def require_onnx():
     try:
         import onnx
         import onnxruntime  # noqa: F401
-    except ImportError:
-        raise UserError("ONNX export needs the onnx extra: pip install 'albertlm[onnx]'") from None
+    except ImportError as exc:   # which one is missing: a build machine with onnx alone was told only "the extra"
+        missing = f"{exc.name} is not installed; " if exc.name in ("onnx", "onnxruntime") else ""
+        raise UserError(f"ONNX export needs the onnx extra ({missing}pip install 'albertlm[onnx]')") from None
     return onnx
 
 
@@ -229,9 +230,17 @@ def _export_dynamo(wrapper: nn.Module, args, path: Path, names, axes: dict, opse
     dims = {k: torch.export.Dim(v, max=wrapper.model.config.max_position_embeddings) if v == SEQUENCE
             else torch.export.Dim(v) for k, v in axes.items()}
     shapes = {name: dims for name in INPUTS}
-    program = torch.onnx.export(wrapper, args, input_names=list(INPUTS), output_names=list(names),
-                                dynamic_shapes=shapes, opset_version=opset, dynamo=True, verbose=False,
-                                optimize=True)
+    # torch.onnx logs "torchvision is not installed. Skipping torchvision::nms" (and roi_align, ...) on stderr at
+    # every export: four lines of torch's own format about a package this model never uses
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        program = torch.onnx.export(wrapper, args, input_names=list(INPUTS), output_names=list(names),
+                                    dynamic_shapes=shapes, opset_version=opset, dynamo=True, verbose=False,
+                                    optimize=True)
+    finally:
+        logger.setLevel(level)
     program.save(str(path), external_data=False)
 
 

@@ -149,7 +149,7 @@ def find_config(prefix: Path) -> Path:
         if (directory / "albert_config.json").is_file():
             return directory / "albert_config.json"
     raise UserError(f"no albert_config.json next to {prefix}; put the model's albert_config.json there "
-                    "(`albertlm convert` also takes --config FILE)")
+                    "(`albertlm convert` and `albertlm export onnx` also take --config FILE)")
 
 
 @dataclass
@@ -256,6 +256,7 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     if not isinstance(config, ModelConfig):
         config = read_google_config(Path(config) if config is not None else find_config(prefix))
     ckpt = TFCheckpoint(prefix)
+    ckpt.check_data_files()
     check_groups(ckpt, config)
     model, head = _build_model(ckpt, config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
@@ -361,13 +362,15 @@ def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
 
 def describe_tf_checkpoint(path: str | Path, config: str | Path | None = None) -> dict:
     """What `albertlm info` shows of a google-research TF checkpoint, from its index and albert_config.json alone
-    (no tensor is read): {"prefix", "config" (a ModelConfig), "model_class" (the albertlm class it imports as),
-    "stored_parameters" (values in its model variables, training state left out), "variables", "training_state",
-    "files" (the checkpoint's files and its config, name -> bytes)}."""
+    (no tensor is read; a data file missing or shorter than the index needs is an error): {"prefix", "config" (a
+    ModelConfig), "model_class" (the albertlm class it imports as), "stored_parameters" (values in its model
+    variables, training state left out), "variables", "training_state", "files" (the checkpoint's files and its
+    config, name -> bytes)}."""
     prefix = resolve_prefix(path)
     config_path = Path(config) if config is not None else find_config(prefix)
     cfg = read_google_config(config_path)
     ckpt = TFCheckpoint(prefix)
+    ckpt.check_data_files()   # a missing or cut data file is said here too, not only when a tensor is read
     check_groups(ckpt, cfg)
     head, num_labels = checkpoint_head(ckpt)
     if num_labels is not None:

@@ -255,24 +255,56 @@ def parse_entry(value: bytes) -> TensorEntry:
 COMPANION = re.compile(r"^(?P<prefix>.+)\.(index|meta|data-\d{5}-of-\d{5})$")
 
 
+# TF's record of a directory's checkpoints (what tf.train.latest_checkpoint reads): `model_checkpoint_path: "..."`
+STATE_FILE = "checkpoint"
+
+
+def state_file_pick(state: Path) -> str | None:
+    """The checkpoint (its prefix's file name) a TF `checkpoint` state file picks, or None where the file names none.
+    The path in it may be absolute and stale (written on another machine, `gs://...`): only its last part counts."""
+    try:
+        with open(state, "rb") as f:
+            text = f.read(1 << 16).decode("utf-8", errors="replace")   # a stray byte is no error
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("model_checkpoint_path:"):
+            name = re.split(r"[/\\]", line.split(":", 1)[1].strip().strip('"'))[-1]
+            return name or None
+    return None
+
+
 def companion_prefix(path: str | Path) -> Path | None:
-    """The checkpoint prefix of one of its files (`model.ckpt-best.index`, `.meta`, `.data-00000-of-00001`), or None
-    for another name."""
+    """The checkpoint prefix of one of its files (`model.ckpt-best.index`, `.meta`, `.data-00000-of-00001`), of the
+    directory's `checkpoint` state file (the checkpoint it picks), or of the prefix with the '.' that shell completion
+    stops at (`model.ckpt-best.`: its .index, .data-* and .meta files share it); None for another name."""
     path = Path(path)
     match = COMPANION.match(path.name)
-    return path.with_name(match.group("prefix")) if match else None
+    if match:
+        return path.with_name(match.group("prefix"))
+    if path.name == STATE_FILE and path.is_file() and not path.with_name(f"{STATE_FILE}.index").is_file():
+        name = state_file_pick(path)
+        return path.with_name(name) if name else None
+    if path.name.endswith(".") and path.name != "." and not path.exists() \
+            and Path(f"{path.with_name(path.name[:-1])}.index").is_file():
+        return path.with_name(path.name[:-1])
+    return None
 
 
 def resolve_prefix(path: str | Path) -> Path:
     """Accept a checkpoint prefix (`.../model.ckpt-125000`), one of its files (`.index`, `.data-*`, `.meta`: what
-    tab completion gives), a directory holding one checkpoint (the `checkpoint` state file picks one when there
-    are several), or a TF-Hub module's directory (its `variables/variables.*`)."""
+    tab completion gives, or the prefix with the '.' it stops at), a directory holding one checkpoint (the
+    `checkpoint` state file picks one when there are several), that state file itself, or a TF-Hub module's directory
+    (its `variables/variables.*`)."""
     path = Path(path)
     if path.name.endswith(".index"):
         return path.with_name(path.name[: -len(".index")])
     prefix = companion_prefix(path)
     if prefix is not None and not path.is_dir() and not path.with_name(path.name + ".index").is_file():
         if not Path(f"{prefix}.index").is_file():
+            if path.name == STATE_FILE:
+                raise CheckpointError(f"{path}: the state file picks {prefix.name}, whose {prefix.name}.index is not "
+                                      "in its directory (pass the prefix of a checkpoint that is there)")
             raise CheckpointError(f"{path}: a TF checkpoint file without its index {prefix.name}.index "
                                   "(a checkpoint is PREFIX.index + PREFIX.data-*; pass the prefix)")
         return prefix
@@ -283,16 +315,14 @@ def resolve_prefix(path: str | Path) -> Path:
     indexes = sorted(path.glob("*.index"))
     if not indexes and (path / "variables" / "variables.index").is_file():   # a TF-Hub module
         return path / "variables" / "variables"
-    state = path / "checkpoint"
-    if len(indexes) > 1 and state.is_file():
-        for line in state.read_text(encoding="utf-8", errors="replace").splitlines():   # a stray byte is no error
-            if line.startswith("model_checkpoint_path:"):
-                name = Path(line.split(":", 1)[1].strip().strip('"')).name  # the state file may hold stale absolute paths
-                if (path / f"{name}.index").is_file():
-                    return path / name
+    state = path / STATE_FILE
+    picked = state_file_pick(state) if len(indexes) > 1 and state.is_file() else None
+    if picked and (path / f"{picked}.index").is_file():
+        return path / picked
     if len(indexes) != 1:
         found = ", ".join(p.name for p in indexes) or "none"
-        raise CheckpointError(f"{path}: expected one *.index checkpoint file, found {found}; pass the prefix")
+        stale = f" (its `checkpoint` state file picks {picked}, which is not there)" if picked else ""
+        raise CheckpointError(f"{path}: expected one *.index checkpoint file, found {found}{stale}; pass the prefix")
     return indexes[0].with_name(indexes[0].name[: -len(".index")])
 
 
@@ -327,6 +357,26 @@ class TFCheckpoint:
 
     def shard_path(self, shard_id: int) -> Path:
         return Path(f"{self.prefix}.data-{shard_id:05d}-of-{self.num_shards:05d}")
+
+    def check_data_files(self) -> None:
+        """Every data file the index names is there and long enough for the variables it holds (from the index and
+        the files' sizes, nothing read): a shard left behind or cut short (an interrupted download or copy) is one
+        error naming the file before any tensor is read, where the import and `albertlm info` had said nothing of it
+        (`info` listed the files that were there; the import failed at the first variable in them)."""
+        ends: dict[int, int] = {}
+        for entry in self.entries.values():
+            if not entry.sliced:
+                ends[entry.shard_id] = max(ends.get(entry.shard_id, 0), entry.offset + entry.size)
+        for shard in sorted(set(range(self.num_shards)) | set(ends)):
+            path = self.shard_path(shard)
+            if not path.is_file():
+                raise CheckpointError(f"data file {path} is missing (the index {self.prefix.name}.index names "
+                                      f"{self.num_shards} data file{'s' if self.num_shards > 1 else ''}, "
+                                      f"{self.prefix.name}.data-*-of-{self.num_shards:05d})")
+            size = path.stat().st_size
+            if size < ends.get(shard, 0):
+                raise CheckpointError(f"{path} is truncated: {size:,} bytes where the index needs {ends[shard]:,} "
+                                      "(an interrupted download or copy)")
 
     def read(self, name: str, verify: bool = False) -> np.ndarray:
         """The variable's value as a new numpy array; `verify` checks the stored CRC32C (slow in pure
