@@ -4,7 +4,8 @@ finetune: train a task head on a checkpoint (ours or a transformers ALBERT direc
 checkpoint in OUT/best, write OUT/metrics.json and prediction files; `--resume` continues a stopped run
 exactly, `torchrun` runs it on several processes. predict: run a fine-tuned checkpoint (OUT/best; OUT
 means it too) on data and write prediction files (and metrics if the data is labelled). evaluate: print
-metrics JSON, either of a checkpoint (`--model`) or of an existing predictions file (`--predictions`).
+metrics JSON, either of a checkpoint (`--model`) or of an existing predictions file (`--predictions`); `evaluate
+glue --score RUN ...` prints GLUE's overall score of fine-tuning runs instead.
 
 The options are generated from two dataclasses: the family's data options (`tasks.registry`) and the
 fine-tuning config (`config.task.FinetuneConfig`: `--optim.*`, `--train.*`, `--dist.*`, with short names
@@ -25,7 +26,7 @@ from albertlm.config.overrides import (GivenValues, Options, add_options, build,
                                        given_values, leaf_keys, read_options)
 from albertlm.config.run import RESUME_MAY_CHANGE as RUN_RESUME_MAY_CHANGE
 from albertlm.config.task import FinetuneConfig
-from albertlm.errors import UserError, say_warning
+from albertlm.errors import UserError, program_name, say_warning
 
 FAMILIES = ("glue", "squad", "race", "classify")   # tasks.registry.FAMILIES (not imported here: it loads torch)
 TRAINING_FLAGS = {
@@ -120,6 +121,12 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         else:  # evaluate
             p.add_argument("--model", help="a fine-tuned checkpoint (RUN/best, or RUN) to run on the data")
             p.add_argument("--predictions", help="score this predictions file instead (no model)")
+            if family == "glue":
+                # `extend`: `--score a --score b` is both, as the generated list options take every occurrence
+                p.add_argument("--score", nargs="+", action="extend", metavar="RUN",
+                               help="GLUE's overall score of fine-tuning runs, one per task (each RUN directory or its "
+                               "metrics.json: its best dev metrics), instead of --model / --predictions: JSON on "
+                               "stdout, the leaderboard's line (x100) on stderr")
             if score_options(family) is not None:
                 add_options(p, score_options(family))
             p.add_argument("--out", help="also write prediction files here (with --model)")
@@ -543,9 +550,39 @@ def _run_checkpoint(args) -> dict:
         print(using, file=sys.stderr)
     if reordered:
         print(reordered, file=sys.stderr)
+    other_precision = _precision_note(args, Path(args.model), info, cfg.train.precision)
+    if other_precision:
+        print(other_precision, file=sys.stderr)
     for line in spec.warnings:              # once the run has worked: a refused one's error is its only line
         say_warning(line)
     return metrics
+
+
+def _precision_note(args, model_dir: Path, info: dict, used: str) -> str | None:
+    """The note that the checkpoint was fine-tuned (and its dev set scored) in another precision than the one predict /
+    evaluate run in: a bf16 run's recorded scores came from bf16 and are not reproduced in fp32 (a tiny RACE run:
+    accuracy 0.273 for the 0.364 its metrics.json records; with --precision bf16 the same). Not made the default: a
+    run fine-tuned in bf16 on a GPU would predict in emulated bf16, slowly, on a CPU without it. The precision is the
+    one best/task.json records (`RECORDED_PRECISION`), else a step_N's run_config.json's, else for a run's best/
+    saved before it was recorded there, the run's metrics.json config's (a run keeps its precision on --resume);
+    None where none is known or it is the one used."""
+    from albertlm.errors import json_object_or_empty
+    from albertlm.tasks.finetune import RECORDED_PRECISION
+    from albertlm.tasks.inference import step_record
+
+    recorded = info.get(RECORDED_PRECISION)
+    if not isinstance(recorded, str):
+        record = step_record(model_dir)
+        if not record and model_dir.name == "best" and info:
+            record = json_object_or_empty(model_dir.parent / "metrics.json").get("config")
+        train = record.get("train") if isinstance(record, dict) else None
+        recorded = train.get("precision") if isinstance(train, dict) else None
+    if not isinstance(recorded, str) or recorded == used:
+        return None
+    doing = "predicting" if args.command == "predict" else "evaluating"
+    where = " on a CUDA device" if recorded == "fp16" else ""
+    return (f"{program_name()}: note: {model_dir} was fine-tuned in {recorded}; its recorded scores come from "
+            f"{recorded} (give --precision {recorded}{where} to reproduce them); {doing} in {used}")
 
 
 def _squad_head_of_model(args, cfg: FinetuneConfig, model: Path) -> FinetuneConfig:
@@ -645,8 +682,11 @@ def _finite(data):
 def _evaluate(args) -> int:
     from albertlm.tasks.registry import get_family
 
+    if getattr(args, "score", None):
+        return _glue_score(args)
     if bool(args.model) == bool(args.predictions):
-        raise UserError("give either --model CHECKPOINT or --predictions FILE")
+        scored = " (or --score RUN ... for GLUE's overall score)" if args.family == "glue" else ""
+        raise UserError(f"give either --model CHECKPOINT or --predictions FILE{scored}")
     if args.predictions:
         if "null_threshold" in command_line_values(args, data_options(args.family)):   # was read and ignored
             raise UserError("--null-threshold applies to a model's predictions (--model); with --predictions, "
@@ -659,6 +699,64 @@ def _evaluate(args) -> int:
         metrics = _run_checkpoint(args)
     _print_metrics(metrics)
     return 0
+
+
+# each task as GLUE's leaderboard spells it (MNLI's two columns are one task here: their mean is its score)
+GLUE_COLUMNS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
+                "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+
+
+def _glue_score(args) -> int:
+    """`evaluate glue --score RUN ...`: GLUE's overall score of one fine-tuning run per task (`glue.runs_glue_score`:
+    each run's best dev metrics). stdout: its result as JSON (score, tasks, missing, runs; on the metrics' 0-1 scale,
+    as every metrics JSON here). stderr: the leaderboard's line (times 100, one decimal), a warning naming the tasks of
+    the nine no run gave (the mean is then not GLUE's score) and one per run a time budget stopped."""
+    from albertlm.tasks.glue import runs_glue_score
+
+    named = {"--model": args.model, "--predictions": args.predictions, "--out": args.out, "--tokenizer": args.tokenizer}
+    unused = _options_given(args) + [flag for flag, value in named.items() if value]
+    if unused:
+        one = len(unused) == 1
+        raise UserError(f"--score reads each run's metrics.json and runs no model: {', '.join(unused)} "
+                        f"{'is' if one else 'are'} not used with it (leave {'it' if one else 'them'} out)")
+    result = runs_glue_score(args.score)
+    stopped = [line for line in map(_run_stopped, result["runs"].values()) if line]
+    shown = ", ".join(f"{GLUE_COLUMNS[task]} {100 * value:.1f}" for task, value in result["tasks"].items())
+    print(f"GLUE dev score {100 * result['score']:.1f} ({shown})", file=sys.stderr)
+    if result["missing"]:
+        missing = [GLUE_COLUMNS[task] for task in result["missing"]]
+        say_warning(f"not GLUE's score: no run of {', '.join(missing)}; this is the mean over the "
+                    f"{len(result['tasks'])} task(s) given (GLUE's is over all nine)")
+    for line in stopped:
+        say_warning(line)
+    _print_metrics(result)
+    return 0
+
+
+def _options_given(args) -> list[str]:
+    """The data and evaluation options given on the command line (their first spelling each), for a mode that
+    uses none of them."""
+    flags = []
+    for options in (data_options(args.family), finetune_options(args.family, args.command)):
+        start = options.dest("")
+        for dest, given in vars(args).items():
+            if dest.startswith(start) and dest != options.dest("__file__") and given:
+                flags.append(given[0][0])
+    return flags
+
+
+def _run_stopped(run: str) -> str | None:
+    """The line saying a run's metrics.json is of a run the time budget stopped (`"status": "budget"`: its best so
+    far, which `finetune --resume` goes on from), or None."""
+    from albertlm.errors import json_object_or_empty
+
+    path = Path(run) / "metrics.json" if Path(run).is_dir() else Path(run)
+    record = json_object_or_empty(path)
+    if record.get("status", "done") == "done":
+        return None
+    return (f"{run}: the run stopped at step {record.get('step')} of {record.get('total_steps')} "
+            f"(status {record.get('status')!r}): its best dev metrics so far are scored (`finetune --resume` "
+            "finishes it)")
 
 
 def _check_family(args, info: dict) -> None:

@@ -39,6 +39,10 @@ from albertlm.training.precision import autocast, check_precision, prepare_model
 from albertlm.training.trainer import build_loop, callers_rng_kept, open_logger, seed_everything
 
 TASK_FILE = "task.json"  # beside the best checkpoint: what `predict` / `evaluate` need to know
+# the key of task.json (and of each checkpoints/step_N's run_config.json) naming the precision the run trained and
+# evaluated its dev set in (`train.precision`): its recorded scores are that precision's, which `predict` / `evaluate`
+# reproduce only when run in it (they run in fp32 unless told), and say so when they are not
+RECORDED_PRECISION = "precision"
 
 
 @dataclass
@@ -493,6 +497,9 @@ def make_finetune_loop(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: F
                     bucketed_batches([f.length for f in spec.train], train.batch_size, train.seed),
                     train.micro_batches(info.world_size), info.rank, info.world_size,
                     identity={"batch_size": train.batch_size, "seed": train.seed})
+    # best/task.json and the steps' run_config.json say which precision the dev scores came from (a run is resumed in
+    # the precision it started with: `train.precision` is not one of the settings --resume may change)
+    spec.info[RECORDED_PRECISION] = cfg.train.precision
     saved = {"family": spec.family, **spec.info, "model": str(model_path), **cfg.to_dict()}
     started = {key: saved[key] for key in TUNED_AT_EVALUATION if key in saved}
     loop = build_loop(model, TaskObjective(spec.outputs), data, train, cfg.optim, info, out_dir, saved,
