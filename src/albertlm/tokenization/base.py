@@ -202,6 +202,69 @@ def read_config(config_file: Path | None) -> dict:
     return read_json_object(config_file, "tokenizer options")
 
 
+ADDED_TOKENS_FILE = "added_tokens.json"        # transformers 4 (before 4.34): the tokens added to a vocabulary
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"  # transformers 4: the special tokens, additional ones included
+_ADDED_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")   # `tokenizers.AddedToken`'s flags
+
+
+def read_added_tokens(config_file: Path | None) -> list[dict]:
+    """The tokens transformers added to the tokenizer whose tokenizer_config.json is `config_file`
+    (`tokenizer.add_tokens([...])`, `add_special_tokens({"additional_special_tokens": [...]})`, then
+    `save_pretrained` in transformers 4, which keeps vocab.txt / spiece.model as they were and records the
+    additions beside them); the special tokens of the vocabulary are listed too (`added_tokens_decoder` holds them).
+
+    Read as transformers 5 reads such a directory: tokenizer_config.json's `added_tokens_decoder` (id -> the token
+    and its flags; transformers >= 4.34), else `added_tokens.json` (token -> id), special where the token is one
+    of the additional special tokens (tokenizer_config.json or special_tokens_map.json), with the additional
+    special tokens that are no added id (already in the vocabulary, e.g. "[unused0]": matched whole in the text).
+    Each as {"content", "id" (None where the vocabulary decides), and those of `_ADDED_FLAGS` recorded}, in id
+    order. A record of another shape is a UserError naming the file."""
+    import json
+
+    from albertlm.errors import UserError
+
+    if config_file is None:
+        return []
+    directory = config_file.parent
+    config = read_config(config_file)
+    entries: list[dict] = []
+    decoder = config.get("added_tokens_decoder")
+    if decoder:
+        if not isinstance(decoder, dict):
+            raise UserError(f"{config_file}: added_tokens_decoder must be an object of id -> token")
+        for key, token in decoder.items():
+            if not (isinstance(token, dict) and isinstance(token.get("content"), str) and str(key).isdigit()):
+                raise UserError(f"{config_file}: added_tokens_decoder entry {key!r} is not an id and a token "
+                                "object with its \"content\"")
+            entries.append({"content": token["content"], "id": int(key),
+                            **{flag: bool(token[flag]) for flag in _ADDED_FLAGS if flag in token}})
+    else:
+        specials: list[str] = []
+        for source in (config, read_config(directory / SPECIAL_TOKENS_MAP)):
+            for name in ("additional_special_tokens", "extra_special_tokens"):
+                listed = source.get(name) or []
+                listed = list(listed.values()) if isinstance(listed, dict) else listed
+                for token in listed if isinstance(listed, list) else []:
+                    token = token.get("content") if isinstance(token, dict) else token
+                    if isinstance(token, str) and token not in specials:
+                        specials.append(token)
+        added_file = directory / ADDED_TOKENS_FILE
+        added = {}
+        if added_file.is_file():
+            try:
+                added = json.loads(added_file.read_text(encoding="utf-8-sig"))
+            except (OSError, ValueError) as exc:
+                raise UserError(f"cannot read {added_file} ({exc})") from None
+            if not (isinstance(added, dict) and all(type(i) is int and i >= 0 for i in added.values())):
+                raise UserError(f"{added_file}: expected a JSON object of token -> id")
+        for token, index in added.items():
+            entries.append({"content": token, "id": index, "special": token in specials,
+                            "normalized": token not in specials})
+        entries += [{"content": token, "id": None, "special": True, "normalized": False}
+                    for token in specials if token not in added]
+    return sorted(entries, key=lambda e: (e["id"] is None, e["id"] or 0))
+
+
 def save_directory(directory: str | Path, source: Path, name: str, config: dict) -> None:
     """Copy the model file in as `name` (unless it is already there) and write tokenizer_config.json."""
     import json

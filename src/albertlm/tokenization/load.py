@@ -14,7 +14,7 @@ from pathlib import Path
 from albertlm.errors import UserError
 from albertlm.tokenization import sentencepiece as spm_tok
 from albertlm.tokenization import wordpiece as wp_tok
-from albertlm.tokenization.base import CONFIG_FILE
+from albertlm.tokenization.base import CONFIG_FILE, read_added_tokens
 from albertlm.tokenization.tokenizer_json import TOKENIZER_FILE, TokenizerJsonTokenizer
 
 
@@ -50,12 +50,36 @@ def _load_directory(directory: Path, options: dict):
 
 def _sentencepiece(model_file: Path, config: Path | None, options: dict):
     base = spm_tok.read_options(config)
-    return _record_options_file(spm_tok.SentencePieceTokenizer(model_file, _override(base, options)), config)
+    tokenizer = spm_tok.SentencePieceTokenizer(model_file, _override(base, options))
+    _refuse_added_tokens(tokenizer, config)
+    return _record_options_file(tokenizer, config)
+
+
+def _refuse_added_tokens(tokenizer, config: Path | None) -> None:
+    """A spiece.model directory where transformers recorded added tokens ("[E1]", "covid-19" added to a fine-tuned
+    model: tokenizer_config.json's added_tokens_decoder or added_tokens.json, as transformers 4 saves them): our
+    SentencePiece tokenizer has no added tokens, so their text became pieces, not the ids transformers gives and
+    the model was trained with (and ids past the .model's pieces were out of its vocabulary), without a word."""
+    special = {tokenizer.id_to_token(i): i for i in tokenizer._special}
+    extra = [e for e in read_added_tokens(config)
+             if not (e["content"] in special and e["id"] in (None, special[e["content"]]))]
+    if not extra:
+        return
+    directory = config.parent
+    shown = ", ".join(f"{e['content']!r}" + (f" (id {e['id']})" if e["id"] is not None else "") for e in extra[:3])
+    advice = (f"load {directory / TOKENIZER_FILE} instead (transformers 5's pipeline, with them)"
+              if (directory / TOKENIZER_FILE).is_file() else
+              "save it with transformers 5 (its save_pretrained writes a tokenizer.json holding them) and load that")
+    raise UserError(f"{directory}: transformers added {len(extra)} token(s) to this tokenizer ({shown}"
+                    f"{', ...' if len(extra) > 3 else ''}; recorded in its {CONFIG_FILE} or "
+                    f"added_tokens.json), which albertlm's SentencePiece tokenizer cannot match: their text would "
+                    f"get other ids than in transformers; {advice}")
 
 
 def _wordpiece(vocab_file: Path, config: Path | None, options: dict):
     base = wp_tok.read_options(config)
-    return _record_options_file(wp_tok.WordPieceTokenizer(vocab_file, _override(base, options)), config)
+    return _record_options_file(wp_tok.WordPieceTokenizer(vocab_file, _override(base, options),
+                                                          read_added_tokens(config)), config)
 
 
 def _record_options_file(tokenizer, config: Path | None):

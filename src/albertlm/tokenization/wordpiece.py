@@ -10,7 +10,7 @@ import re
 import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -178,20 +178,49 @@ class WordPieceTokenizer(TokenizersBacked):
     kind = "wordpiece"
     options_file: Path | None = None   # the tokenizer_config.json `load_tokenizer` read its options from
 
-    def __init__(self, vocab_file: str | Path, options: WordPieceOptions | None = None):
+    def __init__(self, vocab_file: str | Path, options: WordPieceOptions | None = None,
+                 added_tokens: Sequence[dict] = ()):
+        """`added_tokens`: what transformers added to the vocabulary (`base.read_added_tokens`), matched in the
+        text whole as transformers 5 matches them, at their recorded ids."""
         self.vocab_file = Path(vocab_file)
         self.options = options or WordPieceOptions()
         self.vocab = read_vocab(self.vocab_file)
-        self.vocab_size = max(self.vocab.values()) + 1
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (self.vocab[t] for t in SPECIAL_TOKENS)
         self._special = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self.backend = build_pipeline(self.vocab, self.options)
+        self.added_tokens = self._add_tokens(added_tokens)
+        self.vocab_size = max([*self.vocab.values(), *(t["id"] for t in self.added_tokens)]) + 1
         warn_if_hangul_is_decomposed(self.vocab, self.options, self.vocab_file)
         warn_if_kana_marks_are_lost(self.vocab, self.options, self.vocab_file)
         warn_if_cased_vocab_is_lowercased(self.vocab, self.options, self.vocab_file)
 
+    def _add_tokens(self, entries: Sequence[dict]) -> list[dict]:
+        """Add `entries` (the special tokens at their own ids left out) to the pipeline in id order, as
+        transformers 5 does, and check that each got its recorded id: a vocab.txt saved by transformers 4 after
+        `add_tokens` holds only the original tokens, and "[E1]" or "covid-19" added to a fine-tuned model were
+        encoded as pieces (or [UNK]) here, other ids than the model was trained with, without a word."""
+        from tokenizers import AddedToken
+
+        added = []
+        for entry in entries:
+            if entry["content"] in SPECIAL_TOKENS and entry["id"] in (None, self.vocab[entry["content"]]):
+                continue
+            flags = {k: v for k, v in entry.items() if k not in ("content", "id")}
+            token = AddedToken(entry["content"], **flags)
+            if flags.get("special"):
+                self.backend.add_special_tokens([token])
+            else:
+                self.backend.add_tokens([token])
+            got = self.backend.token_to_id(entry["content"])
+            if entry["id"] is not None and got != entry["id"]:
+                raise UserError(f"{self.vocab_file.parent}: the added token {entry['content']!r} is recorded at id "
+                                f"{entry['id']}, but the vocabulary gives it id {got} (added ids must follow "
+                                f"{self.vocab_file.name}'s {len(self.vocab):,} tokens without a gap)")
+            added.append({**entry, "id": got})
+        return added
+
     def word_start_mask(self) -> np.ndarray:
-        """BERT whole-word masking: every token not starting with "##" begins a word."""
+        """BERT whole-word masking: every token not starting with "##" begins a word (added tokens too)."""
         mask = np.ones(self.vocab_size, dtype=bool)
         for token, index in self.vocab.items():
             if token.startswith("##"):
@@ -203,7 +232,7 @@ class WordPieceTokenizer(TokenizersBacked):
         """vocab.txt + tokenizer_config.json: loads in `load_tokenizer` and `BertTokenizer.from_pretrained`
         (a byte order mark in the source vocab is left out of the copy: transformers would read it as part of
         the first token)."""
-        save_directory(directory, self.vocab_file, VOCAB_FILE, transformers_config(self.options))
+        save_directory(directory, self.vocab_file, VOCAB_FILE, transformers_config(self.options, self.added_tokens))
         copy = Path(directory) / VOCAB_FILE
         if copy.resolve() != self.vocab_file.resolve():
             data = copy.read_bytes()
@@ -214,10 +243,15 @@ class WordPieceTokenizer(TokenizersBacked):
         return f"WordPieceTokenizer({str(self.vocab_file)!r}, V={self.vocab_size}, {self.options})"
 
 
-def transformers_config(options: WordPieceOptions) -> dict:
-    return {"tokenizer_class": "BertTokenizer", **asdict(options),
-            "pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
-            "mask_token": "[MASK]"}
+def transformers_config(options: WordPieceOptions, added_tokens: Sequence[dict] = ()) -> dict:
+    """tokenizer_config.json; `added_tokens` as transformers' `added_tokens_decoder` (id -> token and flags)."""
+    config = {"tokenizer_class": "BertTokenizer", **asdict(options),
+              "pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+              "mask_token": "[MASK]"}
+    if added_tokens:
+        config["added_tokens_decoder"] = {str(t["id"]): {k: v for k, v in t.items() if k != "id"}
+                                          for t in added_tokens}
+    return config
 
 
 def read_options(config_file: Path | None) -> WordPieceOptions:
