@@ -59,6 +59,10 @@ class OptimConfig(Config):
     warmup_steps: int = 3125            # linear warmup from 0 to lr; -1 = warmup_ratio x total steps
     warmup_ratio: float = 0.0           # share of the total steps spent warming up, when warmup_steps is -1
     decay_power: float = 1.0            # polynomial decay to 0 at the last step (1 = linear)
+    # warmup update k (from 0) gets lr x (k+1)/warmup_steps (albertlm: the last warmup update has the full lr) or
+    # lr x k/warmup_steps (google: google-research optimization.py's global_step/num_warmup_steps, update 0 has rate
+    # 0); after the warmup both are the same decay
+    warmup_style: Literal["albertlm", "google"] = "albertlm"
 
     def __post_init__(self) -> None:
         check_types(self, "optim.")
@@ -210,9 +214,17 @@ class RunConfig(Config):
     dist: DistConfig = field(default_factory=DistConfig)        # processes and devices
     preset: str = "albert-base"          # model preset the run starts from (see `albertlm params`); --model.* change it
     init_from: str = ""                  # start from this checkpoint directory (ours or transformers', or a run directory: its newest checkpoint) instead of random weights
+    # the random initial weights of a run from scratch: normal(0, model.initializer_range) (transformers') or
+    # truncated_normal (google-research's tf.truncated_normal_initializer: the same normal redrawn beyond 2 std);
+    # biases 0, LayerNorms 1 and 0 in both. Not with init_from (its weights are the start)
+    initializer: Literal["normal", "truncated_normal"] = "normal"
 
     def __post_init__(self) -> None:
         check_types(self)        # the sections are their classes (each checks its own fields), the paths text
+        check_choices(self)
+        require(not (self.init_from and self.initializer != "normal"), "initializer", self.initializer,
+                f"draws the weights of a run from scratch, and init_from {self.init_from} starts from that "
+                "checkpoint's: drop --init-from, or give --initializer normal (the default) with it")
 
     def absolute_paths(self) -> "RunConfig":
         """A copy whose relative paths (PATH_KEYS) are absolute, taken from the current directory: what a run

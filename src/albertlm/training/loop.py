@@ -255,9 +255,10 @@ class Plan:
     eval_every: int
     lr: float
     decay_power: float = 1.0
+    warmup_style: str = "albertlm"      # `optim.warmup_style`: "google" warms up one update later (schedule.lr_at)
 
     def lr_at(self, step: int) -> float:
-        return lr_at(step, self.lr, self.warmup_steps, self.total_steps, self.decay_power)
+        return lr_at(step, self.lr, self.warmup_steps, self.total_steps, self.decay_power, self.warmup_style)
 
 
 @dataclass

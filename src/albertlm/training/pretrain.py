@@ -214,10 +214,17 @@ def data_identity(meta: dict) -> dict:
 def build_model(run: RunConfig, from_init: bool = True) -> nn.Module:
     """From scratch with `run.model`, or (`from_init`: not for a resumed run, whose own checkpoint's weights are
     loaded next) the weights of `run.init_from` (ours or a transformers directory); `resolve_run` has given
-    `run.model` that checkpoint's architecture."""
-    from albertlm.model.albert import AlbertForPreTraining
+    `run.model` that checkpoint's architecture. A new run from scratch draws its weights as `run.initializer`
+    says (`truncated_normal`: google-research's, `model.albert.init_truncated_normal`, drawn after the model's
+    own normal ones, from the seeded generator)."""
+    from albertlm.model.albert import AlbertForPreTraining, init_truncated_normal
 
-    if not (run.init_from and from_init):
+    if not run.init_from:
+        model = AlbertForPreTraining(run.model)
+        if from_init and run.initializer == "truncated_normal":
+            init_truncated_normal(model)
+        return model
+    if not from_init:
         return AlbertForPreTraining(run.model)
     dropout = {k: getattr(run.model, k) for k in DROPOUTS}
     return AlbertForPreTraining.from_pretrained(run.init_from, **dropout)

@@ -60,7 +60,8 @@ def build_loop(model: nn.Module, objective: Objective, data: StepData, train: Tr
                             f"pass --max-steps {state.step} or more to continue it")
         trained = compile_model(wrap_model(model, info, find_unused_parameters), train.compile)
         plan = Plan(total_steps=total, warmup_steps=optim.warmup(total),
-                    eval_every=train.eval_every or data.steps_per_epoch, lr=optim.lr, decay_power=optim.decay_power)
+                    eval_every=train.eval_every or data.steps_per_epoch, lr=optim.lr, decay_power=optim.decay_power,
+                    warmup_style=optim.warmup_style)
         seeded = SeededDropout(objective, train.seed, info.rank)     # dropout: per rank, per step
         loop = Loop(model=trained, raw_model=model, optimizer=optimizer, objective=seeded, data=data, train=train,
                     plan=plan, clip_norm=optim.clip_norm, info=info, run_dir=run_dir, saved_config=saved_config,
