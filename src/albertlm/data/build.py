@@ -13,7 +13,8 @@ Streaming and parallel, yet deterministic:
 - `num_shards K, shard_index i` keeps the chunks with index % K == i: K machines build K disjoint parts
   whose union is exactly the single-machine build (the loader merges the part metas);
 - NSP negatives come from the other documents of the same chunk plus excerpts (64 sentences) of the
-  previous chunk's last 8 documents: a bounded buffer of recent documents.
+  previous chunk's last 8 documents: a bounded buffer of recent documents. A first chunk that is one document
+  (a book) has no previous chunk: it gets excerpts of the next chunk's first 8 documents instead.
 - the tokenizer's unknown token is counted per chunk in the workers (`count_unknown`) and summed: the summary
   reports its share of the text's tokens and the characters behind it, and warns at UNK_WARN_SHARE (in
   `unknown_token_warning`'s words, shared with fine-tuning's features: decomposed Hangul is told to convert to NFC);
@@ -744,12 +745,23 @@ def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, progress: "BuildPr
     (and gives negatives to the next), whichever part owns it; `seen[0]` counts them."""
     documents = read_documents(files, cfg.format, cfg.text_field, corpus, progress=progress.read)
     negatives: list[list[str]] = []
+    first: Chunk | None = None   # NSP: a first chunk of one document waits for the next chunk's excerpts
     for index, docs in enumerate(chunk_documents(documents, cfg.chunk_chars)):
         seen[0] = index + 1
-        if index % cfg.num_shards == cfg.shard_index:
-            yield Chunk(index, docs, negatives, progress.read_bytes)
+        chunk = Chunk(index, docs, negatives, progress.read_bytes)
+        if first is not None:   # no previous chunk gave it negatives: the next one's first documents do
+            first.negatives = [_excerpt(doc.sentences) for doc in docs[:NEGATIVE_DOCUMENTS]]
+            if first.index % cfg.num_shards == cfg.shard_index:
+                yield first
+            first = None
+        if index == 0 and cfg.sentence_task == "nsp" and len(docs) == 1:
+            first = chunk   # else all of its random-next segments would come from that document itself
+        elif index % cfg.num_shards == cfg.shard_index:
+            yield chunk
         if cfg.sentence_task == "nsp":
             negatives = [_excerpt(doc.sentences) for doc in docs[-NEGATIVE_DOCUMENTS:]]
+    if first is not None and first.index % cfg.num_shards == cfg.shard_index:   # the corpus is one chunk
+        yield first
 
 
 def _excerpt(sentences: list[str]) -> list[str]:
