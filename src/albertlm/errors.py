@@ -141,6 +141,12 @@ def stderr_is_terminal() -> bool:
         return False
 
 
+# the signals `sigterm_stops` makes stop a command as Ctrl-C does, where they have their default action: SIGTERM, and
+# the training loop's other stop signals (`training.loop.stop_signals`): Slurm's SIGUSR1 pre-emption notice and the
+# SIGHUP of a closed ssh session. One a process ignores (nohup's SIGHUP) stays ignored: SIG_IGN is not the default
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGHUP")
+
+
 @contextlib.contextmanager
 def sigterm_stops():
     """SIGTERM (`kill`, `timeout`, a scheduler cancelling the job) stops a command as Ctrl-C does, wherever it
@@ -148,21 +154,26 @@ def sigterm_stops():
     loop's own handler saves a checkpoint first; ablate's `_run_parallel` passes it on to its workers). Outside a
     training loop SIGTERM had its default action: the process ended at once with 143 and no word (while a
     pretraining or fine-tuning set up or wrote its last files, during the tokenizer's training, an evaluation,
-    ablate's report), leaving half-made files behind. The CLI runs every command under it. Only where SIGTERM has
-    its default action, in the main thread (a caller's own handler is left alone); a second one during the
-    clean-up is ignored. The default comes back when the block ends. No torch import."""
+    ablate's report), leaving half-made files behind. The same for SIGUSR1 (Slurm's pre-emption notice while a run
+    sets up) and SIGHUP (a closed ssh session), which a training loop also takes as a stop (`STOP_SIGNALS`): they
+    ended the process with 138 / 129 and no word. The CLI runs every command under it. Each only where it has its
+    default action, in the main thread (a caller's own handler is left alone, and so is an ignored one: a command
+    started with nohup outlives its session); a second one during the clean-up is ignored. The default comes back
+    when the block ends. No torch import."""
     import signal
     import threading
 
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-        yield
-        return
-    signal.signal(signal.SIGTERM, _sigterm_interrupts)
+    taken = []
+    if threading.current_thread() is threading.main_thread():
+        taken = [signum for signum in (getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name))
+                 if signal.getsignal(signum) is signal.SIG_DFL]
+    for signum in taken:
+        signal.signal(signum, _sigterm_interrupts)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum in taken:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def _sigterm_interrupts(signum, frame) -> None:
@@ -174,5 +185,8 @@ def _sigterm_interrupts(signum, frame) -> None:
     if isinstance(deferred, list):
         deferred.append(signum)
         return
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the clean-up runs once
+    for name in STOP_SIGNALS:                       # the clean-up runs once, whichever of them comes next
+        other = getattr(signal, name, None)
+        if other is not None and signal.getsignal(other) is _sigterm_interrupts:
+            signal.signal(other, signal.SIG_IGN)
     raise KeyboardInterrupt

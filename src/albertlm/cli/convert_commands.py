@@ -301,6 +301,16 @@ def detect_format(src: Path) -> str:
     raise UserError(f"{src}: not a model (no config.json, no TF *.index checkpoint); see --from")
 
 
+def held_tf_checkpoint(directory: Path) -> str | None:
+    """The google-research TF checkpoint a directory holds (a `*.index` in it, or a TF-Hub module's
+    variables/variables.index), by that file's name; None for none. A model's config.json written there hides it:
+    `convert`, `info` and `export` read a folder with a config.json as that model."""
+    if not directory.is_dir():
+        return None
+    return next((p.name for p in sorted(directory.glob("*.index"))), None) or \
+        ("variables/variables.index" if (directory / "variables" / "variables.index").is_file() else None)
+
+
 def _check_destination(src: Path, dst: Path, overwrite: bool) -> None:
     from albertlm.cli.guards import check_not_a_run
 
@@ -309,6 +319,11 @@ def _check_destination(src: Path, dst: Path, overwrite: bool) -> None:
     check_not_a_run(dst, "DST", "converted")
     if dst.resolve() == (src if src.is_dir() else src.parent).resolve():
         raise UserError("DST must differ from the source directory")
+    tf_held = held_tf_checkpoint(dst)
+    if tf_held:   # `convert hub/variables/variables hub`: the source is in a folder below DST, which was not checked
+        raise UserError(f"DST {dst} holds a TF checkpoint ({tf_held}), which the converted model's config.json would "
+                        "hide (a folder with a config.json is read as that model by convert, info and export); give "
+                        "another DST")
     taken = [name for name in OUTPUT_FILES if (dst / name).exists()] + _earlier_weights(dst)
     if taken and not overwrite:
         raise UserError(f"{dst} already holds {', '.join(taken)}; pass --overwrite (or --force) to replace them, "

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         parser.add_argument("directory", help="an albertlm or transformers model directory (or a file in one), "
                             "a run directory or a TF checkpoint")
         parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument("--config", metavar="FILE", help="TF checkpoint: its albert_config.json where none is "
+                            "beside it (run_classifier.py's --output_dir, a TF-Hub module), as `albertlm convert "
+                            "--config` takes it")
         return
     parser.add_argument("--preset", action="append", help="preset(s) to show (repeatable; default: all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -114,14 +117,14 @@ def _saved_class_and_size(directory, is_hf: bool) -> tuple[str, int]:
                                             if not key.endswith(buffers))
 
 
-def _tf_info(path) -> dict[str, typing.Any]:
+def _tf_info(path, config: str | None = None) -> dict[str, typing.Any]:
     """A google-research TF checkpoint (a directory holding one, its prefix, or one of its files): described from its
-    index and albert_config.json, as `albertlm convert` would import it."""
+    index and albert_config.json (beside it, or `config`: --config FILE), as `albertlm convert` would import it."""
     from albertlm.interop.tf import describe_tf_checkpoint
 
     if (path / "variables" / "variables.index").is_file():   # a TF-Hub module
         path = path / "variables"
-    tf = describe_tf_checkpoint(path)
+    tf = describe_tf_checkpoint(path, config)
     return dict(directory=str(tf["prefix"]), format="tf", model_class=tf["model_class"], config=tf["config"],
                 stored_parameters=tf["stored_parameters"], files=tf["files"])
 
@@ -145,8 +148,11 @@ def run_info(args: argparse.Namespace) -> int:
     from albertlm.model.io import read_config, resolve_checkpoint
 
     directory = Path(args.directory)
+    config = getattr(args, "config", None)
     if _is_tf(directory):   # google's checkpoints: a directory with albert_config.json, a prefix, one of its files
-        info = _tf_info(directory)
+        info = _tf_info(directory, config)
+    elif config is not None:   # was "unrecognized arguments: --config" (info described no TF folder without one)
+        raise UserError("--config is only for TF checkpoints (other formats carry config.json)")
     else:
         if directory.is_file() and (directory.parent / "config.json").is_file():   # its config.json or weights file
             directory = directory.parent

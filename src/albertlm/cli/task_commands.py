@@ -271,7 +271,8 @@ def _tokenizer(args, model_dir: Path, resumed: dict | None = None):
     from albertlm.tokenization.load import find_tokenizer
 
     from albertlm.model.io import read_config
-    from albertlm.tasks.inference import check_tokenizer_fits, missing_run_tokenizer, recorded_tokenizer, run_tokenizer
+    from albertlm.tasks.inference import (check_tokenizer_fits, missing_run_tokenizer, recorded_tokenizer,
+                                          run_tokenizer, tokenizer_difference)
 
     model_dir = Path(model_dir)
     found = Path(args.tokenizer) if args.tokenizer else (find_tokenizer(model_dir) or run_tokenizer(model_dir))
@@ -304,7 +305,7 @@ def _tokenizer(args, model_dir: Path, resumed: dict | None = None):
 def _check_resumed_tokenizer(out: str, saved: dict, tokenizer, found: Path) -> None:
     """`finetune --resume` with another tokenizer than the run's (another --tokenizer, or none where the run was
     given one) trained the saved weights on other ids without a word: refused, naming the run's."""
-    from albertlm.tasks.inference import RECORDED_TOKENIZER, recorded_tokenizer
+    from albertlm.tasks.inference import RECORDED_TOKENIZER, recorded_tokenizer, tokenizer_difference
     from albertlm.tokenization import load_tokenizer
     from albertlm.tokenization.load import find_tokenizer
 
@@ -321,21 +322,6 @@ def _check_resumed_tokenizer(out: str, saved: dict, tokenizer, found: Path) -> N
         fix = "leave --tokenizer out" if usable else f"give --tokenizer {reference}"
         raise UserError(f"--resume: the run in {out} was fine-tuned with the tokenizer {named}; {found} is another "
                         f"({difference}): a resumed run keeps its tokenizer ({fix}), or start over with --overwrite")
-
-
-PROBE = "Hello World, ALBERT's café costs $3.50!"
-
-
-def tokenizer_difference(ours, theirs) -> str | None:
-    """How two tokenizers differ (vocabulary size, a piece, or how a probe text is split), or None."""
-    if ours.vocab_size != theirs.vocab_size:
-        return f"{theirs.vocab_size} pieces, not {ours.vocab_size}"
-    for i in range(ours.vocab_size):
-        if ours.id_to_token(i) != theirs.id_to_token(i):
-            return f"piece {i} is {theirs.id_to_token(i)!r}, not {ours.id_to_token(i)!r}"
-    if ours.encode(PROBE) != theirs.encode(PROBE):
-        return f"it splits {PROBE!r} differently (casing or normalisation)"
-    return None
 
 
 def _task_info(model_dir) -> dict:
@@ -441,8 +427,9 @@ def _finetune(args) -> int:
                    if metrics.get("status") != "done" else {})
         from albertlm.tasks.finetune import json_safe   # a NaN score is null, as in metrics.json
 
-        print(json.dumps(json_safe({"best": metrics["best"], "out": str(args.out), **stopped}), indent=2,
-                         allow_nan=False))
+        # a console that went away (the metrics are in OUT/metrics.json): the run's exit status stands, as pretrain's
+        _console_line(json.dumps(json_safe({"best": metrics["best"], "out": str(args.out), **stopped}), indent=2,
+                                 allow_nan=False), sys.stdout)
     return 0
 
 
@@ -483,18 +470,31 @@ def _best_metric(args, options, saved: dict | None) -> str | None:
 def _after_checks(using: str | None, first: str | None = None):
     """The run's log (stdout, rank 0), saying first on stderr which checkpoint a run directory stood for, and
     on stdout the line `first` (the SQuAD version the data showed): its first line comes once run_finetune has
-    loaded the model and checked the run, so a refused run's error is its only line on stderr."""
+    loaded the model and checked the run, so a refused run's error is its only line on stderr. A console that went
+    away (`| tee` whose tee ended, a closed ssh session's terminal) costs only its lines (`_console_line`): the
+    run's first line raised BrokenPipeError, which the CLI took for `| head` and exited 0, nothing trained."""
     pending = [using] if using else []
     heading = [first] if first else []
 
     def log(*parts) -> None:
         while pending:
-            print(pending.pop(), file=sys.stderr, flush=True)
+            _console_line(pending.pop(), sys.stderr)
         while heading:
-            print(heading.pop(), flush=True)
-        print(*parts, flush=True)
+            _console_line(heading.pop(), sys.stdout)
+        _console_line(" ".join(map(str, parts)), sys.stdout)
 
     return log
+
+
+def _console_line(text: str, stream) -> None:
+    """`text` on `stream`; a console that went away (EPIPE, EIO) is pointed at /dev/null (`metrics.console_gone`, as
+    the training loop's lines and pretrain's are): a run is not the console's to stop."""
+    from albertlm.training.metrics import console_gone
+
+    try:
+        print(text, file=stream, flush=True)
+    except OSError:
+        console_gone(stream)
 
 
 def _version_shown(args, options, info: dict) -> str | None:
@@ -524,11 +524,14 @@ def _saved_run(out: str) -> dict | None:
 def _run_checkpoint(args) -> dict:
     """Metrics (and prediction files in args.out) of a fine-tuned checkpoint on the given data."""
     from albertlm.tasks.finetune import run_evaluation
+    from albertlm.tasks.inference import pick_device
     from albertlm.tasks.registry import get_family
+    from albertlm.training.precision import check_precision
 
     family = get_family(args.family)
     given = args.model
     args.model = str(_model(args.model))
+    _check_out_keeps_run(args.out, given, Path(args.model))
     info = _task_info(args.model)
     _check_family(args, info)
     if not info and args.family == "classify":
@@ -536,6 +539,8 @@ def _run_checkpoint(args) -> dict:
     options = _data(args, info)
     _check_task(args, info, options)
     cfg = _config(args, args.family, info)
+    # before the data is read: fp16 on a CPU, refused with inference's reason (run_evaluation gave training's)
+    check_precision(cfg.train.precision, pick_device(cfg.dist.device), training=False)
     if args.family == "squad":      # the head is the checkpoint's (a run_squad_v2.py import has no task.json)
         cfg = cfg.replace(squad_head=_squad_head(Path(args.model)))
         _check_given_squad_head(args, Path(args.model))
@@ -556,6 +561,30 @@ def _run_checkpoint(args) -> dict:
     for line in spec.warnings:              # once the run has worked: a refused one's error is its only line
         say_warning(line)
     return metrics
+
+
+def _check_out_keeps_run(out: str | None, given: str, model_dir: Path) -> None:
+    """predict / evaluate --out: not a fine-tuning run's directory (the model's own run, RUN for RUN/best or
+    RUN/checkpoints/step_N, or another run's, one holding best/task.json). Its dev_predictions.tsv (and submission/,
+    predictions.json, ...) record the run's best dev evaluation; the predictions of `--model RUN --out RUN` on whatever
+    data was given silently replaced them. predict has no --overwrite: another --out is the way."""
+    from albertlm.tasks.finetune import RUN_FILES, TASK_FILE
+
+    if not out or not Path(out).is_dir():
+        return
+    model_dir = Path(model_dir)
+    # a folder named best/ in a run (beside its checkpoints/ or metrics), not any model folder that is called so
+    in_run = any((model_dir.parent / name).exists() for name in RUN_FILES if name != "best")
+    runs = [model_dir.parent] if model_dir.name == "best" and in_run else []
+    if model_dir.parent.name == "checkpoints":
+        runs.append(model_dir.parent.parent)
+    target = Path(out).resolve()
+    own = any(run.resolve() == target for run in runs)
+    if not own and not (target / "best" / TASK_FILE).is_file():
+        return
+    which = f"the directory of the run --model {given} comes from" if own else "a fine-tuning run's directory"
+    raise UserError(f"--out {out} is {which}: its prediction files (dev_predictions.tsv, ...) record the run's best "
+                    f"dev evaluation and would be replaced; give another --out, such as {Path(out) / 'predictions'}")
 
 
 def _precision_note(args, model_dir: Path, info: dict, used: str) -> str | None:

@@ -699,9 +699,10 @@ def file_task(task: GlueTask, path: Path) -> GlueTask:
 def runs_glue_score(runs) -> dict:
     """GLUE's overall score (`metrics.glue_score`) of fine-tuning runs, one per task: each run's folder (or its
     `metrics.json`) gives its task and its best dev metrics; MNLI's matched and mismatched dev sets are averaged, the
-    diagnostic set beside them left out. A run that is not a finished GLUE run, has no dev metrics or several dev
-    sets (which one would be GLUE's?), or a task given by two runs, is a DataError naming it. The result also holds
-    `runs`: each task's run, as given."""
+    diagnostic set beside them left out. A run that is not a GLUE run, has no dev metrics or several dev sets (which
+    one would be GLUE's?), or a task given by two runs, is a DataError naming it. A run the time budget stopped
+    (`"status": "budget"`) is scored by its best dev metrics so far: its `status` is not read here (`evaluate glue
+    --score` warns about each such run). The result also holds `runs`: each task's run, as given."""
     import json
 
     from albertlm.tasks.metrics import glue_score

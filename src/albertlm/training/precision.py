@@ -22,10 +22,14 @@ def autocast(precision: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def check_precision(precision: str, device: torch.device) -> None:
+def check_precision(precision: str, device: torch.device, training: bool = True) -> None:
+    """A precision the run can use on `device`: fp16 is CUDA's. `training=False` for a command that only runs a
+    model (predict, evaluate), which scales no loss: its refusal gave training's reason (loss scaling on CPU)."""
     if precision not in ("fp32", "bf16", "fp16"):
         raise UserError(f"--precision must be fp32, bf16 or fp16, not {precision!r}")
     if precision == "fp16" and device.type != "cuda":
+        if not training:
+            raise UserError("fp16 needs a CUDA device; use --precision fp32 or bf16 on CPU")
         raise UserError("fp16 needs a CUDA device (loss scaling on CPU is not supported); "
                         "use --precision bf16 on CPU")
 
