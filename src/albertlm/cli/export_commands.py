@@ -366,8 +366,9 @@ def _check_directory(out: Path, model_dir: Path, names: dict[str, str], overwrit
                         "replace; give another directory")
     # a google-research TF checkpoint (MODEL given as its prefix or .index file, or another one): with the serving
     # config.json beside it, `convert`, `info` and `export` read the folder as a transformers model from then on
-    tf_held = next((p.name for p in sorted(out.glob("*.index"))), None) or \
-        ("variables/variables.index" if (out / "variables" / "variables.index").is_file() else None)
+    from albertlm.cli.convert_commands import held_tf_checkpoint
+
+    tf_held = held_tf_checkpoint(out)
     if tf_held:
         raise UserError(f"--out {out} holds a TF checkpoint ({tf_held}), which the serving directory's config.json "
                         "would hide (a folder with a config.json is read as a transformers model); give another "

@@ -815,7 +815,7 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():   # before the work, not after
         raise UserError(f"--out {out_dir} exists and is not a directory; give a directory for the prediction files")
     device = pick_device(cfg.dist.device)
-    check_precision(cfg.train.precision, device)    # fp16 is CUDA's, as for finetune and evaluate on pretraining data
+    check_precision(cfg.train.precision, device, training=False)    # fp16 is CUDA's, as for finetune and evaluate on pretraining data
     model = inference_model(spec, model_dir, cfg, device)
     metrics: dict[str, Any] = {}
     for eval_set in spec.eval_sets:

@@ -79,7 +79,7 @@ def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: i
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
-    check_precision(precision, info.device)
+    check_precision(precision, info.device, training=False)
     source = resolve_checkpoint(checkpoint)
     has_mlm, has_sentence_head = pretraining_heads(source)
     if not has_mlm:

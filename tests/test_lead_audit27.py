@@ -1,0 +1,28 @@
+"""Lead's follow-ups of the twenty-seventh session's audits."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from albertlm.errors import UserError
+
+
+def test_evaluate_on_pretraining_data_refuses_fp16_on_cpu_with_inferences_reason(tmp_path):
+    """`albertlm evaluate` (pretraining data) runs no optimizer: its fp16-on-CPU refusal gave fine-tuning's
+    loss-scaling reason."""
+    from albertlm.training.evaluate import _evaluate_checkpoint
+
+    info = SimpleNamespace(device=torch.device("cpu"), is_main=True, rank=0, world_size=1)
+    with pytest.raises(UserError, match=r"fp16 needs a CUDA device; use --precision fp32 or bf16") as caught:
+        _evaluate_checkpoint(tmp_path / "none", tmp_path / "data", 8, 0, "fp16", info, False)
+    assert "loss scaling" not in str(caught.value)
+
+
+def test_export_and_convert_share_the_tf_checkpoint_check(tmp_path):
+    """export's --out check and convert's DST check name a TF checkpoint the same way (one function)."""
+    from albertlm.cli import convert_commands, export_commands
+
+    (tmp_path / "model.ckpt-best.index").write_bytes(b"")
+    assert convert_commands.held_tf_checkpoint(tmp_path) == "model.ckpt-best.index"
+    with pytest.raises(UserError, match=r"holds a TF checkpoint \(model.ckpt-best.index\)"):
+        export_commands._check_directory(tmp_path, tmp_path / "elsewhere", {}, False)
