@@ -146,6 +146,10 @@ def load_tokenizer_for(model_dir: Path, explicit: str | Path | None = None, voca
         check_tokenizer_fits(tokenizer, vocab_size, found)
     if explicit:
         check_own_tokenizer(model_dir, found, tokenizer)
+    elif _replaced_data_tokenizer(Path(model_dir), found, tokenizer):
+        raise UserError(f"{found}, the tokenizer the pretraining data of {model_dir} was built with, holds another "
+                        f"vocabulary now than when the data was built (meta.json's vocab_sha256): it was replaced "
+                        f"since; pass --tokenizer PATH with the one the data was built with")
     return tokenizer
 
 
@@ -161,29 +165,51 @@ def check_own_tokenizer(model_dir: str | Path, given: str | Path, tokenizer) -> 
 
     model_dir, given = Path(model_dir), Path(given)
     own = tokenizer_in(model_dir) or run_tokenizer(model_dir)
+    replaced = False
     if own is not None:
-        if _same_tokenizer_path(own, given):
-            return
+        same = _same_tokenizer_path(own, given)
         try:
-            reference = load_tokenizer(own)
+            reference = tokenizer if same else load_tokenizer(own)
         except (UserError, OSError, ValueError, RuntimeError):
             return
-        difference = tokenizer_difference(reference, tokenizer)
-        if difference:
-            where = ("the one saved beside it" if _same_tokenizer_path(model_dir, own) else
-                     f"its fine-tuning run's, {own}" if step_record(model_dir) else
-                     f"the one its pretraining data was built with, {own}")
-            raise UserError(f"--tokenizer {given} is not the tokenizer of {model_dir} ({where}): {difference}; "
-                            "leave --tokenizer out")
-        return
+        # the pretraining data's tokenizer file, replaced since the data was built (a tokenizer trained again into
+        # the same folder), is no reference: the recorded hash decides, as where the file is gone
+        replaced = _replaced_data_tokenizer(model_dir, own, reference)
+        if not replaced:
+            difference = None if same else tokenizer_difference(reference, tokenizer)
+            if difference:
+                where = ("the one saved beside it" if _same_tokenizer_path(model_dir, own) else
+                         f"its fine-tuning run's, {own}" if step_record(model_dir) else
+                         f"the one its pretraining data was built with, {own}")
+                raise UserError(f"--tokenizer {given} is not the tokenizer of {model_dir} ({where}): {difference}; "
+                                "leave --tokenizer out")
+            return
     built = _recorded_vocabulary(model_dir)
     if built.get("vocab_sha256"):
         from albertlm.data.build import vocab_fingerprint
 
         if vocab_fingerprint(tokenizer) != built["vocab_sha256"]:
+            now = " (the file there now holds another vocabulary: it was replaced since)" if replaced else ""
             raise UserError(f"--tokenizer {given} is not the tokenizer {model_dir} was pretrained with: its data was "
-                            f"built with {built.get('path', '?')} ({built.get('vocab_size', '?')} pieces, another "
-                            f"vocabulary than {tokenizer.vocab_size} pieces given); give that tokenizer")
+                            f"built with {built.get('path', '?')}{now} ({built.get('vocab_size', '?')} pieces, "
+                            f"another vocabulary than {tokenizer.vocab_size} pieces given); give that tokenizer")
+
+
+def _replaced_data_tokenizer(model_dir: Path, found: Path, tokenizer) -> bool:
+    """Whether `found` (loaded as `tokenizer`) is the tokenizer path a pretraining checkpoint's data records (meta.json,
+    `_recorded_vocabulary`) but holds another vocabulary than the recorded hash: the file was replaced after the data
+    was built, so it is not the model's tokenizer. False where nothing is recorded or `found` is another path."""
+    built = _recorded_vocabulary(model_dir)
+    if not (built.get("vocab_sha256") and isinstance(built.get("path"), str)) or _same_tokenizer_path(model_dir, found):
+        return False
+    try:
+        if Path(built["path"]).resolve() != Path(found).resolve():
+            return False
+    except OSError:
+        return False
+    from albertlm.data.build import vocab_fingerprint
+
+    return vocab_fingerprint(tokenizer) != built["vocab_sha256"]
 
 
 def _same_tokenizer_path(own: Path, given: Path) -> bool:

@@ -63,6 +63,11 @@ def _refuse_added_tokens(tokenizer, config: Path | None) -> None:
     special = {tokenizer.id_to_token(i): i for i in tokenizer._special}
     extra = [e for e in read_added_tokens(config)
              if not (e["content"] in special and e["id"] in (None, special[e["content"]]))]
+    if extra:
+        # the model's own user-defined pieces ("(", "€" in ALBERT's) are no additions: sentencepiece cuts them out of
+        # the text whole (transformers 5 lists them as extra special tokens, 4.4x in added_tokens_decoder)
+        whole = _user_defined_pieces(tokenizer)
+        extra = [e for e in extra if not (e["content"] in whole and e["id"] in (None, whole[e["content"]]))]
     if not extra:
         return
     directory = config.parent
@@ -74,6 +79,15 @@ def _refuse_added_tokens(tokenizer, config: Path | None) -> None:
                     f"{', ...' if len(extra) > 3 else ''}; recorded in its {CONFIG_FILE} or "
                     f"added_tokens.json), which albertlm's SentencePiece tokenizer cannot match: their text would "
                     f"get other ids than in transformers; {advice}")
+
+
+def _user_defined_pieces(tokenizer) -> dict[str, int]:
+    """The SentencePiece model's user-defined pieces -> their ids (`model_facts`; {} without protobuf)."""
+    try:
+        names = spm_tok.model_facts(tokenizer.model_file).get("user_defined_symbols") or []
+    except Exception:   # an unreadable proto: nothing is taken for granted
+        return {}
+    return {name: tokenizer.sp.piece_to_id(name) for name in names}
 
 
 def _wordpiece(vocab_file: Path, config: Path | None, options: dict):
