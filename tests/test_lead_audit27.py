@@ -26,3 +26,31 @@ def test_export_and_convert_share_the_tf_checkpoint_check(tmp_path):
     assert convert_commands.held_tf_checkpoint(tmp_path) == "model.ckpt-best.index"
     with pytest.raises(UserError, match=r"holds a TF checkpoint \(model.ckpt-best.index\)"):
         export_commands._check_directory(tmp_path, tmp_path / "elsewhere", {}, False)
+
+
+@pytest.mark.parametrize("code, muted", [("EPIPE", True), ("EIO", True), ("ENOSPC", False), ("EAGAIN", False)])
+def test_only_a_console_gone_is_pointed_at_dev_null(monkeypatch, code, muted):
+    """A console that went away (EPIPE, EIO) is muted for the rest of the run; another write error (a full disk under
+    a redirected stdout, a full non-blocking pipe) costs only its line: muting fd 1/2 would also hide the command's
+    final error line."""
+    import errno
+    import io
+
+    from albertlm.training import metrics
+
+    calls = []
+    monkeypatch.setattr(metrics.os, "dup2", lambda src, dst: calls.append(dst))
+
+    class Failing(io.StringIO):
+        def write(self, text):
+            raise OSError(getattr(errno, code), code)
+
+        def fileno(self):
+            return 1
+
+    stream = Failing()
+    monkeypatch.setattr(metrics.sys, "stdout", stream)
+    logger = metrics.MetricsLogger.__new__(metrics.MetricsLogger)
+    logger.bar = None
+    logger.note("a line")
+    assert calls == ([1] if muted else [])

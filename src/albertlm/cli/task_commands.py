@@ -493,8 +493,8 @@ def _console_line(text: str, stream) -> None:
 
     try:
         print(text, file=stream, flush=True)
-    except OSError:
-        console_gone(stream)
+    except OSError as exc:
+        console_gone(stream, exc)
 
 
 def _version_shown(args, options, info: dict) -> str | None:

@@ -278,8 +278,8 @@ def _pretrain(args: argparse.Namespace) -> int:
     def show(resolved) -> None:
         try:
             print(json.dumps(resolved.to_dict(), indent=2), flush=True)
-        except OSError:       # no console (a pipe whose reader left): the run is not the console's to stop
-            console_gone(sys.stdout)
+        except OSError as exc:       # no console (a pipe whose reader left): the run is not the console's to stop
+            console_gone(sys.stdout, exc)
 
     if args.dry_run:
         from albertlm.training.distributed import pick_device
@@ -304,8 +304,8 @@ def _pretrain(args: argparse.Namespace) -> int:
         try:
             print(f"{status}: run directory {out} ({held or 'nothing written'}); "
                   f"`albertlm plot {shlex.quote(str(out))}` draws the curves", flush=True)   # pasteable as is
-        except OSError:       # the console went away (a closed session's terminal or `| tee`): the status stands
-            console_gone(sys.stdout)
+        except OSError as exc:       # the console went away (a closed session's terminal or `| tee`): the status stands
+            console_gone(sys.stdout, exc)
     return 130 if status == "interrupted" else 0
 
 

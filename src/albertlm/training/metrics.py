@@ -149,8 +149,8 @@ class MetricsLogger:
                 self.bar.write(message)
             else:
                 print(message, flush=True)
-        except OSError:
-            console_gone(sys.stdout)
+        except OSError as exc:
+            console_gone(sys.stdout, exc)
 
     def _events_failed(self, exc: Exception, what: str) -> None:
         """TensorBoard's writer failed (its thread's error comes back at the next write or at `close`). A full disk
@@ -177,8 +177,8 @@ class MetricsLogger:
             return
         try:
             self.bar.write(warning_line(text), file=sys.stderr)
-        except OSError:
-            console_gone(sys.stderr)
+        except OSError as exc:
+            console_gone(sys.stderr, exc)
 
     def _events_error(self, exc: OSError, what: str) -> UserError:
         """A TensorBoard write that failed (a full disk, a quota), in one line naming the events directory and
@@ -221,13 +221,17 @@ class MetricsLogger:
                     raise
 
 
-def console_gone(stream) -> None:
-    """`stream` (stdout or stderr) could not be written: the terminal of an ssh session that closed (EIO), or a pipe
-    whose reader left (`albertlm pretrain ... | tee log` in that session: tee ends with it, EPIPE). Its descriptor is
+def console_gone(stream, exc: OSError | None = None) -> None:
+    """`stream` (stdout or stderr) could not be written (`exc`): the terminal of an ssh session that closed (EIO), or
+    a pipe whose reader left (`albertlm pretrain ... | tee log` in that session: tee ends with it, EPIPE). Another
+    error (a full disk under a redirected stdout, a full non-blocking pipe) costs only that line: the stream is kept,
+    so the command's later lines, its final error among them, still go out. For a console gone, its descriptor is
     pointed at /dev/null, so the run's later lines, and the interpreter's flush at exit, go nowhere instead of
     failing: the run goes on (or, on the session's SIGHUP, saves and stops) with every record in metrics.jsonl.
     Before, the line printed after that SIGHUP's step (the unlogged steps' record) raised BrokenPipeError before the
     checkpoint was written, and the CLI took it for `| head` and exited 0: the steps since the last save were lost."""
+    if exc is not None and exc.errno not in (errno.EIO, errno.EPIPE):
+        return
     try:
         null = os.open(os.devnull, os.O_WRONLY)
         try:
