@@ -149,7 +149,7 @@ def find_config(prefix: Path) -> Path:
         if (directory / "albert_config.json").is_file():
             return directory / "albert_config.json"
     raise UserError(f"no albert_config.json next to {prefix}; put the model's albert_config.json there "
-                    "(`albertlm convert` and `albertlm export onnx` also take --config FILE)")
+                    "(`albertlm convert`, `albertlm info` and `albertlm export onnx` also take --config FILE)")
 
 
 @dataclass
