@@ -258,7 +258,23 @@ QUICK_OUT = "demo_run/quick"   # --quick's default --out, inside the full demo's
 DEMO_NAMES = {"corpus", "tokenizer", "data", "run", "probe", "summary.json", Path(QUICK_OUT).name}
 
 
+def check_dependencies() -> None:
+    """The packages the later stages import (TensorBoard events while pretraining, matplotlib for the plot),
+    imported before the first stage: an install lacking one ran the stages before it and then stopped in a
+    traceback, ten minutes in for the plot."""
+    import importlib
+
+    from albertlm.cli.main import missing_dependency
+
+    for module in ("tensorboard", "matplotlib"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UserError(missing_dependency(exc, "demo") or f"{module} cannot be imported: {exc}") from None
+
+
 def run_demo(out: Path, quick: bool) -> int:
+    check_dependencies()
     if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= DEMO_NAMES):
         raise UserError(f"--out {out} holds other files than an earlier demo's ({', '.join(sorted(DEMO_NAMES))}); "
                         "give a new or empty directory (the demo replaces its run/ there)")

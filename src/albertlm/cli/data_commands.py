@@ -13,16 +13,30 @@ BUILD = Options(BuildConfig, plain={"--input": "inputs"}, negations={"--no-progr
                 title="build options")
 
 
+# build's options the help names as `tokenizer train` names the same ones (the config's generic ITEM and TEXT said
+# nothing of what to give); the first three are required, in the usage line too (it showed them optional, and
+# leaving --input out was refused as "--inputs", a spelling the help and README do not use)
+BUILD_WORDS = {"--input": ("PATH", True), "--tokenizer": ("PATH", True), "--out": ("DIR", True),
+               "--text-field": ("NAME", False)}
+
+
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="{build,inspect,stats}")
-    add_options(sub.add_parser("build", help="build shards of masked instances from text files",
-                               description="build shards of masked instances from text files"), BUILD)
-    inspect = sub.add_parser("inspect", help="print decoded instances with masks and labels")
+    build = sub.add_parser("build", help="build shards of masked instances from text files",
+                           description="build shards of masked instances from text files (docs/data.md)")
+    add_options(build, BUILD)
+    for action in build._actions:
+        for flag in set(action.option_strings) & set(BUILD_WORDS):
+            action.metavar, action.required = BUILD_WORDS[flag]
+    what = "print decoded instances with masks and labels"
+    inspect = sub.add_parser("inspect", help=what, description=f"{what} (docs/data.md)")
     inspect.add_argument("directory", help="a directory written by `albertlm data build`")
-    inspect.add_argument("-n", "--num", type=int, default=5, help="how many instances")
-    inspect.add_argument("--start", type=int, default=0, help="first instance index")
-    inspect.add_argument("--tokenizer", help="tokenizer to decode with (default: the one in meta.json)")
-    stats = sub.add_parser("stats", help="counts, length histogram, label balance, mask rate, masked runs")
+    inspect.add_argument("-n", "--num", type=int, default=5, metavar="N", help="how many instances (default 5)")
+    inspect.add_argument("--start", type=int, default=0, metavar="N", help="first instance index (default 0)")
+    inspect.add_argument("--tokenizer", metavar="PATH",
+                         help="tokenizer to decode with (default: the one in meta.json)")
+    what = "counts, length histogram, label balance, mask rate, masked runs"
+    stats = sub.add_parser("stats", help=what, description=f"{what} of a build (docs/data.md)")
     stats.add_argument("directory", help="a directory written by `albertlm data build`")
     stats.add_argument("--json", action="store_true", help="print JSON")
 

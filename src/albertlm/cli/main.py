@@ -3,7 +3,9 @@
 Each command module defines `add_arguments(parser, command)` and `run(args, command) -> int`; only the chosen
 one is imported, so `albertlm --help` does not load torch. A command whose options are a config dataclass
 generates them with `albertlm.config.overrides.add_options` and reads them back with `read_options`.
-Bad arguments are one line `albertlm <cmd>: error: ...` and exit 2, like any `UserError`.
+Bad arguments are one line `albertlm <cmd>: error: ...` and exit 2, like any `UserError`; so is a dependency
+missing from the environment (`missing_dependency`: the line names what installs it), and a misspelt command,
+subcommand or choice is offered the nearest.
 """
 from __future__ import annotations
 
@@ -37,6 +39,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ablate": ("albertlm.cli.ablate_commands", "run the paper's ablations (tables 3/4/5, dropout, figure 1) and write a report"),
 }
 TASK_NAMES = ("glue", "squad", "race", "classify")
+# words a new user tries as a command that name something else: what to run instead
+NOT_COMMANDS = {
+    "demo": "the demo is `make demo`, or `python -m albertlm.demo` (--quick: a one-minute version)",
+    "version": "the version is `albertlm --version`",
+}
+
+# albertlm's dependencies (pyproject.toml) by the module each is imported as, and what installs it: a broken or
+# partial install lacking one was a traceback ending in ModuleNotFoundError (`albertlm plot` without matplotlib)
+DEPENDENCIES = {
+    "torch": "torch", "numpy": "numpy", "safetensors": "safetensors", "sentencepiece": "sentencepiece",
+    "tokenizers": "tokenizers", "tqdm": "tqdm", "scipy": "scipy", "sklearn": "scikit-learn",
+    "matplotlib": "matplotlib", "tensorboard": "tensorboard", "pyarrow": "pyarrow", "zstandard": "zstandard",
+}
+ONNX_EXTRA = ("onnx", "onnxruntime", "onnxscript")   # the `onnx` extra: `pip install 'albertlm[onnx]'`
 
 
 def _usage() -> str:
@@ -44,7 +60,30 @@ def _usage() -> str:
     lines = ["usage: albertlm <command> [options]   (albertlm <command> --help or albertlm help <command> for its options; albertlm --version)",
              "", "commands:"]
     lines += [f"  {name.ljust(width)}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines += ["", "new here: `make demo` (or `python -m albertlm.demo`) runs the whole pipeline on a CPU in about 10 "
+              "minutes; README.md shows each stage's commands, docs/ their details"]
     return "\n".join(lines)
+
+
+def missing_dependency(exc: BaseException, command: str = "") -> str | None:
+    """One line naming the package to install when `exc` (or what it was raised from) is an ImportError of one of
+    albertlm's dependencies or of the onnx extra; None for any other error (albertlm's own modules included: that
+    is a bug, whose traceback is wanted)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        name = (getattr(exc, "name", None) or "") if isinstance(exc, ImportError) else ""
+        top = name.split(".")[0]
+        if top in ONNX_EXTRA:
+            return f"{top} is not installed: this needs the onnx extra (pip install 'albertlm[onnx]')"
+        if top in DEPENDENCIES:
+            package = DEPENDENCIES[top]
+            hint = (" (or run without TensorBoard events: --train.tensorboard false)"
+                    if top == "tensorboard" and command in ("pretrain", "finetune") else "")
+            return (f"{package} is not installed, and albertlm needs it (one of its dependencies, missing from this "
+                    f"Python environment): pip install {package}{hint}")
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _module_for(command: str, rest: list[str]) -> str:
@@ -142,7 +181,7 @@ class Parser(argparse.ArgumentParser):
         if not reports_here():              # under torchrun every rank parses the same argv: rank 0 says it
             other_rank_says(f"{prog}: error: {message}")
             raise SystemExit(2)
-        message += self._dash_value_hint(message)
+        message += self._dash_value_hint(message) + _choice_hint(message)
         if message.startswith("unrecognized arguments:"):
             options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
             for word in message.split(":", 1)[1].split():
@@ -226,6 +265,23 @@ class Parser(argparse.ArgumentParser):
                 word = f"{word}=true"
             out.append(word)
         return out
+
+
+# argparse's words for a value that is not one of the choices: `data biuld`, `--sentence-task spo` (Python 3.12.8+
+# lists the choices without quotes)
+INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
+def _choice_hint(message: str) -> str:
+    """`(did you mean build?)` after argparse's invalid choice, as an unknown command or option gets one; not for a
+    path (`export --out m.onnx MODEL` left the format out, it did not misspell `onnx`)."""
+    match = INVALID_CHOICE.search(message)
+    if not match or any(c in match.group("value") for c in "/.\\"):
+        return ""
+    choices = [c.strip().strip("'") for c in match.group("choices").split(",")]
+    value = match.group("value")
+    close = difflib.get_close_matches(value, choices, n=1) or difflib.get_close_matches(value.lower(), choices, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,6 +372,8 @@ def _main(argv: list[str]) -> int:
         line = f"albertlm: error: unknown command {command!r}{hint}"
         if command.startswith("-"):        # `albertlm --lr 1 pretrain`: options come after the command
             line = f"albertlm: error: {command!r} is not a command: give the command first, then its options"
+        elif command.lower() in NOT_COMMANDS:
+            line = f"albertlm: error: {command!r} is not a command: {NOT_COMMANDS[command.lower()]}"
         if reports_here():                 # under torchrun, one rank says it (`_say`); one line, as every error
             print(f"{line}; the commands are {', '.join(COMMANDS)} (albertlm --help says what each does)",
                   file=sys.stderr)
@@ -342,6 +400,7 @@ def _run_command(command: str, rest: list[str]) -> int:
         warnings.simplefilter("ignore")
         logging.getLogger("albertlm").setLevel(logging.ERROR)
     try:
+        _refuse_a_misspelt_task(command, rest)
         module = importlib.import_module(_module_for(command, rest))
         parser = Parser(prog=f"albertlm {command}", description=COMMANDS[command][1])
         module.add_arguments(parser, command)
@@ -360,11 +419,29 @@ def _run_command(command: str, rest: list[str]) -> int:
     except KeyboardInterrupt:
         _say(f"albertlm {command}: interrupted", linger=False)
         return 130
+    except ImportError as exc:            # a dependency missing from a broken or partial install
+        line = missing_dependency(exc, command)
+        if line is None:
+            raise
+        _say(f"albertlm {command}: error: {line}")
+        return 2
     except (MemoryError, RuntimeError) as exc:
         if not _out_of_memory(exc):
             raise
         _say(f"albertlm {command}: error: {_memory_line(exc)}")
         return 2
+
+
+def _refuse_a_misspelt_task(command: str, rest: list[str]) -> None:
+    """`evaluate glu --data ...`: a first word that is no task is the checkpoint, and a misspelt task was told only
+    "glu: no such model directory"; one that is no path and spelt like a task is asked about."""
+    word = rest[0] if command == "evaluate" and rest else ""
+    if not word or word.startswith("-") or word in TASK_NAMES or os.path.exists(word):
+        return
+    close = difflib.get_close_matches(word.lower(), TASK_NAMES, n=1, cutoff=0.8)
+    if close:
+        raise UserError(f"{word}: no such model directory, nor a task ({', '.join(TASK_NAMES)}): did you mean "
+                        f"albertlm evaluate {close[0]}?")
 
 
 def _out_of_memory(exc: BaseException) -> bool:
