@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line, shared_path
+from conftest import SHARED, assert_one_error_line, shared_path
 
 ALBERTLM = Path(sys.executable).parent / "albertlm"  # the command the test environment installed
 TIMEOUT = 240  # a hang (the SQuAD windows once looped forever) fails instead of blocking the suite
@@ -111,8 +111,10 @@ def inputs(tmp_path_factory):
 
 
 def _cases(root: Path) -> dict[str, tuple[list[str], list[str]]]:
-    """name: (argv after `albertlm`, phrases the error line must hold: the file and the problem)."""
-    squad_dev = str(shared_path("squad", "dev-v2.0-small.json"))
+    """name: (argv after `albertlm`, phrases the error line must hold: the file and the problem). Called at
+    collection too (the test ids): the path is named, not checked (`shared_path` would skip the whole collection
+    without ../shared); the `inputs` fixture checks it."""
+    squad_dev = str(SHARED / "squad" / "dev-v2.0-small.json")
     model = str(root / "model")
     finetune_squad = ["finetune", "squad", "--model", model, "--train", str(root / "long_question.json"),
                       "--dev", squad_dev]
