@@ -245,7 +245,8 @@ def _train(args: argparse.Namespace) -> int:
     print(f"trained {args.kind} V={tokenizer.vocab_size} on {len(files)} file(s), {megabytes:.1f} MB"
           f"{_sentences(stats, args)}, in {seconds:.1f} s -> {args.out}")
     print(f"special ids: pad={tokenizer.pad_id} unk={tokenizer.unk_id} cls={tokenizer.cls_id} "
-          f"sep={tokenizer.sep_id} mask={tokenizer.mask_id}; options: {tokenizer.options}")
+          f"sep={tokenizer.sep_id} mask={tokenizer.mask_id}; "
+          f"options: {_options_text(_as_dict(tokenizer.options))}")   # as `tokenizer info` shows them
     skipped = {k: getattr(counts, k) for k in ("empty_files", "binary_files", "corrupt_files", "bad_json_lines",
                                                 "bad_rows", "empty_records", "transcoded_files", "invalid_utf8_lines", "nul_lines",
                                                 "long_lines_cut", "unclosed_documents", "lines_outside_documents")
@@ -520,6 +521,11 @@ def _value(value) -> str:
     return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
 
 
+def _options_text(options: dict) -> str:
+    """Preprocessing options as `info` and `train` print them: `do_lower_case=false keep_accents=true ...`."""
+    return " ".join(f"{key}={_value(value)}" for key, value in options.items())
+
+
 def _info_lines(info: dict) -> list[str]:
     model = info["model"]
     if "normalizer" in model:   # tokenizer.json
@@ -540,7 +546,7 @@ def _info_lines(info: dict) -> list[str]:
                  f"{info['vocab_size']:,} tokens"]
     lines.append("  special ids: " + ", ".join(f"{name} {info['special_ids'][name]} {info['special_tokens'][name]}"
                                               for name in info["special_ids"]))
-    options = " ".join(f"{key}={_value(value)}" for key, value in info["options"].items())
+    options = _options_text(info["options"])
     if "normalizer" in model:
         source = f"from {info['options_from']}" if info["options_from"] else "no tokenizer_config.json"
         lines.append(f"  config ({source}; the preprocessing is the file's): {options or 'none'}")

@@ -9,7 +9,9 @@ A command hands `add_options(parser, Options(...))` its config class; every leaf
   right above it), then the default; a `Literal[...]` field shows its choices; a bool field reads
   `--flag`, `--flag=false` (and `--no-flag` where the command declares one);
 - values are read here (text -> the field's type) and validated once, by the config class itself
-  (`__post_init__`): the CLI holds no ranges or choices of its own.
+  (`__post_init__`): the CLI holds no ranges or choices of its own. The one exception is a `Literal` field's
+  choices (the type lists them): a flag's value outside them is refused as it is read, named by the flag typed,
+  with the nearest choice (`--precision: train.precision='bf61': must be one of ... (did you mean bf16?)`).
 
 Precedence, lowest first: the command's base config (dataclass defaults, a preset, a recipe, a resumed
 run's saved config) < `--config FILE` (JSON, nested like the saved run_config.json; repeatable, a later file
@@ -132,7 +134,47 @@ def check_choices(obj: Any, prefix: str = "") -> None:
         choices = _choices(kind)
         value = getattr(obj, name)
         if choices and not (value is None and _is_optional(kind)) and value not in choices:
-            raise ConfigError(f"{prefix}{name}={value!r}: must be one of {', '.join(map(str, choices))}")
+            raise ConfigError(f"{prefix}{name}={value!r}: must be one of {_listed(choices)}"
+                              f"{_did_you_mean(value, choices)}")
+
+
+def _listed(choices: tuple) -> str:
+    """The choices as the error lists them ("" is a field's "not given", as the option's help shows it)."""
+    return ", ".join(str(c) for c in choices if c != "")
+
+
+def nearest_choice(value: Any, choices: Any) -> str | None:
+    """The choice a mistyped value most likely meant: the same letters in other case, the one choice it begins
+    (`2` -> `2.0`), else difflib's nearest (`bf61` -> `bf16`, `spo` -> `sop`); None when none is near."""
+    text = str(value).strip()
+    names = [str(c) for c in choices if str(c) != ""]
+    same = [c for c in names if c.lower() == text.lower()]
+    begun = [c for c in names if text and c.lower().startswith(text.lower())]
+    if same or len(begun) == 1:
+        return (same or begun)[0]
+    close = difflib.get_close_matches(text.lower(), [c.lower() for c in names], n=1)
+    return next((c for c in names if c.lower() == close[0]), None) if close else None
+
+
+def _did_you_mean(value: Any, choices: Any) -> str:
+    near = nearest_choice(value, choices)
+    return f" (did you mean {near}?)" if near is not None else ""
+
+
+def _check_flag_choice(flag: str, key: str, kind: Any, value: Any) -> None:
+    """A `Literal` option given a value outside its choices, refused as the flag is read and named as the user
+    typed it, with the nearest choice: `--precision bf61` said `train.precision='bf61': must be one of ...` (the
+    field, no hint), and data build's `--sentence-task spo` `sentence_task must be one of ('sop', 'nsp', 'none')`.
+    The field follows a flag that is not its dotted key (a --config file spells it so). A field whose choices hold ""
+    (not given: the command decides, as `finetune squad --version` by the data) is left to the command's own check,
+    which knows more (`--version v1.1`: give --version 1.1)."""
+    from albertlm.config.model import ConfigError
+
+    choices = _choices(kind)
+    if not choices or "" in choices or value in choices or (value is None and _is_optional(kind)):
+        return
+    named = f"{flag}={value!r}" if flag == f"--{key}" else f"{flag}: {key}={value!r}"
+    raise ConfigError(f"{named}: must be one of {_listed(choices)}{_did_you_mean(value, choices)}")
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")       # how a bool is spelt on the command line or in a file
@@ -494,6 +536,8 @@ def command_line_values(args: argparse.Namespace, options: Options) -> dict[str,
             last = {flag: coerce(items, kinds[key], key) for flag, items in joined.items()}
         else:
             last = {flag: coerce(value, kinds[key], key) for flag, value in given}   # the last per spelling
+            for flag, value in last.items():
+                _check_flag_choice(flag, key, kinds[key], value)
         values = list(last.values())
         if any(v != values[0] for v in values[1:]):
             shown = ", ".join(f"{flag} {value!r}" for flag, value in last.items())

@@ -134,6 +134,24 @@ def resolve_grids(name_or_file: str) -> list[Grid]:
     return [read_grid_file(path)]
 
 
+def _toml_reader(path: Path) -> Any:
+    """The TOML reader: the standard library's `tomllib` (Python 3.11+), else the `tomli` package it came from.
+    On Python 3.10 without tomli a .toml grid was 'not valid TOML: No module named 'tomllib''."""
+    try:
+        import tomllib
+
+        return tomllib
+    except ImportError:
+        pass
+    try:
+        import tomli
+
+        return tomli
+    except ImportError:
+        raise UserError(f"{path}: TOML grid files need Python 3.11+ (tomllib) or the tomli package "
+                        "(pip install tomli); or give the grid as a .json file") from None
+
+
 def read_grid_file(path: Path) -> Grid:
     try:
         text = path.read_text(encoding="utf-8")
@@ -141,11 +159,10 @@ def read_grid_file(path: Path) -> Grid:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    toml = _toml_reader(path) if path.suffix.lower() == ".toml" else None
     try:
-        if path.suffix.lower() == ".toml":
-            import tomllib
-
-            data: Any = tomllib.loads(text)
+        if toml is not None:
+            data: Any = toml.loads(text)
         else:
             data = json.loads(text, object_pairs_hook=_unique_keys)
     except _TwiceGiven as exc:   # TOML refuses a key given twice itself

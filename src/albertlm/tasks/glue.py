@@ -100,8 +100,17 @@ def get_task(name: str) -> GlueTask:
     """A task by its name or GLUE's own spelling, in any case (`RTE`, `SST-2`, `STS-B`, `MNLI-m`, `MNLI-mm`, `AX`)."""
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in TASKS:
-        raise DataError(f"unknown GLUE task {name!r}; choose from {', '.join(TASKS)}")
+        raise DataError(f"unknown GLUE task {name!r}{_nearest_task(key)}; choose from {', '.join(TASKS)}")
     return TASKS[key]
+
+
+def _nearest_task(key: str) -> str:
+    """` (did you mean rte?)` for a mistyped name (`rtee`, `sst`, `qnl`), by difflib among the names and GLUE's
+    spellings; the task's own name is suggested."""
+    import difflib
+
+    close = difflib.get_close_matches(key, [*TASKS, *ALIASES], n=1)
+    return f" (did you mean {ALIASES.get(close[0], close[0])}?)" if close else ""
 
 
 def _is_label(task: GlueTask, cell: str) -> bool:

@@ -18,6 +18,9 @@ def _glue_spec(o: GlueOptions, tokenizer, cfg, training: bool, info: dict):
 
 
 def _squad_spec(o: SquadOptions, tokenizer, cfg, training: bool, info: dict):
+    if not training and not o.dev:
+        # nothing to read: said here, before the version the (absent) files show is asked for
+        raise UserError("no SQuAD file to read: give --dev FILE (or --data FILE)")
     settings = squad.SquadSettings(cfg.max_seq_length, o.doc_stride, o.max_query_length, o.n_best_size,
                                    o.max_answer_length)
     # predicting with a v2.0 model: the null threshold its run tuned on dev (task.json), for a file without answers
@@ -81,6 +84,8 @@ def _squad_version(o: SquadOptions) -> str:
     if o.version:
         return o.version
     files = [path for path in (o.train, o.dev) if path]
+    if not files:   # no file to show a version: the train file fine-tuning needs is what is missing
+        raise UserError("SQuAD fine-tuning needs --train FILE (the official train JSON)")
     return squad.resolve_version(None, [(path, squad.read_squad(path, anchored=False)) for path in files])
 
 
@@ -92,6 +97,9 @@ def _race_spec(o: RaceOptions, tokenizer, cfg, training: bool, info: dict):
 
 
 def _classify_spec(o: ClassifyOptions, tokenizer, cfg, training: bool, info: dict):
+    if training and not o.train:
+        raise UserError("classify fine-tuning needs --train FILE (a CSV / TSV / JSONL / Parquet file of labelled "
+                        "texts)")
     regression = o.regression or bool(info.get("regression"))
     labels = info.get("labels") or o.label_list() or None   # a fine-tuned model's labels, in its order
     return specs.classify_spec(tokenizer, cfg, o.columns(), o.train or None, o.dev or None, o.test or None,

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from albertlm.config.run import RunConfig
-from albertlm.errors import UserError
+from albertlm.errors import UserError, warning_line
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import (SHARED_OUT, DistInfo, failing_together, init_distributed,
                                            refuse_differences, world_size_from_env)
@@ -373,14 +373,16 @@ def long_warmup_warning(plan, resumed: bool = False) -> str | None:
     """A warmup as long as the run (the paper recipe's 3125 steps kept for a --max-steps 1000 run) means the
     learning rate never decays and may never reach --lr: said as the run starts (and as a `resumed` one goes on),
     with the run's notes on stdout (stderr is kept for errors); the run still goes as asked. A resumed run keeps
-    its --warmup-steps (`--resume --warmup-steps` is refused), so it is told what it may do instead."""
+    its --warmup-steps (`--resume --warmup-steps` is refused), so it is told what it may do instead. The line is
+    in every warning's form, `albertlm pretrain: warning: ...` (`errors.warning_line`)."""
     if 0 < plan.total_steps <= plan.warmup_steps:
         advice = (f"a resumed run keeps its warmup: a --max-steps above {plan.warmup_steps} lets it decay, or start "
                   "over with --overwrite and a smaller --warmup-steps" if resumed else
                   "pass a smaller --warmup-steps (e.g. a tenth of --max-steps)")
-        return (f"warning: the warmup ({plan.warmup_steps} steps) is not shorter than the run ({plan.total_steps} "
-                f"steps), so the learning rate only rises, to {plan.lr_at(plan.total_steps - 1):g} at the last "
-                f"step (--lr {plan.lr:g}), and never decays; {advice}")
+        return warning_line(f"the warmup ({plan.warmup_steps} steps) is not shorter than the run "
+                            f"({plan.total_steps} steps), so the learning rate only rises, to "
+                            f"{plan.lr_at(plan.total_steps - 1):g} at the last step (--lr {plan.lr:g}), and never "
+                            f"decays; {advice}")
     return None
 
 
