@@ -54,3 +54,12 @@ def test_only_a_console_gone_is_pointed_at_dev_null(monkeypatch, code, muted):
     logger.bar = None
     logger.note("a line")
     assert calls == ([1] if muted else [])
+
+
+@pytest.mark.parametrize("given", [{"cola": 0.55}, {"mnli": [0.85, 0.84]}])
+def test_glue_score_refuses_a_bare_number_in_one_line(given):
+    """A task given as a number (not its metrics by name) was a TypeError traceback."""
+    from albertlm.tasks.metrics import glue_score
+
+    with pytest.raises(UserError, match=r"is not a task's metrics; give them by name"):
+        glue_score(given)

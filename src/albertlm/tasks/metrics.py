@@ -103,11 +103,14 @@ def glue_score(results: Mapping[str, Mapping[str, float] | Sequence[Mapping[str,
     tasks = {}
     for task in (task for task in GLUE_SCORE_TASKS if task in results):
         given = results[task]
-        sets = [given] if isinstance(given, Mapping) else list(given)
+        sets = [given] if isinstance(given, Mapping) else list(given) if isinstance(given, (list, tuple)) else [given]
         if not sets:
             raise UserError(f"{task}: no metrics")
         per_set = []
         for scores in sets:
+            if not isinstance(scores, Mapping):    # a bare number: which metric it is cannot be told
+                raise UserError(f"{task}: {scores!r} is not a task's metrics; give them by name, e.g. "
+                                f"{{{', '.join(repr(name) + ': ...' for name in GLUE_METRICS[task])}}}")
             lacking = [name for name in GLUE_METRICS[task] if name not in scores]
             if lacking:
                 raise UserError(f"{task}: no {', '.join(lacking)} among its metrics ({', '.join(scores) or 'none'}); "
