@@ -63,3 +63,15 @@ def test_glue_score_refuses_a_bare_number_in_one_line(given):
 
     with pytest.raises(UserError, match=r"is not a task's metrics; give them by name"):
         glue_score(given)
+
+
+def test_tokenizer_info_lists_the_tokens_transformers_added(tmp_path, capsys):
+    """`tokenizer info` on a WordPiece directory with added tokens said "17 tokens" and named none of them."""
+    from test_tokz_audit27 import _v4_directory
+
+    from albertlm.cli.main import main
+
+    assert main(["tokenizer", "info", "-t", str(_v4_directory(tmp_path, "decoder"))]) == 0
+    out = capsys.readouterr().out
+    added = next(line for line in out.splitlines() if "added tokens" in line)
+    assert added.startswith("  added tokens (4): 13 ") and "[E1]" in added and "16 [E2]" in added

@@ -507,6 +507,9 @@ def describe(tokenizer, overridden: bool = False) -> dict:
     info["file"] = str(getattr(tokenizer, "model_file", None) or getattr(tokenizer, "vocab_file", ""))
     info["model"] = tokenizer.model_facts() if hasattr(tokenizer, "model_facts") else {"model_type": "wordpiece"}
     info["options"] = _as_dict(tokenizer.options)
+    added = getattr(tokenizer, "added_tokens", None)      # a WordPiece directory's tokens added in transformers
+    if added:
+        info["added_tokens"] = {str(t["id"]): t["content"] for t in added}
     source = getattr(tokenizer, "options_file", None)
     info["options_from"] = str(source) if source is not None else None
     info["options_overridden"] = overridden
@@ -544,6 +547,9 @@ def _info_lines(info: dict) -> list[str]:
     else:
         lines = [f"{info['file']}: {'WordPiece vocab' if info['kind'] == 'wordpiece' else info['kind']}, "
                  f"{info['vocab_size']:,} tokens"]
+    if info.get("added_tokens"):
+        added = info["added_tokens"]
+        lines.append(f"  added tokens ({len(added)}): " + ", ".join(f"{i} {token}" for i, token in added.items()))
     lines.append("  special ids: " + ", ".join(f"{name} {info['special_ids'][name]} {info['special_tokens'][name]}"
                                               for name in info["special_ids"]))
     options = _options_text(info["options"])
