@@ -174,10 +174,12 @@ def test_predict_into_a_fine_tuning_runs_folder_is_refused(tmp_path, pretrained,
 # ------------------------------------------------------------------------------------------------ 8
 def _child(code: str, ignored: bool = False) -> subprocess.CompletedProcess:
     """`code` in a fresh interpreter with SIGHUP and SIGUSR1 at their defaults (or ignored, as under nohup), whatever
-    this test session inherited."""
+    this test session inherited (ignored under `nohup` / `trap '' HUP`, or blocked: unblocked here, or the raised
+    signal would stay pending and the command go on)."""
     def dispositions() -> None:
         for signum in (signal.SIGHUP, signal.SIGUSR1):
             signal.signal(signum, signal.SIG_IGN if ignored else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP, signal.SIGUSR1})
 
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           preexec_fn=dispositions, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})

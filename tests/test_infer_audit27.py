@@ -19,6 +19,11 @@ from albertlm.errors import UserError
 from conftest import TINY_WORDS, assert_one_error, save_tiny_pretrained, shared_path
 
 
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Tiny matrices: one thread (conftest's `one_thread`); two fought the other xdist worker on a 2-core machine."""
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     return save_tiny_pretrained(tmp_path_factory.mktemp("tiny27"))
@@ -108,7 +113,7 @@ def test_a_padded_batch_gives_the_outputs_of_batches_of_one(tiny, tmp_path, caps
     longest) gives the vectors and scores of --batch-size 1 (within float32 rounding: the kernels differ by shape)."""
     lines = tmp_path / "sst2.txt"
     texts = _sst2(40)
-    lines.write_text("\n".join(texts) + "\n")
+    lines.write_text("\n".join(texts) + "\n", encoding="utf-8")      # "amélie": UTF-8 whatever the locale
     for size in ("1", "32"):
         assert main(["embed", str(tiny), "--input", str(lines), "--out", str(tmp_path / f"b{size}.npy"),
                      "--device", "cpu", "--no-progress", "--batch-size", size]) == 0
