@@ -181,6 +181,14 @@ class Parser(argparse.ArgumentParser):
         if not reports_here():              # under torchrun every rank parses the same argv: rank 0 says it
             other_rank_says(f"{prog}: error: {message}")
             raise SystemExit(2)
+        if message.startswith("the following arguments are required"):
+            # `data build --input a.txt -b.txt` without --tokenizer: a file read as an option is the first thing to
+            # say (argparse checks the required options first, and the hint below was lost)
+            known = set(_all_options(_chosen_parser(self, getattr(self, "_given", []))))
+            stray = [w for w in getattr(self, "_given", []) if w.startswith("-") and w.split("=", 1)[0] not in known
+                     and os.path.exists(w)]
+            if stray:
+                message = f"unrecognized arguments: {stray[0]}"
         message += self._dash_value_hint(message) + _choice_hint(message)
         if message.startswith("unrecognized arguments:"):
             options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
