@@ -426,9 +426,10 @@ def _finetune(args) -> int:
         stopped = ({"status": metrics["status"], "step": metrics["step"], "total_steps": metrics["total_steps"]}
                    if metrics.get("status") != "done" else {})
         from albertlm.tasks.finetune import json_safe   # a NaN score is null, as in metrics.json
+        from albertlm.training.metrics import console_line
 
         # a console that went away (the metrics are in OUT/metrics.json): the run's exit status stands, as pretrain's
-        _console_line(json.dumps(json_safe({"best": metrics["best"], "out": str(args.out), **stopped}), indent=2,
+        console_line(json.dumps(json_safe({"best": metrics["best"], "out": str(args.out), **stopped}), indent=2,
                                  allow_nan=False), sys.stdout)
     return 0
 
@@ -471,30 +472,21 @@ def _after_checks(using: str | None, first: str | None = None):
     """The run's log (stdout, rank 0), saying first on stderr which checkpoint a run directory stood for, and
     on stdout the line `first` (the SQuAD version the data showed): its first line comes once run_finetune has
     loaded the model and checked the run, so a refused run's error is its only line on stderr. A console that went
-    away (`| tee` whose tee ended, a closed ssh session's terminal) costs only its lines (`_console_line`): the
+    away (`| tee` whose tee ended, a closed ssh session's terminal) costs only its lines (`metrics.console_line`): the
     run's first line raised BrokenPipeError, which the CLI took for `| head` and exited 0, nothing trained."""
+    from albertlm.training.metrics import console_line
+
     pending = [using] if using else []
     heading = [first] if first else []
 
     def log(*parts) -> None:
         while pending:
-            _console_line(pending.pop(), sys.stderr)
+            console_line(pending.pop(), sys.stderr)
         while heading:
-            _console_line(heading.pop(), sys.stdout)
-        _console_line(" ".join(map(str, parts)), sys.stdout)
+            console_line(heading.pop(), sys.stdout)
+        console_line(" ".join(map(str, parts)), sys.stdout)
 
     return log
-
-
-def _console_line(text: str, stream) -> None:
-    """`text` on `stream`; a console that went away (EPIPE, EIO) is pointed at /dev/null (`metrics.console_gone`, as
-    the training loop's lines and pretrain's are): a run is not the console's to stop."""
-    from albertlm.training.metrics import console_gone
-
-    try:
-        print(text, file=stream, flush=True)
-    except OSError as exc:
-        console_gone(stream, exc)
 
 
 def _version_shown(args, options, info: dict) -> str | None:

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -265,7 +264,7 @@ def _pretrain(args: argparse.Namespace) -> int:
     have been checked: a bad input is one line, not 65 lines of config and then an error."""
     from albertlm.training import checkpoint as ckpt
     from albertlm.training.distributed import is_main_process, shutdown
-    from albertlm.training.metrics import console_gone
+    from albertlm.training.metrics import console_line
     from albertlm.training.pretrain import check_datasets, open_datasets, pretrain
 
     if args.resume and args.overwrite:
@@ -276,10 +275,7 @@ def _pretrain(args: argparse.Namespace) -> int:
     run = resolve_run_config(args)
 
     def show(resolved) -> None:
-        try:
-            print(json.dumps(resolved.to_dict(), indent=2), flush=True)
-        except OSError as exc:       # no console (a pipe whose reader left): the run is not the console's to stop
-            console_gone(sys.stdout, exc)
+        console_line(json.dumps(resolved.to_dict(), indent=2))   # a console gone does not stop the run
 
     if args.dry_run:
         from albertlm.training.distributed import pick_device
@@ -301,11 +297,8 @@ def _pretrain(args: argparse.Namespace) -> int:
         out = Path(args.out).absolute()        # usable from any directory, and in a log read later
         held = ", ".join(name for name in ("metrics.jsonl", "tensorboard/", "checkpoints/")
                          if (out / name.rstrip("/")).exists())
-        try:
-            print(f"{status}: run directory {out} ({held or 'nothing written'}); "
-                  f"`albertlm plot {shlex.quote(str(out))}` draws the curves", flush=True)   # pasteable as is
-        except OSError as exc:       # the console went away (a closed session's terminal or `| tee`): the status stands
-            console_gone(sys.stdout, exc)
+        console_line(f"{status}: run directory {out} ({held or 'nothing written'}); "
+                     f"`albertlm plot {shlex.quote(str(out))}` draws the curves")   # pasteable as is
     return 130 if status == "interrupted" else 0
 
 

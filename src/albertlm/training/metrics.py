@@ -221,6 +221,16 @@ class MetricsLogger:
                     raise
 
 
+def console_line(text: str, stream=None) -> None:
+    """`text` on `stream` (stdout by default), flushed; a console that went away costs only its lines
+    (`console_gone`): a run is not the console's to stop."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        print(text, file=stream, flush=True)
+    except OSError as exc:
+        console_gone(stream, exc)
+
+
 def console_gone(stream, exc: OSError | None = None) -> None:
     """`stream` (stdout or stderr) could not be written (`exc`): the terminal of an ssh session that closed (EIO), or
     a pipe whose reader left (`albertlm pretrain ... | tee log` in that session: tee ends with it, EPIPE). Another
