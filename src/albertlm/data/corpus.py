@@ -422,6 +422,10 @@ def _is_json_object(line: str) -> bool:
 
 
 # archives hold files, not text: what to do with them (a tar's magic is at byte 257 of its first header)
+# compressions that are not read (gzip, bzip2, xz and zstd are: COMPRESSIONS), named by their magic bytes with or
+# without NUL bytes in the head (lz4 or compress output of short text can have none, and was then read as garbage)
+_UNREAD_COMPRESSIONS = ((b"\x04\x22\x4d\x18", "lz4"), (b"\x1f\x9d", "Unix compress (.Z)"), (b"LZIP", "lzip"),
+                        (b"\x89LZO\x00", "lzop"))
 _ARCHIVES = ((0, b"PK\x03\x04", "a zip archive: unzip it and pass the folder"),
              (257, b"ustar", "a tar archive: extract it (tar xf) and pass the folder"),
              (0, b"7z\xbc\xaf\x27\x1c", "a 7z archive: extract it and pass the folder"))
@@ -437,8 +441,13 @@ def binary_reason(head: bytes) -> str | None:
     bytes of the head (at least one allowed) and at most one byte in 100 another control character such as
     binary formats are full of (the reader drops NUL bytes from the lines, `nul_lines`); random or compressed
     data has one NUL in 256 bytes, a tar header hundreds, UTF-16 text without a byte order mark every other byte.
-    An archive of text files (`corpus.tar.gz`, `wiki.zip`) is named as one with what to do; UTF-16 text without a
+    An archive of text files (`corpus.tar.gz`, `wiki.zip`) is named as one with what to do, and so is a file in a
+    compression that is not read (lz4, Unix compress, lzip, lzop), NUL bytes or not; UTF-16 text without a
     byte order mark (NUL bytes at every other position) is named with the iconv command that converts it."""
+    for magic, name in _UNREAD_COMPRESSIONS:
+        if head.startswith(magic):
+            return (f"{name}-compressed, which is not read: decompress it, or compress it with gzip, bzip2, xz or "
+                    "zstd (read as they are)")
     if b"\x00" not in head:
         return None
     for offset, magic, what in _ARCHIVES:

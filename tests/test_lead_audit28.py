@@ -1,0 +1,40 @@
+"""Lead's own fixes and follow-ups of session 28.
+
+1. A corpus file compressed in a format the reader does not decompress (lz4, Unix compress `.Z`, lzip, lzop) was
+   skipped as "NUL bytes ... not text (convert other text to UTF-8)" when its head held NUL bytes, and read as
+   garbage text (replacement characters built into the data) when it held none, as short lz4 frames can. It is
+   named by its magic bytes, with what to do, and never read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from albertlm.data.corpus import CorpusCounts, binary_reason, read_documents
+from conftest import shared_path
+
+UNREAD = {"lz4": b"\x04\x22\x4d\x18", "Unix compress": b"\x1f\x9d\x90", "lzip": b"LZIP\x01", "lzop": b"\x89LZO\x00"}
+
+
+@pytest.mark.parametrize("name", sorted(UNREAD))
+@pytest.mark.parametrize("with_nul", [True, False])
+def test_unread_compressions_are_named_and_not_read(tmp_path: Path, name: str, with_nul: bool) -> None:
+    body = (bytes(range(256)) * 4) if with_nul else b"hello world, some words of text\n" * 8
+    head = UNREAD[name] + body
+    reason = binary_reason(head)
+    assert reason is not None and reason.startswith(name) and "not read" in reason and "gzip" in reason
+    text = tmp_path / "a.txt"
+    text.write_text(shared_path("text", "sample_text.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    packed = tmp_path / "b.txt.x"
+    packed.write_bytes(head)
+    counts = CorpusCounts()
+    docs = list(read_documents([text, packed], counts=counts))
+    assert counts.binary_files == 1
+    assert all("\ufffd" not in line and "hello world" not in line for doc in docs for line in doc.sentences)
+    assert name in counts.describe_skipped()
+
+
+def test_text_starting_like_no_magic_is_still_text() -> None:
+    assert binary_reason(b"LZ is a family of compressors\n") is None
+    assert binary_reason("\u00e9t\u00e9 sans compression\n".encode()) is None
