@@ -214,13 +214,15 @@ def row_of(agg: dict, variant: Variant) -> dict | None:
 
 def _mean_transitions(runs: list[dict]) -> dict[str, Any]:
     """Each layer's L2 and cosine, the mean over the seeds measured, the angle in degrees of that mean cosine
-    (`angle`: the paper's Figure 1 plots the cosine as an angle), and `n`: how many seeds that is."""
+    (`angle`: the paper's Figure 1 plots the cosine as an angle), `n`: how many seeds that is, and `roughness`:
+    each seed's own `roughness` of its L2 and cosine (claim 4 compares the seeds, not only their means)."""
     found = [r["transitions"] for r in runs if r.get("transitions")]
     if not found:
         return {}
     out: dict[str, Any] = {k: [statistics.fmean(t[k][i] for t in found) for i in range(len(found[0][k]))]
                            for k in ("l2", "cosine")}
-    return {**out, "angle": [angle_degrees(c) for c in out["cosine"]], "n": len(found)}
+    return {**out, "angle": [angle_degrees(c) for c in out["cosine"]], "n": len(found),
+            "roughness": {k: [roughness(t[k]) for t in found] for k in ("l2", "cosine")}}
 
 
 def angle_degrees(cosine: float) -> float:
@@ -318,6 +320,14 @@ def _figure1_models(agg) -> list[tuple[str, dict]]:
         if row and row.get("transitions"):
             out.append((name, row["transitions"]))
     return out
+
+
+def unfinished_jobs(data: dict) -> list[str]:
+    """The jobs suite.json plans (in its order) that have no readable result.json: running, not started, failed
+    or damaged (`load_results`' `unreadable`), so a partial suite's report says which seeds its cells lack."""
+    done = {*data.get("pretrain", {}), *data.get("scratch", {})}
+    jobs = (data.get("suite") or {}).get("jobs") or []
+    return [j["name"] for j in jobs if isinstance(j, dict) and isinstance(j.get("name"), str) and j["name"] not in done]
 
 
 def unfinished_variants(agg: dict, suite: dict) -> dict[str, dict]:
@@ -449,7 +459,7 @@ def claims(agg, planned: dict | None = None) -> dict[str, dict]:
     out["3"]["holds"] = False if False in (small_cost, ffn_worse) else (True if small_cost and ffn_worse else None)
     models = dict(_figure1_models(agg))
     rule4 = ("mean |change between consecutive layers| (layers 2..L) of L2 and of cosine smaller for ALBERT than "
-             "for BERT (seed means)")
+             "for BERT (seed means), and every ALBERT seed's below every BERT seed's (2+ seeds of each)")
     if len(models) == 2:
         albert, bert = models["ALBERT"], models["BERT"]
         measurable = all(roughness(m[k]) is not None for m in (albert, bert) for k in ("l2", "cosine"))
@@ -474,7 +484,28 @@ def claims(agg, planned: dict | None = None) -> dict[str, dict]:
     if planned is not None:
         _why_unmeasured(out, planned)
         _short_of_seeds(out, agg, planned)
+    if len(models) == 2:
+        _claim4_seeds(out["4"], models["ALBERT"], models["BERT"])
     return out
+
+
+def _claim4_seeds(c: dict, albert: dict, bert: dict) -> None:
+    """Claim 4 holds on the seed means only when the seeds say so too: one seed of either model has no spread
+    ("holds on one seed"), and seeds whose roughness overlaps (an ALBERT seed as rough as a BERT seed, in L2 or
+    cosine) read "holds on the seed means only", as the other claims ask every seed beyond the others'. A claim
+    already "so far" (seeds still to come) stays so; an aggregate without per-seed values keeps the means' verdict."""
+    if c.get("holds") is not True:
+        return
+    a, b = albert.get("roughness"), bert.get("roughness")
+    if not a or not b:
+        return
+    counts = f"ALBERT {len(a['l2'])} seed{'s' * (len(a['l2']) != 1)}, BERT {len(b['l2'])}"
+    if min(len(a["l2"]), len(b["l2"])) < 2:
+        c.update(holds=None, why=f"holds on one seed: the seed means of {counts}, with no spread to compare "
+                                 f"the difference with (run 2 or more --seeds)")
+    elif not all(max(a[k]) < min(b[k]) for k in ("l2", "cosine")):
+        c.update(holds=None, why=f"holds on the seed means only: an ALBERT seed's change between layers is not "
+                                 f"below every BERT seed's ({counts})")
 
 
 def roughness(t: list[float]) -> float | None:
@@ -536,6 +567,19 @@ def _short_of_seeds(out: dict, agg: dict, planned: dict) -> None:
         if short:
             out[key].update(holds=None, why=f"holds so far: measured with fewer seeds than planned "
                                             f"({', '.join(short)})")
+    # claim 3's first half compares seed means (all-shared's cost in points): when the claim fails on that half
+    # alone (shared-FFN's half is not measured, or holds), a seed still to come can move the means either way
+    # (the second half's failure, seeds that do not separate, stays failed whatever seed comes)
+    if out["3"]["holds"] is False and (out["3"].get("parts") or {}).get("ffn_below_attention") is not False:
+        short = []
+        for variant in (Variant(embedding=e, sharing=s) for e in (768, 128) for s in ("none", "all")):
+            label = (agg.get("paper") or {}).get(variant.label, variant.label)
+            n = ((agg["variants"].get(label) or {}).get("ft_avg") or {}).get("n", 0)
+            if n < want(label):
+                short.append(f"{label} {n} of {want(label)}")
+        if short:
+            out["3"].update(holds=None, why=f"does not hold so far: all-shared's cost is a difference of seed means "
+                                            f"over fewer seeds than planned ({', '.join(short)})")
     # claim 4 compares seed means (no spread), so a verdict either way can change with a seed still to come
     if out["4"]["holds"] is not None:
         short = []
@@ -641,8 +685,10 @@ def plots(agg: dict, data: dict, out: Path) -> list[Path]:
             if base and base.get("n"):
                 ax.errorbar(i + 0.2, base["mean"] * 100, yerr=_bar(base), fmt="x", color="C3",
                             label=legend("no pretraining"))
+                ax.scatter([i + 0.2] * len(base["values"]), [x * 100 for x in base["values"]], s=8, color="C3",
+                           alpha=0.4)      # its seeds too, as the pretrained model's
         ax.set_xticks(range(len(labels)), labels, rotation=70, ha="right", fontsize=7)
-        ax.set(ylabel="downstream Avg (dev)", title="pretrained vs the same shape from scratch")
+        ax.set(ylabel="downstream Avg (dev, x100)", title="pretrained vs the same shape from scratch")
         if named:
             ax.legend()
         ax.grid(alpha=0.3)
@@ -651,13 +697,19 @@ def plots(agg: dict, data: dict, out: Path) -> list[Path]:
     curves = first_seed_curves(data)
     if curves:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for label, rows in sorted(curves.items()):
-            steps = [r["step"] for r in rows if "mlm_acc" in r and "step" in r]
-            axes[0].plot(steps, [r["mlm_acc"] for r in rows if "mlm_acc" in r and "step" in r], label=label, lw=0.8)
-            steps = [r["step"] for r in rows if "loss" in r and "step" in r]
-            axes[1].plot(steps, [r["loss"] for r in rows if "loss" in r and "step" in r], lw=0.8)
-        axes[0].set(title="training MLM accuracy (each model's first seed)", xlabel="step")
-        axes[1].set(title="training loss (each model's first seed)", xlabel="step")
+        # the MLM loss, not the training loss: that one adds the sentence task's loss (about ln 2 nats while the
+        # head guesses), so a model trained without one (None) drew far below the others for the same MLM
+        for i, (label, rows) in enumerate(sorted(curves.items())):
+            color = f"C{i % 10}"      # one colour per model in both panels (the legend is the left one's)
+            acc = [r for r in rows if "mlm_acc" in r and "step" in r]
+            axes[0].plot([r["step"] for r in acc], [r["mlm_acc"] * 100 for r in acc], label=label, lw=0.8,
+                         color=color)
+            loss = [r for r in rows if "mlm_loss" in r and "step" in r]
+            axes[1].plot([r["step"] for r in loss], [r["mlm_loss"] for r in loss], label=label, lw=0.8, color=color)
+        axes[0].set(title="training MLM accuracy (each model's first seed)", xlabel="step",
+                    ylabel="MLM accuracy (%, training batches)")
+        axes[1].set(title="training MLM loss (each model's first seed)", xlabel="step",
+                    ylabel="MLM loss (nats, training batches)")
         axes[0].legend(fontsize=6, ncol=2)
         fig.tight_layout()
         written.append(_save(fig, out / "pretraining_curves.png", plt))
@@ -728,6 +780,12 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
               f"and RACE, ours over the tasks above, so compare orderings, not values. Params (ours): embeddings + "
               f"encoder + pooler, heads apart; the paper's shared rows count the pooler, its not-shared rows leave "
               f"it out (H² + H, 0.59M at its H = 768).", ""]
+    missing = unfinished_jobs(data)
+    if missing:
+        lines += [f"**Not finished:** {len(missing)} of the {planned} jobs planned (running, not started, failed, or "
+                  f"left out below; a rerun of the suite runs them): {', '.join(f'`{name}`' for name in missing)}. "
+                  f"The cells below are over the seeds that finished (their count in parentheses when it is not 2; "
+                  f"the seeds column of the last two tables names them).", ""]
     if data["unreadable"]:
         lines += [f"**Left out:** {len(data['unreadable'])} result file{'s' * (len(data['unreadable']) != 1)} that "
                   f"cannot be read (remove one to run its job again): "
@@ -776,7 +834,7 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
     planned_grids = {r.get("name"): r.get("grids") for r in data["suite"].get("runs") or [] if isinstance(r, dict)}
     runs = {name: {**r, "grids": planned_grids.get(name) or r.get("grids")} for name, r in data["pretrain"].items()}
     text = json.dumps({"scale": scale_dict, "grid": data["suite"].get("grid"), "grids": grids, "claims": checked,
-                       "mlm_unigram_baseline": baseline, "unreadable": data["unreadable"],
+                       "mlm_unigram_baseline": baseline, "unreadable": data["unreadable"], "unfinished": missing,
                        "aggregate": agg, "runs": runs, "scratch": data["scratch"]},
                       indent=1, sort_keys=True, default=str) + "\n"
     _write_atomic(results, lambda tmp: tmp.write_text(text, encoding="utf-8"))
