@@ -42,7 +42,12 @@ class DistInfo:
 
 
 def pick_device(requested: str, local_rank: int = 0) -> torch.device:
-    """auto: cuda:LOCAL_RANK when CUDA is available, else the CPU; otherwise the named device."""
+    """auto: cuda:LOCAL_RANK when CUDA is available, else the CPU; cuda (no index): cuda:LOCAL_RANK, this process's
+    own GPU of the node (it was the bare device "cuda", which `torch.cuda.set_device` refuses: `--dist.device cuda`
+    under torchrun was a ValueError traceback on every rank, and, set, would have put every process on the current
+    GPU); otherwise the named device."""
+    if requested == "cuda" and torch.cuda.is_available():
+        return _local_gpu(requested, local_rank)
     if requested != "auto":
         try:
             device = torch.device(requested)
@@ -56,12 +61,17 @@ def pick_device(requested: str, local_rank: int = 0) -> torch.device:
             raise UserError(f"device {requested}: only {torch.cuda.device_count()} CUDA device(s) here")
         return device
     if torch.cuda.is_available():
-        if local_rank >= torch.cuda.device_count():   # torchrun --nproc-per-node past the GPUs this node has
-            raise UserError(f"device auto: this process is LOCAL_RANK {local_rank} and gets cuda:{local_rank}, but "
-                            f"only {torch.cuda.device_count()} CUDA device(s) are here: start at most that many "
-                            "processes per node (--nproc-per-node), or pass --device cpu")
-        return torch.device("cuda", local_rank)
+        return _local_gpu(requested, local_rank)
     return torch.device("cpu")
+
+
+def _local_gpu(requested: str, local_rank: int) -> torch.device:
+    """cuda:LOCAL_RANK, once this node has that many GPUs (for `pick_device`'s auto and cuda)."""
+    if local_rank >= torch.cuda.device_count():   # torchrun --nproc-per-node past the GPUs this node has
+        raise UserError(f"device {requested}: this process is LOCAL_RANK {local_rank} and gets cuda:{local_rank}, "
+                        f"but only {torch.cuda.device_count()} CUDA device(s) are here: start at most that many "
+                        "processes per node (--nproc-per-node), or pass --device cpu")
+    return torch.device("cuda", local_rank)
 
 
 def _env_int(name: str, default: str) -> int:
@@ -110,19 +120,27 @@ def check_backend(backend: str, device: str | torch.device = "auto") -> torch.de
     moves CUDA tensors, so `nccl` with a CPU device is refused here (in one line, before anything is read or
     written) instead of failing with a traceback on every rank when the process group forms. Alone (no
     torchrun) no group forms, but the run would fail the same way once launched: refused too."""
-    local_rank = launch_settings()[2]
+    _, world_size, local_rank = launch_settings()
     dev = device if isinstance(device, torch.device) else pick_device(device, local_rank)
     if backend == "nccl" and dev.type != "cuda":
         where = "this machine has no CUDA device" if not torch.cuda.is_available() else f"the run's device is {dev}"
         raise UserError(f"--dist.backend nccl needs CUDA devices and {where}: use --dist.backend gloo "
                         "(or auto: nccl on CUDA, gloo on CPU)")
+    # torchrun gives every process of a node the same options: a GPU named by its index (cuda:1) is then the GPU
+    # of all of them, which NCCL refuses when the group forms ("Duplicate GPU detected"), a traceback on each rank
+    local_size = _env_int("LOCAL_WORLD_SIZE", "1") if world_size > 1 else 1
+    if (isinstance(device, str) and dev.type == "cuda" and backend in ("nccl", "auto") and local_size > 1
+            and torch.device(device).index is not None):
+        raise UserError(f"device {device}: the {local_size} processes of this node would all run on that one GPU, "
+                        "and NCCL needs a GPU of its own for each: give the device as cuda or auto (process "
+                        "LOCAL_RANK k takes cuda:k), and CUDA_VISIBLE_DEVICES to choose which GPUs the node uses")
     return dev
 
 
 def init_distributed(backend: str = "auto", device: str = "auto", timeout_minutes: int = 30) -> DistInfo:
     """Join the torchrun process group if WORLD_SIZE > 1; otherwise a single-process DistInfo."""
     rank, world_size, local_rank = launch_settings()
-    dev = check_backend(backend, pick_device(device, local_rank))
+    dev = check_backend(backend, device)
     if world_size > 1 and not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if dev.type == "cuda" else "gloo"
