@@ -4,6 +4,8 @@
    skipped as "NUL bytes ... not text (convert other text to UTF-8)" when its head held NUL bytes, and read as
    garbage text (replacement characters built into the data) when it held none, as short lz4 frames can. It is
    named by its magic bytes, with what to do, and never read.
+2. Fine-tuning's "cannot write the best model" error named the folder as given (relative), pretraining's
+   checkpoint errors name it absolutely: now both do.
 """
 from __future__ import annotations
 
@@ -38,3 +40,21 @@ def test_unread_compressions_are_named_and_not_read(tmp_path: Path, name: str, w
 def test_text_starting_like_no_magic_is_still_text() -> None:
     assert binary_reason(b"LZ is a family of compressors\n") is None
     assert binary_reason("\u00e9t\u00e9 sans compression\n".encode()) is None
+
+
+# -- 2. fine-tuning's best-model write error names the folder absolutely, as pretraining's checkpoint errors do ----
+def test_best_model_write_error_names_the_absolute_folder(tmp_path: Path, monkeypatch) -> None:
+    from albertlm.errors import UserError
+    from albertlm.tasks import finetune
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(finetune, "_write_best", full_disk)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    with pytest.raises(UserError) as caught:
+        finetune.save_best(None, None, None, Path("run") / "best", step=3)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path.resolve() / 'run' / 'best'}: cannot write the best model"), message
+    assert "previous best is unchanged" in message and not list((tmp_path / "run").iterdir())
