@@ -341,6 +341,22 @@ def _task_info(model_dir) -> dict:
     return {k: v for k, v in saved.items() if k not in settings and k != "model"}
 
 
+def _exported_length(model_dir: Path, info: dict) -> dict:
+    """A model without a fine-tuning record of its length (a transformers directory: our `convert --to hf` export,
+    which writes the fine-tuned max_seq_length there, or a Hub model): tokenizer_config.json's `model_max_length`
+    as its length, when it fits the position embeddings, as `export onnx` reads it ({} otherwise: the family's
+    default). Without it, predict on the export of a run fine-tuned at 32 read at 128: other probabilities than
+    the run's best/ on most rows, without a word."""
+    from albertlm.errors import json_object_or_empty
+
+    if "max_seq_length" in info:
+        return {}
+    length = json_object_or_empty(model_dir / "tokenizer_config.json").get("model_max_length")
+    positions = json_object_or_empty(model_dir / "config.json").get("max_position_embeddings")
+    fits = all(isinstance(x, int) and not isinstance(x, bool) for x in (length, positions)) and 0 < length <= positions
+    return {"max_seq_length": length} if fits else {}
+
+
 def _transformers_labels(model_dir: Path) -> dict:
     """A classifier without task.json (a transformers directory, our `convert --to hf` export): the classes
     its config.json names (id2label), in its order, as the recorded label set."""
@@ -530,7 +546,7 @@ def _run_checkpoint(args) -> dict:
         info = _transformers_labels(Path(args.model))
     options = _data(args, info)
     _check_task(args, info, options)
-    cfg = _config(args, args.family, info)
+    cfg = _config(args, args.family, {**info, **_exported_length(Path(args.model), info)})
     # before the data is read: fp16 on a CPU, refused with inference's reason (run_evaluation gave training's)
     check_precision(cfg.train.precision, pick_device(cfg.dist.device), training=False)
     if args.family == "squad":      # the head is the checkpoint's (a run_squad_v2.py import has no task.json)

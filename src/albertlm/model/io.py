@@ -389,6 +389,27 @@ def remove_earlier_weights(directory: str | Path) -> list[str]:
     return names
 
 
+def sort_metadata(path: Path) -> None:
+    """Rewrite a safetensors file's header in place with its `__metadata__` keys sorted, so the same weights saved
+    twice are the same bytes (a checksum tells runs apart only where the weights differ). safetensors serialises
+    the metadata from a Rust HashMap with a random seed per save: `format` and `albertlm_class` came in either
+    order. The header keeps its length (serde_json's compact form, padded with spaces to 8 bytes as safetensors
+    pads it); a header that would not (an escape written otherwise) is left as it is."""
+    with open(path, "r+b") as f:
+        size = int.from_bytes(f.read(8), "little")
+        raw = f.read(size)
+        header = json.loads(raw)
+        meta = header.get("__metadata__")
+        if not isinstance(meta, dict) or len(meta) < 2 or list(meta) == sorted(meta):
+            return
+        header["__metadata__"] = dict(sorted(meta.items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(text) > size or text.rstrip() != text or len(raw.rstrip(b" ")) != len(text):
+            return
+        f.seek(8)
+        f.write(text.ljust(size, b" "))
+
+
 def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path) -> Path:
     from safetensors.torch import save_file
 
@@ -402,6 +423,7 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, directory / WEIGHTS, metadata={"format": "pt", "albertlm_class": type(model).__name__})
+    sort_metadata(directory / WEIGHTS)
     config.to_json(directory / CONFIG)
     mode_like(directory / WEIGHTS, directory / CONFIG)
     write_labels(labels, directory)
