@@ -119,10 +119,10 @@ def nearest_option(word: str, options: list[str]) -> str | None:
     elsewhere, `OPTION_SYNONYMS`), the shortest spelling first; else the closest by spelling, compared without
     the dashes (with them, `--gpu` was 60% like `--out` and was offered it); else the one option it begins
     (`--in` -> `--input`)."""
-    key = _option_key(word)
+    key = _option_key(word).lower()      # `--OUT`, `--Max-Steps`: no option differs from another by case alone
     key = OPTION_SYNONYMS.get(key, key)
     bodies = {o[2:]: o for o in options if o.startswith("--") and o not in NEVER_MEANT}
-    same = sorted((o for o in bodies.values() if _option_key(o) == key), key=len)
+    same = sorted((o for o in bodies.values() if _option_key(o).lower() == key), key=len)
     if same:
         return same[0]
     stem = word.lstrip("-")
@@ -189,6 +189,8 @@ class Parser(argparse.ArgumentParser):
                      and os.path.exists(w)]
             if stray:
                 message = f"unrecognized arguments: {stray[0]}"
+            else:
+                message += self._meant_required(message)
         message += self._dash_value_hint(message) + _choice_hint(message)
         if message.startswith("unrecognized arguments:"):
             options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
@@ -204,6 +206,23 @@ class Parser(argparse.ArgumentParser):
                     break
         print(f"{prog}: error: {message}", file=sys.stderr)   # one line, no usage block
         raise SystemExit(2)
+
+    def _meant_required(self, message: str) -> str:
+        """`pretrain --output-dir run1` (transformers' name), `--ouput run1`, `--OUT run1`: argparse checks the
+        required options before the unknown ones, and said only "the following arguments are required: --out";
+        an unknown option given whose nearest option is one of the missing ones is named with it."""
+        missing = {name for part in message.split(":", 1)[1].split(",") for name in part.strip().split("/")}
+        options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
+        for word in getattr(self, "_given", []):
+            flag = word.split("=", 1)[0]
+            if word == "--":
+                break
+            if not re.match(r"--?[A-Za-z]", flag) or flag in options:
+                continue
+            close = nearest_option(flag, options)
+            if close in missing:
+                return f" ({flag} is no option here: did you mean {close}?)"
+        return ""
 
     def _dash_value_hint(self, message: str) -> str:
         """`--input -data.txt`: argparse reads a value starting with '-' as an option and said only "argument

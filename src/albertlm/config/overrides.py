@@ -8,10 +8,12 @@ A command hands `add_options(parser, Options(...))` its config class; every leaf
 - the help text is the field's comment in the source (the line's trailing `# ...` and any comment lines
   right above it), then the default; a `Literal[...]` field shows its choices; a bool field reads
   `--flag`, `--flag=false` (and `--no-flag` where the command declares one);
-- values are read here (text -> the field's type) and validated once, by the config class itself
-  (`__post_init__`): the CLI holds no ranges or choices of its own. The one exception is a `Literal` field's
-  choices (the type lists them): a flag's value outside them is refused as it is read, named by the flag typed,
-  with the nearest choice (`--precision: train.precision='bf61': must be one of ... (did you mean bf16?)`).
+- values are read here (text -> the field's type; one that is not is named by the flag typed and its other
+  spellings: `--max-steps/--train.max_steps: cannot read '1.5' as int (a whole number)`) and validated once,
+  by the config class itself (`__post_init__`): the CLI holds no ranges or choices of its own. The one
+  exception is a `Literal` field's choices (the type lists them): a flag's value outside them is refused as it
+  is read, named by the flag typed, with the nearest choice (`--precision: train.precision='bf61': must be one
+  of ... (did you mean bf16?)`).
 
 Precedence, lowest first: the command's base config (dataclass defaults, a preset, a recipe, a resumed
 run's saved config) < `--config FILE` (JSON, nested like the saved run_config.json; repeatable, a later file
@@ -213,6 +215,11 @@ def check_types(obj: Any, prefix: str = "") -> None:
 
 
 # ------------------------------------------------------------------------------------------- values
+# what a value of each type is written as (`--max-steps 1.5`: an int is a whole number)
+_READ_AS = {int: " (a whole number)", float: " (a number)",
+            bool: f" ({', '.join(TRUE_WORDS)} or {', '.join(FALSE_WORDS)})"}
+
+
 def coerce(value: Any, kind: Any, key: str) -> Any:
     """A command-line string (or a JSON value) as the field's declared type."""
     if _is_optional(kind):
@@ -245,7 +252,7 @@ def coerce(value: Any, kind: Any, key: str) -> Any:
         if kind is float:
             return float(value)
     except ValueError:
-        raise UserError(f"{key}: cannot read {value!r} as {kind.__name__}") from None
+        raise UserError(f"{key}: cannot read {value!r} as {kind.__name__}{_READ_AS.get(kind, '')}") from None
     return value
 
 
@@ -517,11 +524,24 @@ def _shown_default(cls: type, defaults: Any, key: str) -> tuple[Any, bool]:
     return _default(f), False
 
 
+def _spellings(options: Options, key: str) -> list[str]:
+    """Every option that sets `key`: its short name (`--lr`), its own (`--optim.lr`), its other spellings."""
+    return [*(flag for flag, k in options.plain.items() if k == key), option_name(key),
+            *(flag for flag, k in options.aliases.items() if k == key)]
+
+
+def _as_typed(flag: str, options: Options, key: str) -> str:
+    """A value's name in a type error: the flag as typed, then the key's other spellings (`--max-steps 1.5` said
+    `train.max_steps: cannot read '1.5' as int`, the field, not the flag given)."""
+    return "/".join(dict.fromkeys([flag or option_name(key), *_spellings(options, key)]))
+
+
 def command_line_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
     """The keys given on the command line and their values. A repeated option keeps its last value (as
     argparse does), except a list option, which takes the items of every occurrence (`--input a --input b`);
     two spellings of one key (`--lr` and `--optim.lr`, `--dev` and `--data`, `--flag` and `--no-flag`) with
-    different values are an error."""
+    different values are an error. A value that is not its field's type is named by the flag given
+    (`--max-steps/--train.max_steps: cannot read '1.5' as int (a whole number)`)."""
     kinds = leaf_keys(options.config)
     out: dict[str, Any] = {}
     start = options.dest("")
@@ -533,9 +553,9 @@ def command_line_values(args: argparse.Namespace, options: Options) -> dict[str,
             joined: dict[str, list] = {}
             for flag, value in given:
                 joined.setdefault(flag, []).extend(value if isinstance(value, (list, tuple)) else [value])
-            last = {flag: coerce(items, kinds[key], key) for flag, items in joined.items()}
-        else:
-            last = {flag: coerce(value, kinds[key], key) for flag, value in given}   # the last per spelling
+            last = {flag: coerce(items, kinds[key], _as_typed(flag, options, key)) for flag, items in joined.items()}
+        else:   # the last per spelling
+            last = {flag: coerce(value, kinds[key], _as_typed(flag, options, key)) for flag, value in given}
             for flag, value in last.items():
                 _check_flag_choice(flag, key, kinds[key], value)
         values = list(last.values())

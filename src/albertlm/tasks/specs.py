@@ -2,28 +2,30 @@
 
 The readers (glue.py, squad.py, race.py, classify.py) know the formats; this module wires them to the
 driver in finetune.py.
+
+The driver (`EvalSet`, `TaskSpec`), the heads and `write_text_atomic` load torch (about 2 s): they are imported
+where a spec or an evaluation set is made, so that `tasks.registry`, which imports this module, scores a
+predictions file (`albertlm evaluate <family> --predictions`) without torch.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import torch
 
 from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError
-from albertlm.model.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
-                                  AlbertForSequenceClassification, AlbertForSquadV2)
 from albertlm.tasks import classify, glue, race, squad
 from albertlm.tasks.features import Feature, encode_pairs, tokenizing
-from albertlm.tasks.finetune import SPANS, SQUAD_BEAM, EvalSet, TaskSpec
 from albertlm.tasks.metrics import (GLUE_METRICS, classification_metrics, glue_metrics, regression_metrics,
                                     squad_v1_scores)
 from albertlm.tasks.tables import DataError, Problems
-from albertlm.training.checkpoint import write_text_atomic
+
+if TYPE_CHECKING:   # imported where used (they load torch; see the module's docstring)
+    from albertlm.tasks.finetune import EvalSet, TaskSpec
 
 
 def _pair_features(tokenizer, examples, labels, max_length: int, problems: Problems, where: str,
@@ -58,6 +60,11 @@ def class_probabilities(logits: np.ndarray) -> np.ndarray:
 def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Path | None = None,
               train_file=None, dev_files: Sequence | None = None, test_files: Sequence | None = None,
               skip_bad_rows: bool = False, training: bool = True) -> TaskSpec:
+    import torch
+
+    from albertlm.model.heads import AlbertForSequenceClassification
+    from albertlm.tasks.finetune import TaskSpec
+
     task = glue.get_task(task_name)
     problems = Problems()
     tolerate = problems if skip_bad_rows else None   # test rows are never skipped (glue.read_examples)
@@ -205,6 +212,8 @@ def _split_name(path: Path) -> str:
 def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = None) -> EvalSet:
     """`scored_as`: the task whose metrics score the file (`ax` for the diagnostic set beside MNLI's dev files: its
     Matthews correlation, GLUE's R3, as `--task ax` scores it; MNLI's accuracy alone before)."""
+    from albertlm.tasks.finetune import EvalSet
+
     labels = glue.label_ids(task, examples)
     name = _split_name(path)
 
@@ -220,6 +229,8 @@ def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = 
 
 
 def _glue_test_set(task, path: Path, examples, features) -> EvalSet:
+    from albertlm.tasks.finetune import EvalSet
+
     file_name = _submission_name(task, path)
 
     def write(out, out_dir: Path) -> list[Path]:
@@ -247,6 +258,11 @@ def squad_spec(version: str, tokenizer, cfg: FinetuneConfig, train_file=None, de
     `version` "" (none given): the version the files show (`squad.resolve_version`; a UserError where they show
     none or disagree); `version_from`: where a "2.0" given came from, for the warning that a file looks like v1.1
     (`squad.version_note`)."""
+    import torch
+
+    from albertlm.model.heads import AlbertForQuestionAnswering, AlbertForSquadV2
+    from albertlm.tasks.finetune import SPANS, SQUAD_BEAM, TaskSpec
+
     head = cfg.squad_head
     if version:   # a version given is checked before any file is read
         version = squad.check_version_name(version)
@@ -384,6 +400,9 @@ def _squad_eval_set(version: str, tokenizer, settings, examples, features, info:
     model), so that predicting on a file without answers applies the run's threshold, not 0. `fixed`
     (`--null-threshold`): `threshold` is applied and scored instead (the tuned `best_*` beside it). `head` "xlnet":
     google's v2.0 head's outputs, post-processed as its write_predictions_v2 (`squad.postprocess_beam`)."""
+    from albertlm.tasks.finetune import EvalSet
+    from albertlm.training.checkpoint import write_text_atomic
+
     golds = squad.gold_answers(examples)
     # a question is labelled by its answers or by the file saying it has none (v2.0's is_impossible): a dev file
     # whose every question is unanswerable is scored, not taken for a file to predict on
@@ -432,6 +451,11 @@ def race_spec(data_dir, tokenizer, cfg: FinetuneConfig, levels=race.LEVELS, max_
     split to predict may have no answers (new questions: predictions are written, nothing is scored); a split
     that lacks a level asked for is scored on the others and a warning says so; `--split train` while fine-tuning
     reuses the training features (its truncations are counted once)."""
+    import torch
+
+    from albertlm.model.heads import AlbertForMultipleChoice
+    from albertlm.tasks.finetune import TaskSpec
+
     problems = Problems()
     root = Path(data_dir)
     levels = tuple(dict.fromkeys(levels))
@@ -497,6 +521,9 @@ def _note_missing_levels(split: str, examples, levels: Sequence[str], warnings: 
 
 
 def _race_eval_set(split: str, examples, features, selects: bool) -> EvalSet:
+    from albertlm.tasks.finetune import EvalSet
+    from albertlm.training.checkpoint import write_text_atomic
+
     labelled = all(e.label is not None for e in examples)
 
     def score(out):
@@ -523,6 +550,11 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
                   training: bool = True, best_metric: str | None = None) -> TaskSpec:
     """`best_metric`: the dev metric a fine-tuning (`training`) keeps the best model by (`choose_best_metric`;
     None: accuracy, or Pearson for a regression)."""
+    import torch
+
+    from albertlm.model.heads import AlbertForSequenceClassification
+    from albertlm.tasks.finetune import TaskSpec
+
     problems = Problems()
     # the ids of training rows are never written out, so rows sharing one (augmented copies) are fine there
     train_examples = (classify.read_examples(train_file, columns, True, regression, problems, unique_ids=False,
@@ -590,6 +622,9 @@ def _score_text(value) -> str:
 
 
 def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalSet:
+    from albertlm.tasks.finetune import EvalSet
+    from albertlm.training.checkpoint import write_text_atomic
+
     regression = label_list is None
     gold = classify.label_ids(examples, label_list) if labelled else None
 
