@@ -4,6 +4,9 @@ pretrain` runs on a GPU when a batch has padding). Each is checked against float
 `--model` also compares albert-base's pretraining step, packed (varlen) against padded (SDPA + mask), under
 bf16 autocast: loss and gradients.
 
+TFLOP/s count the real tokens' useful work (`attention_flops`: the forward's two matmuls and a backward of twice
+that, as `model_speed.py` counts attention; the flash backward's recomputed QK^T is not counted).
+
     python benchmarks/attention_speed.py [--device cuda] [--shape 32x512x12x64] [--real 1,0.75] [--model]
 """
 from __future__ import annotations
@@ -27,6 +30,17 @@ def lengths_for(B: int, T: int, real: float, g: torch.Generator) -> torch.Tensor
     half = max(0.0, min(T - mean, mean - 1))
     low, high = max(1, int(mean - half)), min(T, max(1, int(round(mean + half))))
     return torch.randint(low, high + 1, (B,), generator=g)
+
+
+def attention_flops(lengths: torch.Tensor, heads: int, head_size: int) -> float:
+    """The useful FLOPs of one forward + backward of attention over rows of `lengths` real tokens, each attending to
+    its row's real tokens: forward QK^T and the weighted sum, 2 x head_size per (query, key) pair each, per head;
+    backward twice the forward (its four matmuls), as `model_speed.model_flops` counts attention (x3 in training).
+    The flash kernels' recomputed QK^T in the backward (the 2.5x of flash-attn's own benchmarks, 3.5x in all) is
+    not counted: it is recomputation, not work the step needs, and counting it made these TFLOP/s 1.17x those of
+    `model_flops`' count for the same work."""
+    forward = 4 * heads * head_size * float((lengths.double() ** 2).sum())
+    return 3 * forward
 
 
 def timed(fn, reps: int) -> float:
@@ -83,7 +97,7 @@ def kernels(B, T, A, hs, real, device, dtype, reps):
     if varlen_attn is not None:
         variants["varlen_attn, packed"] = packed
     real_rows = ref.transpose(1, 2).flatten(0, 1)[index]
-    flops = 4 * A * hs * float((lengths.float() ** 2).sum()) * 3.5  # forward 2 matmuls, backward 2.5x
+    flops = attention_flops(lengths, A, hs)   # of the real tokens, forward + backward, no recompute counted
     for name, fn in variants.items():
         try:
             y = fn()

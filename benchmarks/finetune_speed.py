@@ -12,7 +12,9 @@ Rows, all training steps (forward + backward + AdamW step, batch 32, fp32, same 
 
 All rows train on the same randomly drawn `steps x batch` examples of SST-2 train, each in its own
 batching (shuffled for transformers, length-bucketed for ours), one warm-up step first; the rows take
-their steps in turn (round robin) so a busy machine slows them alike.
+their steps in turn (round robin) so a busy machine slows them alike. Both models attend through SDPA
+(transformers built with `attn_implementation="sdpa"`) with the preset's dropout, in train mode. examples/s is
+the timed steps' examples over their summed wall seconds (a mean rate over the steps, not a median).
 
     .venv/bin/python benchmarks/finetune_speed.py [--steps 8] [--batch-size 32] [--threads N]
 """
@@ -33,6 +35,7 @@ from albertlm.tasks.features import Feature, bucket_batches, collate, encode_pai
 from albertlm.tokenization import load_tokenizer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+HF_ATTENTION = "sdpa"   # transformers' attention named, not its version's default: SDPA, as ours (model_speed.py)
 
 
 def load_features(max_length: int) -> tuple[list[Feature], int]:
@@ -91,7 +94,8 @@ def hf_model(cfg):
                           num_attention_heads=cfg.num_heads, intermediate_size=cfg.ffn_size,
                           hidden_act=cfg.activation, hidden_dropout_prob=cfg.hidden_dropout,
                           attention_probs_dropout_prob=cfg.attention_dropout,
-                          classifier_dropout_prob=cfg.classifier_dropout, num_labels=2)
+                          classifier_dropout_prob=cfg.classifier_dropout, num_labels=2,
+                          attn_implementation=HF_ATTENTION)
     return HFAlbert(hf_cfg)
 
 

@@ -4,9 +4,15 @@ Rows: a preset (albert-base by default) at B x T shapes, fp32 and bf16 autocast,
 backward + AdamW step) and inference (forward computing the MLM + SOP outputs, no grad). Both models get the
 same weights, the same 15% masked positions (ours as masked_lm_positions, transformers as `labels` with -100
 elsewhere) and sentence-order labels. Variants (`--variants`): `ours` (eager, with the CPU fast paths
-`training.precision.prepare_model` picks for this machine), `hf` (transformers eager), and `ours-compiled` /
-`hf-compiled` (`torch.compile`, default mode; the first calls, which compile, are not timed; compile
-seconds are printed). Ratios are against transformers eager and, where measured, compiled.
+`training.precision.prepare_model` picks for this machine), `hf` (transformers eager, i.e. not compiled), and
+`ours-compiled` / `hf-compiled` (`torch.compile`, default mode; the first calls, which compile, are not timed;
+compile seconds are printed). Ratios are against transformers eager and, where measured, compiled. Both
+models attend through `F.scaled_dot_product_attention` (transformers loaded with `attn_implementation="sdpa"`,
+not left to its version's default), run with the same dropout (the preset's, exported with the weights), in
+train mode for training rows and eval mode for inference rows. Every variant runs 3 untimed steps first (where
+compiles and lazy optimizer state land), then `--reps` / `--infer-reps` timed steps, the variants taking their
+steps in turn; each variant's time is the median of its timed steps, and tok/s, MFU and every ratio are of
+those medians.
 
 `--real 0.5`: rows of different lengths with that mean fraction of real tokens, the rest padding (pretraining
 data built from short documents looks like this). `ours` then gets the batch's `token_index`, as `albertlm
@@ -64,6 +70,9 @@ OUR_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_lab
             "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "token_index")
 HF_KEYS = ("input_ids", "attention_mask", "token_type_ids", "sentence_order_label", "labels")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# transformers' attention, named rather than left to its default (which has changed between its versions): SDPA,
+# the kernel ours runs, so that a ratio measures the models and not eager attention's softmax-and-two-matmuls
+HF_ATTENTION = "sdpa"
 VARIANTS = ("ours", "hf", "ours-padded", "ours-compiled", "ours-cudagraphs", "hf-compiled", "hf-unmasked-compiled")
 
 
@@ -257,7 +266,8 @@ def make_inputs(cfg, B: int, T: int, seed: int = 0, device: torch.device | str =
 
 
 def build_models(cfg):
-    """Ours (seeded) and transformers' AlbertForPreTraining with the same weights, on the CPU."""
+    """Ours (seeded) and transformers' AlbertForPreTraining with the same weights, on the CPU; transformers'
+    attention is `HF_ATTENTION` (SDPA), as ours."""
     import transformers
 
     from albertlm.interop.hf import export_hf
@@ -266,7 +276,7 @@ def build_models(cfg):
     ours = AlbertForPreTraining(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         export_hf(ours, tmp)
-        theirs = transformers.AlbertForPreTraining.from_pretrained(tmp)
+        theirs = transformers.AlbertForPreTraining.from_pretrained(tmp, attn_implementation=HF_ATTENTION)
     return ours, theirs
 
 
@@ -460,8 +470,8 @@ def main() -> None:
     print(f"{args.preset} on {where}; torch {torch.__version__}. Fast paths: fp32 "
           f"{choose_fast_path(device, 'fp32')}, bf16 {choose_fast_path(device, 'bf16')}. The matmul rate is "
           f"measured before each row ({' or '.join(gemm_kernels(torch.float32, device))}, the fastest; "
-          f"{'x'.join(map(str, gemm_shape(device)))}); MFU = model FLOPs / time / that rate. Compare ratios, "
-          "not absolutes."
+          f"{'x'.join(map(str, gemm_shape(device)))}); MFU = model FLOPs / time / that rate. transformers' "
+          f"attention: {HF_ATTENTION}. Compare ratios, not absolutes."
           + (f" Rows are {args.real:.0%} real tokens on average (tok/s: real tokens)." if args.real < 1 else "")
           + dtypes_note(dtypes, args.dtypes is not None, device))
     extra = [v for v in variants if v not in ("ours", "hf")]

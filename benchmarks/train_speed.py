@@ -15,7 +15,10 @@ for the next batch. `--compiled` adds `albertlm pretrain --train.compile default
 `torch.compile`. Every variant first runs one untimed warm-up chunk (`--steps` steps, on batches the timed
 chunks do not reuse): compiling happens there, and any recompile for a new shape (our loop marks its
 padding-skipping `token_index`, a different length per batch, as dynamic, so there should be none). The
-compile seconds printed are that warm-up chunk's time less as many median timed steps.
+compile seconds printed are that warm-up chunk's time less as many median timed steps. Each variant's time is
+the median of its timed steps (the first step of every chunk is not timed); tok/s is the timed batches' mean
+real tokens over that median, and the ratios are of the medians. transformers runs with SDPA attention and the
+preset's dropout, as ours (`model_speed.build_models`).
 
     python benchmarks/train_speed.py [--device cpu|cuda] [--rows 8x128,2x512] [--dtypes fp32,bf16]
         [--chunks 2] [--steps 3] [--compiled]
