@@ -6,6 +6,8 @@
    named by its magic bytes, with what to do, and never read.
 2. Fine-tuning's "cannot write the best model" error named the folder as given (relative), pretraining's
    checkpoint errors name it absolutely: now both do.
+3. A LOCAL_RANK left in the shell (LOCAL_RANK=1 with no WORLD_SIZE, or past it) made every error of every
+   command silent (exit 2, no line): such a process is outside a launch and reports.
 """
 from __future__ import annotations
 
@@ -58,3 +60,31 @@ def test_best_model_write_error_names_the_absolute_folder(tmp_path: Path, monkey
     message = str(caught.value)
     assert message.startswith(f"{tmp_path.resolve() / 'run' / 'best'}: cannot write the best model"), message
     assert "previous best is unchanged" in message and not list((tmp_path / "run").iterdir())
+
+
+# -- 3. a stray LOCAL_RANK outside a launch does not silence errors -----------------------------------------------
+@pytest.mark.parametrize("env, speaks", [({"LOCAL_RANK": "1"}, True), ({"LOCAL_RANK": "1", "WORLD_SIZE": "1"}, True),
+                                         ({"LOCAL_RANK": "2", "WORLD_SIZE": "2"}, True),
+                                         ({"LOCAL_RANK": "1", "WORLD_SIZE": "2", "RANK": "1"}, False),
+                                         ({"LOCAL_RANK": "0", "WORLD_SIZE": "2", "RANK": "1"}, True),
+                                         ({"RANK": "1", "WORLD_SIZE": "2"}, False), ({"RANK": "1"}, True)])
+def test_reports_here_outside_a_launch(monkeypatch, env: dict, speaks: bool) -> None:
+    from albertlm.errors import reports_here
+
+    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert reports_here() is speaks
+
+
+def test_a_stray_local_rank_still_prints_the_error_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")}
+    env["LOCAL_RANK"] = "1"
+    done = subprocess.run([sys.executable, "-m", "albertlm", "pretrain", "--out", "x", "--max-steps", "1.5"],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "--max-steps" in done.stderr and "cannot read '1.5'" in done.stderr, done.stderr

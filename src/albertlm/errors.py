@@ -18,11 +18,11 @@ def reports_here() -> bool:
         return True
     try:  # a launch set up wrongly by hand (RANK not a number, or past WORLD_SIZE) is refused: say why here
         number = int(rank)
-        if local is None:   # RANK=1 with no WORLD_SIZE (1) is outside the launch too
-            return not 0 <= number < int(os.environ.get("WORLD_SIZE", "1"))
+        # RANK=1 or LOCAL_RANK=1 with no WORLD_SIZE (1), or past it, is outside a launch too (a LOCAL_RANK left in
+        # the shell by hand: every error of every command was silent, exit 2 and no line)
+        return not 0 <= number < int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         return True
-    return False
 
 
 # A rank that is not the one to speak fails, before the process group forms, on what every rank checks (the
