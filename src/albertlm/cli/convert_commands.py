@@ -124,10 +124,11 @@ def run(args: argparse.Namespace, command: str) -> int:
         except OSError as exc:
             raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
         card = None
+        warned: list[str] = []   # said on stderr after the summary, as every command's warnings are
         if args.dst_format == "hf":  # tokenizer_config.json, tokenizer.json and README.md beside the model
             from albertlm.interop.hf import complete_export
 
-            *more, card = complete_export(model, stage, src, tokenizer)
+            *more, card = complete_export(model, stage, src, tokenizer, warnings=warned)
             copied = copied + more
         _move_into_place(stage, dst, args.overwrite)
     copied = [line.replace(str(stage), str(dst)) for line in copied]
@@ -138,6 +139,10 @@ def run(args: argparse.Namespace, command: str) -> int:
 
         no_tokenizer = f"none found beside the source{missing_run_tokenizer(base)} (see --tokenizer)"
     print_summary(model, src, src_format, dst, args.dst_format, notes, copied, card, no_tokenizer)
+    from albertlm.errors import say_warning
+
+    for text in warned:   # `albertlm convert: warning: ...` (a bare `warning:` inside the tokenizer line before)
+        say_warning(text.replace(str(stage), str(dst)))
     return 0
 
 
@@ -361,6 +366,7 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
         logger.removeHandler(handler)
         logger.setLevel(level)
         logger.propagate = propagate
+    handler.messages = _nothing_made_up(model, src, handler.messages)
     from albertlm.model.io import stored_float_dtype
 
     # the model loads as float32; a bf16 / fp16 source is written back in its own dtype (was float32: twice the size)
@@ -370,6 +376,34 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
         return model, (handler.messages or [ALL_MAPPED]) + [
             f"weights kept in the source's dtype ({str(dtype).removeprefix('torch.')})"]
     return model, handler.messages
+
+
+# the model loader's note (model.io.load_state_into) on weights the checkpoint lacks, which it draws at random
+FRESH_NOTE = "freshly initialised weights (not in the checkpoint): "
+
+
+def _nothing_made_up(model, src: Path, messages: list[str]) -> list[str]:
+    """Convert writes the weights SRC holds, none drawn at random: the loader freshly initialises head weights the
+    checkpoint lacks (a classifier, a SOP / MLM head, the pooler of the class SRC names), and those were written to
+    DST as trained ones, the summary's note the only trace (every later load then said "all weights mapped", and
+    predict scored the random classifier). A bare `AlbertModel` saved without a pooler (`add_pooling_layer=False`)
+    converts without one (transformers' AlbertModel makes its own and says so); any other missing weight is a
+    UserError (a half-written or damaged directory). Returns the notes left to print."""
+    fresh = [name.strip() for message in messages if message.startswith(FRESH_NOTE)
+             for name in message[len(FRESH_NOTE):].split(",")]
+    if not fresh:
+        return messages
+    from albertlm.model.albert import AlbertModel
+
+    kept = [message for message in messages if not message.startswith(FRESH_NOTE)]
+    if isinstance(model, AlbertModel) and all(name.startswith("pooler.") for name in fresh):
+        model.pooler = None
+        return kept + ["no pooler in the source: none written (a model loaded from DST makes a fresh one, and "
+                       "says so)"]
+    raise UserError(f"{src}: its weights lack {', '.join(fresh[:6])}{', ...' if len(fresh) > 6 else ''} of "
+                    f"{type(model).__name__}, the class it holds (a half-written or damaged copy?); "
+                    "convert writes the weights a checkpoint holds and makes up none: give the complete directory, "
+                    "or fine-tune it (`albertlm finetune`) to train a new head")
 
 
 def _load_directory(src: Path, src_format: str):

@@ -300,12 +300,17 @@ def _ends_in_digit_comma(piece: str) -> bool:
 
 
 def complete_export(model: nn.Module, directory: str | Path, source: str | Path | None,
-                    tokenizer_path: str | Path | None) -> list[str]:
+                    tokenizer_path: str | Path | None, warnings: list[str] | None = None) -> list[str]:
     """After `export_hf`: the tokenizer files (when a tokenizer is found) and README.md. Returns lines for
-    the convert summary. A tokenizer that cannot be loaded is reported, not fatal (its files were copied)."""
+    the convert summary. A tokenizer that cannot be loaded is reported, not fatal (its files were copied).
+    Warnings (no tokenizer.json for a BPE model; transformers 5 would give other ids) go to `warnings` as their
+    text, for the caller to say (`errors.say_warning`); without that list they are lines of the summary in the
+    CLI's one form, `albertlm <command>: warning: ...` (`errors.warning_line`; they began with a bare `warning:`)."""
+    from albertlm.errors import warning_line
     from albertlm.tokenization import load_tokenizer
 
     notes, written = [], []
+    said: list[str] = []
     if tokenizer_path is not None:
         try:
             tokenizer = load_tokenizer(tokenizer_path)
@@ -313,13 +318,17 @@ def complete_export(model: nn.Module, directory: str | Path, source: str | Path 
             notes.append(f"tokenizer files from {tokenizer_path}: {', '.join(written)}"
                          + (f" (no tokenizer.json: {why_not})" if why_not and why_not is not BPE_NOTE else ""))
             if why_not is BPE_NOTE:
-                notes.append(f"warning: no tokenizer.json: {why_not}")
+                said.append(f"no tokenizer.json: {why_not}")
             _special_ids_into_config(tokenizer, Path(directory))
             _max_length_into_tokenizer_config(model, Path(directory), source)
             if "tokenizer.json" in written:
-                notes += _rebuild_warning(tokenizer, directory)
+                said += _rebuild_warning(tokenizer, directory)
         except UserError as exc:
             notes.append(f"tokenizer files not written ({exc})")
+    if warnings is not None:
+        warnings += said
+    else:
+        notes += [warning_line(text) for text in said]
     card = write_model_card(model, directory, source, written)
     return notes + [f"model card: {card}"]
 
@@ -353,19 +362,19 @@ def _special_ids_into_config(tokenizer, directory: Path) -> None:
 
 
 def _rebuild_warning(tokenizer, directory: Path) -> list[str]:
-    """The convert summary's warning when transformers 5's AlbertTokenizer would give other ids (above)."""
+    """The convert summary's warning (its text) when transformers 5's AlbertTokenizer would give other ids (above)."""
     from tokenizers import Tokenizer
 
     count, example = transformers5_rebuild_differences(tokenizer, Tokenizer.from_file(str(directory / "tokenizer.json")))
     if not count:
         return []
     if example and example[-1:] in "\uff9e\uff9f":
-        return [f"warning: transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
+        return [f"transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
                 f"(no composition) and reads half-width katakana with a sound mark as two characters, e.g. "
                 f"{example!r} for {unicodedata.normalize('NFKC', example)!r} ({count:,} forms of this vocabulary's "
                 f"pieces get other ids than albertlm and sentencepiece); load our ids with "
                 f"PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\")"]
-    return [f"warning: transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
+    return [f"transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
             f"(NFKD accent stripping, no recomposition) and encodes {count:,} of its {tokenizer.vocab_size:,} "
             f"pieces otherwise, e.g. {example!r} (Hangul becomes <unk>); load our ids with "
             f"PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\"), or train the "
