@@ -253,6 +253,9 @@ def _train(args: argparse.Namespace) -> int:
                if getattr(counts, k)}
     if long_sentences[0]:
         skipped["sentences over 4192 bytes cut"] = long_sentences[0]
+    if stats.get("reserved_char_sentences"):   # sentencepiece would have dropped them whole
+        skipped["sentences holding U+2585 ▅ trained with a space for it (sentencepiece reserves it)"] = \
+            stats["reserved_char_sentences"]
     if skipped:
         print("skipped or changed: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in skipped.items()),
               file=sys.stderr)

@@ -614,13 +614,23 @@ def read_with_progress(files: Sequence[Path], read_lines: LineReader, progress=N
             progress.update(done - progress.n)
 
 
+# sentencepiece's trainer drops every sentence holding this character (its internal unknown marker, "▅"
+# LOWER FIVE EIGHTHS BLOCK, trainer_interface.cc: "Reserved chars are found. Skipped", said at info level only)
+RESERVED_CHAR = "\u2585"
+
+
 def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, progress=None,
                         read_lines: LineReader = read_text_lines, max_bytes: int | None = None,
-                        on_cut: Callable[[], None] | None = None, marks_lost: list[int] | None = None):
+                        on_cut: Callable[[], None] | None = None, marks_lost: list[int] | None = None,
+                        reserved: list[int] | None = None):
     """Stream non-blank lines, preprocessed exactly as `encode` will preprocess them.
 
     `marks_lost`, when given and the options strip accents: its first item counts the lines holding voiced kana,
     whose sound marks the stripping drops (ガ -> カ; see `SentencePieceTokenizer._warn_if_kana_marks_are_lost`).
+
+    A line holding RESERVED_CHAR ("▅", ASCII-art bars in web text), which sentencepiece's trainer would drop
+    whole without a word, is given with a space in its place (the model never holds that character: it is
+    `<unk>` when encoded, as it was); `reserved`, when given, counts such lines in its first item.
 
     A line over `max_bytes` UTF-8 bytes (sentencepiece skips those) is cut into pieces that fit, at spaces
     where it has them, and `on_cut()` is called once for it: a corpus without sentence breaks (text8, CJK
@@ -632,6 +642,12 @@ def iter_training_lines(files: Sequence[Path], options: SentencePieceOptions, pr
         if marked is not None and not line.isascii() and marked.search(line):
             marks_lost[0] += 1   # type: ignore[index]
         line = preprocess(valid_unicode(line))  # sentencepiece's trainer refuses surrogates
+        if not line.isascii() and RESERVED_CHAR in line:
+            line = line.replace(RESERVED_CHAR, " ")
+            if reserved is not None:
+                reserved[0] += 1
+            if not line.strip():
+                continue
         if max_bytes is not None and len(line) * 4 > max_bytes and len(line.encode("utf-8")) > max_bytes:
             if on_cut is not None:
                 on_cut()
@@ -753,22 +769,51 @@ _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a
 _TOO_FEW = re.compile(r"smaller than required_chars\. (\d+) vs (\d+)\.")
 
 
-def _explain_failure(message: str, train: SentencePieceTrainOptions, sentences: int) -> str:
+# sentencepiece's checks failing when nothing of the input is left to train on (an `INTERNAL: ...cc(576)
+# [(all_chars_count) > (0)]` line was all the user saw)
+_NO_TEXT_CHECKS = ("[!sentences_.empty()]", "[(all_chars_count) > (0)]")
+
+
+def _no_text(sentences: int, reserved: int) -> str:
+    """The one-line error for a training input that holds no character sentencepiece keeps: lines of control
+    characters only (its normalizer deletes them), or of RESERVED_CHAR only."""
+    read = f"the {sentences:,} sentences read hold" if sentences else "the input holds"
+    only = f" or {RESERVED_CHAR!r} (U+2585, which sentencepiece reserves)" if reserved else ""
+    return (f"sentencepiece training failed: no text to train on: {read} only characters its normalizer deletes "
+            f"(control characters){only}")
+
+
+def _explain_failure(message: str, train: SentencePieceTrainOptions, sentences: int,
+                     trained: int | None = None) -> str:
     """What sentencepiece's two vocabulary-size failures mean for the user, in our flags' words, appended to its
     sentence (kept: `experiments.runner` reads its numbers). They said "Please set it to a value <= 2354" or
-    "800 vs 1394" without saying which option, why, or that the numbers are the corpus's limits."""
-    read = f"the {sentences:,} sentences read" if sentences else "the input"
+    "800 vs 1394" without saying which option, why, or that the numbers are the corpus's limits.
+
+    `trained` < `sentences`: sentencepiece saw a sample (--input-sentence-size), whose limits these are: the
+    advice is a larger sample, not more text (it said "the 8,612 sentences read give at most 1,159 pieces;
+    train on more text" for a sample of 300 of them)."""
+    sampled = trained is not None and trained < sentences
+    if sampled and not train.shuffle_input_sentence:
+        read = (f"the first {trained:,} sentences (--no-shuffle, --input-sentence-size "
+                f"{train.input_sentence_size:,})")
+    elif sampled:
+        read = (f"the {trained:,} sentences sampled of the {sentences:,} read (--input-sentence-size "
+                f"{train.input_sentence_size:,})")
+    else:
+        read = f"the {sentences:,} sentences read" if sentences else "the input"
+    more = "raise --input-sentence-size (0 = all)" if sampled else "train on more text"
     too_high = _TOO_HIGH.search(message)
     if too_high:
         limit = int(too_high.group(2))
-        return (f" (--vocab-size {train.vocab_size} is more than this corpus can fill: {read} give at most {limit:,} "
-                f"{train.model_type} pieces; train on more text, or pass --vocab-size {limit} or less)")
+        return (f" (--vocab-size {train.vocab_size} is more than this {'sample' if sampled else 'corpus'} can fill: "
+                f"{read} give at most {limit:,} {train.model_type} pieces; {more}, or pass --vocab-size {limit} "
+                "or less)")
     too_few = _TOO_FEW.search(message)
     if too_few:
         needed, meta = int(too_few.group(2)), len(SPECIAL_PIECES) + len(train.user_defined_symbols)
         return (f" (every character --character-coverage {train.character_coverage} keeps needs a piece of its own: "
-                f"{needed - meta:,} characters of this corpus and {meta} special and user-defined pieces make "
-                f"{needed:,}; a useful vocabulary is a few times that)")
+                f"{needed - meta:,} characters of this {'sample' if sampled else 'corpus'} and {meta} special and "
+                f"user-defined pieces make {needed:,}; a useful vocabulary is a few times that)")
     return ""
 
 
@@ -852,7 +897,8 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
     `iter_training_lines`) rather than skipped by sentencepiece. `show_progress`: a byte bar on a terminal and a
     line when sentencepiece's training starts; else `log_progress`: plain lines for a log once reading has taken
     long (`LogProgress`), and one when the training ends. `stats`, when given, is filled with the number of
-    sentences read (`sentences_read`) and trained on (`sentences_trained`: fewer when sampled).
+    sentences read (`sentences_read`) and trained on (`sentences_trained`: fewer when sampled), and the sentences
+    trained with a space for RESERVED_CHAR (`reserved_char_sentences`; see `iter_training_lines`).
     """
     import sentencepiece as spm
     from tqdm import tqdm
@@ -875,9 +921,9 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
         tqdm(total=total_bytes, unit="B", unit_scale=True, desc="reading", disable=not show_progress or None,
              leave=False)
     with bar:
-        read, marks_lost = [0], [0]
+        read, marks_lost, reserved = [0], [0], [0]
         lines = _counted(iter_training_lines(paths, options, bar, read_lines, train.max_sentence_length, on_cut,
-                                             marks_lost), read)
+                                             marks_lost, reserved), read)
         if sampled:
             lines = _drain(sample_lines(lines, train.input_sentence_size, train.seed))
         first = train.input_sentence_size if not train.shuffle_input_sentence else 0
@@ -897,17 +943,20 @@ def train_sentencepiece(files: Sequence[str | Path], out_dir: str | Path,
             if lines.error is not None:   # raised while reading: the reader's own error, or Ctrl-C
                 raise lines.error from None
             message = str(exc).strip().splitlines()[-1]
+            if any(check in message for check in _NO_TEXT_CHECKS):
+                raise UserError(_no_text(read[0], reserved[0])) from None
             # "INTERNAL: src/trainer_interface.cc(744) [(a) == (b)] Vocabulary size ..." -> its sentence
             message = re.sub(r"^[A-Z_]+: \S+\.cc\(\d+\) \[.*?\] ?", "", message) or message
             message = message.replace("vocab_size or decrease character_coverage with --character_coverage option",
                                       f"--vocab-size or decrease --character-coverage (down to "
                                       f"{MIN_CHARACTER_COVERAGE})")   # the CLI's flags, not spm_train's
-            raise UserError(f"sentencepiece training failed: {message}{_explain_failure(message, train, read[0])}") \
-                from None
+            explained = _explain_failure(message, train, read[0], read[1] if len(read) > 1 else None)
+            raise UserError(f"sentencepiece training failed: {message}{explained}") from None
     if isinstance(bar, LogProgress):
         bar.finished(f"training the {train.model_type} model")
     if stats is not None:
-        stats.update(sentences_read=read[0], sentences_trained=read[1] if len(read) > 1 else read[0])
+        stats.update(sentences_read=read[0], sentences_trained=read[1] if len(read) > 1 else read[0],
+                     reserved_char_sentences=reserved[0])
     if marks_lost[0]:
         warn_kana_marks_dropped(marks_lost[0], read[0])
     _reproducible_model(out_dir / MODEL_FILE, train.shuffle_input_sentence)
