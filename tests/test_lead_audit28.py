@@ -8,6 +8,8 @@
    checkpoint errors name it absolutely: now both do.
 3. A LOCAL_RANK left in the shell (LOCAL_RANK=1 with no WORLD_SIZE, or past it) made every error of every
    command silent (exit 2, no line): such a process is outside a launch and reports.
+4. `tokenizer train --kind wordpiece --vocab-size 6` wrote 7 tokens (the trainer keeps a character as a word start
+   and as its ## continuation), past the documented "never exceeds --vocab-size": refused below 7.
 """
 from __future__ import annotations
 
@@ -88,3 +90,18 @@ def test_a_stray_local_rank_still_prints_the_error_line(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "albertlm", "pretrain", "--out", "x", "--max-steps", "1.5"],
                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2 and "--max-steps" in done.stderr and "cannot read '1.5'" in done.stderr, done.stderr
+
+
+# -- 4. a WordPiece vocabulary never exceeds --vocab-size ------------------------------------------------------------
+def test_wordpiece_vocab_size_below_seven_is_refused_and_seven_fits(tmp_path: Path, capsys) -> None:
+    from albertlm.cli.main import main
+    from albertlm.tokenization import load_tokenizer
+    from conftest import assert_one_error
+
+    text = tmp_path / "a.txt"
+    text.write_text(shared_path("text", "sample_text.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    args = ["tokenizer", "train", "--kind", "wordpiece", "--input", str(text)]
+    assert_one_error(capsys, main([*args, "--out", str(tmp_path / "six"), "--vocab-size", "6"]), "at least 7")
+    assert not (tmp_path / "six" / "vocab.txt").exists()
+    assert main([*args, "--out", str(tmp_path / "seven"), "--vocab-size", "7"]) == 0
+    assert load_tokenizer(tmp_path / "seven").vocab_size <= 7

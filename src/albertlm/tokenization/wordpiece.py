@@ -296,6 +296,11 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
                                                      read_text_lines, read_with_progress, warn_kana_marks_dropped)
 
     check_vocab_size(vocab_size)
+    if vocab_size < len(SPECIAL_TOKENS) + 2:   # the trainer keeps a character as a word start and as ##c
+        raise UserError(f"vocab_size must be at least {len(SPECIAL_TOKENS) + 2} for WordPiece (the "
+                        f"{len(SPECIAL_TOKENS)} special tokens, and a character both as a word start and as its "
+                        f"## continuation), got {vocab_size} (the trainer would write "
+                        f"{len(SPECIAL_TOKENS) + 2} tokens)")
     options = options or WordPieceOptions()
     paths = [str(p) for p in files]
     total = check_training_input([Path(p) for p in paths], check_lines or read_lines or read_text_lines,
