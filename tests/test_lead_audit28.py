@@ -10,6 +10,8 @@
    command silent (exit 2, no line): such a process is outside a launch and reports.
 4. `tokenizer train --kind wordpiece --vocab-size 6` wrote 7 tokens (the trainer keeps a character as a word start
    and as its ## continuation), past the documented "never exceeds --vocab-size": refused below 7.
+5. `export onnx DIR/` printed the tokenizer export's warnings (a BPE model has no tokenizer.json) inside stdout's
+   summary; they go to stderr as `albertlm export: warning: ...`, as convert's do since this session.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 
 from albertlm.data.corpus import CorpusCounts, binary_reason, read_documents
 from conftest import shared_path
+from test_hf_audit28 import bpe_spiece  # noqa: F401  (a fixture)
 
 UNREAD = {"lz4": b"\x04\x22\x4d\x18", "Unix compress": b"\x1f\x9d\x90", "lzip": b"LZIP\x01", "lzop": b"\x89LZO\x00"}
 
@@ -105,3 +108,19 @@ def test_wordpiece_vocab_size_below_seven_is_refused_and_seven_fits(tmp_path: Pa
     assert not (tmp_path / "six" / "vocab.txt").exists()
     assert main([*args, "--out", str(tmp_path / "seven"), "--vocab-size", "7"]) == 0
     assert load_tokenizer(tmp_path / "seven").vocab_size <= 7
+
+
+# -- 5. export onnx DIR/: the tokenizer's warnings on stderr, in the command's warning form ------------------------
+def test_export_onnx_directory_says_the_tokenizer_warning_on_stderr(bpe_spiece, tmp_path: Path, capsys,
+                                                                     one_thread) -> None:
+    pytest.importorskip("onnx")
+    from albertlm.cli.main import main
+    from test_followups_audit18 import _tiny_pretrained
+
+    src = _tiny_pretrained(tmp_path / "m", 300)
+    capsys.readouterr()
+    assert main(["export", "onnx", str(src), "--out", str(tmp_path / "served"), "--tokenizer", str(bpe_spiece)]) == 0
+    out, err = capsys.readouterr()
+    assert "warning:" not in out, out
+    said = [line for line in err.splitlines() if "warning:" in line]
+    assert len(said) == 1 and said[0].startswith("albertlm export: warning: no tokenizer.json: a BPE"), err

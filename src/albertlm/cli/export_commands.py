@@ -161,7 +161,8 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
                                      "float16's range (65504); serve the fp32 file")
             lines.append(line)
         if directory:
-            lines += _write_serving_files(staging, model, model_dir, metadata, tokenizer, tokenizer_given)
+            lines += _write_serving_files(staging, model, model_dir, metadata, tokenizer, tokenizer_given,
+                                          warnings_)
             lines.append(_serving_directory_line(out, model, staging, names))
         else:
             lines.append(_serving_line(metadata, model, tokenizer, tf_source))
@@ -179,7 +180,7 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
     for line in lines:
         print(line)
     for warning in warnings_:
-        say_warning(warning)
+        say_warning(warning.replace(str(staging), str(out)) if directory else warning)
     return 0
 
 
@@ -405,9 +406,11 @@ def _install(staging: Path, target: Path, names: dict[str, str], directory: bool
 
 
 def _write_serving_files(staging: Path, model, model_dir: Path, metadata: dict[str, str], tokenizer: Path | None,
-                         given: Path | None) -> list[str]:
+                         given: Path | None, warnings: list[str] | None = None) -> list[str]:
     """config.json (transformers' AlbertConfig, as `convert --to hf` writes it: model_type, architectures, the
-    labels and problem type in the .onnx's metadata) and the tokenizer files beside onnx/; lines to print."""
+    labels and problem type in the .onnx's metadata) and the tokenizer files beside onnx/; lines to print. The
+    tokenizer export's warnings go to `warnings` (said on stderr with the command's others; they were lines of
+    stdout's summary)."""
     import json
 
     from albertlm.interop.hf import complete_export, hf_config
@@ -424,7 +427,7 @@ def _write_serving_files(staging: Path, model, model_dir: Path, metadata: dict[s
     if source is None:
         return ["tokenizer: none found beside the checkpoint (--tokenizer names one): the directory has no "
                 "tokenizer files, which optimum's pipelines and transformers.js need"]
-    notes = complete_export(model, staging, model_dir if model_dir.is_dir() else None, source)
+    notes = complete_export(model, staging, model_dir if model_dir.is_dir() else None, source, warnings=warnings)
     (staging / "README.md").unlink(missing_ok=True)   # a model card whose snippet loads PyTorch weights: not here
     if "max_seq_length" in metadata and (staging / "tokenizer_config.json").is_file():   # the length fine-tuned with
         path = staging / "tokenizer_config.json"
