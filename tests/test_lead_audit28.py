@@ -12,6 +12,8 @@
    and as its ## continuation), past the documented "never exceeds --vocab-size": refused below 7.
 5. `export onnx DIR/` printed the tokenizer export's warnings (a BPE model has no tokenizer.json) inside stdout's
    summary; they go to stderr as `albertlm export: warning: ...`, as convert's do since this session.
+6. `albertlm info` did not say what a fine-tuned model is for: a classifier's labels and problem type, and the
+   fine-tuning's family, task and length (the first things checked after a conversion): said now, and in --json.
 """
 from __future__ import annotations
 
@@ -124,3 +126,29 @@ def test_export_onnx_directory_says_the_tokenizer_warning_on_stderr(bpe_spiece, 
     assert "warning:" not in out, out
     said = [line for line in err.splitlines() if "warning:" in line]
     assert len(said) == 1 and said[0].startswith("albertlm export: warning: no tokenizer.json: a BPE"), err
+
+
+# -- 6. info says a classifier's labels and a fine-tuned model's task ------------------------------------------------
+def test_info_names_labels_and_fine_tuning(tmp_path: Path, capsys) -> None:
+    import json
+
+    from albertlm.cli.main import main
+    from test_hf_parity import hf_config, hf_model
+
+    hf = hf_model("AlbertForSequenceClassification", hf_config(num_hidden_layers=2, num_labels=3,
+                                                                   id2label={0: "모순", 1: "중립", 2: "함의"}))
+    hf.save_pretrained(tmp_path / "hf")
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out
+    assert "labels: 0 = 모순, 1 = 중립, 2 = 함의" in out, out
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "ours"), "--to", "albertlm"]) == 0
+    (tmp_path / "ours" / "task.json").write_text(json.dumps({"family": "classify", "max_seq_length": 32,
+                                                             "labels": ["모순", "중립", "함의"]}))
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "ours"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["task"] == {"family": "classify", "max_seq_length": 32}
+    assert info["labels"]["id2label"] == {"0": "모순", "1": "중립", "2": "함의"}
+    assert main(["info", str(tmp_path / "ours")]) == 0
+    assert "fine-tuned: classify, max_seq_length 32" in capsys.readouterr().out

@@ -142,6 +142,37 @@ def _is_tf(path) -> bool:
         return False
 
 
+def _task_of(directory, name: str) -> dict:
+    """What a fine-tuned model is for, the first thing checked after a conversion: `task` (albertlm's fine-tuning
+    record: family, task, max_seq_length, regression) and `labels` (a classifier's id2label and problem_type, from
+    config.json, labels.json or that record); neither key when there is nothing to say."""
+    from albertlm.model.io import fine_tuning_record, read_labels
+
+    record = fine_tuning_record(directory)
+    task = {k: record[k] for k in ("family", "task", "max_seq_length", "regression") if record.get(k) is not None}
+    labels = read_labels(directory) if name in ("AlbertForSequenceClassification",
+                                                "AlbertForTokenClassification") else {}
+    return {**({"task": task} if task else {}), **({"labels": labels} if labels else {})}
+
+
+def _task_lines(task: dict) -> list[str]:
+    lines = []
+    record = task.get("task") or {}
+    if record:
+        said = [f"{record['family']}" + (f" {record['task']}" if record.get("task") else "")] if "family" in record \
+            else []
+        said += [f"max_seq_length {record['max_seq_length']}"] if "max_seq_length" in record else []
+        said += ["regression"] if record.get("regression") else []
+        lines.append(f"fine-tuned: {', '.join(said)}")
+    labels = task.get("labels") or {}
+    if labels.get("id2label"):
+        names = labels["id2label"]
+        lines.append("labels: " + ", ".join(f"{k} = {names[k]}" for k in sorted(names, key=int)))
+    if labels.get("problem_type"):
+        lines.append(f"problem_type: {labels['problem_type']}")
+    return lines
+
+
 def run_info(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -172,12 +203,15 @@ def run_info(args: argparse.Namespace) -> int:
                     files={p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()})
     cfg, name = info["config"], info["model_class"]
     body, _ = count_parameters(cfg)
+    task = {} if _is_tf(directory) else _task_of(directory, name)
     info = dict(directory=info["directory"], format=info["format"], model_class=name, parameters=body,
-                stored_parameters=info["stored_parameters"], files=info["files"], config=cfg.to_dict())
+                stored_parameters=info["stored_parameters"], files=info["files"], config=cfg.to_dict(), **task)
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(info, indent=2, ensure_ascii=False))
         return 0
     print(f"{info['directory']}  ({info['format']} format, {name})")
+    for line in _task_lines(task):
+        print(line)
     # the architecture's count, as the paper's tables count it, whether or not this class keeps the pooler
     print(f"parameters: {body:,} (embeddings + encoder + pooler, the paper's count); in the file, with {name}'s "
           f"heads{' and no pooler' if name in WITHOUT_POOLER else ''}: {info['stored_parameters']:,}")
