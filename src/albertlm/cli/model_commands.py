@@ -9,7 +9,7 @@ import json
 import typing
 
 from albertlm.config import ModelConfig
-from albertlm.config.overrides import Options, add_options, command_line_values
+from albertlm.config.overrides import Options, add_options, command_line_values, sources_named
 from albertlm.errors import UserError
 
 COLUMNS = ("preset", "L", "H", "E", "A", "I", "sharing", "groups", "params", "paper", "heads")
@@ -62,7 +62,8 @@ def _params_rows(args: argparse.Namespace) -> list[dict[str, typing.Any]]:
     names = list(dict.fromkeys(args.preset)) if args.preset else list(PRESETS)   # a preset named twice: one row
     rows = []
     for name in names:   # the preset's own name (a JSON reader looks it up), and the overrides applied to it
-        cfg = get_preset(name, **overrides)
+        with sources_named(overrides):   # a value the config refuses is named by the flag typed
+            cfg = get_preset(name, **overrides)
         rows.append({**_row(name, cfg, paper_params(name, overrides)), "overrides": dict(overrides)})
     return rows
 

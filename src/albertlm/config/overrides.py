@@ -10,7 +10,10 @@ A command hands `add_options(parser, Options(...))` its config class; every leaf
   `--flag`, `--flag=false` (and `--no-flag` where the command declares one);
 - values are read here (text -> the field's type; one that is not is named by the flag typed and its other
   spellings: `--max-steps/--train.max_steps: cannot read '1.5' as int (a whole number)`) and validated once,
-  by the config class itself (`__post_init__`): the CLI holds no ranges or choices of its own. The one
+  by the config class itself (`__post_init__`): the CLI holds no ranges or choices of its own. A value those
+  checks refuse is said with where it was given (`build`): the flag typed and its other spellings before the
+  check's message (`--max-steps/--train.max_steps: train.max_steps=-1: must be >= 0`), or the --config file's
+  name (`bad.json: optim.lr=-1.0: must be positive`). The one
   exception is a `Literal` field's choices (the type lists them): a flag's value outside them is refused as it
   is read, named by the flag typed, with the nearest choice (`--precision: train.precision='bf61': must be one
   of ... (did you mean bf16?)`).
@@ -34,6 +37,7 @@ call `add_options(parser, Options(ThatClass))` in `add_arguments`, and `read_opt
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -44,7 +48,7 @@ import re
 import tokenize
 import typing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from albertlm.errors import UserError
 
@@ -258,27 +262,57 @@ def coerce(value: Any, kind: Any, key: str) -> Any:
 
 def build(base: Any, values: dict[str, Any], prefix: str = "") -> Any:
     """A new config: `base` (an instance, or a class whose defaults are used) with dotted `values` set;
-    the config's own `__post_init__` validates the result. Where `values` came from `given_values`, a value the
-    checks refuse that a --config file set is said with the file's name (`optim.lr=-1.0: must be positive` did not
-    say which of the run's sources held it)."""
-    try:
+    the config's own `__post_init__` validates the result. Where `values` came from `given_values` (or
+    `command_line_values`), a value the checks refuse is said with where it was given: the flag as typed and its
+    other spellings (`--max-steps/--train.max_steps: train.max_steps=-1: must be >= 0`; it said the field alone,
+    not the flag typed), or the --config file that set it (`bad.json: optim.lr=-1.0: must be positive`)."""
+    with sources_named(values):
         return _build(base, values, prefix)
+
+
+class Flags(str):
+    """Where a key was given on the command line: the flag as typed, then the key's other spellings
+    (`--max-steps/--train.max_steps`), as an error names it (a --config file's source is its path)."""
+
+
+@contextlib.contextmanager
+def sources_named(values: dict[str, Any]) -> Iterator[None]:
+    """A UserError raised inside is said with where the value it names was given (`GivenValues.sources`: the flags
+    typed, or the --config file): for checks that take `values` other than through `build` (`params`' presets)."""
+    try:
+        yield
     except UserError as exc:
-        path = _file_of(str(exc), getattr(values, "files", {}))
-        if path is None:
+        source = _source_of(str(exc), getattr(values, "sources", {}))
+        if source is None:
             raise
-        raise type(exc)(f"{path}: {exc}") from None
+        raise type(exc)(f"{source}: {exc}") from None
 
 
-def _file_of(message: str, files: dict[str, str]) -> str | None:
-    """The --config file that set a key the message names (`key=value`: the configs' `require`; a section's own
-    checks name its fields without the section, `hidden_size=64: must be divisible by num_heads=5`)."""
-    if not files or message.startswith(tuple(f"{path}:" for path in files.values())):
+def _named_keys(message: str) -> list[str]:
+    """The fields a check's message names, in order: `key=value` (the configs' `require`; a section's own checks
+    name its fields without the section, `hidden_size=64: must be divisible by num_heads=5`), a leading
+    `field must ...` (data build's `max_seq_length must be in [8, 65535], got 3`) or a leading `--flag ...`."""
+    named = []
+    lead = re.match(r"(--)?([A-Za-z_][\w.-]*)(?= must\b|:|=)", message)
+    if lead:
+        named.append(lead.group(2).replace("-", "_") if lead.group(1) else lead.group(2))
+    return named + re.findall(r"([A-Za-z_][\w.]*)=", message)
+
+
+def _source_of(message: str, sources: dict[str, str]) -> str | None:
+    """Where the first key a message names was given (its flags, or its --config file), unless the message says so
+    already; None where it names no given key."""
+    if not sources:
         return None
-    for named in re.findall(r"([A-Za-z_][\w.]*)=", message):
-        for key, path in files.items():
-            if key == named or key.endswith("." + named):
-                return path
+    for named in _named_keys(message):
+        keys = [key for key in sources if key == named] or [key for key in sources if key.endswith("." + named)]
+        if not keys:
+            continue
+        source = sources[keys[0]]
+        said = source.split("/") if isinstance(source, Flags) else [source]
+        if message.startswith(tuple(said)):      # `--dupe-factor must be >= 1` names its flag already
+            return None
+        return source
     return None
 
 
@@ -530,20 +564,23 @@ def _spellings(options: Options, key: str) -> list[str]:
             *(flag for flag, k in options.aliases.items() if k == key)]
 
 
-def _as_typed(flag: str, options: Options, key: str) -> str:
-    """A value's name in a type error: the flag as typed, then the key's other spellings (`--max-steps 1.5` said
+def _as_typed(flag: str, options: Options, key: str) -> Flags:
+    """A value's name in an error: the flag as typed, then the key's other spellings (`--max-steps 1.5` said
     `train.max_steps: cannot read '1.5' as int`, the field, not the flag given)."""
-    return "/".join(dict.fromkeys([flag or option_name(key), *_spellings(options, key)]))
+    return Flags("/".join(dict.fromkeys([flag or option_name(key), *_spellings(options, key)])))
 
 
-def command_line_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
+def command_line_values(args: argparse.Namespace, options: Options) -> GivenValues:
     """The keys given on the command line and their values. A repeated option keeps its last value (as
     argparse does), except a list option, which takes the items of every occurrence (`--input a --input b`);
     two spellings of one key (`--lr` and `--optim.lr`, `--dev` and `--data`, `--flag` and `--no-flag`) with
     different values are an error. A value that is not its field's type is named by the flag given
-    (`--max-steps/--train.max_steps: cannot read '1.5' as int (a whole number)`)."""
+    (`--max-steps/--train.max_steps: cannot read '1.5' as int (a whole number)`), and so is one that the config's
+    checks refuse once `build` is given these values (their `sources`: each key's flags, the last one typed
+    first)."""
     kinds = leaf_keys(options.config)
     out: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     start = options.dest("")
     for dest, given in vars(args).items():
         if not dest.startswith(start) or dest == options.dest("__file__"):
@@ -563,7 +600,8 @@ def command_line_values(args: argparse.Namespace, options: Options) -> dict[str,
             shown = ", ".join(f"{flag} {value!r}" for flag, value in last.items())
             raise UserError(f"{' and '.join(last)} set {key} to different values ({shown}); give one")
         out[key] = values[-1]
-    return out
+        sources[key] = _as_typed(given[-1][0], options, key)
+    return GivenValues(out, sources)
 
 
 def file_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
@@ -581,12 +619,18 @@ def _file_layers(args: argparse.Namespace, options: Options) -> list[tuple[str, 
 
 
 class GivenValues(dict):
-    """`given_values`' dotted key -> value, with `files`: the --config file each key that the command line does not
-    set came from, so that `build` names the file of a value the config's checks refuse."""
+    """`given_values`' (or `command_line_values`') dotted key -> value, with `sources`: where each key was given,
+    the flags typed (`Flags`) or the --config file's path, so that `build` names the source of a value the config's
+    checks refuse. A key a given one implies (`--epochs` -> `train.max_steps`) has the source of the key given."""
 
-    def __init__(self, values: dict[str, Any], files: dict[str, str]):
+    def __init__(self, values: dict[str, Any], sources: dict[str, str]):
         super().__init__(values)
-        self.files = files
+        self.sources = sources
+
+    @property
+    def files(self) -> dict[str, str]:
+        """The older name of `sources` (which names the --config files, and now the flags too)."""
+        return self.sources
 
 
 def _config_files(args: argparse.Namespace, options: Options) -> list[str]:
@@ -601,13 +645,21 @@ def given_values(args: argparse.Namespace, options: Options) -> dict[str, Any]:
     `train.max_steps` trains 2 epochs."""
     cls = options.config
     out: dict[str, Any] = {}
-    files: dict[str, str] = {}
+    sources: dict[str, str] = {}
     for path, values in _file_layers(args, options):
         out.update(values)
-        files.update(dict.fromkeys(values, path))
-    line = implied(cls, command_line_values(args, options))
+        sources.update(dict.fromkeys(values, path))
+    typed = command_line_values(args, options)
+    line = implied(cls, typed)
     out.update(line)
-    return GivenValues(out, {key: path for key, path in files.items() if key not in line})
+    for key in line:                     # a key the command line implies is said by the flag that implied it
+        source = typed.sources.get(key) or next((typed.sources[given] for given in typed
+                                                 if key in implied(cls, {given: typed[given]})), None)
+        if source is not None:
+            sources[key] = source
+        else:                            # implied by flags together only: no one flag to name
+            sources.pop(key, None)
+    return GivenValues(out, sources)
 
 
 def read_options(args: argparse.Namespace, options: Options, base: Any = None) -> Any:
