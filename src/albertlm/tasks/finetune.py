@@ -32,7 +32,8 @@ from albertlm.tasks.features import Feature, bucket_batches, collate
 from albertlm.tasks.tables import Problems
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
-from albertlm.training.distributed import DistInfo, failing_together, init_distributed, pick_device, unwrap
+from albertlm.training.distributed import (DistInfo, check_shared_out, failing_together, init_distributed,
+                                           pick_device, unwrap)
 from albertlm.training.loop import Batch, Loop, StepData
 from albertlm.training.metrics import _terminal
 from albertlm.training.precision import autocast, check_precision, prepare_model
@@ -638,6 +639,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
         old_run += prediction_files(out_dir)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
     check_same_finetune(spec, cfg, info, out_dir, resume)
+    check_shared_out(out_dir, info)   # several nodes: one --out they all see, before anything is written
     said = None
     with contextlib.ExitStack() as held:
         held.enter_context(callers_rng_kept(info.device))   # the caller's random stream is as it was after the run

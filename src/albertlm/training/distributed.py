@@ -553,6 +553,102 @@ def refuse_differences(info: DistInfo, values: dict, advice: str) -> None:
                     f"{'; '.join(said)}{more}; {advice}")
 
 
+# ------------------------------------------------------------------------ one --out that every node sees
+# A node given an --out of its own (its local disk, or a relative path from another working directory) trained a
+# first multi-node run without a word, as only rank 0 writes there: the run was then in one node's directory and
+# not the others', whose `--resume` was refused later (`SHARED_OUT`); with torchrun's c10d rendezvous rank 0 may
+# be on any node, so the run could land on a disk the user does not look at. Measured with two torchrun "nodes"
+# on one machine given `--out local0` and `--out local1`: the run went to local1, local0 was never made.
+SHARED_PROBE = ".albertlm-shared-"    # the name of the file rank 0 leaves in --out for the others to look for
+SHARED_WAIT_S = 120.0                 # how long a rank looks for it: NFS clients cache a lookup that found
+                                      # nothing (the new --out, asked for by `check_run_dir` just before) for
+                                      # their attribute-cache time, 30-60 s by default: twice that, so that a
+                                      # shared --out is never refused (a node-local one waits that long once)
+
+
+def check_shared_out(run_dir, info: DistInfo, option: str = "--out", wait_s: float = SHARED_WAIT_S) -> None:
+    """Under several processes: refuse, on every rank in the same one line, a `run_dir` that is not the directory
+    rank 0 writes the run in (node-local, or another path), before anything else is written. Rank 0 makes the
+    directory and leaves a file of a random name in it; once the others know that name (a broadcast, sent after
+    the file is written) each looks for it in its own `run_dir` for up to `wait_s` seconds, at most a third of
+    --dist.timeout_minutes (a shared file system may show another machine's new file late); all say what they
+    found (an all-gather), then rank 0 removes the file and any directory it made for it, so that nothing is left
+    behind whether the run goes on or not. Cheap: two small collectives and a file. Alone, nothing."""
+    import secrets
+    from pathlib import Path
+
+    if not info.enabled:
+        return
+    run_dir = Path(run_dir).absolute()
+    minutes = _in_group.get("timeout_minutes")
+    if isinstance(minutes, (int, float)):   # rank 0 waits in the all-gather meanwhile: well within the timeout
+        wait_s = min(wait_s, minutes * 60.0 / 3)
+    made: list[Path] = []
+    probe, failure = None, ""
+    if info.is_main:
+        probe = run_dir / f"{SHARED_PROBE}{secrets.token_hex(12)}"
+        try:
+            for parent in [run_dir, *run_dir.parents]:   # the directories made here, removed again after
+                if parent.exists():
+                    break
+                made.append(parent)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with open(probe, "x", encoding="utf-8") as f:
+                f.write(probe.name)
+        except OSError as exc:
+            failure = f"{option} {run_dir}: cannot write there ({exc.strerror or exc})"
+    name, failure, host0 = broadcast_from_main(
+        (probe.name if probe is not None else "", failure, socket.gethostname()), info)
+    try:
+        seen = info.is_main or (not failure and _sees(run_dir / name, wait_s))
+        gathered: list = [None] * info.world_size
+        dist.all_gather_object(gathered, (seen, socket.gethostname(), str(run_dir)))
+    finally:
+        if info.is_main:
+            _remove_probe(probe, made)
+    if failure:
+        raise UserError(failure)
+    blind = [rank for rank, (saw, _, _) in enumerate(gathered) if not saw]
+    if not blind:
+        return
+    hosts = list(dict.fromkeys(gathered[rank][1] for rank in blind))
+    shown = ", ".join(map(str, blind[:8])) + (", ..." if len(blind) > 8 else "")
+    where = gathered[blind[0]][2]
+    raise UserError(f"{option} is not one directory that every node sees: rank 0 (host {host0}) writes the run in "
+                    f"{run_dir if info.is_main else gathered[0][2]}, and a file it made there is not in "
+                    f"{where if where == gathered[0][2] else where + ' (its ' + option + ')'} on "
+                    f"rank{'s' if len(blind) > 1 else ''} {shown} (host{'s' if len(hosts) > 1 else ''} "
+                    f"{', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''}) within {wait_s:g} s; with several "
+                    f"nodes give {option} a directory on a file system they share (rank 0 alone writes the run "
+                    "there, and with --resume every rank reads its checkpoint from there)")
+
+
+def _sees(path, wait_s: float) -> bool:
+    """Whether `path` (rank 0's probe) is there with its own name inside, within `wait_s` seconds. Listing its
+    directory as well as looking the name up makes some network file systems read the directory afresh."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            listed = path.name in os.listdir(path.parent)
+            if listed and path.read_text(encoding="utf-8") == path.name:
+                return True
+        except (OSError, UnicodeError):
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+
+
+def _remove_probe(probe, made: list) -> None:
+    """Rank 0: its probe file and the directories it made for it (those it finds empty), never raising."""
+    if probe is not None:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    for directory in made:                       # deepest first
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
 def barrier() -> None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()

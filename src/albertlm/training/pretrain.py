@@ -25,8 +25,8 @@ from torch import nn
 from albertlm.config.run import RunConfig
 from albertlm.errors import UserError, warning_line
 from albertlm.training import checkpoint as ckpt
-from albertlm.training.distributed import (SHARED_OUT, DistInfo, failing_together, init_distributed,
-                                           refuse_differences, world_size_from_env)
+from albertlm.training.distributed import (SHARED_OUT, DistInfo, check_shared_out, failing_together,
+                                           init_distributed, refuse_differences, world_size_from_env)
 from albertlm.training.loop import Batch, Loop, StepData, eval_micro_batches, evaluate, shuffled_batches
 from albertlm.training.trainer import build_loop, callers_rng_kept, open_logger, seed_everything
 
@@ -411,6 +411,7 @@ def pretrain(run: RunConfig, run_dir: str | Path, resume: bool = False, overwrit
                 held.enter_context(ckpt.run_dir_lock(run_dir))
             datasets = open_datasets(run)
             check_same_run(run, datasets, run_dir, resume, info)
+            check_shared_out(run_dir, info)   # several nodes: one --out they all see, before anything is written
             loop = make_loop(run, run_dir, datasets, info, resume)
             if info.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
