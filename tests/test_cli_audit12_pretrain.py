@@ -115,6 +115,7 @@ def test_other_ranks_exit_non_zero_without_repeating_the_error(data, tmp_path, c
                                                                 albertlm_log_level):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")   # as torchrun sets it (a LOCAL_RANK past WORLD_SIZE is outside a launch)
     code = main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "run"), *TINY,
                  "--max-steps", "1", "--dry-run"])
     assert code == 2 and capsys.readouterr().err == ""
@@ -123,6 +124,7 @@ def test_other_ranks_exit_non_zero_without_repeating_the_error(data, tmp_path, c
     assert exc.value.code == 2 and capsys.readouterr().err == ""
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.delenv("WORLD_SIZE")
     code = main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "run"), *TINY,
                  "--max-steps", "1", "--dry-run"])
     assert_one_error(capsys, code, "missing")

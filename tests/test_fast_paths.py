@@ -160,6 +160,7 @@ def test_the_emulated_bf16_warning_comes_from_the_first_rank_only(tiny_config, m
     """Under torchrun only LOCAL_RANK 0 prints it (each rank used to print the same line)."""
     pretend_cpu(monkeypatch, "AVX2", False)
     monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")   # as torchrun sets it (a LOCAL_RANK past WORLD_SIZE is outside a launch)
     prepare_model(AlbertForPreTraining(tiny_config), precision="bf16", device=torch.device("cpu"))
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("LOCAL_RANK", "0")

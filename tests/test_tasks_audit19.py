@@ -95,6 +95,7 @@ def test_tokenizing_a_set_is_shown_on_a_terminal_unless_no_progress(monkeypatch,
         err = capsys.readouterr().err
         assert ("tokenize RACE train" in err and "tokenize RACE dev" in err) is shown and (err == "") is not shown
     monkeypatch.setenv("LOCAL_RANK", "1")              # torchrun's other ranks: the first one's bar only
+    monkeypatch.setenv("WORLD_SIZE", "2")              # (torchrun sets it; LOCAL_RANK past it is no launch)
     race_spec(shared_path("race", "RACE"), Letters(), CFG, training=True)
     assert capsys.readouterr().err == ""
 
