@@ -12,7 +12,9 @@ google-research `create_instances_from_document` semantics, with its flaws fixed
   other chunk, so SOP labels stay 50/50. google instead pairs such a chunk with a random other document and
   labels it "swapped" (59% of its SOP labels end up 1). A one-token chunk cannot be cut and is dropped
   (counted as ``dropped_chunks``);
-- sentences longer than ``max_num_tokens`` are first cut into pieces of that size (``long_sentences_cut``).
+- sentences longer than ``max_num_tokens`` are first cut into pieces of that size (``long_sentences_cut``);
+- NSP negatives with no other document (a corpus of one document) come from the same document outside the
+  chunk and the sentence after it (google's fallback starts B anywhere, A itself and A's true next included).
 Labels: SOP 1 = swapped (B before A), 0 = in order; NSP 1 = B from another document, 0 = B follows A;
 ``none`` gives one segment ``[CLS] chunk [SEP]`` and label -100.
 """
@@ -120,11 +122,12 @@ def document_from_lengths(tokens: np.ndarray, lengths: Sequence[int], max_senten
     return TokenizedDocument(tokens, offsets)
 
 
-def draw_target(cfg: InstanceConfig, rng: np.random.Generator, counts: InstanceCounts) -> int:
+def draw_target(cfg: InstanceConfig, rng: np.random.Generator) -> tuple[int, bool]:
+    """The next chunk's target length, and whether it is a short one (counted when a chunk uses it: the draw
+    after a document's last chunk goes unused)."""
     if cfg.short_seq_prob > 0 and rng.random() < cfg.short_seq_prob:
-        counts.short_targets += 1
-        return int(rng.integers(2, cfg.max_num_tokens + 1))
-    return cfg.max_num_tokens
+        return int(rng.integers(2, cfg.max_num_tokens + 1)), True
+    return cfg.max_num_tokens, False
 
 
 def truncate_pair(a: np.ndarray, b: np.ndarray | None, max_num_tokens: int,
@@ -173,16 +176,17 @@ def create_pairs(doc: TokenizedDocument, cfg: InstanceConfig, rng: np.random.Gen
     counts = counts if counts is not None else InstanceCounts()
     offsets, pairs = doc.offsets, []
     start, i, length = 0, 0, 0
-    target = draw_target(cfg, rng, counts)
+    target, short = draw_target(cfg, rng)
     while i < doc.num_sentences:
         length += offsets[i + 1] - offsets[i]
         if i == doc.num_sentences - 1 or length >= target:
+            counts.short_targets += short
             pair, i = _chunk_pair(doc, start, i + 1, target, cfg, rng, word_start, pick_other, counts)
             if pair is not None:
                 pairs.append(pair)
                 counts.labels[pair.label] = counts.labels.get(pair.label, 0) + 1
             start, length = i, 0
-            target = draw_target(cfg, rng, counts)
+            target, short = draw_target(cfg, rng)
         else:
             i += 1
     counts.instances += len(pairs)
@@ -201,15 +205,15 @@ def _chunk_pair(doc, start, end, target, cfg, rng, word_start, pick_other, count
     if cfg.sentence_task == "nsp" and pick_other is not None and rng.random() < 0.5:
         # google puts the chunk's unused sentences back: the next chunk starts after A
         a = tokens[offsets[start]:offsets[a_end]]
-        return _random_next(a, doc, target, cfg, rng, pick_other, counts), a_end
+        return _random_next(a, doc, start, end, target, cfg, rng, pick_other, counts), a_end
     if several:
         cut = offsets[a_end] - offsets[start]
     else:
-        counts.one_sentence_chunks += 1
         cut = split_point(chunk, word_start, rng)
         if cut is None:
             counts.dropped_chunks += 1
             return None, end
+        counts.one_sentence_chunks += 1   # (cut in two: a dropped one-token chunk is not)
     a, b, label = chunk[:cut], chunk[cut:], 0
     if cfg.sentence_task == "sop" and rng.random() < 0.5:
         a, b, label = b, a, 1
@@ -217,16 +221,31 @@ def _chunk_pair(doc, start, end, target, cfg, rng, word_start, pick_other, count
     return Pair(a, b, label), end
 
 
-def _random_next(a, doc, target, cfg, rng, pick_other, counts) -> Pair:
-    """NSP negative: B is taken from a random sentence of another document onwards, up to the target."""
+def _random_next(a, doc, start, end, target, cfg, rng, pick_other, counts) -> Pair:
+    """NSP negative: B is taken from a random sentence of another document onwards, up to the target.
+
+    With no other document within reach (a corpus of one document), B comes from the same document, counted
+    as `nsp_same_document`, outside the chunk [start, end) and the sentence after it, and a B starting before
+    the chunk stops where it begins: google's fallback draws from anywhere in the document, so some of its
+    "random next" B were A itself or A's true next sentence (2.7% of the negatives of a 200-sentence document
+    at T=64). Only a document of no other sentences is drawn from anywhere."""
     other = pick_other(rng)
-    if other is None:  # no other document within reach: a far part of the same one (counted)
+    stop = None
+    if other is None:
         counts.nsp_same_document += 1
         other = doc
+        before, after = start, max(0, doc.num_sentences - end - 1)
+        if before + after:
+            first = int(rng.integers(0, before + after))
+            first, stop = (first, start) if first < before else (first - before + end + 1, None)
+        else:
+            first = int(rng.integers(0, doc.num_sentences))
+    else:
+        first = int(rng.integers(0, other.num_sentences))
+    stop = other.num_sentences if stop is None else stop
     target_b = target - a.size
-    first = int(rng.integers(0, other.num_sentences))
     last = first + 1
-    while last < other.num_sentences and other.offsets[last] - other.offsets[first] < target_b:
+    while last < stop and other.offsets[last] - other.offsets[first] < target_b:
         last += 1
     b = other.tokens[other.offsets[first]:other.offsets[last]]
     a, b = truncate_pair(a, b, cfg.max_num_tokens, rng)
