@@ -114,6 +114,8 @@ def run(args: argparse.Namespace, command: str) -> int:
         hf_export_config(model.config)
     # Everything is written into a folder beside DST and moved into place when complete: a conversion that fails
     # half-way (disk full, an unreadable tokenizer) leaves DST, and with --overwrite its earlier model, as it was.
+    from safetensors import SafetensorError
+
     with _staging(dst) as stage:
         try:
             save_model(model, stage, args.dst_format, labels)
@@ -121,8 +123,8 @@ def run(args: argparse.Namespace, command: str) -> int:
                 copied = copy_tokenizer(run_tokenizer, stage, None)
             else:
                 copied = copy_tokenizer(src, stage, Path(args.tokenizer) if args.tokenizer else run_tokenizer)
-        except OSError as exc:
-            raise UserError(f"cannot write {dst}: {exc.strerror or exc}") from None
+        except (OSError, SafetensorError) as exc:
+            raise UserError(f"cannot write {dst}: {getattr(exc, 'strerror', None) or exc}") from None
         card = None
         warned: list[str] = []   # said on stderr after the summary, as every command's warnings are
         if args.dst_format == "hf":  # tokenizer_config.json, tokenizer.json and README.md beside the model

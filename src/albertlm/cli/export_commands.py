@@ -132,40 +132,45 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
     # written in a staging directory beside --out and moved into place once complete: a failed export
     # leaves existing files as they were
     with _staging(out.parent) as staging:
-        files = {kind: staging / name for kind, name in names.items()}
-        files["fp32"].parent.mkdir(parents=True, exist_ok=True)
-        report = onnx_export.export_onnx(model, files["fp32"], exporter=args.exporter, opset=args.opset,
-                                         metadata=metadata)
-        source = f"{loaded} from {model_dir}" + (f" (its masked-LM head, as {type(model).__name__})"
-                                                 if loaded != type(model).__name__ else "")
-        lines.append(f"exported {source} to {out / names['fp32'] if directory else out} "
-                     f"({report['bytes'] / 1e6:.1f} MB, {report['initializers']} initializers, "
-                     f"outputs: {', '.join(report['outputs'])})")
-        if not args.no_verify:
-            diffs = onnx_export.compare_with_onnxruntime(model, files["fp32"])
-            lines.append("onnxruntime vs PyTorch, max abs difference: " + _differences(diffs))
-            if not max(diffs.values()) <= 1e-3:
-                warnings_.append("the ONNX outputs differ from PyTorch by more than 1e-3")
-        if "int8" in files:
-            size = onnx_export.quantize_int8(files["fp32"], files["int8"])["bytes"]
-            lines.append(f"int8 dynamic quantisation: {_shown(out, directory, names['int8'])} ({size / 1e6:.1f} MB); "
-                         "measure its accuracy on your dev set (docs/interop.md has our SST-2 numbers)")
-        if "fp16" in files:
-            size = onnx_export.convert_fp16(files["fp32"], files["fp16"])["bytes"]
-            line = f"float16: {_shown(out, directory, names['fp16'])} ({size / 1e6:.1f} MB, float32 outputs)"
+        try:
+            files = {kind: staging / name for kind, name in names.items()}
+            files["fp32"].parent.mkdir(parents=True, exist_ok=True)
+            report = onnx_export.export_onnx(model, files["fp32"], exporter=args.exporter, opset=args.opset,
+                                             metadata=metadata)
+            source = f"{loaded} from {model_dir}" + (f" (its masked-LM head, as {type(model).__name__})"
+                                                     if loaded != type(model).__name__ else "")
+            lines.append(f"exported {source} to {out / names['fp32'] if directory else out} "
+                         f"({report['bytes'] / 1e6:.1f} MB, {report['initializers']} initializers, "
+                         f"outputs: {', '.join(report['outputs'])})")
             if not args.no_verify:
-                diffs = onnx_export.compare_with_onnxruntime(model, files["fp16"])
-                line += "; onnxruntime (CPU) vs PyTorch fp32, max abs difference: " + _differences(diffs)
-                if not all(math.isfinite(v) for v in diffs.values()):
-                    warnings_.append("the float16 outputs are not finite where PyTorch's are: values past "
-                                     "float16's range (65504); serve the fp32 file")
-            lines.append(line)
-        if directory:
-            lines += _write_serving_files(staging, model, model_dir, metadata, tokenizer, tokenizer_given,
-                                          warnings_)
-            lines.append(_serving_directory_line(out, model, staging, names))
-        else:
-            lines.append(_serving_line(metadata, model, tokenizer, tf_source))
+                diffs = onnx_export.compare_with_onnxruntime(model, files["fp32"])
+                lines.append("onnxruntime vs PyTorch, max abs difference: " + _differences(diffs))
+                if not max(diffs.values()) <= 1e-3:
+                    warnings_.append("the ONNX outputs differ from PyTorch by more than 1e-3")
+            if "int8" in files:
+                size = onnx_export.quantize_int8(files["fp32"], files["int8"])["bytes"]
+                lines.append(f"int8 dynamic quantisation: {_shown(out, directory, names['int8'])} ({size / 1e6:.1f} MB); "
+                             "measure its accuracy on your dev set (docs/interop.md has our SST-2 numbers)")
+            if "fp16" in files:
+                size = onnx_export.convert_fp16(files["fp32"], files["fp16"])["bytes"]
+                line = f"float16: {_shown(out, directory, names['fp16'])} ({size / 1e6:.1f} MB, float32 outputs)"
+                if not args.no_verify:
+                    diffs = onnx_export.compare_with_onnxruntime(model, files["fp16"])
+                    line += "; onnxruntime (CPU) vs PyTorch fp32, max abs difference: " + _differences(diffs)
+                    if not all(math.isfinite(v) for v in diffs.values()):
+                        warnings_.append("the float16 outputs are not finite where PyTorch's are: values past "
+                                         "float16's range (65504); serve the fp32 file")
+                lines.append(line)
+            if directory:
+                lines += _write_serving_files(staging, model, model_dir, metadata, tokenizer, tokenizer_given,
+                                              warnings_)
+                lines.append(_serving_directory_line(out, model, staging, names))
+            else:
+                lines.append(_serving_line(metadata, model, tokenizer, tf_source))
+        except OSError as exc:
+            from albertlm.errors import UserError
+
+            raise UserError(f"--out {out}: cannot write the export ({exc.strerror or exc})") from None
         target = out if directory else out.parent
         made = directory and not target.exists()
         try:

@@ -661,7 +661,9 @@ def write_submission(task: GlueTask, examples: list[Example], predictions, path:
         else:
             value = task.labels[int(pred)]
         lines.append(f"{index}\t{value}")
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    from albertlm.training.checkpoint import write_text_atomic
+
+    write_text_atomic(Path(path), "\n".join(lines) + "\n")
 
 
 def read_predictions(task: GlueTask, path: str | Path) -> dict[str, str | float]:

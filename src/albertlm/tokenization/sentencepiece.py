@@ -571,8 +571,15 @@ def _reproducible_model(model_file: Path, shuffled: bool) -> None:
         from sentencepiece import sentencepiece_model_pb2
     except ImportError:  # protobuf absent: the model is the same, only its metadata keeps the path
         return
+    from google.protobuf.message import DecodeError
+
     proto = sentencepiece_model_pb2.ModelProto()
-    proto.ParseFromString(model_file.read_bytes())
+    try:
+        proto.ParseFromString(model_file.read_bytes())
+    except DecodeError:   # sentencepiece reports no failed write: a full disk leaves a truncated model
+        import errno
+        raise OSError(errno.EIO, "sentencepiece wrote an incomplete model (is the disk full?)",
+                      str(model_file)) from None
     proto.trainer_spec.ClearField("model_prefix")
     proto.trainer_spec.shuffle_input_sentence = shuffled
     model_file.write_bytes(proto.SerializeToString())
