@@ -424,7 +424,8 @@ def _is_json_object(line: str) -> bool:
 # archives hold files, not text: what to do with them (a tar's magic is at byte 257 of its first header)
 # compressions that are not read (gzip, bzip2, xz and zstd are: COMPRESSIONS), named by their magic bytes with or
 # without NUL bytes in the head (lz4 or compress output of short text can have none, and was then read as garbage)
-_UNREAD_COMPRESSIONS = ((b"\x04\x22\x4d\x18", "lz4"), (b"\x1f\x9d", "Unix compress (.Z)"), (b"LZIP", "lzip"),
+_UNREAD_COMPRESSIONS = ((b"\x04\x22\x4d\x18", "lz4"), (b"\x1f\x9d", "Unix compress (.Z)"),
+                        (b"LZIP\x01", "lzip"), (b"LZIP\x00", "lzip"),   # its version byte: a text may begin "LZIP"
                         (b"\x89LZO\x00", "lzop"))
 _ARCHIVES = ((0, b"PK\x03\x04", "a zip archive: unzip it and pass the folder"),
              (257, b"ustar", "a tar archive: extract it (tar xf) and pass the folder"),

@@ -639,7 +639,6 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
         old_run += prediction_files(out_dir)
     info = init_distributed(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_minutes)
     check_same_finetune(spec, cfg, info, out_dir, resume)
-    check_shared_out(out_dir, info)   # several nodes: one --out they all see, before anything is written
     said = None
     with contextlib.ExitStack() as held:
         held.enter_context(callers_rng_kept(info.device))   # the caller's random stream is as it was after the run
@@ -647,6 +646,7 @@ def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: Finetun
         # --overwrite / --resume in another terminal, is refused instead of removing or writing the files of the
         # run still going there (checked before the old run's files go; a new directory once it is made)
         with failing_together(info, lambda: " while setting up"):
+            check_shared_out(out_dir, info)   # several nodes: one --out they all see, before anything is written
             locked = info.is_main and out_dir.is_dir()
             if locked:
                 held.enter_context(run_dir_lock(out_dir))

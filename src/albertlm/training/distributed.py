@@ -130,7 +130,7 @@ def check_backend(backend: str, device: str | torch.device = "auto") -> torch.de
     # of all of them, which NCCL refuses when the group forms ("Duplicate GPU detected"), a traceback on each rank
     local_size = _env_int("LOCAL_WORLD_SIZE", "1") if world_size > 1 else 1
     if (isinstance(device, str) and dev.type == "cuda" and backend in ("nccl", "auto") and local_size > 1
-            and torch.device(device).index is not None):
+            and device != "auto" and torch.device(device).index is not None):
         raise UserError(f"device {device}: the {local_size} processes of this node would all run on that one GPU, "
                         "and NCCL needs a GPU of its own for each: give the device as cuda or auto (process "
                         "LOCAL_RANK k takes cuda:k), and CUDA_VISIBLE_DEVICES to choose which GPUs the node uses")
