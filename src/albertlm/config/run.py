@@ -192,7 +192,7 @@ class DataConfig(Config):
 class DistConfig(Config):
     """Processes and devices (`torchrun` sets the ranks)."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"   # process group backend; auto: nccl on CUDA, gloo on CPU
-    device: str = "auto"                                # auto (cuda:LOCAL_RANK if CUDA is available, else cpu), cpu, cuda, cuda:N
+    device: str = "auto"                                # auto (cuda:LOCAL_RANK if CUDA is available, else cpu), cpu, cuda (this process's GPU, cuda:LOCAL_RANK), cuda:N (one GPU: one process per node)
     timeout_minutes: int = 30                           # how long a collective may wait for the other ranks
 
     def __post_init__(self) -> None:
