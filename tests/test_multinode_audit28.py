@@ -29,10 +29,13 @@ def _two_nodes(rank: int, port: int, root: str) -> None:
     from albertlm.errors import UserError
     from albertlm.training import distributed
 
+    for name in ("LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID"):
+        os.environ.pop(name, None)     # a launch's, from the environment the tests run in: not this one's
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK="0")
     torch.set_num_threads(1)
-    info = distributed.init_distributed("gloo", "cpu", timeout_minutes=1)
+    # a timeout for a loaded machine (each child imports torch before it joins); the checks wait 1 s each (wait_s)
+    info = distributed.init_distributed("gloo", "cpu", timeout_minutes=5)
     said = {}
     layouts = {"new shared": f"{root}/shared/new/run", "old shared": f"{root}/old",
                "one per node": f"{root}/node{rank}/run"}

@@ -16,6 +16,7 @@ import pytest
 
 from albertlm.cli.main import main
 from conftest import assert_one_error, save_tiny_pretrained, shared_path
+from test_flakes_audit17 import _env   # os.environ without a launch's variables (they would silence the child)
 
 
 @pytest.mark.parametrize("argv, said", [
@@ -127,7 +128,7 @@ def test_scoring_an_sst2_predictions_file_loads_no_sklearn(tmp_path):
     child = ("import sys; from albertlm.cli.main import main; "
              f"code = main(['evaluate', 'glue', '--task', 'sst2', '--dev', {str(sst2)!r}, '--predictions', "
              f"{str(preds)!r}]); print(code, sorted(m for m in ('sklearn', 'scipy', 'torch') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1] == "0 []", proc.stdout
     assert '"accuracy"' in proc.stdout

@@ -11,6 +11,7 @@ import pytest
 
 from albertlm.cli.main import main
 from conftest import assert_one_error, shared_path
+from test_flakes_audit17 import _env   # os.environ without a launch's variables (they would silence the child)
 
 # runs each argv (a JSON list of lists) through main() in one process, printing per command its exit code and
 # whether torch is imported by then (once imported it stays: a command that loads it shows at its own line)
@@ -30,7 +31,7 @@ for argv in json.loads(sys.argv[1]):
 
 def _torch_loaded_by(commands: list[list[str]], stdin: str = "") -> list[list]:
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(commands)], input=stdin, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
