@@ -1,6 +1,7 @@
 """Shared fixtures: real data from ../shared/data (read by path, never copied), tiny odd-sized configs."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -8,6 +9,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
+
+# torchrun's launch variables: one left in the environment that runs the tests (a CI job started under a launcher, a
+# shell that exported LOCAL_RANK) makes albertlm a non-first rank, which prints no error line, and with
+# TORCHELASTIC_RUN_ID waits 30 s before each error: hundreds of tests would fail. Tests that need them set them
+# (monkeypatch, a child's env); removed once for the whole session, module fixtures' subprocesses included.
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def pytest_configure(config) -> None:
+    for name in [*LAUNCH_VARIABLES, *(name for name in os.environ if name.startswith("TORCHELASTIC_"))]:
+        os.environ.pop(name, None)
 
 
 def shared_path(*parts: str) -> Path:
