@@ -410,9 +410,74 @@ def sort_metadata(path: Path) -> None:
         f.write(text.ljust(size, b" "))
 
 
-def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path) -> Path:
+class WriteError(UserError, OSError):
+    """A file albertlm could not write (a full disk, a quota, a read-only folder): a UserError, whose message the
+    CLI says in one line, that is also the OSError it comes from (`errno`, `strerror`, `filename`), so a library
+    caller's `except OSError` handler (free space, retry elsewhere) catches it as it catches any failed write."""
+
+    def __init__(self, message: str, errno: int | None, filename: str | Path) -> None:
+        super().__init__(errno, os.strerror(errno) if errno else message, str(filename))
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _as_os_error(exc: BaseException, path: str | Path) -> OSError | None:
+    """The OSError a library's own write error stands for, naming `path`: safetensors' SafetensorError says
+    "I/O error: File too large (os error 27)" (its errno in the text); torch.save's RuntimeError ("unexpected pos
+    ...") was raised while the file object's OSError was handled (`__context__`). None where it is no write error."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return OSError(seen.errno, seen.strerror or str(seen), str(path))
+        found = _OS_ERROR.search(str(seen)) if type(seen).__name__ == "SafetensorError" else None
+        if found:
+            code = int(found.group(1))
+            return OSError(code, os.strerror(code), str(path))
+        seen = seen.__context__
+    return None
+
+
+def write_safetensors(state: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """safetensors' `save_file`, whose write errors (a full disk, a quota, a read-only folder) are the OSError they
+    are (errno set, `path` named): safetensors raised its own SafetensorError, no OSError, so a caller's `except
+    OSError` missed a full disk. safetensors writes through a temporary file renamed into place: an earlier file
+    at `path` is kept whole when the write fails."""
     from safetensors.torch import save_file
 
+    try:
+        save_file(state, str(path), metadata=metadata)
+    except Exception as exc:  # noqa: BLE001 (SafetensorError, a bare Exception; anything else is re-raised)
+        error = _as_os_error(exc, path)
+        if error is None:
+            raise
+        raise error from None
+
+
+def write_torch_file(obj: Any, path: str | Path) -> None:
+    """`torch.save(obj, path)`, whose write errors are the OSError they are (errno set, `path` named): torch.save
+    to a path said a full disk as RuntimeError "[enforce fail at inline_container.cc:672] . unexpected pos 832 vs
+    726". Written through a Python file object, whose failed write leaves its OSError to find."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(obj, f)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+    except RuntimeError as exc:
+        error = _as_os_error(exc, path)
+        if error is None:
+            raise
+        raise error from None
+
+
+def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path) -> Path:
+    """`model`'s weights (model.safetensors) and `config` (config.json) in `directory`, with labels.json for a
+    classifier with labels (`save_pretrained`). A failed write (a full disk, a quota, a read-only folder) is an
+    OSError naming the file (errno set)."""
     directory = Path(directory)
     on_meta = [k for k, v in model.state_dict().items() if v.is_meta]
     if on_meta:  # was NotImplementedError "Cannot copy out of meta tensor", after creating the directory
@@ -422,7 +487,7 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
     labels = model_labels(model)   # names of another head: refused before anything is written
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, directory / WEIGHTS, metadata={"format": "pt", "albertlm_class": type(model).__name__})
+    write_safetensors(state, directory / WEIGHTS, metadata={"format": "pt", "albertlm_class": type(model).__name__})
     sort_metadata(directory / WEIGHTS)
     config.to_json(directory / CONFIG)
     mode_like(directory / WEIGHTS, directory / CONFIG)

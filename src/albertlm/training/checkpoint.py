@@ -23,6 +23,7 @@ from torch import nn
 
 from albertlm.errors import UserError
 from albertlm.model.io import CHECKPOINT_DIR, latest_checkpoint, list_checkpoints  # noqa: F401 (the run layout)
+from albertlm.model.io import WriteError, write_safetensors, write_torch_file
 
 try:
     import fcntl
@@ -68,10 +69,8 @@ def save_model(model: nn.Module, directory: Path, model_config: Any) -> None:
     if hasattr(model, "save_pretrained"):
         model.save_pretrained(directory)
         return
-    from safetensors.torch import save_file
-
-    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
-              str(directory / "model.safetensors"))
+    write_safetensors({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
+                      directory / "model.safetensors")
     (directory / "config.json").write_text(json.dumps(model_config.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
@@ -103,7 +102,9 @@ def save_checkpoint(run_dir: str | Path, model: nn.Module, state: TrainState, mo
                     run_config: dict | None = None, keep_last: int = 3) -> Path:
     """Write atomically, then delete all but the newest `keep_last` checkpoints. Returns the directory.
     A failed write (a full disk, a quota, a read-only directory) removes the half-written directory and is
-    a UserError naming the checkpoint and the newest complete one, which is untouched."""
+    a UserError naming the checkpoint and the newest complete one, which is untouched; one the system refused is
+    also an OSError (`WriteError`: the errno, the checkpoint's directory as `filename`) for a training script's
+    `except OSError`."""
     final = step_dir(run_dir, state.step)
     if final.is_dir():                                 # same step saved already (e.g. Ctrl-C right after a save)
         return final
@@ -130,7 +131,10 @@ def save_checkpoint(run_dir: str | Path, model: nn.Module, state: TrainState, mo
         kept = (f"the newest complete checkpoint is {last}, which `--resume` goes on from" if last
                 else "no checkpoint was saved before")
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
-        raise UserError(f"{final}: cannot write the checkpoint ({reason}; is the disk full?); {kept}") from exc
+        message = f"{final}: cannot write the checkpoint ({reason}; is the disk full?); {kept}"
+        if isinstance(exc, OSError):
+            raise WriteError(message, exc.errno, final) from exc
+        raise UserError(message) from exc
     prune_checkpoints(run_dir, keep_last)
     return final
 
@@ -141,19 +145,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _write_trainer_state(directory: Path, state: TrainState) -> None:
-    torch.save(state.__dict__, directory / "trainer_state.pt")
+    write_torch_file(state.__dict__, directory / "trainer_state.pt")   # a full disk: OSError, not torch's words
 
 
 def rewrite_train_state(directory: str | Path, state: TrainState) -> None:
     """Replace the training state of the complete checkpoint `directory` (its weights unchanged) atomically: a
     temporary file, fsync'ed, renamed over trainer_state.pt. For a step whose interrupted evaluation the resumed run
     has done again (`loop.Loop._redo_evaluation`): the checkpoint then records it as done. A failed write is a
-    UserError; the old file is kept."""
+    UserError (also an OSError where the system refused it, as `save_checkpoint`'s); the old file is kept."""
     directory = Path(directory)
     final = directory / "trainer_state.pt"
     tmp = directory / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
     try:
-        torch.save(state.__dict__, tmp)
+        write_torch_file(state.__dict__, tmp)
         tmp.chmod(final.stat().st_mode & 0o777)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
@@ -165,7 +169,10 @@ def rewrite_train_state(directory: str | Path, state: TrainState) -> None:
         if not isinstance(exc, Exception):
             raise
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
-        raise UserError(f"{final}: cannot rewrite it ({reason}; is the disk full?); it is kept as it was") from exc
+        message = f"{final}: cannot rewrite it ({reason}; is the disk full?); it is kept as it was"
+        if isinstance(exc, OSError):
+            raise WriteError(message, exc.errno, final) from exc
+        raise UserError(message) from exc
 
 
 def load_train_state(directory: str | Path) -> TrainState:
