@@ -152,3 +152,36 @@ def test_info_names_labels_and_fine_tuning(tmp_path: Path, capsys) -> None:
     assert info["labels"]["id2label"] == {"0": "모순", "1": "중립", "2": "함의"}
     assert main(["info", str(tmp_path / "ours")]) == 0
     assert "fine-tuned: classify, max_seq_length 32" in capsys.readouterr().out
+
+
+# -- 7. export_hf on a full disk from Python: one UserError; the best model's reason without the temporary path ------
+def _full_disk_safetensors(monkeypatch) -> None:
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+
+
+def test_export_hf_on_a_full_disk_is_a_user_error(tmp_path: Path, monkeypatch, tiny_config) -> None:
+    from albertlm.errors import UserError
+    from albertlm.interop.hf import export_hf
+    from albertlm.model.albert import AlbertForPreTraining
+
+    _full_disk_safetensors(monkeypatch)
+    with pytest.raises(UserError, match=r"cannot write .*hf: No space left on device"):
+        export_hf(AlbertForPreTraining(tiny_config), tmp_path / "hf")
+
+
+def test_best_model_full_disk_reason_is_the_systems_words(tmp_path: Path, monkeypatch, tiny_config) -> None:
+    from albertlm.errors import UserError
+    from albertlm.model.albert import AlbertForPreTraining
+    from albertlm.tasks import finetune
+
+    _full_disk_safetensors(monkeypatch)
+    monkeypatch.setattr(finetune, "_write_best", lambda model, *a, **k: model.save_pretrained(tmp_path / "x"))
+    with pytest.raises(UserError) as caught:
+        finetune.save_best(AlbertForPreTraining(tiny_config), None, None, tmp_path / "best", step=1)
+    assert "(No space left on device; is the disk full?)" in str(caught.value), caught.value

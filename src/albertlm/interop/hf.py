@@ -40,7 +40,7 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     regression, says problem_type "regression" unless `labels` says otherwise). Labels given here must fit the
     classifier (as many names as num_labels, a problem_type transformers knows), else a UserError before anything
     is written."""
-    from safetensors.torch import save_file
+    from albertlm.model.io import write_safetensors
 
     _, cfg, config = _config_of(model, labels)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -56,8 +56,8 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     try:   # a path that is a file, a read-only folder: one line, not FileExistsError's traceback
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        save_file({k: v.contiguous() for k, v in hf_state.items()}, directory / "model.safetensors",
-                  metadata={"format": "pt"})
+        write_safetensors({k: v.contiguous() for k, v in hf_state.items()}, directory / "model.safetensors",
+                          metadata={"format": "pt"})   # a full disk an OSError (safetensors' own error was not)
     except OSError as exc:
         raise UserError(f"cannot write {directory}: {exc.strerror or exc}") from None
     from albertlm.model.io import mode_like, remove_earlier_weights

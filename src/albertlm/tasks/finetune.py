@@ -320,7 +320,8 @@ def save_best(model, tokenizer, spec: TaskSpec, directory: Path, step: int | Non
         _write_best(model, tokenizer, spec, tmp, step)
     except Exception as exc:  # OSError, or the write errors safetensors / torch wrap
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{directory.resolve()}: cannot write the best model ({exc}; is the disk full?); "
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc   # not the .tmp-best path
+        raise UserError(f"{directory.resolve()}: cannot write the best model ({reason}; is the disk full?); "
                         "the previous best is unchanged") from exc   # absolute, as pretraining's checkpoint errors
     if directory.exists():
         if keep:
