@@ -125,6 +125,8 @@ def run(args: argparse.Namespace, command: str) -> int:
                 copied = copy_tokenizer(src, stage, Path(args.tokenizer) if args.tokenizer else run_tokenizer)
         except (OSError, SafetensorError) as exc:
             raise UserError(f"cannot write {dst}: {getattr(exc, 'strerror', None) or exc}") from None
+        except UserError as exc:   # export_hf's own "cannot write DIR: ..." names the staging folder: DST it is
+            raise UserError(str(exc).replace(str(stage), str(dst))) from None
         card = None
         warned: list[str] = []   # said on stderr after the summary, as every command's warnings are
         if args.dst_format == "hf":  # tokenizer_config.json, tokenizer.json and README.md beside the model
