@@ -185,3 +185,33 @@ def test_best_model_full_disk_reason_is_the_systems_words(tmp_path: Path, monkey
     with pytest.raises(UserError) as caught:
         finetune.save_best(AlbertForPreTraining(tiny_config), None, None, tmp_path / "best", step=1)
     assert "(No space left on device; is the disk full?)" in str(caught.value), caught.value
+
+
+# -- 8. paper.md's three seeds at 4x agree with their per-seed rows -------------------------------------------------
+def test_paper_md_third_seed_at_4x_follows_from_the_seed_rows() -> None:
+    import statistics
+
+    from test_docs_audit27 import _flat, _raw_section, _rows, _seed_rows
+
+    sop_nsp = _raw_section("docs/paper.md", "### SOP and NSP with four times the tokens",
+                           "### The None model with four times the tokens")
+    none = _raw_section("docs/paper.md", "### The None model with four times the tokens",
+                        "### A third seed of the three models")
+    third = _raw_section("docs/paper.md", "### A third seed of the three models", "## The cpu grid with a third")
+    seeds = {"None": {**_seed_rows(none, "None"), **_seed_rows(third, "None")},
+             "NSP": {**_seed_rows(sop_nsp, "NSP"), **_seed_rows(third, "NSP")},
+             "SOP": {**_seed_rows(sop_nsp, "SOP"), **_seed_rows(third, "SOP")},
+             "scratch": {**_seed_rows(sop_nsp, "scratch"), **_seed_rows(third, "scratch")}}
+    assert all(set(avgs) == {1, 2, 3} for avgs in seeds.values()), seeds
+    scratch = statistics.mean(seeds["scratch"].values())
+    readme = _flat("README.md")
+    for model in ("None", "NSP", "SOP"):
+        (row,) = [row for row in _rows(third, model) if "±" in row[1]]
+        mean, sd = (float(x) for x in row[-2].split(" (")[0].split(" ± "))
+        listed = [float(x) for x in row[-2].split(" (")[1].rstrip(")").split(", ")]
+        values = [seeds[model][seed] for seed in (1, 2, 3)]
+        assert listed == values, (model, listed, values)
+        assert abs(statistics.mean(values) - mean) <= 0.06 and abs(statistics.stdev(values) - sd) <= 0.06, model
+        assert float(row[-1]) == pytest.approx(mean - scratch, abs=0.11), model
+        assert f"{model} {mean} ± {sd}" in readme, model
+    assert min(seeds["None"].values()) > max(seeds["scratch"].values())   # claim 5 with every seed
