@@ -3,23 +3,12 @@ each ratio runs (attention implementation, dropout, dtype, train/eval mode, inpu
 (no timing asserted: the timed parts are stubbed or only their arguments are looked at)."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
 
+from test_bench_audit25 import _sys_path_back, ms  # noqa: F401  (fixtures: sys.path put back; model_speed)
 from test_benchmarks_audit14 import load   # a benchmark script as a module
-
-
-@pytest.fixture(autouse=True)
-def _sys_path_back(monkeypatch):
-    """sys.path as it was after each test (train_speed.py puts benchmarks/ on it to import model_speed)."""
-    monkeypatch.setattr(sys, "path", [*sys.path])
-
-
-@pytest.fixture(scope="module")
-def ms():
-    return load("model_speed")
 
 
 @pytest.fixture(scope="module")
