@@ -3,6 +3,7 @@ each ratio runs (attention implementation, dropout, dtype, train/eval mode, inpu
 (no timing asserted: the timed parts are stubbed or only their arguments are looked at)."""
 from __future__ import annotations
 
+import sys
 
 import pytest
 import torch
