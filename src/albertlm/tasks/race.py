@@ -3,14 +3,17 @@ questions each; or google-research's `all.txt`, the level's passages one per lin
 RACE (one row per question: `train`, `validation`, `test` as JSON lines, Parquet, Arrow or CSV, or the split
 folders `DatasetDict.save_to_disk` writes), and building 4-way multiple-choice features.
 
-Each choice is `[CLS] article [SEP] question-with-option [SEP]`: a question containing `_` has it
-replaced by the option, otherwise the option is appended (google-research `race_utils.py`).
+Each choice is `[CLS] article [SEP] question-with-option [SEP]`: a question containing `_` (after NFKD, as
+google's preprocessing: `＿` too) has it replaced by the option, otherwise the option is appended (google-research
+`race_utils.py`).
 """
 from __future__ import annotations
 
 import ast
+import io
 import json
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -253,14 +256,15 @@ def read_hf_files(paths: Sequence[str | Path], answers: bool = True) -> list[Rac
 
 
 def _hf_options(value, where: str) -> list[str]:
-    """A row's four options: a list (JSON lines, Parquet), or in a CSV the list written as text (JSON, or the
-    Python list pandas writes)."""
+    """A row's four options: a list (JSON lines, Parquet), or in a CSV the list written as text (JSON, the
+    Python list pandas writes, or the numpy array `Dataset.to_csv` writes: `['a' 'b' 'c' 'd']`)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
+            listed = _numpy_texts(value)
             try:
-                value = ast.literal_eval(value)
+                value = listed if listed is not None else ast.literal_eval(value)
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 raise DataError(f"{where}: options {shown(value[:60])} is not a list of {NUM_CHOICES} texts") from None
     if not isinstance(value, (list, tuple)) or len(value) != NUM_CHOICES:
@@ -271,6 +275,26 @@ def _hf_options(value, where: str) -> list[str]:
     if bad is not None:     # a null in the list (it said "4 options, RACE has a list of 4 texts")
         raise DataError(f"{where}: option {LETTERS[bad]} is {type(value[bad]).__name__}, expected text")
     return list(value)
+
+
+def _numpy_texts(text: str) -> list | None:
+    """The texts of a list column as `datasets`' `to_csv` writes it (through pandas, as a numpy array's str):
+    string literals between brackets with no commas, `["It's red" 'b' 'c' 'd']`, wrapped onto more lines when
+    long. Python reads those adjacent literals as one text (a list of one option); None for anything else (a
+    Python list with commas is `ast.literal_eval`'s)."""
+    try:
+        tokens = [token for token in tokenize.generate_tokens(io.StringIO(text.strip()).readline)
+                  if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER)]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    inner = tokens[1:-1]
+    if (len(tokens) < 2 or tokens[0].string != "[" or tokens[-1].string != "]" or not inner
+            or any(token.type != tokenize.STRING for token in inner)):
+        return None
+    try:
+        return [ast.literal_eval(token.string) for token in inner]
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def _file_order(path: Path):
@@ -291,9 +315,11 @@ def read_passage(path: Path, level: str, answers: bool = True) -> list[RaceExamp
 def _passage_examples(data: dict, where_file: str, level: str, name: str,
                       answers: bool = True) -> list[RaceExample]:
     """The questions of one passage (`where_file` names it in errors, `name` in the question ids); without
-    `answers` required, a passage with no `answers` field or an empty list has questions labelled None."""
-    unanswered = not answers and (data.get("answers", []) == [])
-    if unanswered:
+    `answers` required, a passage with no `answers` field, an empty list or only empty answers (`["", ""]`, as a
+    Hugging Face row's empty `answer`) has questions labelled None."""
+    given = data.get("answers", [])
+    unanswered = not answers and isinstance(given, list) and all(answer in ("", None) for answer in given)
+    if unanswered and given == []:
         data = {**data, "answers": [None] * len(data["questions"]) if isinstance(data.get("questions"), list)
                 else []}
     for key in ("article", "questions", "options", "answers"):
@@ -331,8 +357,18 @@ def _passage_examples(data: dict, where_file: str, level: str, name: str,
     return examples
 
 
+# The characters NFKD turns into `_`: google-research's RACE reader looks for the blank in the question after its
+# `preprocess_text` (NFKD), so a blank written `＿` (full-width, as in text typed with a Chinese input method) is one
+LOW_LINES = str.maketrans(dict.fromkeys("\ufe33\ufe34\ufe4d\ufe4e\ufe4f\uff3f", "_"))
+
+
 def question_with_option(question: str, option: str) -> str:
-    return question.replace("_", option) if "_" in question else f"{question} {option}"
+    """google-research `race_utils.py` on its preprocessed texts: every `_` of the question replaced by the
+    option, or else the option appended after a space. As there, the blank is looked for after NFKD (`＿` and the
+    other compatibility low lines are blanks), and the option filling it is stripped (`preprocess_text` strips
+    it: "in _." with "1990 " is "in 1990.", not "in 1990 ."); the tokenizer's own preprocessing does the rest."""
+    blanked = question.translate(LOW_LINES)
+    return blanked.replace("_", option.strip()) if "_" in blanked else f"{question} {option}"
 
 
 def check_lengths(max_seq_length: int, max_qa_length: int) -> None:
