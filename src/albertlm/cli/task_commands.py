@@ -557,6 +557,8 @@ def _run_checkpoint(args) -> dict:
     if not spec.eval_sets:
         raise UserError(f"no data to {args.command}: give {family.data_flags}")
     reordered = _glue_class_order(spec, Path(args.model), options) if args.family == "glue" else None
+    if args.family == "glue":
+        _check_out_keeps_other_predictions(args.out, spec, options)
     metrics = run_evaluation(spec, args.model, tokenizer, cfg, args.out)
     using = _using(given, Path(args.model))
     if using:                               # stderr: stdout is the metrics JSON
@@ -593,6 +595,30 @@ def _check_out_keeps_run(out: str | None, given: str, model_dir: Path) -> None:
     which = f"the directory of the run --model {given} comes from" if own else "a fine-tuning run's directory"
     raise UserError(f"--out {out} is {which}: its prediction files (dev_predictions.tsv, ...) record the run's best "
                     f"dev evaluation and would be replaced; give another --out, such as {Path(out) / 'predictions'}")
+
+
+def _check_out_keeps_other_predictions(out: str | None, spec, options) -> None:
+    """predict / evaluate glue --out: the dev predictions are `<split>_predictions.tsv`, named by the split, not the
+    task, so another task's dev predictions in that --out (`predict --task sst2 --dev ... --out sub`, then `--task
+    mrpc --dev ... --out sub`) were silently replaced, while the submission files (`submission/<Task>.tsv`) of several
+    tasks collect there. Refused before the model runs where the file there is not of this dev set (another number of
+    predictions, labels the task has not: `glue.other_predictions`); an earlier prediction of the same set is replaced
+    as before."""
+    from albertlm.tasks import glue
+
+    if not out:
+        return
+    task = glue.get_task(options.task)
+    for eval_set in spec.eval_sets:
+        path = Path(out) / f"{eval_set.name}_predictions.tsv"
+        if eval_set.score is None or not path.is_file():
+            continue
+        other = glue.other_predictions(task, path, len(eval_set.features))
+        if other:
+            raise UserError(f"--out {out} holds {path.name} of another dev set ({other}), which these predictions of "
+                            f"{task.name}'s would replace: give this task's dev predictions their own --out, such as "
+                            f"{Path(out) / task.name} (submission/<Task>.tsv files of several tasks collect in one "
+                            "--out; a dev file's predictions are named by its split only)")
 
 
 def _precision_note(args, model_dir: Path, info: dict, used: str) -> str | None:

@@ -104,12 +104,28 @@ class TaskSpec:
 
 
 def load_model(spec: TaskSpec, model_path: str | Path, cfg: FinetuneConfig):
-    """The task head on a checkpoint (ours or a transformers ALBERT directory); dropout from the config."""
+    """The task head on a checkpoint (ours or a transformers ALBERT directory); dropout from the config. A checkpoint
+    fine-tuned on another task (`other_task`) gives its backbone only: the head starts fresh."""
+    from albertlm.model.io import init_fresh
+
     overrides = dict(spec.model_overrides)
     for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
         if getattr(cfg, name) is not None:
             overrides[name] = getattr(cfg, name)
     model = spec.model_class.from_pretrained(model_path, **overrides)
+    other = other_task(spec, model_path)
+    if other is not None:
+        # a head fine-tuned for another task starts fresh, drawn as from a pretrained checkpoint (the same seed gives
+        # the same head): one of another shape was already (the loader's warning said so), one of the same shape was
+        # loaded and is drawn now
+        kept = _kept_head(model, model_path)
+        if kept:
+            init_fresh(model, kept)
+            logging.getLogger("albertlm.model").warning(
+                "%s was fine-tuned on %s, not %s: its head (%s) starts fresh, as from a pretrained model (only a run "
+                "of the same task goes on with the head it holds)", model_path, other,
+                task_name(spec.family, spec.info), ", ".join(kept))
+        return model
     order = class_order(spec, model_path)
     classifier = getattr(model, "classifier", None)
     if order is not None and isinstance(classifier, nn.Linear) and classifier.out_features == len(order):
@@ -122,6 +138,48 @@ def load_model(spec: TaskSpec, model_path: str | Path, cfg: FinetuneConfig):
             "%s names its classes in another order than the task's (%s): its classifier rows are put in the "
             "task's order", model_path, ", ".join(str(label) for label in spec.info["labels"]))
     return model
+
+
+def task_name(family: str, info: dict) -> str:
+    """A fine-tuning's task as the user names it: GLUE's task (`glue sst2`), else the family."""
+    task = info.get("task") if family == "glue" else None
+    return f"{family} {task}" if task else family
+
+
+def other_task(spec: TaskSpec, model_path: str | Path) -> str | None:
+    """The task the checkpoint fine-tuning starts from was fine-tuned on (its task.json, or a step's run_config.json),
+    where that is another task than `spec`'s: another family, another GLUE task, or for `classify` other labels or a
+    regression where it classifies (or the reverse). None for a checkpoint without such a record (a pretrained
+    model, a transformers directory) or one of the same task, whose head goes on training (more epochs, new data).
+    Its head is then not this task's: an SST-2 head's rows, kept for MRPC as google's `run_classifier.py` and
+    transformers' `run_glue.py` keep a head of the same shape, start MRPC from SST-2's classes (RTE's first row is
+    `entailment`, WNLI's second), while a head of another shape (MNLI's 3 classes for RTE) starts fresh; every
+    other task's head now starts fresh, so the run does not depend on which task the checkpoint last learned."""
+    from albertlm.model.io import fine_tuning_record, resolve_checkpoint
+
+    recorded = fine_tuning_record(resolve_checkpoint(model_path))
+    family = recorded.get("family")
+    if not isinstance(family, str):
+        return None
+    same = family == spec.family
+    if same and family == "glue":
+        same = recorded.get("task") == spec.info.get("task")
+    elif same and family == "classify":
+        labels = sorted(str(label).strip() for label in recorded.get("labels") or [])
+        same = (bool(recorded.get("regression")) == bool(spec.info.get("regression"))
+                and labels == sorted(str(label).strip() for label in spec.info.get("labels") or []))
+    return None if same else task_name(family, recorded)
+
+
+def _kept_head(model: nn.Module, model_path: str | Path) -> list[str]:
+    """The head weights of `model` (outside its backbone) that `from_pretrained` took from the checkpoint: those it
+    stores under the same name in the same shape (read from the headers; of another shape they were initialised
+    fresh, and said). The record `other_task` reads is ours, so are the weights' names."""
+    from albertlm.model.io import resolve_checkpoint, stored_shapes
+
+    stored = stored_shapes(resolve_checkpoint(model_path))
+    return [name for name, tensor in model.state_dict().items()
+            if not name.startswith(type(model).base_prefix) and stored.get(name) == tuple(tensor.shape)]
 
 
 def class_order(spec: TaskSpec, model_path: str | Path) -> list[int] | None:

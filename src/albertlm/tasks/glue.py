@@ -684,6 +684,22 @@ def read_predictions(task: GlueTask, path: str | Path) -> dict[str, str | float]
     return out
 
 
+def other_predictions(task: GlueTask, path: str | Path, rows: int) -> str | None:
+    """Why the dev predictions file at `path` (`<split>_predictions.tsv`, named by the split alone) is not of this
+    task's dev set of `rows` rows, which a prediction into its folder would replace: another number of predictions, or
+    a file that is no predictions of `task` (a label it does not have). None where it may be this set's (an earlier
+    prediction of it, the same number of rows of the task's labels) or cannot be read at all."""
+    try:
+        predictions = read_predictions(task, path)
+    except DataError as exc:     # a label the task has not, an index twice, a row without a prediction
+        return f"not {task.name}'s predictions ({exc})"
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(predictions) != rows:
+        return f"{len(predictions)} predictions, where this dev set has {rows} rows"
+    return None
+
+
 def is_diagnostic(path: Path) -> bool:
     """GLUE's diagnostic set (AX), by the file's name (diagnostic.tsv, diagnostic-full.tsv, AX.tsv), or the Hub's
     (the test split of its `ax` config: `ax/test-00000-of-00001.parquet`)."""
