@@ -121,9 +121,16 @@ def _run(o: AblateOptions) -> int:
         raise UserError(f"--glue-dir {o.glue_dir}: no {', '.join(missing)} folder (the fine-tuning tasks of scale "
                         f"{scale.name}; the default ../shared/data/glue is relative to the current directory)")
     if o.list_jobs:   # what a run of this command would do in --out now (it refuses what the run would refuse)
+        from albertlm.experiments.grids import base_model
+
         states = preview(suite, o.refinetune)
+        base = base_model(suite.scale).to_dict()
         for job, state in states:
-            print(f"{job.kind:8s} {job.name:32s} {json.dumps({k: job.run.model[k] for k in ('embedding_size', 'sharing', 'hidden_dropout')})}"
+            # E, sharing and dropout, then every other field a variant's `model` changes (num_groups, num_layers...):
+            # two variants that differ only there were listed alike
+            shown = {k: job.run.model[k] for k in ('embedding_size', 'sharing', 'hidden_dropout')}
+            shown.update({k: v for k, v in job.run.model.items() if k not in shown and base.get(k) != v})
+            print(f"{job.kind:8s} {job.name:32s} {json.dumps(shown)}"
                   f" task={job.run.task if job.kind == 'pretrain' else '-'} seed={job.seed} {state}")
         counts = {s: sum(st.startswith(s) for _, st in states) for s in ("done", "fine-tune", "resume", "to-run")}
         print(f"{len(states)} jobs: {counts['done']} done, {counts['fine-tune']} to fine-tune again, "

@@ -16,9 +16,10 @@ the scale's) unless `model.embedding_size` gives it outright (not both; nor `mod
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,9 @@ def read_grid_file(path: Path) -> Grid:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if path.suffix.lower() in (".yaml", ".yml"):   # read as JSON, it was "not valid JSON: Expecting value ..."
+        raise UserError(f"{path}: a grid file is JSON or TOML, not YAML; write the same variants as a .json or .toml "
+                        f"file (a list of variants, or a table with 'variants')")
     toml = _toml_reader(path) if path.suffix.lower() == ".toml" else None
     try:
         if toml is not None:
@@ -185,7 +189,8 @@ def read_grid_file(path: Path) -> Grid:
             raise UserError(f"{path}: variant {i} is not an object")
         unknown = set(item) - set(_KEY_TYPES)
         if unknown:
-            raise UserError(f"{path}: variant {i}: unknown key(s) {', '.join(sorted(unknown))}")
+            first = sorted(unknown)[0]
+            raise UserError(f"{path}: variant {i}: unknown key(s) {', '.join(sorted(unknown))}{_key_hint(first)}")
         for key, (types, what) in _KEY_TYPES.items():
             value = item.get(key)
             if key in item and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
@@ -232,6 +237,32 @@ _OWN_WHY = {"embedding": "the embedding size ('embedding' is the paper's E, mapp
                          "model.embedding_size is the size itself)",
             "dropout": "the dropout rate ('dropout' is the scale's rate or none; model's field is a rate itself)"}
 _NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+# what a variant cannot vary, and where it is set instead: every run of a suite has the scale's training (the same
+# steps, batch, length and data, so the same token budget and data order) and the command's seeds
+_NOT_A_VARIANT_KEY = {
+    **dict.fromkeys(("seed", "seeds"), "the pretraining seeds are the command's --seeds, every variant run "
+                                       "with each"),
+    **dict.fromkeys(("lr", "learning_rate", "optimizer", "warmup_ratio", "max_steps", "steps", "batch_size",
+                     "masking", "ngram", "max_seq_length", "dupe_factor", "precision"),
+                    "the scale sets it for every run of a suite alike (the same training and token budget for "
+                    "every variant), not a variant (--max-steps changes the steps of them all)"),
+    **dict.fromkeys(("vocab_size", "tokenizer"), "the suite's tokenizer decides the vocabulary of every run "
+                                                 "(--tokenizer, --vocab-size)"),
+}
+
+
+def _key_hint(key: str) -> str:
+    """What to say after an unknown variant key: a ModelConfig field written beside the variant's keys (it goes
+    under "model"), what a suite sets instead of a variant (the scale, --seeds), or the closest key."""
+    if key in _NOT_A_VARIANT_KEY:
+        return f" ({key}: {_NOT_A_VARIANT_KEY[key]})"
+    names = [f.name for f in fields(ModelConfig)]
+    if key in names:
+        return f" ({key} is a ModelConfig field: give it under \"model\", as {{\"model\": {{\"{key}\": ...}}}})"
+    close = difflib.get_close_matches(key, [*_KEY_TYPES, *names], n=1)
+    if not close:
+        return f" (a variant's keys: {', '.join(_KEY_TYPES)})"
+    return f" (did you mean {close[0] if close[0] in _KEY_TYPES else 'model.' + close[0]}?)"
 
 
 class _TwiceGiven(ValueError):
@@ -285,10 +316,25 @@ def check_against_scale(variant: Variant, scale: Scale, where: str) -> None:
         if key in model:
             raise UserError(f"{where}: model.{key} cannot be set (the data's vocabulary is the tokenizer's, "
                             f"V={scale.vocab_size} at scale {scale.name})")
+    misplaced = [k for k in model if k in _NOT_A_VARIANT_KEY and k not in {f.name for f in fields(ModelConfig)}]
+    if misplaced:   # model.lr: ModelConfig's "unknown field" alone did not say where a learning rate is set
+        raise UserError(f"{where}: model.{misplaced[0]} is no ModelConfig field "
+                        f"({misplaced[0]}: {_NOT_A_VARIANT_KEY[misplaced[0]]})")
     positions = model.get("max_position_embeddings")
     if isinstance(positions, int) and not isinstance(positions, bool) and positions < scale.max_seq_length:
         raise UserError(f"{where}: model.max_position_embeddings={positions} is below the scale's sequence "
                         f"length T={scale.max_seq_length}")
+    # every job of such a variant failed on its first batch, after the preparation
+    types = model.get("type_vocab_size")
+    if isinstance(types, int) and not isinstance(types, bool) and types < 2:
+        raise UserError(f"{where}: model.type_vocab_size={types}: every sequence of the suite's data has "
+                        f"segments A and B (token types 0 and 1), so it must be at least 2")
+    hidden = model.get("hidden_size", scale.hidden_size)
+    if variant.embedding == PAPER_E[-1] and "embedding_size" not in model and hidden != scale.hidden_size:
+        # E = 768 is E = H, mapped to the scale's H: at another H it would be neither (and be labelled E768)
+        raise UserError(f"{where}: embedding {PAPER_E[-1]} is the paper's E = H, the scale's H="
+                        f"{scale.hidden_size} (E={scale.embedding_sizes[-1]}), but model.hidden_size is {hidden}: "
+                        f"give model.embedding_size ({hidden} for E = H) instead of embedding")
 
 
 def expand(grids: list[Grid], scale: Scale) -> list[Run]:

@@ -124,6 +124,14 @@ def shape_name(run: Run) -> str:
     return "scratch-" + "-".join(parts)
 
 
+def baseline_name(runs: list[Run], run: Run) -> str:
+    """The name of `run`'s no-pretraining baseline (the `shape` its result records, by which the report finds that
+    baseline): `shape_name` of the first of `runs` with its shape, the run `plan_jobs` makes the baseline of. A
+    variant named in a grid file ("sop", "nsp" of one shape) recorded its own name's shape ("scratch-nsp"), a
+    baseline never run, so the report compared it with nothing (claim 5 "so far" for ever)."""
+    return shape_name(next((r for r in runs if r.shape_key == run.shape_key), run))
+
+
 def make_suite(out: str | Path, scale: Scale, grid: str, corpus: str | Path, glue_dir: str | Path,
                seeds: tuple[int, ...] | None = None, threads: int = 0,
                tokenizer: str | Path | None = None) -> Suite:
@@ -707,7 +715,7 @@ def _run_job(suite: Suite, job: Job) -> dict:
     run, start = job.run, time.time()
     result: dict[str, Any] = {"kind": job.kind, "name": job.name, "seed": job.seed, "model": run.model,
                               "params": evaluation.count_parameters(ModelConfig(**run.model)),
-                              "shape": shape_name(run)}
+                              "shape": baseline_name(suite.runs, run)}
     if job.kind == "pretrain":
         result.update(task=run.task, variant=run.variant, grids=list(run.grids))
         result["pretrain"] = pretrain_run(suite, run, directory)
