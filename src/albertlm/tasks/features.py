@@ -202,13 +202,22 @@ def collate(features: Sequence[Feature], pad_id: int, label_dtype=None, pad_to: 
         n = f.length
         ids[i, ..., :n] = f.input_ids
         types[i, ..., :n] = f.token_type_ids
-        mask[i, ..., :n] = f.input_ids != pad_id if f.input_ids.ndim > 1 else 1
+        mask[i, ..., :n] = _real_positions(f.input_ids, pad_id) if f.input_ids.ndim > 1 else 1
     batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(types),
              "attention_mask": torch.from_numpy(mask)}
     if features[0].label is not None:
         labels = np.asarray([f.label for f in features])
         batch["labels"] = torch.as_tensor(labels, dtype=label_dtype)
     return batch
+
+
+def _real_positions(ids: np.ndarray, pad_id: int) -> np.ndarray:
+    """The attention mask of multiple-choice rows (C, T) padded on the right to the example's longest choice:
+    each row is real up to its last non-pad token (its [SEP]). Not `ids != pad_id`: a `<pad>` typed in the text
+    encodes to pad_id and is an input like any other token, as transformers' tokenizer masks it."""
+    real = ids != pad_id
+    ends = np.where(real.any(axis=-1), ids.shape[-1] - np.argmax(real[..., ::-1], axis=-1), 0)
+    return np.arange(ids.shape[-1]) < ends[..., None]
 
 
 def iterate_batches(features: Sequence[Feature], batches: Sequence[np.ndarray], pad_id: int,

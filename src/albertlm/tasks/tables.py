@@ -417,11 +417,14 @@ def _columnar_records(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
 FIELD_SIZE_LIMIT = 2**31 - 1
 
 
-def _long_field_rows(reader) -> Iterator[list[str]]:
+def _long_field_rows(reader, starts: list[int] | None = None) -> Iterator[list[str]]:
     """`reader`'s rows, each read under FIELD_SIZE_LIMIT. The limit is the csv module's, process-wide: it is
     raised for one row at a time and the caller's limit put back before the row is handed on, so a program or
-    notebook that reads its own CSV files between (or after) our rows keeps the limit it set."""
+    notebook that reads its own CSV files between (or after) our rows keeps the limit it set. With `starts`, the
+    line each row begins on is appended to it (`reader.line_num` is the line a record ends on: a quoted
+    multi-line article made errors name the record's last line)."""
     while True:
+        start = reader.line_num + 1
         before = csv.field_size_limit(max(FIELD_SIZE_LIMIT, csv.field_size_limit()))
         try:
             row = next(reader, None)
@@ -429,6 +432,8 @@ def _long_field_rows(reader) -> Iterator[list[str]]:
             csv.field_size_limit(before)
         if row is None:
             return
+        if starts is not None:
+            starts.append(start)
         yield row
 
 
@@ -484,7 +489,8 @@ def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
         reader = csv.reader(handle, delimiter="\t", quoting=quoting)
     else:
         reader = csv.reader(handle)
-    rows = _long_field_rows(reader)
+    starts: list[int] = []
+    rows = _long_field_rows(reader, starts)
     try:
         header = next(rows, None)
         if header is None:
@@ -494,7 +500,7 @@ def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
             raise DataError(f"{path}:{reader.line_num}: the header names the column {twice!r} twice")
         empty: list[tuple[int, dict]] = []   # rows of empty cells, kept when a row with text follows
         for row in rows:
-            lineno = reader.line_num
+            lineno = starts.pop()   # the line the record begins on
             if not any(cell.strip() for cell in row):
                 if len(header) == 1 and row:
                     # a one-column file's `""` (or spaces) is a row with an empty text, not a blank line (csv
