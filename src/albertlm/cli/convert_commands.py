@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import logging
 import os
@@ -294,6 +295,8 @@ def detect_format(src: Path) -> str:
     if not src.exists() and not Path(f"{src}.index").is_file():
         from albertlm.model.io import DOWNLOADS_NOTHING
 
+        _no_index(src.parent, f"{glob.escape(src.name)}.data-*")
+
         raise UserError(f"{src}: no such file or directory ({DOWNLOADS_NOTHING})")
     if src.is_file() and (src.parent / "config.json").is_file():   # its config.json or weights: "no config.json"
         raise UserError(f"{src}: a file of a model directory; give the directory holding it ({src.parent})")
@@ -307,7 +310,22 @@ def detect_format(src: Path) -> str:
     if src.name.endswith(".index") or Path(f"{src}.index").is_file() or (src.is_dir() and (
             any(src.glob("*.index")) or (src / "variables" / "variables.index").is_file())):
         return "tf"
+    if src.is_dir():
+        _no_index(src, "*.data-*-of-*")
     raise UserError(f"{src}: not a model (no config.json, no TF *.index checkpoint); see --from")
+
+
+def _no_index(directory: Path, pattern: str) -> None:
+    """A TF checkpoint's data file in `directory` (`pattern`) without its PREFIX.index is named as such: the index was
+    left behind by a download or copy (it was "no such file or directory", with a hint to download a Hub model, or
+    "not a model")."""
+    from albertlm.interop.tf_checkpoint import COMPANION
+
+    data = sorted(p for p in directory.glob(pattern) if COMPANION.match(p.name))
+    if data:
+        prefix = COMPANION.match(data[0].name).group("prefix")
+        raise UserError(f"{directory / prefix}.index is missing: {data[0].name} is there without it (a TF checkpoint "
+                        "is PREFIX.index + PREFIX.data-*; an interrupted download or copy?)")
 
 
 def held_tf_checkpoint(directory: Path) -> str | None:
@@ -340,14 +358,23 @@ def _check_destination(src: Path, dst: Path, overwrite: bool) -> None:
 
 
 class _Collect(logging.Handler):
-    """Keeps the model loader's notes (freshly initialised / ignored weights) for the summary."""
+    """Keeps the model loader's notes (freshly initialised / ignored weights) for the summary; the names of the
+    weights it drew at random because the checkpoint lacks them (`model.io.FRESH_WEIGHTS`) apart, for
+    `_nothing_made_up`."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.messages: list[str] = []
+        self.fresh: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        from albertlm.model.io import FRESH_WEIGHTS
+
+        names = getattr(record, FRESH_WEIGHTS, None)
+        if names:
+            self.fresh += names
+        else:
+            self.messages.append(record.getMessage())
 
 
 def load_model(src: Path, src_format: str, config: str | None, verify: bool):
@@ -358,6 +385,11 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
         if src.is_dir() and (src / "variables" / "variables.index").is_file():  # a TF-Hub module
             src = src / "variables"
         model, report = import_tf_checkpoint(src, config, verify=verify)
+        if report.missing:   # as `_nothing_made_up` for directories: those were written to DST as trained weights
+            raise UserError(f"{report.checkpoint}: the checkpoint lacks {_names(report.missing)} of "
+                            f"{type(model).__name__}, the class its head variables make it (a half-written copy, or "
+                            "a head of another script?); convert writes the weights a checkpoint holds and makes up "
+                            "none")
         return model, report.lines()
     logger = logging.getLogger("albertlm.model")
     handler, level, propagate = _Collect(), logger.level, logger.propagate
@@ -370,7 +402,7 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
         logger.removeHandler(handler)
         logger.setLevel(level)
         logger.propagate = propagate
-    handler.messages = _nothing_made_up(model, src, handler.messages)
+    handler.messages = _nothing_made_up(model, src, handler.messages, handler.fresh)
     from albertlm.model.io import stored_float_dtype
 
     # the model loads as float32; a bf16 / fp16 source is written back in its own dtype (was float32: twice the size)
@@ -382,29 +414,28 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
     return model, handler.messages
 
 
-# the model loader's note (model.io.load_state_into) on weights the checkpoint lacks, which it draws at random
-FRESH_NOTE = "freshly initialised weights (not in the checkpoint): "
+def _names(names: list[str]) -> str:
+    """The first six of `names`, for a one-line error."""
+    return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
 
 
-def _nothing_made_up(model, src: Path, messages: list[str]) -> list[str]:
+def _nothing_made_up(model, src: Path, messages: list[str], fresh: list[str]) -> list[str]:
     """Convert writes the weights SRC holds, none drawn at random: the loader freshly initialises head weights the
-    checkpoint lacks (a classifier, a SOP / MLM head, the pooler of the class SRC names), and those were written to
-    DST as trained ones, the summary's note the only trace (every later load then said "all weights mapped", and
-    predict scored the random classifier). A bare `AlbertModel` saved without a pooler (`add_pooling_layer=False`)
-    converts without one (transformers' AlbertModel makes its own and says so); any other missing weight is a
-    UserError (a half-written or damaged directory). Returns the notes left to print."""
-    fresh = [name.strip() for message in messages if message.startswith(FRESH_NOTE)
-             for name in message[len(FRESH_NOTE):].split(",")]
+    checkpoint lacks (`fresh`, from its note's `model.io.FRESH_WEIGHTS`: a classifier, a SOP / MLM head, the pooler
+    of the class SRC names), and those were written to DST as trained ones, the summary's note the only trace (every
+    later load then said "all weights mapped", and predict scored the random classifier). A bare `AlbertModel` saved
+    without a pooler (`add_pooling_layer=False`) converts without one (transformers' AlbertModel makes its own and
+    says so); any other missing weight is a UserError (a half-written or damaged directory). Returns the notes
+    left to print (`messages`, the loader's other notes)."""
     if not fresh:
         return messages
     from albertlm.model.albert import AlbertModel
 
-    kept = [message for message in messages if not message.startswith(FRESH_NOTE)]
     if isinstance(model, AlbertModel) and all(name.startswith("pooler.") for name in fresh):
         model.pooler = None
-        return kept + ["no pooler in the source: none written (a model loaded from DST makes a fresh one, and "
-                       "says so)"]
-    raise UserError(f"{src}: its weights lack {', '.join(fresh[:6])}{', ...' if len(fresh) > 6 else ''} of "
+        return messages + ["no pooler in the source: none written (a model loaded from DST makes a fresh one, and "
+                           "says so)"]
+    raise UserError(f"{src}: its weights lack {_names(fresh)} of "
                     f"{type(model).__name__}, the class it holds (a half-written or damaged copy?); "
                     "convert writes the weights a checkpoint holds and makes up none: give the complete directory, "
                     "or fine-tune it (`albertlm finetune`) to train a new head")

@@ -3,7 +3,9 @@
 Pretraining checkpoints become AlbertForPreTraining, `run_classifier.py` checkpoints (top-level
 `output_weights` / `output_bias`) AlbertForSequenceClassification, `run_squad_v1.py` checkpoints
 (`cls/squad/output_*`) AlbertForQuestionAnswering, `run_squad_v2.py` checkpoints (`start_logits/`, `end_logits/`,
-`answer_class/`) AlbertForSquadV2, checkpoints with none of these heads the AlbertModel they hold.
+`answer_class/`) AlbertForSquadV2, checkpoints with run_pretraining.py's masked-LM head but not its SOP head (TF-Hub
+modules exported before google's export_to_tfhub.py added the "sop" signature, July 2020: google/albert_*/1-3)
+AlbertForMaskedLM, checkpoints with none of these heads the AlbertModel they hold.
 
 No TensorFlow needed: `tf_checkpoint` reads the checkpoint files. The variable names are those that
 google's `modeling.py` (AlbertModel, scope `bert/`) and `run_pretraining.py` (scope `cls/`) create:
@@ -130,9 +132,11 @@ SQUAD_V2_HEAD: dict[str, Source] = {
     **{f"answer_dense.{p}": src for p, src in _dense("answer_class/dense_0").items()},
     "answer_out.weight": (("answer_class/dense_1/kernel",), True),
 }
+# run_pretraining.py's masked-LM head without its SOP head (an older TF-Hub module's): AlbertForMaskedLM
+MASKED_LM_HEAD: dict[str, Source] = {k: v for k, v in PRETRAINING_HEADS.items() if k.startswith("mlm_head.")}
 # none of the heads above: AlbertModel
 HEADS = {"pretraining": PRETRAINING_HEADS, "classifier": CLASSIFIER_HEAD, "squad": SQUAD_HEAD,
-         "squad_v2": SQUAD_V2_HEAD, "backbone": {}}
+         "squad_v2": SQUAD_V2_HEAD, "masked_lm": MASKED_LM_HEAD, "backbone": {}}
 
 
 def config_from_google(data: dict) -> ModelConfig:
@@ -248,9 +252,10 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     A pretraining checkpoint gives an AlbertForPreTraining; a run_classifier.py checkpoint (top-level
     `output_weights`, no `cls/` heads) an AlbertForSequenceClassification with its num_labels; a
     run_squad_v1.py checkpoint (`cls/squad/*`) an AlbertForQuestionAnswering; a run_squad_v2.py checkpoint
-    (`start_logits/`, `end_logits/`, `answer_class/`) an AlbertForSquadV2.
+    (`start_logits/`, `end_logits/`, `answer_class/`) an AlbertForSquadV2; run_pretraining.py's masked-LM head
+    without its SOP head (an older TF-Hub module) an AlbertForMaskedLM; no head albertlm reads an AlbertModel.
     Every backbone weight must be in the checkpoint; missing head weights are left initialised and
-    listed in the report.
+    listed in the report (`report.missing`: `albertlm convert` refuses such a checkpoint, making up no weights).
     """
     prefix = resolve_prefix(path)
     if not isinstance(config, ModelConfig):
@@ -273,6 +278,11 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     elif head == "squad_v2":
         report.notes.append("run_squad_v2.py's SQuAD v2.0 head (start_logits/, end_logits/, answer_class/): "
                             "AlbertForSquadV2 (`albertlm predict squad` runs its beam and null odds)")
+    elif head == "masked_lm":
+        report.notes.append("run_pretraining.py's masked-LM head without its SOP head (cls/seq_relationship/: not in "
+                            "TF-Hub modules exported before July 2020): AlbertForMaskedLM, which has no pooler (a "
+                            "classifier fine-tuned from it starts with a new one); an AlbertForPreTraining would have "
+                            "had a random SOP head")
     elif head == "classifier" and model.config.num_labels == 1:
         report.notes.append("one output row: read as run_classifier.py's regression (STS-B); run_race.py saves its "
                             "multiple-choice head under the same names and shape (AlbertForMultipleChoice takes "
@@ -331,7 +341,7 @@ def read_google_config(path: Path) -> ModelConfig:
 
 HEAD_CLASSES = {"squad": "AlbertForQuestionAnswering", "squad_v2": "AlbertForSquadV2",
                 "classifier": "AlbertForSequenceClassification", "pretraining": "AlbertForPreTraining",
-                "backbone": "AlbertModel"}
+                "masked_lm": "AlbertForMaskedLM", "backbone": "AlbertModel"}
 # the variables of a head this import reads (after TF-Hub's `module/` and the backbone's scope are undone)
 KNOWN_HEAD = re.compile(r"^(cls/predictions/|cls/seq_relationship/|cls/squad/output_|output_weights$|output_bias$"
                         r"|start_logits/|end_logits/|answer_class/)")
@@ -342,7 +352,8 @@ def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
     """(head kind, its number of labels or None) of what the checkpoint holds, from its variable names and shapes
     only: run_squad_v1.py's start/end weights, run_classifier.py's top-level `output_weights` (no `cls/` heads),
     run_squad_v2.py's start_logits/ end_logits/ answer_class/ (no `cls/` heads), "backbone" where no head this
-    import reads is there, otherwise run_pretraining.py's heads."""
+    import reads is there, "masked_lm" for run_pretraining.py's masked-LM head without its SOP head (an older TF-Hub
+    module's), otherwise run_pretraining.py's heads."""
     stored = _strip_module_prefix(ckpt.names())
     names = set(stored)
     squad = stored.get("cls/squad/output_weights")
@@ -357,6 +368,12 @@ def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
         # no albertlm head reads what is there: an AlbertForPreTraining would have come back with random masked-LM
         # and SOP heads
         return "backbone", None
+    model_vars = [n for n in names if not TRAINING_STATE.search(n)]
+    if any(n.startswith("cls/predictions/") for n in model_vars) \
+            and not any(n.startswith("cls/seq_relationship/") for n in model_vars):
+        # google/albert_*/1-3 on TF-Hub: an AlbertForPreTraining came back with a random SOP head, which convert
+        # wrote as trained (and `evaluate` scored)
+        return "masked_lm", None
     return "pretraining", None
 
 
@@ -398,6 +415,10 @@ def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
         from albertlm.model.heads import AlbertForSequenceClassification
 
         return AlbertForSequenceClassification(cfg.replace(num_labels=num_labels)), "classifier"
+    if head == "masked_lm":
+        from albertlm.model.heads import AlbertForMaskedLM
+
+        return AlbertForMaskedLM(cfg), "masked_lm"
     if head == "backbone":
         from albertlm.model.albert import AlbertModel
 

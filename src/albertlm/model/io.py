@@ -248,16 +248,24 @@ def stored_float_dtype(directory: str | Path) -> torch.dtype | None:
     return found.pop() if len(found) == 1 else None
 
 
+# The LogRecord attributes (`extra=`) of `load_state_into`'s notes naming the model's weights it freshly initialised:
+# those the checkpoint lacks, and head weights it holds in another shape. Readers of the notes (`load_backbone`,
+# `albertlm convert`) take the names from here, not by parsing the message, whose wording names the checkpoint.
+FRESH_WEIGHTS, RESHAPED_WEIGHTS = "albertlm_fresh_weights", "albertlm_reshaped_weights"
+
+
+def fresh_weights(record: logging.LogRecord) -> tuple[str, ...]:
+    """The weights a loader's note (`load_state_into`) says were freshly initialised: not in the checkpoint, or
+    held there in another shape; () for any other record."""
+    return tuple(getattr(record, FRESH_WEIGHTS, ())) + tuple(getattr(record, RESHAPED_WEIGHTS, ()))
+
+
 class _MissingPoolerNote(logging.Filter):
     """Drops the loader's notes about pooler weights a checkpoint lacks (`load_backbone` leaves the pooler out)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        head = "freshly initialised weights (not in the checkpoint): "
-        if message.startswith(head):
-            return not all(name.strip().startswith("pooler.") for name in message[len(head):].split(","))
-        shapes = re.findall(r"(\S+) has another shape", message) if "head weights of another shape" in message else []
-        return not (shapes and all(name.startswith("pooler.") for name in shapes))
+        names = fresh_weights(record)
+        return not (names and all(name.startswith("pooler.") for name in names))
 
 
 def load_backbone(directory: str | Path) -> nn.Module:
@@ -541,7 +549,7 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
         log.warning("%s: head weights of another shape than %s's are freshly initialised (a head trained for another "
                     "number of labels or task): %s", source, type(model).__name__,
                     "; ".join(f"{key} has another shape, {tuple(state[key].shape)} vs {tuple(own[key].shape)}"
-                              for key in reshaped))
+                              for key in reshaped), extra={RESHAPED_WEIGHTS: tuple(reshaped)})
     for key in reshaped:
         del state[key]
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -550,8 +558,9 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], prefix: st
         if [k for k in keys if is_backbone(k)]:
             raise UserError(f"{what}: {', '.join([k for k in keys if is_backbone(k)][:5])}")
     missing = [k for k in missing if k not in reshaped]  # those were named above
-    if missing:
-        log.warning("freshly initialised weights (not in the checkpoint): %s", ", ".join(missing))
+    if missing:   # named with the checkpoint and the class (a bare AlbertModel loaded as a classifier said neither)
+        log.warning("%s: freshly initialised weights of %s, not in the checkpoint (random until trained): %s",
+                    source, type(model).__name__, ", ".join(missing), extra={FRESH_WEIGHTS: tuple(missing)})
     dropped = _dropped_heads(unexpected, prefix)
     if dropped:   # transformers warns "Some weights of the model checkpoint ... were not used"
         modules = list(dict.fromkeys(key.rpartition(".")[0] for key in dropped))   # classifier.weight -> classifier
