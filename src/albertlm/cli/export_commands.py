@@ -61,11 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
                    help="torch.onnx's TorchScript exporter (fast) or the torch.export-based one")
     p.add_argument("--opset", type=int, default=18,
-                   help="ONNX opset (default 18; torchscript: 14 to 20, dynamo: 18 and up, as this torch allows)")
+                   help="ONNX opset (default 18; torchscript: 14 to 20, dynamo: 18 to 22, as this torch allows; "
+                        "dynamo's 23 and up write an Attention op onnxruntime cannot run here)")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime-vs-PyTorch check")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --out file (and FILE.int8.onnx / FILE.fp16.onnx when asked), or the "
-                        "files of an earlier export in --out DIR")
+                   help="replace an existing --out file (an earlier FILE.int8.onnx / FILE.fp16.onnx too: replaced "
+                        "when asked for, else removed), or the files of an earlier export in --out DIR")
 
 
 def _name_the_format_first(parser: argparse.ArgumentParser) -> None:
@@ -143,7 +144,7 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
                          f"({report['bytes'] / 1e6:.1f} MB, {report['initializers']} initializers, "
                          f"outputs: {', '.join(report['outputs'])})")
             if not args.no_verify:
-                diffs = onnx_export.compare_with_onnxruntime(model, files["fp32"])
+                diffs = _verify(model, files["fp32"], _shown(out, directory, names["fp32"]))
                 lines.append("onnxruntime vs PyTorch, max abs difference: " + _differences(diffs))
                 if not max(diffs.values()) <= 1e-3:
                     warnings_.append("the ONNX outputs differ from PyTorch by more than 1e-3")
@@ -155,7 +156,7 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
                 size = onnx_export.convert_fp16(files["fp32"], files["fp16"])["bytes"]
                 line = f"float16: {_shown(out, directory, names['fp16'])} ({size / 1e6:.1f} MB, float32 outputs)"
                 if not args.no_verify:
-                    diffs = onnx_export.compare_with_onnxruntime(model, files["fp16"])
+                    diffs = _verify(model, files["fp16"], _shown(out, directory, names["fp16"]))
                     line += "; onnxruntime (CPU) vs PyTorch fp32, max abs difference: " + _differences(diffs)
                     if not all(math.isfinite(v) for v in diffs.values()):
                         warnings_.append("the float16 outputs are not finite where PyTorch's are: values past "
@@ -187,6 +188,19 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
     for warning in warnings_:
         say_warning(warning.replace(str(staging), str(out)) if directory else warning)
     return 0
+
+
+def _verify(model, path: Path, shown: Path) -> dict[str, float]:
+    """`compare_with_onnxruntime` of the staged file `path`; a file onnxruntime cannot run is one line naming the file
+    as --out gives it (the staging folder is gone by then), and nothing is written."""
+    from albertlm.errors import UserError
+    from albertlm.interop import onnx as onnx_export
+
+    try:
+        return onnx_export.compare_with_onnxruntime(model, path)
+    except UserError as exc:
+        raise UserError(f"{str(exc).replace(str(path), str(shown))}; nothing was written (another --opset or "
+                        "--exporter may export a graph it runs)") from None
 
 
 def _check_config_expressible(model, out: Path) -> None:
@@ -278,6 +292,7 @@ def serving_metadata(model_dir: Path, model, tf_source: bool = False,
     head = type(model).__name__ != "AlbertModel"   # --encoder: the task's head and labels are not in the file
     if head:
         meta.update({key: info[key] for key in ("family", "task") if isinstance(info.get(key), str)})
+        meta.update(_task_settings(info))
     length = info.get("max_seq_length")
     if not isinstance(length, int):
         length = json_object_or_empty(model_dir / "tokenizer_config.json").get("model_max_length")
@@ -299,6 +314,32 @@ def serving_metadata(model_dir: Path, model, tf_source: bool = False,
     if tokenizer is None:   # a fine-tuning run's step_N holds none: the run's own (best/'s copy, or the recorded one)
         tokenizer = run_tokenizer(model_dir)
     return _tokenizer_files(meta, tokenizer)
+
+
+def _task_settings(info: dict) -> dict[str, str]:
+    """What a server must apply as `predict` does and the graph does not hold, from a fine-tuning's record: SQuAD's
+    version, windows and answer limits, and v2.0's no-answer threshold the run tuned on dev (`predict` applies it:
+    without it a server nulls by 0, other answers than the run's); RACE's question+option length."""
+    import math
+
+    def integer(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    out: dict[str, str] = {}
+    if info.get("family") == "squad":
+        version = str(info.get("version") or "")
+        if version:
+            out["squad_version"] = version
+        settings = info.get("settings") if isinstance(info.get("settings"), dict) else {}
+        out.update({key: str(settings[key]) for key in ("doc_stride", "max_query_length", "max_answer_length",
+                                                       "n_best_size") if integer(settings.get(key))})
+        threshold = info.get("null_threshold")
+        if (version == "2.0" and isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
+                and math.isfinite(threshold)):
+            out["null_threshold"] = repr(float(threshold))
+    elif info.get("family") == "race" and integer(info.get("max_qa_length")):
+        out["max_qa_length"] = str(info["max_qa_length"])
+    return out
 
 
 def _tokenizer_files(meta: dict[str, str], tokenizer: Path | None) -> tuple[dict[str, str], Path | None]:
@@ -324,6 +365,17 @@ def _serving_line(metadata: dict[str, str], model, tokenizer: Path | None, tf_so
         import json
 
         said.append("labels " + ", ".join(json.loads(metadata["id2label"]).values()))
+    elif metadata.get("problem_type") == "regression":
+        said.append("one score (regression)")
+    if "squad_version" in metadata:
+        limits = ", ".join(f"{key} {metadata[key]}" for key in ("doc_stride", "max_query_length", "max_answer_length")
+                           if key in metadata)
+        said.append(f"SQuAD {metadata['squad_version']}" + (f" ({limits})" if limits else ""))
+        if "null_threshold" in metadata:
+            said.append(f"no answer where the null score (start_logits[0] + end_logits[0]) minus the best span's score "
+                        f"exceeds null_threshold {float(metadata['null_threshold']):.4g}")
+    if "max_qa_length" in metadata:
+        said.append(f"question+option of at most {metadata['max_qa_length']} tokens")
     if tokenizer is not None:
         said.append(f"no tokenizer inside: ship {metadata['tokenizer_files'].replace(',', ', ')} from {tokenizer} "
                     "beside it")
@@ -390,15 +442,18 @@ def _check_directory(out: Path, model_dir: Path, names: dict[str, str], overwrit
 
 def _install(staging: Path, target: Path, names: dict[str, str], directory: bool, overwrite: bool) -> None:
     """Move the staged files into `target` (--out DIR, or FILE's folder); with --overwrite, an earlier export's
-    files this one does not write are removed first (a bigger model's FILE.data; in a directory, another
-    tokenizer's files or a model_quantized.onnx not asked for this time), so nothing stale stays beside the new."""
+    files this one does not write are removed first (a bigger model's FILE.data, a FILE.int8.onnx or FILE.fp16.onnx
+    not asked for this time; in a directory, another tokenizer's files or a model_quantized.onnx not asked for), so
+    nothing stale stays beside the new."""
     from albertlm.cli.convert_commands import swap_into_place
 
     written = {path.relative_to(staging).as_posix() for path in staging.rglob("*") if path.is_file()}
     if directory:
         ours = set(SERVING_FILES) if overwrite else set()
-    else:
-        ours = {name + data for name in names.values() for data in ("", ".data")}
+    else:   # with --overwrite, an earlier export's FILE.int8.onnx / FILE.fp16.onnx not asked for again are removed:
+        # they were left beside the new FILE.onnx and served as its (without it they are left alone, as any file)
+        every = _output_names(Path(names["fp32"]), False, True, True) if overwrite else names
+        ours = {name + data for name in every.values() for data in ("", ".data")}
     # one step (convert's `swap_into_place`): a Ctrl-C or SIGTERM while the files moved in one by one left a new
     # model.onnx beside an earlier export's model_quantized.onnx and config.json
     try:

@@ -59,17 +59,21 @@ OPSET = 18
 # the lowest opset each exporter can write this model in: attention (scaled_dot_product_attention) needs 14,
 # the torch.export-based exporter writes 18 and up
 MIN_OPSET = {"torchscript": 14, "dynamo": 18}
+# from opset 23 the dynamo exporter writes attention as ONNX's own `Attention` op, fed the (B, 1, 1, T) padding mask;
+# onnxruntime's kernel (1.32) refuses that mask at every length but 1 ("inconsistent q_sequence_length (between
+# attn_mask and Q)"): the file could not serve any real input, and the check after the export was a traceback
+ATTENTION_OP_OPSET = 23
 
 
 def opset_range(exporter: str) -> tuple[int, int]:
-    """(lowest, highest) opset `exporter` can write this model in, with this torch."""
+    """(lowest, highest) opset `exporter` can write this model in, with this torch, as onnxruntime runs it."""
     try:
         from torch.onnx import _constants   # private; absent or renamed in some torch: fall back
         high = (_constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET if exporter == "torchscript"
                 else _constants.ONNX_MAX_OPSET)
     except (ImportError, AttributeError):
         high = 20 if exporter == "torchscript" else 23
-    return MIN_OPSET[exporter], int(high)
+    return MIN_OPSET[exporter], min(int(high), ATTENTION_OP_OPSET - 1)
 
 
 def check_opset(exporter: str, opset: int) -> None:
@@ -77,7 +81,10 @@ def check_opset(exporter: str, opset: int) -> None:
         raise UserError(f"exporter must be one of {', '.join(EXPORTERS)}, got {exporter!r}")
     low, high = opset_range(exporter)
     if not low <= opset <= high:
-        raise UserError(f"--opset {opset}: the {exporter} exporter writes opsets {low} to {high} with this torch")
+        why = (f" (from {ATTENTION_OP_OPSET} on it writes ONNX's Attention op, whose onnxruntime kernel refuses "
+               "ALBERT's padding mask)" if exporter == "dynamo" and opset >= ATTENTION_OP_OPSET else "")
+        raise UserError(f"--opset {opset}: the {exporter} exporter writes opsets {low} to {high} with this torch"
+                        f"{why}")
 EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's 2 GB limit: bigger models keep their weights in a .data file
 
 
@@ -315,15 +322,32 @@ def _size(path: Path) -> int:
     return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
 
 
-def onnx_session(path: str | Path, threads: int = 0):
+def onnx_session(path: str | Path, threads: int = 0, quiet: bool = False):
+    """An onnxruntime CPU session of `path`; `quiet`: its errors are not logged (the caller says them)."""
     require_onnx()
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    options.log_severity_level = 3
+    options.log_severity_level = 4 if quiet else 3
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def run_onnxruntime(path: str | Path, names, feeds: dict) -> list:
+    """onnxruntime's outputs `names` of the file at `path` for `feeds`; a file onnxruntime cannot load or run is a
+    UserError of one line (its own message is a C++ stack of a line, logged on stderr besides)."""
+    require_onnx()
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
+
+    failures = tuple(value for value in vars(ort_errors).values()
+                     if isinstance(value, type) and issubclass(value, Exception))
+    try:
+        session = onnx_session(path, quiet=True)
+        return session.run(list(names), feeds)
+    except failures as exc:
+        said = str(exc).split(" Status Message:")[0].strip()
+        raise UserError(f"onnxruntime cannot run {path}: {said}") from None
 
 
 def compare_with_onnxruntime(model: nn.Module, path: str | Path, batch: int = 3, length: int = 37,
@@ -332,8 +356,7 @@ def compare_with_onnxruntime(model: nn.Module, path: str | Path, batch: int = 3,
     export's example (so the dynamic axes are exercised), with padding and two segments."""
     names = output_names(model)
     args = example_inputs(model, batch, length, seed)
-    session = onnx_session(path)
-    got = session.run(list(names), {k: v.numpy() for k, v in zip(INPUTS, args)})
+    got = run_onnxruntime(path, names, {k: v.numpy() for k, v in zip(INPUTS, args)})
     was_training = model.training
     with torch.no_grad():
         expected = _Outputs(model.eval(), names)(*args)
