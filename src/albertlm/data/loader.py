@@ -23,8 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
-from albertlm.data.shards import (WORD_STARTS_FILE, changed_shard, damage_message, damaged_rows, open_shards, read_meta,
-                                  shard_stamps)
+from albertlm.data.shards import (WORD_STARTS_FILE, changed_shard, damage_message, damaged_rows, open_shards,
+                                  read_meta)
 from albertlm.errors import UserError
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_positions", "masked_lm_ids",
@@ -68,9 +68,9 @@ class PretrainingDataset:
     def __init__(self, directory: str | os.PathLike, dynamic_masking: bool = False, seed: int = 0):
         self.directory = Path(directory)
         self.meta = read_meta(self.directory)
-        self._shards = open_shards(self.directory, self.meta)
-        self._stamps = shard_stamps(self.directory, self.meta)   # the files as opened (`check_unchanged`)
-        self._ends = np.cumsum([len(s) for s in self._shards])
+        self._shards = open_shards(self.directory, self.meta)   # checked now, mapped when first read
+        self._stamps = self._shards.stamps   # the files as opened (`check_unchanged`)
+        self._ends = np.cumsum(self._shards.counts, dtype=np.int64)
         self.max_seq_length = int(self.meta["max_seq_length"])
         self.max_predictions = int(self.meta["max_predictions_per_seq"])
         self.dynamic_masking, self.seed = dynamic_masking, seed
@@ -98,7 +98,7 @@ class PretrainingDataset:
         # the files the parent opened, or nothing: a worker started later must not read a rebuilt shard's records
         # under the parent's meta and position
         self.check_unchanged(range(len(self.meta["shards"])))
-        self._shards = open_shards(self.directory, self.meta)
+        self._shards = open_shards(self.directory, self.meta, self._stamps)
         if self.dynamic_masking:
             self._random_ids = self._vocab.random_ids
 

@@ -350,27 +350,75 @@ def damage_message(directory, index: int, shard: int, max_seq_length: int, max_p
             f"slots{f', {vocab_size} tokens' if vocab_size else ''}); rebuild the data with `albertlm data build`")
 
 
-def open_shards(directory: str | os.PathLike, meta: dict) -> list[np.ndarray]:
-    """Read-only memory maps of every shard listed in meta (no data is read until indexed)."""
+MAX_OPEN_SHARDS = 64   # memory maps a reader holds at once (`ShardMaps`); each holds a file descriptor
+
+
+def open_shards(directory: str | os.PathLike, meta: dict,
+                stamps: list[tuple[int, int, int, int]] | None = None) -> "ShardMaps":
+    """Read-only memory maps of every shard listed in meta, checked now (missing, wrong size) and mapped when first
+    indexed (`ShardMaps`: at most MAX_OPEN_SHARDS at once). A shard mapped later must still be the file found now,
+    or the one of `stamps` (`shard_stamps`: where the data was opened in another process)."""
     directory = Path(directory)
     dtype = record_dtype(meta["max_seq_length"], meta["max_predictions_per_seq"], meta["tokenizer"]["vocab_size"])
-    maps = []
+    found = []
     for shard in meta["shards"]:
         path = directory / shard["file"]
         expected = shard["num_instances"] * dtype.itemsize
         if not path.is_file():
             raise UserError(f"shard {path} is missing (listed in the build's meta file): copy it along with the "
                             "meta, or rebuild the data with `albertlm data build`")
-        size = path.stat().st_size
+        found.append(_stamp(path))
+        size = found[-1][0]
         if size != expected:
             raise UserError(f"shard {path} has the wrong size: {size} bytes, expected {expected} ("
                             f"{shard['num_instances']} records of {dtype.itemsize} bytes; cut short or changed in a "
                             "copy?): copy it again, or rebuild the data with `albertlm data build`")
-        if not expected:  # mmap refuses empty files
-            maps.append(np.zeros(0, dtype=dtype))
-            continue
-        maps.append(np.memmap(path, dtype=dtype, mode="r", shape=(shard["num_instances"],)))
-    return maps
+    return ShardMaps(directory, meta, dtype, found if stamps is None else stamps)
+
+
+class ShardMaps:
+    """The shards of a build as a sequence of read-only memory maps (np.memmap of its records), each mapped when
+    first indexed and at most MAX_OPEN_SHARDS kept: a map holds a file descriptor (Python's mmap keeps a copy of
+    it), so mapping every shard at once failed with `OSError: [Errno 24] Too many open files` once a build had more
+    shards than the descriptor limit (`ulimit -n`, often 1024: `--records-per-shard`, many `--num-shards` parts or a
+    large corpus), in the loader as in `data stats`. A map dropped from the cache closes when no record read from
+    it is left. A shard mapped later than the data was opened must be the file stamped then (`stamps`), else it is
+    a UserError (`changed_shard`'s), never another file's records under the same meta."""
+
+    def __init__(self, directory: Path, meta: dict, dtype: np.dtype, stamps: list[tuple[int, int, int, int]]):
+        from collections import OrderedDict
+
+        self.directory, self.meta, self.dtype, self.stamps = directory, meta, dtype, stamps
+        self.counts = [int(shard["num_instances"]) for shard in meta["shards"]]
+        self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        index = range(len(self))[index]
+        found = self._maps.get(index)
+        if found is not None:
+            self._maps.move_to_end(index)
+            return found
+        found = self._map(index)
+        self._maps[index] = found
+        while len(self._maps) > MAX_OPEN_SHARDS:
+            self._maps.popitem(last=False)
+        return found
+
+    def _map(self, index: int) -> np.ndarray:
+        if not self.counts[index]:  # mmap refuses empty files
+            return np.zeros(0, dtype=self.dtype)
+        path = self.directory / self.meta["shards"][index]["file"]
+        with open(path, "rb") as handle:
+            if _stamp_of(os.fstat(handle.fileno())) != tuple(self.stamps[index]):
+                raise UserError(changed_shard(self.directory, self.meta, index, self.stamps[index])
+                                or f"shard {path} changed since the data was opened; start over on the new data")
+            return np.memmap(handle, dtype=self.dtype, mode="r", shape=(self.counts[index],))
 
 
 def shard_stamps(directory: str | os.PathLike, meta: dict) -> list[tuple[int, int, int, int]]:
@@ -381,7 +429,10 @@ def shard_stamps(directory: str | os.PathLike, meta: dict) -> list[tuple[int, in
 
 
 def _stamp(path: Path) -> tuple[int, int, int, int]:
-    st = path.stat()
+    return _stamp_of(path.stat())
+
+
+def _stamp_of(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
 
 
