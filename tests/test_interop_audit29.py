@@ -8,9 +8,10 @@
 - A TF-Hub module exported before google's export_to_tfhub.py added its "sop" signature (July 2020: google/albert_*
   /1-3) has run_pretraining.py's masked-LM head and no cls/seq_relationship: it imported as an AlbertForPreTraining
   whose SOP head was random, and `convert` wrote that head as trained (exit 0, a summary line the only trace). It is
-  now an AlbertForMaskedLM; and `convert` refuses any TF checkpoint lacking weights of the class its heads make it
-  (a half-written head: a SOP head without the masked-LM one, a classifier without its bias, part of the SQuAD v2.0
-  head), as it refuses such a directory.
+  now an AlbertForPreTraining whose SOP head is reported missing and not written (tests/test_tfhub_audit29.py: an
+  AlbertForMaskedLM here first dropped the trained pooler); and `convert` refuses any TF checkpoint lacking weights
+  of the class its heads make it (a half-written head: a SOP head without the masked-LM one, a classifier without
+  its bias, part of the SQuAD v2.0 head), as it refuses such a directory.
 - A checkpoint's data file without its `.index` (given as the prefix or its folder) was "no such file or directory"
   with a hint to download a Hub model, or "not a model"; it is named.
 - Checks that held: a run_classifier.py checkpoint fine-tuned from a TF-Hub module (`module/bert/...` beside
@@ -71,24 +72,24 @@ def hub_module(root, tensors):
     return root
 
 
-def test_a_tf_hub_module_without_the_sop_head_is_a_masked_lm_with_googles_outputs(tmp_path, capsys, one_thread):
+def test_a_tf_hub_module_without_the_sop_head_gives_googles_masked_lm_outputs(tmp_path, capsys, one_thread):
     """It was an AlbertForPreTraining with a random SOP head, which convert wrote as trained (exit 0)."""
     tensors = {k: v for k, v in fixture_tensors().items() if "seq_relationship" not in k and "adam_" not in k}
     hub = hub_module(tmp_path / "hub", tensors)
     model, report = import_tf_checkpoint(hub)
-    assert type(model).__name__ == "AlbertForMaskedLM" and not report.missing
-    assert set(report.unused) == {"module/bert/pooler/dense/kernel", "module/bert/pooler/dense/bias"}
+    assert type(model).__name__ == "AlbertForPreTraining" and report.missing == ["sop_head.weight", "sop_head.bias"]
+    assert not report.unused   # the pooler is read (tests/test_tfhub_audit29.py)
     assert any("without its SOP head" in line for line in report.lines())
     ref = google_reference()
     with torch.no_grad():
-        logits = model(*(torch.from_numpy(ref[k]).long() for k in INPUTS)).logits
+        logits = model(*(torch.from_numpy(ref[k]).long() for k in INPUTS)).prediction_logits
     picked = logits[torch.arange(3)[:, None], torch.from_numpy(ref["masked_lm_positions"]).long()].flatten(0, 1)
     torch.testing.assert_close(torch.log_softmax(picked, -1), torch.from_numpy(ref["mlm_log_probs"]), atol=1e-5, rtol=0)
     capsys.readouterr()
     assert main(["convert", str(hub), str(tmp_path / "out")]) == 0
-    assert "model: AlbertForMaskedLM," in capsys.readouterr().out
+    assert "model: AlbertForPreTraining," in capsys.readouterr().out
     assert main(["info", str(hub)]) == 0
-    assert "(tf format, AlbertForMaskedLM)" in capsys.readouterr().out
+    assert "(tf format, AlbertForPreTraining)" in capsys.readouterr().out
 
 
 def _backbone() -> dict[str, np.ndarray]:

@@ -385,6 +385,9 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
         if src.is_dir() and (src / "variables" / "variables.index").is_file():  # a TF-Hub module
             src = src / "variables"
         model, report = import_tf_checkpoint(src, config, verify=verify)
+        if _lacks_only_the_sop_head(model, report.missing):   # an older TF-Hub module: its trained weights, no others
+            report.missing = []
+            return _without_sop_head(model), report.lines() + [NO_SOP_HEAD]
         if report.missing:   # as `_nothing_made_up` for directories: those were written to DST as trained weights
             raise UserError(f"{report.checkpoint}: the checkpoint lacks {_names(report.missing)} of "
                             f"{type(model).__name__}, the class its head variables make it (a half-written copy, or "
@@ -414,6 +417,29 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
     return model, handler.messages
 
 
+# an AlbertForPreTraining whose source lacks the SOP head alone (google/albert_*/1-3 on TF-Hub, and what convert made
+# of one): written without it, so DST holds every trained weight and no random one
+NO_SOP_HEAD = ("no SOP head in the source (sop_head.weight, sop_head.bias): none written; a model loaded from DST as "
+               "AlbertForPreTraining makes a fresh one and says so, while fine-tuning uses the trained pooler and "
+               "fill-mask the trained masked-LM head")
+
+
+def _lacks_only_the_sop_head(model, missing: list[str]) -> bool:
+    """Whether `model` is an AlbertForPreTraining whose source lacks its SOP head and nothing else."""
+    from albertlm.interop.tf import SOP_HEAD
+    from albertlm.model.albert import AlbertForPreTraining
+
+    return isinstance(model, AlbertForPreTraining) and sorted(missing) == sorted(SOP_HEAD)
+
+
+def _without_sop_head(model):
+    """`model` (an AlbertForPreTraining) without its SOP head, which was freshly initialised: its state dict, which
+    `save_model` writes, then holds none (a model loaded from DST makes its own, and says so). Only for writing: it
+    cannot run forward."""
+    model.sop_head = None
+    return model
+
+
 def _names(names: list[str]) -> str:
     """The first six of `names`, for a one-line error."""
     return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
@@ -425,7 +451,8 @@ def _nothing_made_up(model, src: Path, messages: list[str], fresh: list[str]) ->
     of the class SRC names), and those were written to DST as trained ones, the summary's note the only trace (every
     later load then said "all weights mapped", and predict scored the random classifier). A bare `AlbertModel` saved
     without a pooler (`add_pooling_layer=False`) converts without one (transformers' AlbertModel makes its own and
-    says so); any other missing weight is a UserError (a half-written or damaged directory). Returns the notes
+    says so), and an AlbertForPreTraining without the SOP head (an older TF-Hub module's) without that head; any
+    other missing weight is a UserError (a half-written or damaged directory). Returns the notes
     left to print (`messages`, the loader's other notes)."""
     if not fresh:
         return messages
@@ -435,6 +462,9 @@ def _nothing_made_up(model, src: Path, messages: list[str], fresh: list[str]) ->
         model.pooler = None
         return messages + ["no pooler in the source: none written (a model loaded from DST makes a fresh one, and "
                            "says so)"]
+    if _lacks_only_the_sop_head(model, fresh):   # an older TF-Hub module converted before (or its --to hf export)
+        _without_sop_head(model)
+        return messages + [NO_SOP_HEAD]
     raise UserError(f"{src}: its weights lack {_names(fresh)} of "
                     f"{type(model).__name__}, the class it holds (a half-written or damaged copy?); "
                     "convert writes the weights a checkpoint holds and makes up none: give the complete directory, "

@@ -101,10 +101,11 @@ def run(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def _saved_class_and_size(directory, is_hf: bool) -> tuple[str, int]:
+def _saved_class_and_size(directory, is_hf: bool) -> tuple[str, int, dict[str, int], list[str]]:
     """The model class a checkpoint holds (the one `load_saved_model` loads; a transformers directory's from its
-    config) and the number of values stored in its weights (shared weights once, every head included): the
-    safetensors headers (one file or transformers' shards), or a pickle's tensors (a tied one once). The position and
+    config), the number of values stored in its weights (shared weights once, every head included): the
+    safetensors headers (one file or transformers' shards), or a pickle's tensors (a tied one once), and what of the
+    file the class does not read and of the class the file lacks (`_pooler_and_sop_head`). The position and
     token-type id buffers old transformers files keep are no weights and are not counted."""
     import math
 
@@ -114,8 +115,59 @@ def _saved_class_and_size(directory, is_hf: bool) -> tuple[str, int]:
     # a transformers config is not read twice: its warnings (a multi-label classifier) were printed twice
     name = hf_class_name(directory) if is_hf else saved_class_name(directory)
     buffers = ("embeddings.position_ids", "embeddings.token_type_ids")
-    return name, sum(math.prod(shape) for key, shape in stored_shapes(directory).items()
-                                            if not key.endswith(buffers))
+    shapes = {key: shape for key, shape in stored_shapes(directory).items() if not key.endswith(buffers)}
+    return name, sum(math.prod(shape) for shape in shapes.values()), *_pooler_and_sop_head(name, shapes)
+
+
+def _pooler_and_sop_head(name: str, shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, int], list[str]]:
+    """({"pooler": values} where class `name` has no pooler and the file (its weights' `shapes`, ours or
+    transformers' names) holds one, which a model loaded from it leaves unused, else {}; the parts of `name` the file
+    lacks, which a model loaded from it draws at random: "SOP head" (an AlbertForPreTraining converted from an older
+    TF-Hub module), "pooler")."""
+    import math
+
+    def held(part: str) -> list[str]:
+        return [key for key in shapes if key.startswith(part) or f".{part}" in key]
+
+    pooler = held("pooler.")
+    unused = {"pooler": sum(math.prod(shapes[key]) for key in pooler)} if pooler and name in WITHOUT_POOLER else {}
+    sop = held("sop_head.") + held("sop_classifier.")   # ours, transformers'
+    absent = ["SOP head"] if name == "AlbertForPreTraining" and not sop else []
+    absent += ["pooler"] if name not in WITHOUT_POOLER and not pooler else []
+    return unused, absent
+
+
+def _absent_parts(missing: list[str]) -> list[str]:
+    """The parts of a class the weights `missing` (its state-dict keys) make up: "SOP head", "pooler", others by name."""
+    parts = {"sop_head.": "SOP head", "pooler.": "pooler", "albert.pooler.": "pooler"}
+    return list(dict.fromkeys(next((part for start, part in parts.items() if key.startswith(start)), key)
+                              for key in missing))
+
+
+def _in_the_file(name: str, stored: int, unused: dict[str, int], absent: list[str], tf: bool = False) -> str:
+    """The `info` line's account of the file's values: the class's heads it holds, the SOP head or pooler it lacks
+    (a model loaded from it makes a fresh one, and says so; of a TF checkpoint, `convert` writes the model without the
+    SOP head and refuses any other lack), the values in it the class does not read (the pooler of a class without
+    one: google's QA checkpoints hold theirs)."""
+    if "SOP head" in absent:
+        held = f"{name}'s pooler and masked-LM head, its SOP head not in the file"
+    else:
+        held = f"{name}'s heads" + (" and no pooler" if name in WITHOUT_POOLER and "pooler" not in unused else "")
+    others = [part for part in absent if part != "SOP head"]
+    if others:
+        held += f", {', '.join(others)} not in the file"
+    if absent and tf:
+        held += " (`albertlm convert` writes the model without it)" if absent == ["SOP head"] else \
+            " (`albertlm convert` refuses it)"
+    elif absent:
+        held += " (a model loaded from it makes a fresh one, and says so)"
+    said = []
+    if unused.get("pooler"):
+        said.append(f"the pooler's {unused['pooler']:,} values unused: {name} has no pooler")
+    if sum(unused.values()) > unused.get("pooler", 0):
+        said.append(f"{sum(unused.values()) - unused.get('pooler', 0):,} values in other variables {name} does not "
+                    "read")
+    return f"in the file, with {held}: {stored:,}" + (f" ({'; '.join(said)})" if said else "")
 
 
 def _tf_info(path, config: str | None = None) -> dict[str, typing.Any]:
@@ -126,8 +178,12 @@ def _tf_info(path, config: str | None = None) -> dict[str, typing.Any]:
     if (path / "variables" / "variables.index").is_file():   # a TF-Hub module
         path = path / "variables"
     tf = describe_tf_checkpoint(path, config)
+    pooler = sum(v for k, v in tf["unused"].items() if k.startswith("bert/pooler/"))
+    unused = {**({"pooler": pooler} if pooler else {}),
+              **({"other": sum(tf["unused"].values()) - pooler} if sum(tf["unused"].values()) > pooler else {})}
     return dict(directory=str(tf["prefix"]), format="tf", model_class=tf["model_class"], config=tf["config"],
-                stored_parameters=tf["stored_parameters"], files=tf["files"])
+                stored_parameters=tf["stored_parameters"], files=tf["files"], unused=unused,
+                absent=_absent_parts(tf["missing"]))
 
 
 def _is_tf(path) -> bool:
@@ -198,15 +254,17 @@ def run_info(args: argparse.Namespace) -> int:
             directory = directory / "best" if (directory / "best" / "config.json").is_file() else \
                 resolve_checkpoint(directory)
         cfg, is_hf = read_config(directory)
-        name, stored = _saved_class_and_size(directory, is_hf)
+        name, stored, unused, absent = _saved_class_and_size(directory, is_hf)
         info = dict(directory=str(directory), format="transformers" if is_hf else "albertlm", model_class=name,
-                    config=cfg, stored_parameters=stored,
+                    config=cfg, stored_parameters=stored, unused=unused, absent=absent,
                     files={p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()})
     cfg, name = info["config"], info["model_class"]
     body, _ = count_parameters(cfg)
     task = {} if _is_tf(directory) else _task_of(directory, name)
+    unused, absent = info["unused"], info["absent"]
     info = dict(directory=info["directory"], format=info["format"], model_class=name, parameters=body,
-                stored_parameters=info["stored_parameters"], files=info["files"], config=cfg.to_dict(), **task)
+                stored_parameters=info["stored_parameters"], unused_parameters=sum(unused.values()),
+                not_in_file=absent, files=info["files"], config=cfg.to_dict(), **task)
     if args.json:
         print(json.dumps(info, indent=2, ensure_ascii=False))
         return 0
@@ -214,8 +272,8 @@ def run_info(args: argparse.Namespace) -> int:
     for line in _task_lines(task):
         print(line)
     # the architecture's count, as the paper's tables count it, whether or not this class keeps the pooler
-    print(f"parameters: {body:,} (embeddings + encoder + pooler, the paper's count); in the file, with {name}'s "
-          f"heads{' and no pooler' if name in WITHOUT_POOLER else ''}: {info['stored_parameters']:,}")
+    print(f"parameters: {body:,} (embeddings + encoder + pooler, the paper's count); "
+          + _in_the_file(name, info["stored_parameters"], unused, absent, info["format"] == "tf"))
     for file, size in info["files"].items():
         print(f"  {file}  {size:,} bytes")
     for key, value in cfg.to_dict().items():

@@ -3,9 +3,11 @@
 Pretraining checkpoints become AlbertForPreTraining, `run_classifier.py` checkpoints (top-level
 `output_weights` / `output_bias`) AlbertForSequenceClassification, `run_squad_v1.py` checkpoints
 (`cls/squad/output_*`) AlbertForQuestionAnswering, `run_squad_v2.py` checkpoints (`start_logits/`, `end_logits/`,
-`answer_class/`) AlbertForSquadV2, checkpoints with run_pretraining.py's masked-LM head but not its SOP head (TF-Hub
-modules exported before google's export_to_tfhub.py added the "sop" signature, July 2020: google/albert_*/1-3)
-AlbertForMaskedLM, checkpoints with none of these heads the AlbertModel they hold.
+`answer_class/`) AlbertForSquadV2, checkpoints with none of these heads the AlbertModel they hold. A checkpoint with
+run_pretraining.py's masked-LM head but not its SOP head (TF-Hub modules exported before google's export_to_tfhub.py
+added the "sop" signature, July 2020: google/albert_*/1-3) is an AlbertForPreTraining whose SOP head is reported
+missing: the checkpoint's trained pooler (what google's run_classifier.py reads as the module's pooled_output) and
+masked-LM head are kept, and `albertlm convert` writes the model without the SOP head.
 
 No TensorFlow needed: `tf_checkpoint` reads the checkpoint files. The variable names are those that
 google's `modeling.py` (AlbertModel, scope `bert/`) and `run_pretraining.py` (scope `cls/`) create:
@@ -132,11 +134,12 @@ SQUAD_V2_HEAD: dict[str, Source] = {
     **{f"answer_dense.{p}": src for p, src in _dense("answer_class/dense_0").items()},
     "answer_out.weight": (("answer_class/dense_1/kernel",), True),
 }
-# run_pretraining.py's masked-LM head without its SOP head (an older TF-Hub module's): AlbertForMaskedLM
-MASKED_LM_HEAD: dict[str, Source] = {k: v for k, v in PRETRAINING_HEADS.items() if k.startswith("mlm_head.")}
+# AlbertForPreTraining's SOP head: what a checkpoint with run_pretraining.py's masked-LM head alone (an older TF-Hub
+# module's, "pretraining_without_sop") lacks, reported missing; `albertlm convert` writes the model without it
+SOP_HEAD = ("sop_head.weight", "sop_head.bias")
 # none of the heads above: AlbertModel
 HEADS = {"pretraining": PRETRAINING_HEADS, "classifier": CLASSIFIER_HEAD, "squad": SQUAD_HEAD,
-         "squad_v2": SQUAD_V2_HEAD, "masked_lm": MASKED_LM_HEAD, "backbone": {}}
+         "squad_v2": SQUAD_V2_HEAD, "pretraining_without_sop": PRETRAINING_HEADS, "backbone": {}}
 
 
 def config_from_google(data: dict) -> ModelConfig:
@@ -253,9 +256,11 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     `output_weights`, no `cls/` heads) an AlbertForSequenceClassification with its num_labels; a
     run_squad_v1.py checkpoint (`cls/squad/*`) an AlbertForQuestionAnswering; a run_squad_v2.py checkpoint
     (`start_logits/`, `end_logits/`, `answer_class/`) an AlbertForSquadV2; run_pretraining.py's masked-LM head
-    without its SOP head (an older TF-Hub module) an AlbertForMaskedLM; no head albertlm reads an AlbertModel.
+    without its SOP head (an older TF-Hub module) an AlbertForPreTraining with the checkpoint's pooler and masked-LM
+    head, its SOP head (`SOP_HEAD`) in `report.missing`; no head albertlm reads an AlbertModel.
     Every backbone weight must be in the checkpoint; missing head weights are left initialised and
-    listed in the report (`report.missing`: `albertlm convert` refuses such a checkpoint, making up no weights).
+    listed in the report (`report.missing`: `albertlm convert` refuses such a checkpoint, making up no weights,
+    except one lacking only the SOP head, which it writes without one).
     """
     prefix = resolve_prefix(path)
     if not isinstance(config, ModelConfig):
@@ -265,11 +270,7 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     check_groups(ckpt, config)
     model, head = _build_model(ckpt, config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
-    # the QA model has no pooler: google's pooler weights are then reported as unused; AlbertModel's keys are the
-    # backbone's without the `albert.` of the models with heads
-    key_map = {(k.removeprefix("albert.") if head == "backbone" else k): v
-               for k, v in tf_key_map(model.config, head).items()}
-    key_map = {k: v for k, v in key_map.items() if k in expected}
+    key_map = _model_key_map(model, head)
     state, report = read_tf_state(ckpt, key_map, expected, verify=verify)
     if head == "backbone":
         report.notes.append("no head albertlm reads (run_pretraining.py's cls/, run_classifier.py's output_weights, "
@@ -278,11 +279,10 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     elif head == "squad_v2":
         report.notes.append("run_squad_v2.py's SQuAD v2.0 head (start_logits/, end_logits/, answer_class/): "
                             "AlbertForSquadV2 (`albertlm predict squad` runs its beam and null odds)")
-    elif head == "masked_lm":
-        report.notes.append("run_pretraining.py's masked-LM head without its SOP head (cls/seq_relationship/: not in "
-                            "TF-Hub modules exported before July 2020): AlbertForMaskedLM, which has no pooler (a "
-                            "classifier fine-tuned from it starts with a new one); an AlbertForPreTraining would have "
-                            "had a random SOP head")
+    elif head == "pretraining_without_sop":
+        report.notes.append("run_pretraining.py's masked-LM head without its SOP head (cls/seq_relationship/ is not in "
+                            "TF-Hub modules exported before July 2020, google/albert_*/1-3): AlbertForPreTraining with "
+                            "the checkpoint's pooler and masked-LM head; its SOP head is not in the checkpoint")
     elif head == "classifier" and model.config.num_labels == 1:
         report.notes.append("one output row: read as run_classifier.py's regression (STS-B); run_race.py saves its "
                             "multiple-choice head under the same names and shape (AlbertForMultipleChoice takes "
@@ -341,7 +341,7 @@ def read_google_config(path: Path) -> ModelConfig:
 
 HEAD_CLASSES = {"squad": "AlbertForQuestionAnswering", "squad_v2": "AlbertForSquadV2",
                 "classifier": "AlbertForSequenceClassification", "pretraining": "AlbertForPreTraining",
-                "masked_lm": "AlbertForMaskedLM", "backbone": "AlbertModel"}
+                "pretraining_without_sop": "AlbertForPreTraining", "backbone": "AlbertModel"}
 # the variables of a head this import reads (after TF-Hub's `module/` and the backbone's scope are undone)
 KNOWN_HEAD = re.compile(r"^(cls/predictions/|cls/seq_relationship/|cls/squad/output_|output_weights$|output_bias$"
                         r"|start_logits/|end_logits/|answer_class/)")
@@ -352,8 +352,8 @@ def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
     """(head kind, its number of labels or None) of what the checkpoint holds, from its variable names and shapes
     only: run_squad_v1.py's start/end weights, run_classifier.py's top-level `output_weights` (no `cls/` heads),
     run_squad_v2.py's start_logits/ end_logits/ answer_class/ (no `cls/` heads), "backbone" where no head this
-    import reads is there, "masked_lm" for run_pretraining.py's masked-LM head without its SOP head (an older TF-Hub
-    module's), otherwise run_pretraining.py's heads."""
+    import reads is there, "pretraining_without_sop" for run_pretraining.py's masked-LM head without its SOP head (an
+    older TF-Hub module's), otherwise run_pretraining.py's heads."""
     stored = _strip_module_prefix(ckpt.names())
     names = set(stored)
     squad = stored.get("cls/squad/output_weights")
@@ -371,9 +371,9 @@ def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
     model_vars = [n for n in names if not TRAINING_STATE.search(n)]
     if any(n.startswith("cls/predictions/") for n in model_vars) \
             and not any(n.startswith("cls/seq_relationship/") for n in model_vars):
-        # google/albert_*/1-3 on TF-Hub: an AlbertForPreTraining came back with a random SOP head, which convert
-        # wrote as trained (and `evaluate` scored)
-        return "masked_lm", None
+        # google/albert_*/1-3 on TF-Hub: an AlbertForPreTraining whose SOP head is missing (convert wrote a random one
+        # as trained until fd24d28, then an AlbertForMaskedLM, which dropped the trained pooler)
+        return "pretraining_without_sop", None
     return "pretraining", None
 
 
@@ -382,7 +382,9 @@ def describe_tf_checkpoint(path: str | Path, config: str | Path | None = None) -
     (no tensor is read; a data file missing or shorter than the index needs is an error): {"prefix", "config" (a
     ModelConfig), "model_class" (the albertlm class it imports as), "stored_parameters" (values in its model
     variables, training state left out), "variables", "training_state", "files" (the checkpoint's files and its
-    config, name -> bytes)}."""
+    config, name -> bytes), "unused" (google's name -> values of the model variables the class does not read: the
+    pooler of the QA classes, which have none), "missing" (the class's weights the checkpoint lacks, e.g. an older
+    TF-Hub module's SOP head)}."""
     prefix = resolve_prefix(path)
     config_path = Path(config) if config is not None else find_config(prefix)
     cfg = read_google_config(config_path)
@@ -394,10 +396,28 @@ def describe_tf_checkpoint(path: str | Path, config: str | Path | None = None) -
         cfg = cfg.replace(num_labels=num_labels)
     model_vars = [e for n, e in ckpt.entries.items() if not TRAINING_STATE.search(n)]
     files = [Path(f"{prefix}.index"), *(ckpt.shard_path(i) for i in range(ckpt.num_shards)), config_path]
+    with torch.device("meta"):   # the class's weights (no values): what the file lacks of it and holds beyond it
+        model, _ = _build_model(ckpt, cfg)
+    key_map = _model_key_map(model, head)
+    stored = _strip_module_prefix(ckpt.names())
+    read = {name for names, _ in key_map.values() for name in names}
+    unused = {plain: math.prod(ckpt.entries[name].shape) for plain, name in sorted(stored.items())
+              if plain not in read and not TRAINING_STATE.search(name)}
+    missing = [key for key, (names, _) in key_map.items() if not all(name in stored for name in names)]
     return dict(prefix=prefix, config=cfg, model_class=HEAD_CLASSES[head],
                 stored_parameters=sum(math.prod(e.shape) for e in model_vars), variables=len(model_vars),
                 training_state=len(ckpt.entries) - len(model_vars),
-                files={f.name: f.stat().st_size for f in files if f.is_file()})
+                files={f.name: f.stat().st_size for f in files if f.is_file()}, unused=unused, missing=missing)
+
+
+def _model_key_map(model: nn.Module, head: str) -> dict[str, Source]:
+    """The TF variable(s) of each of `model`'s state-dict keys (`model` as `_build_model` made it for `head`): the QA
+    models have no pooler, so google's pooler variables are left unread (reported unused); AlbertModel's keys are the
+    backbone's without the `albert.` of the models with heads."""
+    expected = model.state_dict().keys()
+    key_map = {(k.removeprefix("albert.") if head == "backbone" else k): v
+               for k, v in tf_key_map(model.config, head).items()}
+    return {k: v for k, v in key_map.items() if k in expected}
 
 
 def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
@@ -415,12 +435,8 @@ def _build_model(ckpt: TFCheckpoint, cfg: ModelConfig) -> tuple[nn.Module, str]:
         from albertlm.model.heads import AlbertForSequenceClassification
 
         return AlbertForSequenceClassification(cfg.replace(num_labels=num_labels)), "classifier"
-    if head == "masked_lm":
-        from albertlm.model.heads import AlbertForMaskedLM
-
-        return AlbertForMaskedLM(cfg), "masked_lm"
     if head == "backbone":
         from albertlm.model.albert import AlbertModel
 
         return AlbertModel(cfg), "backbone"
-    return AlbertForPreTraining(cfg), "pretraining"
+    return AlbertForPreTraining(cfg), head
