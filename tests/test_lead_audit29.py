@@ -28,3 +28,45 @@ def test_csv_errors_name_the_line_a_multiline_record_begins_on(tmp_path):
         list(read_records(path))
     path.write_text('id,text,label\n1,"one\nlong\narticle",0\n', encoding="utf-8")
     assert [(line, record["id"]) for line, record in read_records(path)] == [(2, "1")]
+
+
+# --- export onnx of an old TF-Hub module (no SOP head) and of a TF checkpoint lacking head weights ----------------
+
+def _outputs(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("exported ")).split("outputs: ")[1]
+
+
+@pytest.mark.parametrize("form", ["tf", "ours", "hf"])
+def test_export_onnx_of_a_module_without_sop_head_serves_the_masked_lm_only(tmp_path, capsys, form, one_thread):
+    # a single-file export gave AlbertForPreTraining's `sop_logits` from a head left initialised (named only in the
+    # summary's "left initialised" line): now the masked-LM half, `logits` only, as a serving directory gives
+    pytest.importorskip("onnxruntime")
+    from albertlm.cli.main import main
+    from test_interop_audit29 import hub_module
+    from test_tfonnx_audit20 import fixture_tensors
+
+    tensors = {k: v for k, v in fixture_tensors().items() if "seq_relationship" not in k and "adam_" not in k}
+    source = hub_module(tmp_path / "hub", tensors)
+    if form != "tf":
+        assert main(["convert", str(source), str(tmp_path / form)] + (["--to", "hf"] if form == "hf" else [])) == 0
+        source = tmp_path / form
+    capsys.readouterr()
+    assert main(["export", "onnx", str(source), "--out", str(tmp_path / "m.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert _outputs(out) == "logits)" and "sop_logits" not in out, out
+    assert "left initialised" not in out
+
+
+def test_export_onnx_refuses_a_tf_checkpoint_lacking_head_weights(tmp_path, capsys, one_thread):
+    from albertlm.cli.main import main
+    from conftest import assert_one_error
+    from test_interop_audit29 import hub_module
+    from test_tfonnx_audit20 import fixture_tensors
+
+    # the MLM head without its output bias: a half-written checkpoint (convert refuses it too)
+    tensors = {k: v for k, v in fixture_tensors().items() if not k.endswith("predictions/output_bias")
+               and "adam_" not in k}
+    source = hub_module(tmp_path / "hub", tensors)
+    code = main(["export", "onnx", str(source), "--out", str(tmp_path / "m.onnx")])
+    assert_one_error(capsys, code, "lacks", "mlm_head")
+    assert not (tmp_path / "m.onnx").exists()

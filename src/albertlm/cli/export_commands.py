@@ -548,11 +548,22 @@ def _load_tf(path: Path, encoder: bool, config: str | None = None):
     """(model, the import's report lines) of a TF checkpoint (`config`: --config, its albert_config.json where none is
     beside it); --encoder: its backbone, with the trained pooler where the checkpoint has one (google's QA model has
     none)."""
-    from albertlm.interop.tf import import_tf_checkpoint
+    from albertlm.errors import UserError
+    from albertlm.interop import onnx as onnx_export
+    from albertlm.interop.tf import SOP_HEAD, import_tf_checkpoint
 
     model, report = import_tf_checkpoint(path, config)
     if encoder and hasattr(model, "albert"):
-        model = model.albert
+        return model.albert, report.lines()
+    missing = sorted(report.missing)
+    if missing and type(model).__name__ == "AlbertForPreTraining" and missing == sorted(SOP_HEAD):
+        # an older TF-Hub module (no SOP head): its masked-LM half, not sop_logits from a head left initialised
+        return onnx_export.masked_lm_of(model), [line for line in report.lines()
+                                                 if not line.startswith("not in the checkpoint, left initialised")]
+    if missing:   # as `convert`: an export of weights the checkpoint lacks would serve made-up outputs
+        raise UserError(f"{path}: the checkpoint lacks {', '.join(missing)} of {type(model).__name__}, the class it "
+                        "holds (a half-written or damaged copy?); export onnx writes the weights a checkpoint holds "
+                        "and makes up none (--encoder exports its backbone)")
     return model, report.lines()
 
 
@@ -565,6 +576,20 @@ def _load(model_dir, encoder: bool):
     # checkpoint has none: a pooler made up at load time exported random pooler_output values
     if encoder or saved_class_name(model_dir) == "AlbertModel":
         return load_backbone(model_dir)
+    if saved_class_name(model_dir) == "AlbertForPreTraining" and not _has_sop_head(model_dir):
+        # a converted older TF-Hub module (`convert` writes no SOP head it lacks): its masked-LM half, not sop_logits
+        # from a head the loader initialises
+        from albertlm.model.heads import AlbertForMaskedLM
+
+        return (import_hf(model_dir, AlbertForMaskedLM) if read_config(model_dir)[1]
+                else AlbertForMaskedLM.from_pretrained(model_dir))
     if read_config(model_dir)[1]:  # a transformers directory: the class its `architectures` names
         return import_hf(model_dir)
     return load_saved_model(model_dir)
+
+
+def _has_sop_head(model_dir) -> bool:
+    """Whether a checkpoint directory stores an SOP head (ours `sop_head.*`, transformers' `sop_classifier.*`)."""
+    from albertlm.model.io import stored_shapes
+
+    return any(name.split(".")[0] in ("sop_head", "sop_classifier") for name in stored_shapes(model_dir))
