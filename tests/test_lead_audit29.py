@@ -70,3 +70,20 @@ def test_export_onnx_refuses_a_tf_checkpoint_lacking_head_weights(tmp_path, caps
     code = main(["export", "onnx", str(source), "--out", str(tmp_path / "m.onnx")])
     assert_one_error(capsys, code, "lacks", "mlm_head")
     assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("name", ["AlbertForSequenceClassification", "AlbertForQuestionAnswering", "AlbertForSquadV2",
+                                  "AlbertForMaskedLM", "AlbertForMultipleChoice", "AlbertForTokenClassification"])
+def test_a_heads_config_is_its_own_copy_shared_with_its_backbone(name, tmp_path):
+    # the task classes kept the caller's config object: `cfg.num_layers = 3` after building left model.config
+    # saying 3 layers of a 2-layer model, and save_pretrained wrote that (all-shared weights reload into any L)
+    from albertlm.config.model import ModelConfig
+    from albertlm.model import heads
+
+    if not hasattr(heads, name):
+        pytest.skip(f"no {name}")
+    cfg = ModelConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4, ffn_size=37,
+                      max_position_embeddings=64)
+    model = getattr(heads, name)(cfg)
+    cfg.num_layers = 3
+    assert model.config.num_layers == 2 and model.config is model.albert.config

@@ -2,7 +2,8 @@
 
 Sources: Lan et al. 2020, Table 1 (L, H, E, sharing, parameter count); head counts, FFN sizes and
 dropout from google-research/albert's released `albert_config.json` files (v1: hidden and attention
-dropout 0.1, v2: 0) and google-research/bert's configs. `classifier_dropout` is 0.1 everywhere (ModelConfig's
+dropout 0.1, except xxlarge v1: 0, as its released config (and transformers' albert-xxlarge-v1); v2: 0) and
+google-research/bert's configs. `classifier_dropout` is 0.1 everywhere (ModelConfig's
 default, transformers' `classifier_dropout_prob`, google's fine-tuning code): it is the fine-tuning heads'
 dropout only; pretraining applies none at the SOP head (`model.albert.AlbertForPreTraining`), so a v2 preset
 pretrains without any dropout. All use V=30000 (SentencePiece), 512 positions, 2 token types,
@@ -51,6 +52,8 @@ def _presets() -> dict[str, Preset]:
              "xxlarge": (12, 4096, 64, 235)}
     for size, (L, H, A, count) in sizes.items():
         for version, dropout in (("v1", 0.1), ("v2", 0.0)):
+            if (size, version) == ("xxlarge", "v1"):   # released without dropout (hidden and attention 0), unlike
+                dropout = 0.0                          # the other v1 models: albert_xxlarge v1's albert_config.json
             cfg = _albert(L, H, A, dropout)
             preset = Preset(cfg, count, f"{t1}; google-research/albert albert_{size} {version} config")
             rows[f"albert-{size}-{version}"] = preset
@@ -85,7 +88,7 @@ def paper_params(name: str, overrides: Mapping[str, Any] | None = None) -> float
     overrides, Table 3 / 4's for an albert-base with only `embedding_size` and / or `sharing` changed; None where the
     paper has no such row. Overrides that change no count (dropouts, activation, ...: `COUNT_FREE_FIELDS`), that
     repeat the preset's own value, or that set `num_groups` under `sharing=none` (which ignores it) do not count
-    as changes."""
+    as changes; nor does `always_project_embeddings` where E != H (the projection is there either way)."""
     if name not in PRESETS:
         return None
     cfg = PRESETS[name].config
@@ -93,6 +96,8 @@ def paper_params(name: str, overrides: Mapping[str, Any] | None = None) -> float
                  if key not in COUNT_FREE_FIELDS and getattr(cfg, key, None) != value}
     if overrides.get("sharing", cfg.sharing) == "none":
         overrides.pop("num_groups", None)
+    if overrides.get("embedding_size", cfg.embedding_size) != overrides.get("hidden_size", cfg.hidden_size):
+        overrides.pop("always_project_embeddings", None)   # E != H: the E -> H projection is there either way
     if not overrides:
         return PRESETS[name].paper_params
     if name not in ABLATION_BASES or not set(overrides) <= {"embedding_size", "sharing"}:

@@ -329,7 +329,10 @@ class AlbertModel(PretrainedMixin, nn.Module):
 
     def __init__(self, cfg: ModelConfig, add_pooling_layer: bool = True):
         super().__init__()
-        self.config = checked_config(cfg)
+        # the model's own copy: the caller's config changed after this (one config object reused for several models,
+        # `cfg.num_layers = 6`) left `model.config` saying what the model is not, and `save_pretrained` wrote that
+        # (an all-shared model's weights reload into any L without a word)
+        self.config = cfg = checked_config(cfg).replace()
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if add_pooling_layer else None
@@ -408,8 +411,8 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.config = cfg
         self.albert = AlbertModel(cfg)
+        self.config = cfg = self.albert.config   # the backbone's own checked copy (`AlbertModel.__init__`)
         self.mlm_head = MaskedLMHead(cfg)
         self.sop_head = nn.Linear(cfg.hidden_size, 2)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))

@@ -70,8 +70,8 @@ class _TaskModel(PretrainedMixin, nn.Module):
 
     def __init__(self, cfg: ModelConfig, num_outputs: int | None = None):
         super().__init__()
-        self.config = cfg
         self.albert = AlbertModel(cfg, add_pooling_layer=self.pooled)
+        self.config = cfg = self.albert.config   # the backbone's own copy (AlbertModel.__init__)
         self.dropout = nn.Dropout(cfg.classifier_dropout)
         self.classifier = nn.Linear(cfg.hidden_size, num_outputs or cfg.num_labels)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
@@ -133,8 +133,8 @@ class AlbertForQuestionAnswering(_TaskModel):
 
     def __init__(self, cfg: ModelConfig):
         nn.Module.__init__(self)
-        self.config = cfg
         self.albert = AlbertModel(cfg, add_pooling_layer=False)
+        self.config = cfg = self.albert.config   # the backbone's own copy (AlbertModel.__init__)
         self.qa_outputs = nn.Linear(cfg.hidden_size, 2)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
@@ -201,9 +201,9 @@ class AlbertForSquadV2(PretrainedMixin, nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.config = cfg
-        H = cfg.hidden_size
         self.albert = AlbertModel(cfg, add_pooling_layer=False)
+        self.config = cfg = self.albert.config   # the backbone's own copy (AlbertModel.__init__)
+        H = cfg.hidden_size
         self.start_dense = nn.Linear(H, 1)                   # start_logits/dense
         self.end_dense = nn.Linear(2 * H, H)                 # end_logits/dense_0: [token state, start state]
         self.end_norm = nn.LayerNorm(H, eps=1e-12)           # end_logits/LayerNorm (TF contrib layer_norm's epsilon)
@@ -329,8 +329,8 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.config = cfg
         self.albert = AlbertModel(cfg, add_pooling_layer=False)
+        self.config = cfg = self.albert.config   # the backbone's own copy (AlbertModel.__init__)
         self.mlm_head = MaskedLMHead(cfg)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
