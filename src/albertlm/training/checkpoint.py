@@ -81,8 +81,11 @@ def load_model_weights(model: nn.Module, directory: str | Path) -> None:
 
     path = Path(directory) / "model.safetensors"
     if not path.is_file():
-        raise UserError(f"no model.safetensors in {directory}")
-    state = read_safetensors(path)
+        raise UserError(f"no model.safetensors in {directory}{damaged_advice(directory)}")
+    try:
+        state = read_safetensors(path)
+    except UserError as exc:              # truncated or damaged: the checkpoint before it is still good
+        raise UserError(f"{exc}{damaged_advice(directory)}") from None
     hint = ("; a resumed run keeps the model it was started with, and this checkpoint is of another model than "
             "the run's run_config.json describes (copied from another run?)")
     try:
@@ -180,21 +183,88 @@ def load_train_state(directory: str | Path) -> TrainState:
     from albertlm.model.io import read_torch_file
 
     path = Path(directory) / "trainer_state.pt"
+    advice = damaged_advice(directory)
     if not path.is_file():
-        raise UserError(f"{directory} is not a training checkpoint (no trainer_state.pt)")
+        raise UserError(f"{directory} is not a training checkpoint (no trainer_state.pt){advice}")
     if path.stat().st_size == 0:
-        raise UserError(f"{path}: empty file (a save that did not finish?); remove {directory} to resume "
-                        "from the checkpoint before it")
-    saved = read_torch_file(path)
+        raise UserError(f"{path}: empty file (a save that did not finish?){advice}")
+    try:
+        saved = read_torch_file(path)
+    except UserError as exc:
+        raise UserError(f"{exc}{advice}") from None
     known = set(TrainState.__dataclass_fields__)
     if not isinstance(saved, dict) or "step" not in saved or not set(saved) <= known:
-        raise UserError(f"{path}: not a training state (expected a dict with {', '.join(sorted(known))})")
+        raise UserError(f"{path}: not a training state (expected a dict with {', '.join(sorted(known))}){advice}")
     if not isinstance(saved["step"], int) or saved["step"] < 0:
-        raise UserError(f"{path}: its step is {saved['step']!r}, not an integer >= 0")
+        raise UserError(f"{path}: its step is {saved['step']!r}, not an integer >= 0{advice}")
     return TrainState(**saved)
 
 
+def damaged_advice(directory: str | Path) -> str:
+    """What a `--resume` whose newest checkpoint `directory` cannot be read (truncated, emptied, files missing: a
+    disk fault, a copy that did not finish) can do, as the tail of its error: move that checkpoint out of
+    checkpoints/ and `--resume` goes on, exactly, from the one before it, which is named (or from step 0 when there
+    is none). Not done silently: a damaged checkpoint left in place would also be taken for that step's save when
+    the resumed run reaches it (`save_checkpoint` keeps a step directory that exists). "" for a directory that is
+    not a run's `checkpoints/step_N`."""
+    directory = Path(directory)
+    if directory.parent.name != CHECKPOINT_DIR:
+        return ""
+    run_dir = directory.parent.parent
+    found = list_checkpoints(run_dir)          # oldest first, by step number
+    names = [p.name for p in found]
+    earlier = found[:names.index(directory.name)] if directory.name in names else found
+    if earlier:
+        then = f"`--resume` goes on from the checkpoint before it, {earlier[-1]}, exactly"
+    elif run_kind(run_dir) == "fine-tuning":   # its --resume needs a checkpoint
+        then = "start the run over with --overwrite (there is no checkpoint before it)"
+    else:
+        then = "`--resume` starts the run again from step 0 (there is no checkpoint before it)"
+    return (f"; move {directory} out of {directory.parent} (e.g. to {run_dir / ('damaged-' + directory.name)}) and "
+            f"{then}")
+
+
 RUN_FILES = ("run_config.json", "metrics.jsonl", "tensorboard", CHECKPOINT_DIR)
+# what only a fine-tuning run (`tasks.finetune.RUN_FILES`) writes in its directory; a pretraining run never does
+FINETUNE_ONLY = ("best", "train_log.json", "metrics.json")
+
+
+def run_kind(run_dir: str | Path) -> str | None:
+    """"pretraining" (`albertlm pretrain`: its run_config.json beside checkpoints/), "fine-tuning" (`albertlm
+    finetune`: best/, train_log.json or metrics.json, or, before its first evaluation, a newest checkpoint whose
+    run_config.json names a task family) or None (neither, or nothing there)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return None
+    if (run_dir / "run_config.json").is_file():
+        return "pretraining"
+    if any((run_dir / name).exists() for name in FINETUNE_ONLY):
+        return "fine-tuning"
+    last = latest_checkpoint(run_dir)
+    try:
+        saved = json.loads((last / "run_config.json").read_text(encoding="utf-8")) if last is not None else None
+    except (OSError, ValueError):
+        return None
+    if isinstance(saved, dict):
+        return "fine-tuning" if "family" in saved else "pretraining" if "model" in saved and "data" in saved else None
+    return None
+
+
+def check_run_kind(run_dir: str | Path, mine: str) -> None:
+    """Refuse a --out holding the other command's run (`run_kind`), whatever --resume or --overwrite say: `albertlm
+    pretrain --resume` of a fine-tuning run said its run_config.json had an unknown key and to "start over with
+    --overwrite", which removed the fine-tuning's checkpoints and left its best/ beside the new run (that a later
+    `predict --model RUN` read); `albertlm finetune --overwrite` into a pretraining run removed its checkpoints,
+    metrics and events and left its run_config.json (`pretrain --resume` then started it again from step 0)."""
+    other = run_kind(run_dir)
+    if other is None or other == mine:
+        return
+    if other == "fine-tuning":
+        raise UserError(f"--out {run_dir} holds an `albertlm finetune` run, not a pretraining run: give another --out "
+                        "(`albertlm finetune ... --resume` with this --out continues that run)")
+    raise UserError(f"--out {run_dir} holds an `albertlm pretrain` run, not a fine-tuning run: give another --out "
+                    f"(to fine-tune its model, pass --model {run_dir}; `albertlm pretrain --out {run_dir} --resume` "
+                    "continues the pretraining)")
 
 
 def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
@@ -213,6 +283,7 @@ def check_run_dir(run_dir: str | Path, resume: bool, overwrite: bool = False,
         raise UserError(f"--out {run_dir}: cannot create it there ({parent} is a file, not a directory)")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"--out {run_dir}: cannot create or write there ({parent} is not writable)")
+    check_run_kind(run_dir, "pretraining" if run_files == RUN_FILES else "fine-tuning")
     found = [run_dir / name for name in run_files if (run_dir / name).exists()] if run_dir.is_dir() else []
     if resume and must_exist and not found:
         raise UserError(f"no run to resume in {run_dir} (no {', '.join(run_files)}){no_run_advice(run_dir)}")
@@ -348,11 +419,16 @@ def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
 
 
 def remove_stale_tmp(run_dir: str | Path) -> None:
-    """Leftovers of a save that was killed midway; never a usable checkpoint."""
+    """Leftovers of a save that was killed midway; never a usable checkpoint. Also a killed `rewrite_train_state`'s
+    temporary file inside a complete checkpoint (a copy of its optimizer state, twice the weights' size, that
+    stayed there for good and travelled with every copy of the checkpoint)."""
     root = Path(run_dir) / CHECKPOINT_DIR
     if root.is_dir():
         for p in root.glob(f"{TMP_PREFIX}*"):
             shutil.rmtree(p, ignore_errors=True)
+        for p in root.glob(f"step_*/{TMP_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 def _umask_modes(directory: Path) -> None:
