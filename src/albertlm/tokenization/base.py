@@ -78,6 +78,16 @@ def valid_unicode(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def _positions(text: str) -> list[int]:
+    """Index in `text` of each character of `valid_unicode(text)` and of its end (a pair there is one character)."""
+    where, i = [], 0
+    while i < len(text):
+        where.append(i)
+        pair = "\ud800" <= text[i] <= "\udbff" and i + 1 < len(text) and "\udc00" <= text[i + 1] <= "\udfff"
+        i += 2 if pair else 1
+    return where + [len(text)]
+
+
 def valid_texts(texts: list[str]) -> list[str]:
     """`texts` with `valid_unicode` applied; the same list object when no text holds a surrogate."""
     fixed = [text if not isinstance(text, str) or text.isascii() else valid_unicode(text) for text in texts]
@@ -175,6 +185,31 @@ class TokenizersBacked(TokenizerBase):
         # encode_batch_fast (tokenizers >= 0.21) skips offset tracking, which we never use.
         encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
         return [e.ids for e in encode(texts, add_special_tokens=False)]
+
+    def encode_batch_with_spans(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """`encode_batch`'s ids of each text with the character span [start, end) of `text` each token comes
+        from, as `tokenizers` tracks it through normalization (transformers' `return_offsets_mapping`): exact
+        where matching pieces back against the text cannot be (two [UNK]s in a row, "……" or "”“" in Chinese
+        with a BERT vocab, left the second and everything after it in the word without a span), whitespace
+        trimmed off the ends, a surrogate pair one character of the text as Python counts it (two)."""
+        ids = self.encode_batch(texts)   # the checks and the surrogate handling of encode_batch
+        texts = list(texts)
+        fixed = valid_texts(texts)
+        out = []
+        for text, clean, encoding, token_ids in zip(texts, fixed, self.backend.encode_batch(
+                fixed, add_special_tokens=False), ids):
+            where = _positions(text) if clean is not text else None
+            spans = []
+            for start, end in encoding.offsets:
+                if where is not None:
+                    start, end = where[start], where[end]
+                while start < end and text[start].isspace():
+                    start += 1
+                while end > start and text[end - 1].isspace():
+                    end -= 1
+                spans.append((start, end))
+            out.append((token_ids, spans))
+        return out
 
     def tokenize(self, text: str) -> list[str]:
         return self.backend.encode(valid_unicode(text), add_special_tokens=False).tokens

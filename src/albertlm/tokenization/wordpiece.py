@@ -255,7 +255,53 @@ def transformers_config(options: WordPieceOptions, added_tokens: Sequence[dict] 
 
 
 def read_options(config_file: Path | None) -> WordPieceOptions:
-    return WordPieceOptions.from_dict(read_config(config_file), config_file)
+    """The options of tokenizer_config.json (BertTokenizer's defaults where it is absent); a transformers
+    `BertJapaneseTokenizer` directory as `japanese_options` reads it."""
+    values = read_config(config_file)
+    if config_file is not None and is_bert_japanese(values, config_file.parent):
+        values = japanese_options(values, config_file)
+    return WordPieceOptions.from_dict(values, config_file)
+
+
+JAPANESE_CLASS = "BertJapaneseTokenizer"
+_JAPANESE_KEYS = ("word_tokenizer_type", "subword_tokenizer_type")   # only BertJapaneseTokenizer reads them
+
+
+def is_bert_japanese(config: dict, directory: Path) -> bool:
+    """Whether transformers reads the vocab.txt of `directory` (whose tokenizer_config.json holds `config`) with
+    `BertJapaneseTokenizer` (cl-tohoku's Japanese BERTs, bert-base-japanese-char): the class named there, or in
+    the model's config.json where tokenizer_config.json names none (older cl-tohoku uploads), or no class named
+    but the word/subword tokenizer types only that class reads."""
+    named = config.get("tokenizer_class")
+    if named is None:
+        from albertlm.errors import json_object_or_empty
+
+        named = json_object_or_empty(directory / "config.json").get("tokenizer_class")
+    if named is None:
+        return any(key in config for key in _JAPANESE_KEYS)
+    return named == JAPANESE_CLASS
+
+
+def japanese_options(config: dict, config_file: Path) -> dict:
+    """`BertJapaneseTokenizer`'s options as ours. Its "basic" words and "wordpiece" subwords are BertTokenizer's
+    pipeline with other defaults: no lowercasing (`do_lower_case` false unless given) and no splitting of CJK
+    characters (`tokenize_chinese_chars` false whatever the file says; accent stripping follows lowercasing);
+    read with BertTokenizer's defaults, as before, such a vocab gave other ids than transformers (every kanji a
+    word of its own, kana words cut after it) without a word. Its MeCab, Sudachi and Juman++ word splitting and
+    its character subwords are refused in one line: we have none of them, and BERT's splitting gives other ids."""
+    word = config.get("word_tokenizer_type", "basic")
+    subword = config.get("subword_tokenizer_type", "wordpiece")
+    off = [key for key in ("do_word_tokenize", "do_subword_tokenize") if config.get(key, True) is not True]
+    if word != "basic" or subword != "wordpiece" or off:
+        what = ", ".join([*(f"{key} {config[key]!r}" for key in _JAPANESE_KEYS if key in config
+                            and config[key] not in ("basic", "wordpiece")), *(f"{key} false" for key in off)])
+        raise UserError(f"{config_file}: a transformers {JAPANESE_CLASS} ({what}): albertlm reads a vocab.txt only "
+                        "with BERT's word splitting and WordPiece subwords (word_tokenizer_type basic, "
+                        "subword_tokenizer_type wordpiece), which would give other ids than the model was trained "
+                        "with; use a tokenizer albertlm reads as its model does (a SentencePiece .model, a BERT "
+                        "vocab.txt, a tokenizer.json)")
+    return {**config, "do_lower_case": config.get("do_lower_case", False), "tokenize_chinese_chars": False,
+            "strip_accents": None}
 
 
 def canonical_order(vocab: dict[str, int]) -> list[str]:
