@@ -87,3 +87,23 @@ def test_a_heads_config_is_its_own_copy_shared_with_its_backbone(name, tmp_path)
     model = getattr(heads, name)(cfg)
     cfg.num_layers = 3
     assert model.config.num_layers == 2 and model.config is model.albert.config
+
+
+def test_model_card_of_a_build_of_many_files_counts_them(tmp_path):
+    # meta.json of a build of more than 1,000 files lists none (`inputs`): the card said "built from 0 file(s) ()"
+    import json
+
+    from albertlm.interop.hf import run_facts
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({
+        "num_instances": 10, "max_seq_length": 64, "sentence_task": "sop", "masking": {"mode": "ngram"},
+        "dupe_factor": 1, "input_arguments": ["/corpora/wiki/"], "num_input_files": 20000,
+        "counts": {"corpus": {"documents": 5, "sentences": 9}}, "tokenizer": {"kind": "sentencepiece"}}))
+    run = tmp_path / "run"
+    step = run / "checkpoints" / "step_5"
+    step.mkdir(parents=True)
+    (run / "run_config.json").write_text(json.dumps({"data": {"path": str(data)}}))
+    lines = "\n".join(run_facts(step).get("data", []))
+    assert "built from 20,000 file(s) (wiki, ...)" in lines, lines

@@ -37,14 +37,15 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Literal
+from typing import Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 
 from albertlm.config.run import SEED_LIMIT
-from albertlm.data.corpus import (CSV_SUFFIXES, FORMATS, JSONL_SUFFIXES, CorpusCounts, Document, binary_reason,
-                                  check_inputs, compression_of, find_input_files, inner_name, open_text_stream,
-                                  read_documents, table_format)
+# (the table check's names moved to corpus, where the checks read each head once; still importable from here)
+from albertlm.data.corpus import (FORMATS, TABLE_HEADER_NAMES, TABLE_SNIFF_BYTES, TABLE_SNIFF_LINES,  # noqa: F401
+                                  CorpusCounts, Document, FileFacts, TableShape, check_inputs, find_input_files,
+                                  inspect_file, read_documents, table_columns)
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
@@ -54,6 +55,9 @@ from albertlm.data.shards import (CORPUS_ADVICE, FORMAT_VERSION, META_FILE, WORD
 from albertlm.errors import UserError, read_json_object, say_warning, stderr_is_terminal
 
 RECORD_BYTES_PER_SHARD = 256 << 20
+# meta.json lists the input files of a build of at most this many (`input_record`): ~40 bytes a file, and every
+# training process reads meta.json (each DataLoader worker may get a pickled copy); 19,000 files made it 786 KB
+META_INPUTS_LISTED = 1000
 ENCODE_BATCH = 4096  # sentences per native encode call
 MASK_BLOCK_TOKENS = 1 << 17  # records masked together hold this many positions (1024 rows at T=128)
 NEGATIVE_DOCUMENTS, NEGATIVE_SENTENCES = 8, 64  # NSP: excerpts of the previous chunk's last documents
@@ -63,12 +67,6 @@ UNK_WARN_SHARE = 0.005     # the build warns when this share of the text's token
 # conjoining Hangul jamo: what a syllable becomes in NFD (as macOS writes file names, and some editors text); a
 # vocabulary of syllables encodes none of them
 CONJOINING_JAMO = range(0x1100, 0x1200)
-TABLE_SNIFF_BYTES, TABLE_SNIFF_LINES = 1 << 14, 20   # what `table_columns` looks at of each text input
-# column names of GLUE / classification / SQuAD-style tables, lowercased: a first line holding one is a header
-TABLE_HEADER_NAMES = frozenset({
-    "sentence", "sentence1", "sentence2", "label", "labels", "gold_label", "text", "text_a", "text_b", "question",
-    "question1", "question2", "premise", "hypothesis", "index", "id", "idx", "qid", "quality", "#1 id", "#2 id",
-    "#1 string", "#2 string", "score", "genre", "context", "passage", "answer", "title", "category", "class"})
 
 
 @dataclass
@@ -609,13 +607,14 @@ def _build(cfg: BuildConfig) -> BuildSummary:
     if cfg.progress and len(files) >= CHECK_NOTE_FILES:   # the checks below read the head of every file
         print(f"data build: checking {len(files):,} input files (formats, encodings, tables) before the build",
               file=sys.stderr, flush=True)
-    check_inputs(files, cfg.format, cfg.text_field)  # a wrong --text-field fails now, not mid-build
+    facts: list[FileFacts] = []   # what each file's head said: the table check and the reader take it from here
+    check_inputs(files, cfg.format, cfg.text_field, facts)  # a wrong --text-field fails now, not mid-build
     out = Path(cfg.out)
     replaced = _check_output(out, cfg, files)
     ctx = ChunkContext(str(cfg.tokenizer), cfg.instance_config(), cfg.masking_config(), cfg.dupe_factor,
                        cfg.seed).load()
     _check_other_parts(out, cfg, _meta(cfg, ctx, files, [], {}))
-    warning = tables_warning(tabular_inputs(files, cfg.format))
+    warning = tables_warning(tabular_inputs(files, cfg.format, facts))
     if warning:
         say_warning(warning)
     workers = usable_workers(cfg.workers)
@@ -624,7 +623,7 @@ def _build(cfg: BuildConfig) -> BuildSummary:
     try:
         shutil.rmtree(staging, ignore_errors=True)    # a killed build of this part left it
         staging.mkdir(parents=True)
-        summary = _build_into(staging, cfg, ctx, files, started, workers)
+        summary = _build_into(staging, cfg, ctx, files, started, workers, facts)
         # what this part read is known now: the parts already in --out must have read the same corpus
         _check_other_parts(out, cfg, json.loads((staging / _meta_name(cfg)).read_text(encoding="utf-8")),
                            corpus=True)
@@ -693,7 +692,7 @@ def write_error(exc: OSError) -> str:
 
 
 def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[Path], started: float,
-                workers: int | None = None) -> BuildSummary:
+                workers: int | None = None, facts: Sequence[FileFacts] | None = None) -> BuildSummary:
     prefix = "shard" if cfg.part_name is None else f"{cfg.part_name}-shard"
     per_shard = cfg.records_per_shard or max(1, RECORD_BYTES_PER_SHARD // ctx.dtype.itemsize)
     writer = ShardWriter(staging, ctx.dtype, per_shard, prefix)
@@ -710,7 +709,7 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
     try:
         try:
             seen = [0]   # the corpus's chunks (every part reads them all)
-            for records, counts in _results(handed_out(_my_chunks(files, cfg, corpus, progress, seen)), ctx,
+            for records, counts in _results(handed_out(_my_chunks(files, cfg, corpus, progress, seen, facts)), ctx,
                                             workers or cfg.workers):
                 writer.write(records)
                 instances.add(counts)
@@ -745,10 +744,11 @@ def _owned_chunks(chunks: int, cfg: BuildConfig) -> int:
 
 
 def _my_chunks(files, cfg: BuildConfig, corpus: CorpusCounts, progress: "BuildProgress",
-               seen: list[int]) -> Iterator[Chunk]:
+               seen: list[int], facts: Sequence[FileFacts] | None = None) -> Iterator[Chunk]:
     """This part's chunks, each with how far the reader had got (`Chunk.read_bytes`). Every chunk is read
-    (and gives negatives to the next), whichever part owns it; `seen[0]` counts them."""
-    documents = read_documents(files, cfg.format, cfg.text_field, corpus, progress=progress.read)
+    (and gives negatives to the next), whichever part owns it; `seen[0]` counts them. `facts`: `check_inputs`'s,
+    so that the reader reads no file's head again."""
+    documents = read_documents(files, cfg.format, cfg.text_field, corpus, progress=progress.read, facts=facts)
     negatives: list[list[str]] = []
     first: Chunk | None = None   # NSP: a first chunk of one document waits for the next chunk's excerpts
     for index, docs in enumerate(chunk_documents(documents, cfg.chunk_chars)):
@@ -841,8 +841,9 @@ class BuildProgress:
 
 
 PLAIN_PROGRESS_AFTER = 30.0   # seconds a build runs before it prints progress lines in a log (BuildProgress)
-# a build of this many input files or more says so before it checks them (about 2.5 ms a file: 40 min for a million
-# files, which said nothing before the build's progress began)
+# a build of this many input files or more says so before it checks them (each file's head is read and its format
+# guessed: 0.3 ms a small file on a busy 2-core machine, minutes for a million files, which said nothing before the
+# build's progress began)
 CHECK_NOTE_FILES = 10_000
 
 
@@ -941,60 +942,18 @@ def _why_empty(corpus: CorpusCounts, instances: InstanceCounts) -> str:
 # The exact names a build writes (plus .tmp while writing): nothing else in --out is ever removed.
 _BUILD_FILE = re.compile(r"(meta\.json|meta\.part-\d{5}-of-\d{5}\.json|(part-\d{5}-of-\d{5}-)?shard-\d{5}\.bin"
                          r"|word_starts\.npy)(\.tmp)?")
-@dataclass
-class TableShape:
-    """What `table_columns` saw at the top of a text file: tab-separated columns."""
-    columns: int
-    header: list[str] | None   # the first line's fields when they name columns (`TABLE_HEADER_NAMES`)
-    text_column: int           # 1-based: the column holding the most text (what `cut -f` should keep)
-
-
-def table_columns(head: bytes, complete: bool) -> TableShape | None:
-    """Whether a text file's first bytes are a table of tab-separated columns (a GLUE or classification .tsv:
-    ids, labels and sentences in columns, often under a header line) rather than text: its first line has two
-    or more non-empty fields and at least 90% of its first TABLE_SNIFF_LINES non-blank lines have as many.
-    `complete`: `head` is the whole file (else its last, possibly cut, line is not looked at)."""
-    text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
-    lines = text.split("\n")
-    lines = [line.rstrip("\r") for line in (lines if complete else lines[:-1]) if line.strip()][:TABLE_SNIFF_LINES]
-    if len(lines) < 2 or lines[0].lstrip().startswith(("{", "<doc")):
-        return None
-    fields = lines[0].split("\t")
-    if len(fields) < 2 or sum(bool(f.strip()) for f in fields) < 2:
-        return None
-    rows = [line.split("\t") for line in lines]
-    if sum(len(row) == len(fields) for row in rows) < 0.9 * len(rows):
-        return None
-    header = any(f.strip().lower() in TABLE_HEADER_NAMES for f in fields)
-    body = [row for row in rows[header:] if len(row) == len(fields)] or rows
-    sizes = [sum(len(row[k]) for row in body) for k in range(len(fields))]
-    return TableShape(len(fields), [f.strip() for f in fields] if header else None, 1 + sizes.index(max(sizes)))
-
-
-def tabular_inputs(files: Iterable[Path], fmt: str = "auto") -> list[tuple[Path, TableShape]]:
-    """The text inputs that `table_columns` finds to be tables (JSONL, CSV, WikiExtractor, Parquet, Arrow and
-    binary files are not looked at). Reads the first TABLE_SNIFF_BYTES of each (decompressed)."""
+def tabular_inputs(files: Iterable[Path], fmt: str = "auto",
+                   facts: Sequence[FileFacts] | None = None) -> list[tuple[Path, TableShape]]:
+    """The text inputs whose first TABLE_SNIFF_BYTES (decompressed) `table_columns` finds to be tables (JSONL, CSV,
+    WikiExtractor, Parquet, Arrow and binary files are not looked at). `facts`: what `check_inputs(files, fmt,
+    text_field, facts)` learned of each file (their `columns`), so that no file is read again; without them each
+    file's head is read here."""
     if fmt not in ("auto", "lines", "raw"):
         return []
-    found = []
-    for path in map(Path, files):
-        with open(path, "rb") as handle:
-            magic = handle.read(8)
-        # JSON lines and CSV files (by their names) are read by their own readers, the text of one field a document
-        named_rows = fmt == "auto" and inner_name(path).suffix.lower() in JSONL_SUFFIXES + CSV_SUFFIXES
-        if table_format(path, magic) is not None or named_rows:
-            continue
-        stream, raw = open_text_stream(path, compression_of(magic), lambda exc: None)
-        try:
-            head = stream.read(TABLE_SNIFF_BYTES + 1)
-        finally:
-            stream.close()
-            raw.close()
-        # (a stray NUL in a text table is dropped by the reader: still a table)
-        shape = None if binary_reason(head) is not None else table_columns(head[:TABLE_SNIFF_BYTES], len(head) <= TABLE_SNIFF_BYTES)
-        if shape is not None:
-            found.append((path, shape))
-    return found
+    files = list(map(Path, files))
+    if facts is None:
+        facts = [inspect_file(path, fmt, columns=True) for path in files]
+    return [(path, found.columns) for path, found in zip(files, facts) if found.columns is not None]
 
 
 def tables_warning(tables: list[tuple[Path, TableShape]]) -> str | None:
@@ -1129,9 +1088,29 @@ def _meta(cfg: BuildConfig, ctx: ChunkContext, files, shards, counts) -> dict:
         "chunk_chars": cfg.chunk_chars,
         "num_shards": cfg.num_shards,
         "shard_index": cfg.shard_index,
-        "inputs": [str(f) for f in files],
+        **input_record(cfg, files),
         "num_instances": sum(s["num_instances"] for s in shards),
         "shards": shards,
         "counts": counts,
         # `workers` is left out on purpose: it does not change a byte of the output
     }
+
+
+def input_record(cfg: BuildConfig, files: list[Path]) -> dict:
+    """What meta.json records of the input: `input_arguments` (the --input arguments as given: files, directories,
+    patterns), `num_input_files` (the files read, each once), `inputs_sha256` (sha256 of their paths as found, one
+    a line in reading order: the same digest, the same files in the same order) and, for a build of at most
+    META_INPUTS_LISTED files, `inputs`, the files themselves. A build of more files leaves the list out: it grew
+    ~40 bytes a file (786 KB for 19,000 files, ~40 MB for a million) in a file every training process reads.
+    Older builds recorded `inputs` alone, whatever their size."""
+    import hashlib
+
+    names = [str(f) for f in files]
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(os.fsencode(name) + b"\n")
+    record = {"input_arguments": [str(item) for item in cfg.inputs], "num_input_files": len(names),
+              "inputs_sha256": digest.hexdigest()}
+    if len(names) <= META_INPUTS_LISTED:
+        record["inputs"] = names
+    return record

@@ -39,7 +39,9 @@ and a compressed or Parquet/Arrow file that is corrupt or cut short keeps what w
 blocks skipped (`lines_outside_documents`); a line over MAX_LINE_BYTES is read in pieces (`long_lines_cut`).
 The first case of each kind is kept in `CorpusCounts.examples` (file, line or row, what is wrong). A wrong
 ``--text-field`` (a Parquet or Arrow file without that column, a JSONL file none of whose first records has it)
-is a UserError, found by :func:`check_inputs` before any work starts.
+is a UserError, found by :func:`check_inputs` before any work starts; what it learns of each file's head (its
+format, compression, encoding, skip: `FileFacts`) can be handed on to :func:`read_documents`, which then reads no head
+again.
 """
 from __future__ import annotations
 
@@ -394,8 +396,14 @@ def detect_format(path: Path, head: bytes) -> str:
     if _json_lines(text, complete=len(head) < _SNIFF_BYTES):
         return "jsonl"
     lines = [line for line in _text_lines(text)[:-1] if line.strip()] or [text]
-    multi = sum(len(split_sentences(line)) >= 2 for line in lines)
-    return "raw" if multi > len(lines) / 2 else "lines"
+    # raw when most lines hold several sentences: looked at until the majority is certain (the guess of a
+    # sentence-per-line file splits half its lines, not all: every input file's head is guessed)
+    multi, half = 0, len(lines) / 2
+    for left, line in zip(range(len(lines) - 1, -1, -1), lines):
+        multi += len(split_sentences(line)) >= 2
+        if multi > half or multi + left <= half:
+            break
+    return "raw" if multi > half else "lines"
 
 
 def _json_lines(text: str, complete: bool) -> bool:
@@ -497,7 +505,12 @@ def open_text_stream(path: Path, compression: str | None, on_error: Callable[[Ex
     `raw.encoding` names what the file was converted from (None: UTF-8). For a file's first bytes (the checks, the
     format guess); the readers take UTF-8 text without this layer (`_open_lines`)."""
     raw = open(path, "rb")
-    return io.BufferedReader(_Utf8Text(decompressor(raw, compression, on_error)), _READ_BUFFER), raw
+    return _text_stream(raw, compression, on_error), raw
+
+
+def _text_stream(raw, compression: str | None, on_error: Callable[[Exception], None]):
+    """`open_text_stream`'s stream over the open file `raw` (read from where it stands)."""
+    return io.BufferedReader(_Utf8Text(decompressor(raw, compression, on_error)), _READ_BUFFER)
 
 
 def decompressor(raw, compression: str | None, on_error: Callable[[Exception], None]):
@@ -518,7 +531,7 @@ def decompressor(raw, compression: str | None, on_error: Callable[[Exception], N
 def _open_lines(path: Path, compression: str | None, on_error: Callable[[Exception], None],
                 encoding: str | None):
     """(stream, raw) as `open_text_stream` gives them, for reading the lines of a whole file: where the file is
-    transcoded (`encoding`, found by `_read_head`), the same stream; UTF-8 text (the common case) is the file's
+    transcoded (`encoding`, found by `inspect_file`), the same stream; UTF-8 text (the common case) is the file's
     (decompressed) bytes as they are, without the `_Utf8Text` layer: its UTF-8 byte order mark is skipped here and
     its CR LF and lone CR line ends are found by `_TextSource` line by line (a layer over every byte cost a
     third more time on a CR LF file)."""
@@ -748,35 +761,149 @@ def _peek(path: Path, size: int) -> bytes:
         return handle.read(size)
 
 
-def _read_head(path: Path, compression: str | None) -> tuple[bytes, Exception | None, str | None]:
-    """The first 64 KiB of the decompressed text as the reader sees it (UTF-8, LF line ends; what is readable of
-    a damaged file), the decompression error met on the way, if any, and the encoding the text is converted
-    from (None: UTF-8; see `_Utf8Text`)."""
-    errors: list[Exception] = []
-    stream, raw = open_text_stream(path, compression, errors.append)
-    try:
-        return stream.read(_SNIFF_BYTES), (errors[0] if errors else None), stream.raw.encoding
-    finally:
-        stream.close()
-        raw.close()
+TABLE_SNIFF_BYTES, TABLE_SNIFF_LINES = 1 << 14, 20   # what `table_columns` looks at of each text input
+# column names of GLUE / classification / SQuAD-style tables, lowercased: a first line holding one is a header
+TABLE_HEADER_NAMES = frozenset({
+    "sentence", "sentence1", "sentence2", "label", "labels", "gold_label", "text", "text_a", "text_b", "question",
+    "question1", "question2", "premise", "hypothesis", "index", "id", "idx", "qid", "quality", "#1 id", "#2 id",
+    "#1 string", "#2 string", "score", "genre", "context", "passage", "answer", "title", "category", "class"})
+
+
+@dataclass
+class TableShape:
+    """What `table_columns` saw at the top of a text file: tab-separated columns."""
+    columns: int
+    header: list[str] | None   # the first line's fields when they name columns (`TABLE_HEADER_NAMES`)
+    text_column: int           # 1-based: the column holding the most text (what `cut -f` should keep)
+
+
+def table_columns(head: bytes, complete: bool) -> TableShape | None:
+    """Whether a text file's first bytes are a table of tab-separated columns (a GLUE or classification .tsv:
+    ids, labels and sentences in columns, often under a header line) rather than text: its first line has two
+    or more non-empty fields and at least 90% of its first TABLE_SNIFF_LINES non-blank lines have as many.
+    `complete`: `head` is the whole file (else its last, possibly cut, line is not looked at)."""
+    text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    lines = text.split("\n")
+    lines = [line.rstrip("\r") for line in (lines if complete else lines[:-1]) if line.strip()][:TABLE_SNIFF_LINES]
+    if len(lines) < 2 or lines[0].lstrip().startswith(("{", "<doc")):
+        return None
+    fields = lines[0].split("\t")
+    if len(fields) < 2 or sum(bool(f.strip()) for f in fields) < 2:
+        return None
+    rows = [line.split("\t") for line in lines]
+    if sum(len(row) == len(fields) for row in rows) < 0.9 * len(rows):
+        return None
+    header = any(f.strip().lower() in TABLE_HEADER_NAMES for f in fields)
+    body = [row for row in rows[header:] if len(row) == len(fields)] or rows
+    sizes = [sum(len(row[k]) for row in body) for k in range(len(fields))]
+    return TableShape(len(fields), [f.strip() for f in fields] if header else None, 1 + sizes.index(max(sizes)))
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What one input file's first bytes say about how it is read (`inspect_file`). `check_inputs` learns them as
+    it checks the files and hands them on (its `facts` list) to `read_documents(..., facts=)` and the build's
+    table warning (`albertlm.data.build.tabular_inputs`), so that each file's head is read once: a build of 20,000
+    small files read every head three times (the checks, the table check, and the reader, which guessed each
+    text file's format again). Plain text files share one object per kind (`_shared_facts`): a list of facts
+    for a million files is a list of pointers."""
+
+    table: str | None = None         # "parquet" / "arrow" (`table_format`); None: a text file
+    compression: str | None = None   # gz, bz2, xz or zst (`compression_of`); None: stored as it is
+    encoding: str | None = None      # UTF-16/UTF-32 text, converted as it is read (`_Utf8Text`); None: UTF-8
+    format: str | None = None        # the text format it is read in (`--format`, or `detect_format`'s guess)
+    skipped: tuple[str, str] | None = None   # (counter, example) of a text file of which nothing is read: empty,
+    #                                          binary, or damaged before any text could be decompressed
+    columns: TableShape | None = None   # its head is a table of tab-separated columns (`table_columns`); only
+    #                                     looked for where `--format` is auto, lines or raw and asked for
+
+
+_SHARED_FACTS: dict[tuple, FileFacts] = {}
+
+
+def _shared_facts(**fields) -> FileFacts:
+    """The one FileFacts object of a skip-free, table-free kind (at most a few dozen kinds exist)."""
+    key = tuple(sorted(fields.items()))
+    found = _SHARED_FACTS.get(key)
+    if found is None:
+        found = _SHARED_FACTS[key] = FileFacts(**fields)
+    return found
+
+
+def inspect_file(path: str | os.PathLike, fmt: str = "auto", columns: bool = False) -> FileFacts:
+    """How `read_documents` reads the file `path` under `--format fmt` (see `FileFacts`), from its first 64 KiB;
+    with `columns`, also whether its head is a table of tab-separated columns. A UserError where `fmt` is parquet
+    or arrow and the file is not one."""
+    return _inspect(Path(path), fmt, columns)[0]
+
+
+def _inspect(path: Path, fmt: str, columns: bool = False) -> tuple[FileFacts, bytes]:
+    """(`inspect_file`'s facts, the head they were read from): one open of the file. The head is the first 64 KiB of
+    the decompressed text as the reader sees it (UTF-8, LF line ends; what is readable of a damaged file), b"" for a
+    Parquet or Arrow file."""
+    with open(path, "rb") as raw:
+        magic = raw.read(8)
+        table = table_format(path, magic, fmt)
+        if fmt in TABLE_FORMATS and table != fmt:
+            raise UserError(f"{path} is not a{'n' if fmt == 'arrow' else ''} {fmt} file (--format {fmt}); "
+                            f"use --format auto")
+        if table is not None:
+            return _shared_facts(table=table), b""
+        compression = compression_of(magic)
+        raw.seek(0)
+        errors: list[Exception] = []
+        stream = _text_stream(raw, compression, errors.append)
+        try:
+            head = stream.read(_SNIFF_BYTES)
+            encoding = stream.raw.encoding
+        finally:
+            stream.close()
+    shape = None
+    if columns and fmt in ("auto", "lines", "raw") and not (
+            fmt == "auto" and inner_name(path).suffix.lower() in JSONL_SUFFIXES + CSV_SUFFIXES):
+        # JSON lines and CSV files (by their names) are read by their own readers, the text of one field a
+        # document; a stray NUL in a text table is dropped by the reader: still a table
+        sniff = head[:TABLE_SNIFF_BYTES + 1]
+        if binary_reason(sniff) is None:
+            shape = table_columns(sniff[:TABLE_SNIFF_BYTES], len(sniff) <= TABLE_SNIFF_BYTES)
+    skipped = None
+    if not head.strip() and errors:
+        error = errors[0]
+        skipped = ("corrupt_files", f"{path}: {type(error).__name__}: {error}; no text could be decompressed before "
+                                    f"the damage (the file has {path.stat().st_size:,} bytes), so nothing of it was "
+                                    "read")
+    elif not head.strip():
+        skipped = ("empty_files", f"{path}")
+    elif binary_reason(head) is not None:
+        skipped = ("binary_files", f"{path}: {binary_reason(head)}")
+    file_format = None if skipped is not None else detect_format(inner_name(path), head) if fmt == "auto" else fmt
+    if skipped is not None or shape is not None:
+        return FileFacts(None, compression, encoding, file_format, skipped, shape), head
+    return _shared_facts(compression=compression, encoding=encoding, format=file_format), head
 
 
 # -- reading documents -------------------------------------------------------------------------------------
 def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "text",
                    counts: CorpusCounts | None = None,
-                   progress: Callable[[int], None] | None = None) -> Iterator[Document]:
+                   progress: Callable[[int], None] | None = None, *,
+                   facts: Sequence[FileFacts] | None = None) -> Iterator[Document]:
     """Yield documents from the files in order; memory is bounded by the largest document (and one
     record batch for Parquet/Arrow). `progress(n)` is told how many more bytes of the input files (as
-    stored, compressed or not) have been read, before the document read with them is yielded.
+    stored, compressed or not) have been read, before the document read with them is yielded. `facts`: what
+    `check_inputs` learned of each file (one per file, in order, under the same `fmt`), so that no file's head is
+    read again; without them each file is inspected here (`inspect_file`).
 
     Empty and binary files are skipped and counted in ``counts``."""
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if facts is not None and len(facts) != len(files):
+        raise ValueError(f"facts of {len(facts)} files for {len(files)} files")
     counts = counts if counts is not None else CorpusCounts()
     index = 0
-    for path in files:
+    for k, path in enumerate(files):
         counts.files += 1
-        for sentences in _file_documents(Path(path), fmt, text_field, counts, progress):
+        found = facts[k] if facts is not None else None
+        for sentences in _file_documents(Path(path), fmt, text_field, counts, progress, found):
             if sentences:
                 counts.documents += 1
                 counts.sentences += len(sentences)
@@ -786,16 +913,13 @@ def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "
 
 
 def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
-                    progress: Callable[[int], None] | None) -> Iterator[list[str]]:
+                    progress: Callable[[int], None] | None, found: FileFacts | None = None) -> Iterator[list[str]]:
     size = path.stat().st_size
-    magic = _peek(path, 8)
-    table = table_format(path, magic, fmt)
-    if fmt in TABLE_FORMATS and table != fmt:
-        raise UserError(f"{path} is not a{'n' if fmt == 'arrow' else ''} {fmt} file (--format {fmt}); "
-                        f"use --format auto")
-    if table is not None:
-        counts.formats[table] = counts.formats.get(table, 0) + 1
-        reader = _read_parquet if table == "parquet" else _read_arrow
+    if found is None:
+        found = inspect_file(path, fmt)
+    if found.table is not None:
+        counts.formats[found.table] = counts.formats.get(found.table, 0) + 1
+        reader = _read_parquet if found.table == "parquet" else _read_arrow
         done = 0
         for sentences, fraction in reader(path, counts, text_field):
             if progress is not None:   # before the document goes out: its bytes are read once it is seen
@@ -805,26 +929,18 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
         if progress is not None:
             progress(size - done)
         return
-    compression = compression_of(magic)
-    head, error, encoding = _read_head(path, compression)
-    if not head.strip() and error is not None:
-        counts.skip("corrupt_files", f"{path}: {type(error).__name__}: {error}; no text could be decompressed before "
-                                     f"the damage (the file has {path.stat().st_size:,} bytes), so nothing of it "
-                                     "was read")
-    elif not head.strip():
-        counts.skip("empty_files", f"{path}")
-    elif binary_reason(head) is not None:
-        counts.skip("binary_files", f"{path}: {binary_reason(head)}")
+    if found.skipped is not None:   # empty, binary, or damaged before any text
+        counts.skip(*found.skipped)
     else:
-        file_format = detect_format(inner_name(path), head) if fmt == "auto" else fmt
-        counts.formats[file_format] = counts.formats.get(file_format, 0) + 1
-        if compression is not None:
-            counts.compressed[compression] = counts.compressed.get(compression, 0) + 1
-        if encoding is not None:
-            counts.encodings[encoding] = counts.encodings.get(encoding, 0) + 1
-            counts.skip("transcoded_files", f"{path}: {encoding} text (it starts with a byte order mark), converted "
-                                            "to UTF-8 as it is read")
-        yield from _read_text_file(path, compression, file_format, text_field, counts, progress, encoding)
+        counts.formats[found.format] = counts.formats.get(found.format, 0) + 1
+        if found.compression is not None:
+            counts.compressed[found.compression] = counts.compressed.get(found.compression, 0) + 1
+        if found.encoding is not None:
+            counts.encodings[found.encoding] = counts.encodings.get(found.encoding, 0) + 1
+            counts.skip("transcoded_files", f"{path}: {found.encoding} text (it starts with a byte order mark), "
+                                            "converted to UTF-8 as it is read")
+        yield from _read_text_file(path, found.compression, found.format, text_field, counts, progress,
+                                   found.encoding)
         return
     if progress is not None:
         progress(size)
@@ -1339,21 +1455,14 @@ def looks_legacy_encoded(head: bytes) -> bool:
     return bad >= MIN_BAD_SEQUENCES and bad > sum(1 for c in text if c > "\x7f" and c != "\ufffd")
 
 
-def _check_encoding(path: Path, compression: str | None) -> None:
-    """A UserError when a text file's (decompressed) first 64 KiB are not UTF-8 (`looks_legacy_encoded`); a
+def _check_encoding(path: Path, head: bytes, encoding: str | None) -> None:
+    """A UserError when a text file's (decompressed) first 64 KiB `head` are not UTF-8 (`looks_legacy_encoded`); a
     binary head (`binary_reason`) is left to the reader, which skips it and says so; UTF-16/UTF-32 text with a
-    byte order mark is read as the UTF-8 it is converted to. The reader
+    byte order mark (`encoding`) is read as the UTF-8 it is converted to. The reader
     turns undecodable bytes into U+FFFD and counts the lines, so a corpus saved in CP949 trained a tokenizer of
     U+FFFD and stray Greek and Cyrillic (and built data of [UNK]), exit 0, with only a count of bad lines.
     Also a UserError when a file starting with a UTF-16/UTF-32 byte order mark does not read as such text
     (`misread_wide`)."""
-    stream, raw = open_text_stream(path, compression, lambda exc: None)
-    try:
-        head = stream.read(ENCODING_SNIFF_BYTES)
-        encoding = stream.raw.encoding
-    finally:
-        stream.close()
-        raw.close()
     if encoding is not None and misread_wide(head):
         bom = next(entry[0] for entry in _WIDE_BOMS if entry[2] == encoding)
         sample = head.decode("utf-8", errors="replace")[:12]
@@ -1392,51 +1501,63 @@ def misread_wide(head: bytes) -> bool:
     return ascii_pairs + 3 * hangul + 15 * odd >= 0.75 * len(text)
 
 
-def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "text") -> None:
+def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "text",
+                 facts: list[FileFacts] | None = None) -> list[FileFacts] | None:
     """Fail fast on what would otherwise be found mid-build: a Parquet/Arrow file without a string
     `text_field` column or that cannot be opened, `--format parquet/arrow` on other files, and a JSONL
     file none of whose first 100 records has `text_field` (almost surely the wrong --text-field), and a text
     file in a legacy encoding (`looks_legacy_encoded`). Reads only each file's first bytes (64 KiB of a text
-    file, a Parquet footer or an Arrow schema)."""
+    file, a Parquet footer or an Arrow schema), once (`inspect_file`; a JSONL or CSV file's records past its first
+    64 KiB are read again).
+
+    `facts`, when given, is filled with what was learned of each file (`FileFacts`, one per file in order, with
+    `columns`), for `read_documents(..., facts=)` and the build's table warning; it is also returned."""
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     for path in map(Path, files):
-        magic = _peek(path, 8)
-        table = table_format(path, magic, fmt)
-        if fmt in TABLE_FORMATS and table != fmt:
-            raise UserError(f"{path} is not a{'n' if fmt == 'arrow' else ''} {fmt} file (--format {fmt}); "
-                            f"use --format auto")
-        if table == "parquet":
+        found, head = _inspect(path, fmt, columns=facts is not None)
+        if found.table == "parquet":
             _text_column_index(_open_parquet(path).schema_arrow, text_field, path)
-        elif table == "arrow":
+        elif found.table == "arrow":
             with _pyarrow().OSFile(str(path)) as source:
                 _text_column_index(_open_arrow(path, source)[0], text_field, path)
         else:
-            compression = compression_of(magic)
-            _check_encoding(path, compression)
-            guessed = fmt if fmt != "auto" else _guessed_format(path, compression)
+            _check_encoding(path, head, found.encoding)
+            guessed = fmt if fmt != "auto" else _guessed_format(path, found)
             if guessed == "jsonl":
-                _check_jsonl(path, compression, text_field)
+                _check_jsonl(path, found.compression, text_field, head)
             elif guessed == "csv":
-                _check_csv(path, compression, text_field)
+                _check_csv(path, found.compression, text_field, head)
+        if facts is not None:
+            facts.append(found)
+    return facts
 
 
-def _guessed_format(path: Path, compression: str | None) -> str:
-    """What `--format auto` reads a text file as (by its name, else its head)."""
+def _guessed_format(path: Path, found: FileFacts) -> str:
+    """What `--format auto` reads a text file as (by its name, else its head), for the checks: "lines" for a file
+    the reader skips (empty or binary), unless its name says JSONL or CSV."""
     if inner_name(path).suffix.lower() in JSONL_SUFFIXES:
         return "jsonl"
     if inner_name(path).suffix.lower() in CSV_SUFFIXES:
         return "csv"
-    head, _, _ = _read_head(path, compression)
-    return detect_format(inner_name(path), head) if head.strip() and binary_reason(head) is None else "lines"
+    return found.format or "lines"
 
 
-def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
+def _head_or_file(path: Path, compression: str | None, head: bytes | None):
+    """(stream, raw) of a text file's (decompressed) text from its start, as `open_text_stream` gives them: the
+    `head` already read where it holds the whole text (shorter than the 64 KiB asked for), else the file opened
+    again (raw None: nothing to close)."""
+    if head is not None and len(head) < _SNIFF_BYTES:
+        return io.BufferedReader(io.BytesIO(head)), None
+    return open_text_stream(path, compression, lambda exc: None)
+
+
+def _check_jsonl(path: Path, compression: str | None, text_field: str, head: bytes | None = None) -> None:
     """A JSONL file one of whose first JSONL_CHECK_RECORDS records has `text_field`; one whose first
     JSONL_CHECK_RECORDS non-blank lines hold no JSON object at all is no JSONL file (a `.json` file holding one
     JSON document: an array of records, pretty-printed JSON), which the build read to its end, twice, to say
-    only that no instances were built."""
-    stream, raw = open_text_stream(path, compression, lambda exc: None)
+    only that no instances were built. `head`: its first 64 KiB, read already (`_head_or_file`)."""
+    stream, raw = _head_or_file(path, compression, head)
     first = first_bad = None
     try:
         source = _TextSource(path, stream, CorpusCounts())
@@ -1457,7 +1578,8 @@ def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
                 break
     finally:
         stream.close()
-        raw.close()
+        if raw is not None:
+            raw.close()
     if first is not None:
         raise UserError(f"{first}; none of the first {records} record(s) has field {text_field!r}")
     if first_bad is not None:
@@ -1466,15 +1588,16 @@ def _check_jsonl(path: Path, compression: str | None, text_field: str) -> None:
                         "per line (datasets: to_json(path, lines=True))")
 
 
-def _check_csv(path: Path, compression: str | None, text_field: str) -> None:
+def _check_csv(path: Path, compression: str | None, text_field: str, head: bytes | None = None) -> None:
     """A CSV file whose header line names `text_field` (else a UserError listing its columns); an empty file is
-    left to the reader, which skips it as one."""
-    stream, raw = open_text_stream(path, compression, lambda exc: None)
+    left to the reader, which skips it as one. `head`: its first 64 KiB, read already (`_head_or_file`)."""
+    stream, raw = _head_or_file(path, compression, head)
     try:
         rows = _csv_rows(_TextSource(path, stream, CorpusCounts()))
         header = next((row for row in rows if any(cell.strip() for cell in row)), None)
     finally:
         stream.close()
-        raw.close()
+        if raw is not None:
+            raw.close()
     if header is not None:
         _csv_column(header, text_field, path)

@@ -446,13 +446,16 @@ def run_facts(checkpoint: Path) -> dict[str, list[str]]:
         meta = json_object_or_empty(Path(data_dir) / "meta.json") if data_dir else {}
         if meta:
             corpus = meta.get("counts", {}).get("corpus", {})
+            # a build of more than 1,000 files lists none (`inputs`): its --input arguments and file count instead
+            listed = meta.get("inputs") or meta.get("input_arguments") or []
+            count = meta.get("num_input_files", len(meta.get("inputs", [])))
             facts["data"] = [
                 f"- pretraining data `{data_dir}`: {meta.get('num_instances', 0):,} instances of "
                 f"{meta.get('max_seq_length')} tokens, sentence task `{meta.get('sentence_task')}`, "
                 f"masking `{meta.get('masking', {}).get('mode')}`, dupe factor {meta.get('dupe_factor')}",
-                f"- built from {len(meta.get('inputs', []))} file(s) "
-                f"({', '.join(Path(p).name for p in meta.get('inputs', [])[:5])}"
-                f"{', ...' if len(meta.get('inputs', [])) > 5 else ''}): {corpus.get('documents', 0):,} documents, "
+                f"- built from {count:,} file(s) "
+                f"({', '.join(Path(p).name for p in listed[:5])}"
+                f"{', ...' if len(listed) > 5 or len(listed) < count else ''}): {corpus.get('documents', 0):,} documents, "
                 f"{corpus.get('sentences', 0):,} sentences",
                 f"- tokenizer: {meta.get('tokenizer', {}).get('kind')}, V={meta.get('tokenizer', {}).get('vocab_size')}"]
     step = int(step_match.group(1)) if step_match else None
