@@ -327,8 +327,9 @@ def check_against_scale(variant: Variant, scale: Scale, where: str) -> None:
     # every job of such a variant failed on its first batch, after the preparation
     types = model.get("type_vocab_size")
     if isinstance(types, int) and not isinstance(types, bool) and types < 2:
-        raise UserError(f"{where}: model.type_vocab_size={types}: every sequence of the suite's data has "
-                        f"segments A and B (token types 0 and 1), so it must be at least 2")
+        raise UserError(f"{where}: model.type_vocab_size={types}: the suite's held-out SOP / NSP data and its "
+                        f"sentence-pair fine-tuning tasks (STS-B) have segments A and B (token types 0 and 1), so it "
+                        f"must be at least 2")
     hidden = model.get("hidden_size", scale.hidden_size)
     if variant.embedding == PAPER_E[-1] and "embedding_size" not in model and hidden != scale.hidden_size:
         # E = 768 is E = H, mapped to the scale's H: at another H it would be neither (and be labelled E768)
