@@ -498,19 +498,61 @@ class ContextTokens:
     spans: list[tuple[int, int]]  # character span in the original context per token
 
 
+def _exact_spans(tokenizer) -> bool:
+    """Whether the tokenizer's own character spans (`encode_batch_with_spans`: `tokenizers`' offsets, transformers'
+    `return_offsets_mapping`) place its tokens: WordPiece (vocab.txt or tokenizer.json) and byte-level BPE, whose
+    pieces cannot all be matched back against the word (two [UNK]s in a row; byte pieces). Not SentencePiece's
+    pieces (spiece.model, or a Unigram or "▁"-marking tokenizer.json such as albert-base-v2's): there `tokenizers`
+    gives a bare "▁" the next character and "``" (read as `"`) its second backtick only, so `piece_spans` keeps them
+    as a spiece.model of the same vocabulary maps them (SentencePiece merges unknown characters into one piece)."""
+    backend = getattr(tokenizer, "backend", None)
+    if backend is None or not hasattr(tokenizer, "encode_batch_with_spans"):
+        return False
+    steps = repr(backend.pre_tokenizer) + repr(backend.normalizer)   # Metaspace, or a Replace / Prepend of "▁"
+    return type(backend.model).__name__ != "Unigram" and "Metaspace" not in steps and "▁" not in steps
+
+
+def _with_marks(context: str, spans: list[tuple[int, int]], end: int) -> list[tuple[int, int]]:
+    """`spans` (one word's tokens, in order, the word ending at `end`) each extended over the combining marks right
+    after it that no token covers: accent stripping deletes the mark of a decomposed `é` (e + U+0301), and its
+    letter's span alone would cut the accent off an answer ending there (as `piece_spans` gives the mark to the
+    piece before it)."""
+    out = list(spans)
+    for k, (a, b) in enumerate(spans):
+        if a < b < end and unicodedata.combining(context[b]):   # rare: the next token's start only then
+            stop = next((s for s, e in spans[k + 1:] if e > s), end)
+            while b < stop and unicodedata.combining(context[b]):
+                b += 1
+            out[k] = (a, b)
+    return out
+
+
 def tokenize_contexts(tokenizer, contexts: Sequence[str]) -> list[ContextTokens]:
-    """Tokens of each distinct context with their character spans (one native batch call for all words)."""
+    """Tokens of each distinct context with their character spans (one native batch call for all words). The ids
+    are `encode_batch`'s of each whitespace-separated word; the spans the tokenizer's own (`_exact_spans`) or,
+    for SentencePiece, its pieces matched back against the word (`piece_spans`)."""
     words_per_context = [split_words(c) for c in contexts]
     flat_words = [c[s:e] for c, spans in zip(contexts, words_per_context) for s, e in spans]
-    flat_ids = tokenizer.encode_batch(flat_words) if flat_words else []
+    exact = _exact_spans(tokenizer)
+    if not flat_words:
+        flat = []
+    elif exact:
+        flat = tokenizer.encode_batch_with_spans(flat_words)
+    else:
+        flat = [(ids, None) for ids in tokenizer.encode_batch(flat_words)]
     out, k = [], 0
     for context, spans in zip(contexts, words_per_context):
         ids, token_spans = [], []
+        marks = exact and not context.isascii()     # no combining mark to give a token in ASCII text
         for start, end in spans:
-            word_ids = flat_ids[k]
+            word_ids, word_spans = flat[k]
             k += 1
             ids += word_ids
-            token_spans += piece_spans(context[start:end], [tokenizer.id_to_token(i) for i in word_ids], start)
+            if word_spans is not None:
+                word_spans = [(start + a, start + b) for a, b in word_spans]
+                token_spans += _with_marks(context, word_spans, end) if marks else word_spans
+            else:
+                token_spans += piece_spans(context[start:end], [tokenizer.id_to_token(i) for i in word_ids], start)
         out.append(ContextTokens(ids, token_spans))
     return out
 
