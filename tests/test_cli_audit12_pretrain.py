@@ -175,11 +175,18 @@ def test_an_older_run_with_relative_paths_resumes_from_its_directory_and_says_wh
 
 
 def test_a_different_data_path_on_resume_is_still_refused(data, tmp_path, capsys):
+    """Other data at another path (the same text built with another --seed); the same data copied elsewhere is
+    accepted (tests/test_resumefollow_audit29.py)."""
     run = tmp_path / "run"
     assert main(["pretrain", "--data", str(data / "train"), "--out", str(run), *TINY, "--max-steps", "2"]) == 0
+    other = tmp_path / "other"
+    assert main(["data", "build", "--input", str(data / "a.txt"), "--tokenizer",
+                 str(shared_path("spm", "albert-base-v2_spiece.model")), "--out", str(other), "--max-seq-length", "32",
+                 "--dupe-factor", "1", "--seed", "1", "--no-progress"]) == 0
     capsys.readouterr()
     assert_one_error(capsys, main(["pretrain", "--out", str(run), "--resume", "--max-steps", "3",
-                                   "--data", str(data / "heldout")]), "--resume: the run was started with data.path")
+                                   "--data", str(other)]), "--resume: the run was started with data.path",
+                     "which holds other data")
 
 
 # ------------------------------------------------------------------------- 3. --init-from X --out X --overwrite

@@ -391,12 +391,16 @@ def _finetune(args) -> int:
     from albertlm.tasks.finetune import RUN_FILES, run_finetune
     from albertlm.tasks.inference import RECORDED_TOKENIZER
     from albertlm.tasks.registry import get_family
-    from albertlm.training.checkpoint import check_run_dir
+    from albertlm.training.checkpoint import check_run_dir, check_run_kind
     from albertlm.training.distributed import check_backend, is_main_process, shutdown
     from albertlm.training.precision import check_precision
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    # whose run --out holds, before its checkpoint's config is read as a fine-tuning's: `finetune --resume` of a
+    # pretraining run compared its settings as a fine-tuning's ("max_seq_length=128, now 24") or died in a
+    # TypeError on its `model` section
+    check_run_kind(args.out, "fine-tuning")
     saved = _saved_run(args.out) if args.resume else None
     if args.resume and saved is None:   # as `pretrain --resume`
         from albertlm.training.checkpoint import no_run_advice
@@ -615,10 +619,13 @@ def _check_out_keeps_other_predictions(out: str | None, spec, options) -> None:
             continue
         other = glue.other_predictions(task, path, len(eval_set.features))
         if other:
-            raise UserError(f"--out {out} holds {path.name} of another dev set ({other}), which these predictions of "
-                            f"{task.name}'s would replace: give this task's dev predictions their own --out, such as "
-                            f"{Path(out) / task.name} (submission/<Task>.tsv files of several tasks collect in one "
-                            "--out; a dev file's predictions are named by its split only)")
+            # the file names no task (SST-2's and MRPC's are both 0/1 rows): another task's, or this task's of a dev
+            # file since changed (a row added, a bad row fixed)
+            raise UserError(f"--out {path.parent} holds {path.name} of another dev set ({other}), which these "
+                            f"predictions of {task.name}'s would replace: if it is another task's, give these their "
+                            f"own --out, such as {path.parent / task.name}; if it is an earlier prediction of {task.name}'s dev file, remove {path} to "
+                            "replace it (submission/<Task>.tsv files of several tasks collect in one --out; a dev "
+                            "file's predictions are named by its split only)")
 
 
 def _precision_note(args, model_dir: Path, info: dict, used: str) -> str | None:

@@ -66,13 +66,18 @@ def _add_pretrain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="start a new run in an --out that holds another run (its checkpoints, metrics and "
                         "config are removed once everything else has been checked)")
+    p.add_argument("--resume-or-start", action="store_true",
+                   help="--resume where --out holds a run, else start a new one there (saying so): for a job "
+                        "script relaunched with the same command after a preemption, whose first launch may have "
+                        "been killed before it wrote anything")
     p.add_argument("--dry-run", action="store_true", help="check the inputs, print the resolved config and exit")
     add_options(p, PRETRAIN)
 
 
-def resolve_run_config(args: argparse.Namespace) -> RunConfig:
+def resolve_run_config(args: argparse.Namespace, notes: list[str] | None = None) -> RunConfig:
     """The run config: the recipe (or the run's saved config on --resume) < --config FILE < command line,
-    then resolved against the data and checkpoints (`training.pretrain.resolve_run`)."""
+    then resolved against the data and checkpoints (`training.pretrain.resolve_run`). Lines the run should say
+    as it starts (a resume on data at a new path) are added to `notes`."""
     from albertlm.config.presets import get_preset
     from albertlm.config.run import paper_recipe
     from albertlm.training.pretrain import resolve_run
@@ -89,8 +94,10 @@ def resolve_run_config(args: argparse.Namespace) -> RunConfig:
         _check_preset_against_files(args)
         base = paper_recipe(get_preset(_recipe_preset(preset, values))).replace(preset=preset)
     run = build(base, values)
+    if resumed and run.init_from and base.init_from and _started_from(base.init_from, run.init_from):
+        run = run.replace(init_from=base.init_from)       # the run's start, as it recorded it
     if resumed:
-        _check_resume_changes(base, run)
+        _check_resume_changes(base, run, args.out, notes)
         _check_recorded_paths(base, run, saved)
     check_backend(run.dist.backend, run.dist.device)        # before the data or a checkpoint is read
     # recorded absolute, so that `--resume` works from any directory (an older run's relative ones are read
@@ -205,6 +212,11 @@ def _check_recorded_paths(saved: RunConfig, run: RunConfig, saved_file: Path) ->
     was, now = flatten(saved.to_dict()), flatten(run.to_dict())
     for key, flag in (("data.path", "--data"), ("data.eval_path", "--eval-data")):
         value = now.get(key)
+        if value and value == was.get(key) and os.path.isabs(value) and not os.path.exists(value):
+            # the data moved (a job's scratch disk of the last launch): said as such, with the way on
+            checked = " (a copy of it is checked against what the run recorded of its data)" if flag == "--data" else ""
+            raise UserError(f"{key} {value!r} recorded in {saved_file} is not there any more: pass {flag} with the "
+                            f"data's new place{checked}")
         if value and value == was.get(key) and not os.path.isabs(value) and not os.path.exists(value):
             raise UserError(f"{key} {value!r} recorded in {saved_file} is relative and was looked for from the "
                             f"current directory {os.getcwd()}, where it does not exist: run `albertlm pretrain "
@@ -216,9 +228,11 @@ def _check_recorded_paths(saved: RunConfig, run: RunConfig, saved_file: Path) ->
 RESUME_MAY_CHANGE = RUN_RESUME_MAY_CHANGE | {"train.eval_batches", "data.eval_path", "data.num_workers"}
 
 
-def _check_resume_changes(saved: RunConfig, run: RunConfig) -> None:
+def _check_resume_changes(saved: RunConfig, run: RunConfig, run_dir: str | Path | None = None,
+                          notes: list[str] | None = None) -> None:
     """A resumed run continues exactly: a setting it learns with (lr, model, data, seed, ...) may not change;
-    the run's saved run_config.json is left as it was."""
+    the run's saved run_config.json is left as it was. The training data may be given at another path where it
+    is the same data (`_moved_data`: a copy on a job's scratch disk), said in one line added to `notes`."""
     from albertlm.config.overrides import flatten
 
     was, now = flatten(saved.to_dict()), flatten(run.to_dict())
@@ -227,10 +241,75 @@ def _check_resume_changes(saved: RunConfig, run: RunConfig) -> None:
             continue
         if key == "data.path" and _relative_elsewhere(was.get(key)) and now.get(key):
             continue       # a relative path recorded by an older run, given again from another directory
+        if key == "data.path" and was.get(key) and now.get(key) and run_dir is not None:
+            note = _moved_data(was[key], now[key], Path(run_dir))       # raises where it is other data
+            if notes is not None:
+                notes.append(note)
+            continue
         if was.get(key) != now.get(key) and key not in RESUME_MAY_CHANGE:
             raise UserError(f"--resume: the run was started with {key}={was.get(key)!r}, now {now.get(key)!r}; a "
                             "resumed run keeps its settings (drop the option; only the run's length, its eval data "
                             "and how it is run and logged may change), or start over with --overwrite")
+
+
+def _moved_data(was: str, now: str, run_dir: Path) -> str:
+    """`--resume --data NOW` where the run trained on WAS: the data copied to another place (a job's scratch disk
+    on a cluster, a disk mounted elsewhere) is the same data when what the checkpoint the run resumes from recorded
+    of it (`checkpoint.recorded_data`: examples, sequence length, sentence task, tokenizer and its sha256, the
+    build's seed, --chunk-chars and --num-shards) is what NOW holds; the resumed run is then the one it would have
+    been on WAS, bit for bit, and records NOW. Returns the line saying so; other data is refused in one line (it was
+    refused whatever it held, and the advice was --overwrite, which threw the run away). A run that saved no
+    checkpoint yet starts again from step 0: NOW is compared with WAS where WAS is still there, else taken."""
+    from albertlm.training import checkpoint as ckpt
+    from albertlm.training.pretrain import data_identity, open_dataset
+
+    moved = was if os.path.exists(was) else f"{was}, gone now"
+    data = open_dataset(now)                       # its own one-line errors: not there, not a build, damaged
+    found = {**data_identity(data.meta), "num_examples": len(data)}    # the telling differences first
+    last = ckpt.latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if last is not None:
+        recorded, source = ckpt.recorded_data(last), f"the checkpoint {last.name}"
+        if recorded is None:       # unreadable: the resume's own load of it says why, in its words
+            return f"note: --resume with --data {now} (the run's data was {moved})"
+    elif os.path.exists(was):
+        old = open_dataset(was)
+        recorded, source = {**data_identity(old.meta), "num_examples": len(old)}, f"the run's data {was}"
+    else:
+        return (f"note: --resume with --data {now} (the run's data was {moved}): the run saved no checkpoint, so it "
+                f"starts again from step 0 on {now}")
+    missing = [key for key in found if key not in recorded]
+    if missing:                    # a checkpoint of an older version: the data cannot be told apart
+        raise UserError(f"--resume: the run was started with data.path={was!r}, now {now!r}; {source} does not "
+                        f"record the {missing[0]} of the data it trained on (saved by an older albertlm), so {now} "
+                        f"cannot be told from other data: give --data the run's own path {was} (a link there to the "
+                        "copy will do)")
+    other = [key for key in found if recorded[key] != found[key]]
+    if other:
+        key = other[0]
+        raise UserError(f"--resume: the run was started with data.path={was!r}, now {now!r}, which holds other "
+                        f"data ({source} records {key}={recorded[key]!r}, {now} has {found[key]!r}); a resumed run "
+                        f"goes on with its own data: give --data {was} or a copy of it")
+    shards = found.get("data_num_shards")
+    identity = ", ".join(filter(None, (
+        f"{found['num_examples']} examples",
+        f"tokenizer sha256 {found['data_vocab_sha256'][:12]}" if "data_vocab_sha256" in found else "",
+        f"build seed {found['data_build_seed']}" if "data_build_seed" in found else "",
+        f"{shards} part(s)" if shards is not None else "")))
+    return (f"note: --resume with --data {now}: the same data as the run's {moved} ({identity}, as {source} "
+            "recorded), so the run goes on exactly; run_config.json now records the new path")
+
+
+def _started_from(recorded: str, given: str) -> bool:
+    """Whether `--init-from GIVEN` on a --resume names the checkpoint the run recorded as its start: that one, or
+    the run directory it is the checkpoint of. A run started with `--init-from RUN_DIR` records RUN_DIR's newest
+    checkpoint then (`resolve_run`), so the same command again with --resume (a job script relaunched after a
+    preemption) was refused as another init_from, with advice to start over with --overwrite."""
+    if _same_path(recorded, given):
+        return True
+    from albertlm.model.io import CHECKPOINT_DIR
+
+    inside, outside = os.path.realpath(recorded), os.path.realpath(given)
+    return Path(inside).parent.name == CHECKPOINT_DIR and Path(inside).parent.parent == Path(outside)
 
 
 def _same_path(was: str | None, now: str | None) -> bool:
@@ -269,13 +348,18 @@ def _pretrain(args: argparse.Namespace) -> int:
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    notes: list[str] = []
+    if args.resume_or_start:
+        args.resume = _resume_or_start(args, notes)
     if not args.resume:
         _check_init_source(args)
     ckpt.check_run_dir(args.out, args.resume, args.overwrite, must_exist=True)
-    run = resolve_run_config(args)
+    run = resolve_run_config(args, notes)
 
     def show(resolved) -> None:
         console_line(json.dumps(resolved.to_dict(), indent=2))   # a console gone does not stop the run
+        for note in notes:
+            console_line(note)
 
     if args.dry_run:
         from albertlm.training.distributed import pick_device
@@ -300,6 +384,25 @@ def _pretrain(args: argparse.Namespace) -> int:
         console_line(f"{status}: run directory {out} ({held or 'nothing written'}); "
                      f"`albertlm plot {shlex.quote(str(out))}` draws the curves")   # pasteable as is
     return 130 if status == "interrupted" else 0
+
+
+def _resume_or_start(args: argparse.Namespace, notes: list[str]) -> bool:
+    """`--resume-or-start`: whether to resume (--out holds a run: any of its files, even a run_config.json alone,
+    which `--resume` starts again from step 0) or to start a new run, said in a line added to `notes`. A plain
+    `--resume` where there is no run stays an error (a mistyped --out is not a new run started quietly, as
+    transformers' `resume_from_checkpoint=True`), so a job script that a preemption relaunches with one command,
+    whose first launch may have been killed before it wrote anything, says which it wants (as Composer's
+    `autoresume=True` beside its `load_path`)."""
+    from albertlm.training.checkpoint import RUN_FILES
+
+    if args.resume or args.overwrite:
+        raise UserError(f"--resume-or-start decides by itself whether to continue the run in --out: give it without "
+                        f"{'--resume' if args.resume else '--overwrite'}")
+    out = Path(args.out)
+    if out.is_dir() and any((out / name).exists() for name in RUN_FILES):
+        return True
+    notes.append(f"note: --resume-or-start: no run in {out.absolute()} yet, so a new one starts there")
+    return False
 
 
 def _check_init_source(args: argparse.Namespace) -> None:

@@ -200,6 +200,23 @@ def load_train_state(directory: str | Path) -> TrainState:
     return TrainState(**saved)
 
 
+def recorded_data(directory: str | Path) -> dict | None:
+    """What a checkpoint's trainer_state.pt records of its training data (`loop.StepData.state_dict`: its number
+    of examples, the batch size and seed, and `pretrain.data_identity`'s tokenizer, build seed and shards), read
+    through a memory map, so the optimizer's moments (twice the weights) are not read for it. None where the file
+    cannot be read that way: `load_train_state`, which the resume runs next, then says why."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            saved = torch.load(Path(directory) / "trainer_state.pt", map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # damaged, truncated, not a zip file: not this function's to say
+        return None
+    data = saved.get("data") if isinstance(saved, dict) else None
+    return data if isinstance(data, dict) else None
+
+
 def damaged_advice(directory: str | Path) -> str:
     """What a `--resume` whose newest checkpoint `directory` cannot be read (truncated, emptied, files missing: a
     disk fault, a copy that did not finish) can do, as the tail of its error: move that checkpoint out of
