@@ -350,13 +350,13 @@ def damage_message(directory, index: int, shard: int, max_seq_length: int, max_p
             f"slots{f', {vocab_size} tokens' if vocab_size else ''}); rebuild the data with `albertlm data build`")
 
 
-MAX_OPEN_SHARDS = 64   # memory maps a reader holds at once (`ShardMaps`); each holds a file descriptor
+MAX_OPEN_SHARDS = 64   # the fewest memory maps a reader keeps at once (`ShardMaps`, `map_budget`); each holds a descriptor
 
 
 def open_shards(directory: str | os.PathLike, meta: dict,
                 stamps: list[tuple[int, int, int, int]] | None = None) -> "ShardMaps":
     """Read-only memory maps of every shard listed in meta, checked now (missing, wrong size) and mapped when first
-    indexed (`ShardMaps`: at most MAX_OPEN_SHARDS at once). A shard mapped later must still be the file found now,
+    indexed (`ShardMaps`: as many at once as `map_budget` allows). A shard mapped later must still be the file found now,
     or the one of `stamps` (`shard_stamps`: where the data was opened in another process)."""
     directory = Path(directory)
     dtype = record_dtype(meta["max_seq_length"], meta["max_predictions_per_seq"], meta["tokenizer"]["vocab_size"])
@@ -403,7 +403,7 @@ def map_budget(shards: int) -> int:
 
 class ShardMaps:
     """The shards of a build as a sequence of read-only memory maps (np.memmap of its records), each mapped when
-    first indexed and at most MAX_OPEN_SHARDS kept: a map holds a file descriptor (Python's mmap keeps a copy of
+    first indexed and at most `map_budget` kept (every shard where the descriptor limit allows): a map holds a file descriptor (Python's mmap keeps a copy of
     it), so mapping every shard at once failed with `OSError: [Errno 24] Too many open files` once a build had more
     shards than the descriptor limit (`ulimit -n`, often 1024: `--records-per-shard`, many `--num-shards` parts or a
     large corpus), in the loader as in `data stats`. A map dropped from the cache closes when no record read from
