@@ -102,16 +102,22 @@ def test_plain_progress_waits_from_the_start_of_the_build_not_of_the_writing(tmp
     """The 30 s before the first plain progress line count from the build's start: a build of a million small files
     spent its first ~40 minutes on checks, then another 30 s in silence."""
     import time
+    from types import SimpleNamespace
 
     import albertlm.data.build as build_module
 
-    progress = build_module.BuildProgress(1000, True, started=time.monotonic() - 2 * build_module.PLAIN_PROGRESS_AFTER)
+    # the build module's clock stands still at `now` (a busy machine's stall, or tqdm's first import in the
+    # constructor, would otherwise add seconds to the minute the line reports)
+    now = 1000.0
+    monkeypatch.setattr(build_module, "time", SimpleNamespace(monotonic=lambda: now))
+    progress = build_module.BuildProgress(1000, True, started=now - 2 * build_module.PLAIN_PROGRESS_AFTER)
     progress._plain = True   # as where stderr is a log
     lines = []
     monkeypatch.setattr(build_module, "print", lambda *a, **k: lines.append(a[0]), raising=False)
     progress.written(500, 7)
     progress.close()
     assert lines == ["data build: 50% of 1.0 kB of input, 7 instances, 1.0 min"]
+    monkeypatch.setattr(build_module, "time", time)   # the build below runs on the real clock
     # the build hands its start over: the time its checks took counts
     checked, seen = [], []
     real_check, real_progress = build_module.check_inputs, build_module.BuildProgress

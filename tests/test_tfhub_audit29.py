@@ -154,7 +154,8 @@ def test_transformers_reads_the_export_with_the_trained_pooler(converted, tmp_pa
     ids, mask, types = _google_inputs()
     pretraining, loading = transformers.AlbertForPreTraining.from_pretrained(hf, local_files_only=True,
                                                                              output_loading_info=True)
-    assert loading["missing_keys"] == {"sop_classifier.classifier.weight", "sop_classifier.classifier.bias"}
+    # a set in transformers 5, a list in 4.x (pyproject allows >= 4.40)
+    assert set(loading["missing_keys"]) == {"sop_classifier.classifier.weight", "sop_classifier.classifier.bias"}
     assert not loading["unexpected_keys"] and not loading["mismatched_keys"]
     classifier = transformers.AlbertForSequenceClassification.from_pretrained(hf, local_files_only=True)
     for model in (pretraining, classifier):
