@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 
 from albertlm.errors import UserError
@@ -40,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                             help="X.npy: float32 array (N, H); X.parquet: columns text, embedding (float32 lists); "
                                  "X.jsonl: {\"text\", \"embedding\"} per line; rows in input order")
         parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-        parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
-                            help="mean of the last hidden states over the tokens, or the [CLS] state")
+        parser.add_argument("--pooling", choices=("mean", "cls", "pooler"), default="mean",
+                            help="mean of the last hidden states over the tokens, the [CLS] state, or the trained "
+                                 "pooler's output (transformers' pooler_output; checkpoints that hold one)")
         parser.add_argument("--max-length", type=int, default=None, metavar="N",
                             help="truncate longer texts (default: the model's positions)")
         parser.add_argument("--normalize", action="store_true", help="L2-normalise each embedding")
@@ -250,7 +252,8 @@ def _embed(args) -> int:
         raise
     finally:
         tmp.unlink(missing_ok=True)
-    print(f"wrote {count:,} x {hidden} {args.pooling}-pooled embeddings to {out} "
+    pooled = "pooler_output" if args.pooling == "pooler" else f"{args.pooling}-pooled"
+    print(f"wrote {count:,} x {hidden} {pooled} embeddings to {out} "
           f"({model_dir}, {device})", file=sys.stderr)
     if stats.get("truncated"):
         cut = stats["truncated"]
@@ -429,12 +432,7 @@ def _compressed_lines(path, compression: str):
     transcoded, as `data build` reads it."""
     from albertlm.data import corpus
 
-    with open(path, "rb") as raw:   # the first decompressed bytes: a UTF-16/UTF-32 byte order mark?
-        inner = corpus.decompressor(raw, compression, lambda exc: None)
-        head = b""
-        while len(head) < 4 and (data := inner.read(4 - len(head))):   # a decompressor may hand out fewer
-            head += data
-    if corpus.wide_encoding(head) is not None:
+    if corpus.wide_encoding(_decompressed_head(path, compression)) is not None:
         yield from (text.removesuffix("\n") for _, text in _stream_lines(path, compression))
         return
     yield from (_line_text(text, number) for number, text in _stream_lines(path, compression, universal=False))
@@ -527,7 +525,7 @@ def _delimited_rows(path, compression: str | None, kind: str):
 
     from albertlm.data.corpus import CSV_FIELD_LIMIT
 
-    lines = (line for _, line in _stream_lines(path, compression))
+    lines = _delimited_lines(path, compression)
     if kind == "tsv":
         from albertlm.tasks.tables import csv_quoted_tsv
         try:   # a compressed file's head is its text's (pandas' to_csv("x.tsv.gz", sep="\t") quotes as a plain one)
@@ -548,6 +546,42 @@ def _delimited_rows(path, compression: str | None, kind: str):
         if row is None:
             return
         yield reader.line_num, row
+
+
+def _delimited_lines(path, compression: str | None):
+    """The lines of a CSV/TSV file for `csv.reader`, as a file opened with newline="" gives them (what the csv module
+    asks for): split after "\\n", "\\r\\n" or a lone "\\r", their ends kept as they are, so that a quoted cell keeps
+    its "\\r" and "\\r\\n" (`_stream_lines`' universal reading made both "\\n": the `text` written to a .parquet or
+    .jsonl was another than the file's, which pandas, pyarrow and the csv module read unchanged); a lone "\\r" outside
+    quotes still ends a row. The first line without a UTF-8 byte order mark. UTF-16/UTF-32 text (byte order mark) is
+    read transcoded, its line ends made "\\n", as `data build` reads it."""
+    from albertlm.data import corpus
+
+    if corpus.wide_encoding(_decompressed_head(path, compression)) is not None:
+        yield from (line for _, line in _stream_lines(path, compression))
+        return
+    for number, line in _stream_lines(path, compression, universal=False):
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        if "\r" not in line:
+            yield line
+            continue
+        yield from (part for part in _AFTER_LONE_CR.split(line) if part)
+
+
+_AFTER_LONE_CR = re.compile(r"(?<=\r)(?!\n)")   # the place after a "\r" that no "\n" follows
+
+
+def _decompressed_head(path, compression: str | None) -> bytes:
+    """The first 4 bytes of a file's (decompressed) data: where a UTF-16/UTF-32 byte order mark would be."""
+    from albertlm.data import corpus
+
+    with open(path, "rb") as raw:
+        inner = corpus.decompressor(raw, compression, lambda exc: None)
+        head = b""
+        while len(head) < 4 and (data := inner.read(4 - len(head))):   # a decompressor may hand out fewer
+            head += data
+    return head
 
 
 class _DecompressedText:

@@ -1,4 +1,5 @@
-"""Poke a model: fill-mask (top-k tokens with probabilities) and sentence embeddings (mean-pooled or [CLS]).
+"""Poke a model: fill-mask (top-k tokens with probabilities) and sentence embeddings (mean-pooled, [CLS] or the
+trained pooler's).
 
 Both take any checkpoint `albertlm` reads: our model directories, transformers ALBERT directories, and
 pretraining run directories (their newest checkpoint). The tokenizer is the one beside the model (for a fine-tuning
@@ -449,7 +450,7 @@ def pad_batch(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) 
 
 
 # -- embeddings --------------------------------------------------------------------------------------------
-POOLINGS = ("mean", "cls")
+POOLINGS = ("mean", "cls", "pooler")
 
 
 def length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -462,16 +463,25 @@ def length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 @torch.inference_mode()
 def embed_batch(model, rows: Sequence[Sequence[int]], pad_id: int, pooling: str, device: torch.device) -> np.ndarray:
     """(B, H) float32: the mean of the last hidden states over real tokens ([CLS]/[SEP] included, as
-    sentence-transformers' mean pooling), or the [CLS] hidden state."""
+    sentence-transformers' mean pooling), the [CLS] hidden state, or the trained pooler's tanh(W [CLS] + b)
+    (transformers' `pooler_output`: what a sequence classifier's head reads)."""
     input_ids, attention_mask = pad_batch(rows, pad_id, device)
     encoder = getattr(model, "albert", model)   # the backbone of any of our classes
-    hidden = encoder(input_ids, attention_mask).last_hidden_state.float()  # (B, T, H)
+    output = encoder(input_ids, attention_mask)
+    if pooling == "pooler":
+        return output.pooler_output.float().cpu().numpy()
+    hidden = output.last_hidden_state.float()  # (B, T, H)
     if pooling == "cls":
         pooled = hidden[:, 0]
     else:
         weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
         pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
     return pooled.cpu().numpy()
+
+
+POOLER_MISSING = ("--pooling pooler: this checkpoint holds no trained pooler (a masked-LM, token-classification or "
+                  "question-answering model has none; a pretraining checkpoint with a SOP/NSP head and a sequence "
+                  "classifier have one); use --pooling mean or cls")
 
 
 def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean", batch_size: int = 32,
@@ -521,6 +531,8 @@ def embed_windows(model, tokenizer, texts: Iterable[str], *, pooling: str = "mea
     bounded by one window. The options are checked here, before the first window is read."""
     if pooling not in POOLINGS:
         raise UserError(f"--pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    if pooling == "pooler" and getattr(getattr(model, "albert", model), "pooler", None) is None:
+        raise UserError(POOLER_MISSING)
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
     if max_length is not None and max_length < 3:
