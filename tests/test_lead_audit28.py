@@ -197,7 +197,7 @@ def test_paper_md_third_seed_at_4x_follows_from_the_seed_rows() -> None:
                            "### The None model with four times the tokens")
     none = _raw_section("docs/paper.md", "### The None model with four times the tokens",
                         "### A third seed of the three models")
-    third = _raw_section("docs/paper.md", "### A third seed of the three models", "## The cpu grid with a third")
+    third = _raw_section("docs/paper.md", "### A third seed of the three models", "### A fourth seed of the three models")
     seeds = {"None": {**_seed_rows(none, "None"), **_seed_rows(third, "None")},
              "NSP": {**_seed_rows(sop_nsp, "NSP"), **_seed_rows(third, "NSP")},
              "SOP": {**_seed_rows(sop_nsp, "SOP"), **_seed_rows(third, "SOP")},
