@@ -5,8 +5,8 @@
 - NaN or infinite numbers (null in metrics.jsonl) are said by `plot` in one line naming the curves and steps, a
   finite point between two of them is drawn as a marker, a dev score that was NaN at every evaluation is named
   (it was left off the panel without a word);
-- a run named in a script matplotlib's default font lacks (运行) is plotted with '?' and one warning line, not
-  empty boxes and two `Glyph ... missing` warnings per character; the caller's matplotlib settings are kept.
+- a run named in a script matplotlib's default font lacks (运行) is plotted with one warning line, not two
+  `Glyph ... missing` warnings per character; its title keeps the name; the caller's matplotlib settings are kept.
 """
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ def test_a_run_named_in_a_script_no_font_draws_is_one_line(tmp_path, monkeypatch
         warnings.simplefilter("always")
         plots.plot_run(run)
     assert [str(w.message) for w in caught if "Glyph" in str(w.message)] == []
-    assert seen["title"] == "??-été"           # é is in DejaVu Sans
+    assert seen["title"] == "运行-été"         # the name kept (boxes in the image; an SVG's text stays the name)
     assert capsys.readouterr().err.splitlines() == [
-        "albertlm: warning: no installed font draws 运行 (in the run's name or a legend): drawn as '?'; a font that "
+        "albertlm: warning: no installed font draws 运行 (in the run's name or a legend): drawn as empty boxes; a font that "
         "covers them (e.g. Noto Sans CJK, fonts-noto-cjk) draws them"]
     assert list(matplotlib.rcParams["font.family"]) == family      # the caller's settings kept

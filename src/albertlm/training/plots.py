@@ -155,8 +155,9 @@ class Texts:
     """The figure's own texts (the run's folder name, legend labels such as a dev set's name) as they can be drawn.
     matplotlib's default font has no CJK, Indic or Thai glyphs: a run named 运行 was titled with empty boxes and
     two warning lines per character (`Glyph 36816 ... missing from font(s) DejaVu Sans`). Installed fonts that
-    draw them (`FALLBACK_FONTS`) are added behind the default one; a character no installed font draws is written
-    as '?', and said once (`say_missing`)."""
+    draw them (`FALLBACK_FONTS`) are added behind the default one; a character no installed font draws keeps its
+    place in the text (an empty box in the image; the text of an SVG or PDF stays the name) and is said once
+    (`say_missing`), matplotlib's own warnings about it silenced (`save_figure`)."""
 
     def __init__(self, texts: list[str]) -> None:
         chars = {c for text in texts for c in text if not c.isascii()}
@@ -168,14 +169,14 @@ class Texts:
         self.rc = {"font.family": font_chain(chars)} if chars else {}
 
     def __getitem__(self, text: str) -> str:
-        return "".join("?" if c in self._missing_set else c for c in text)
+        return text
 
     def say_missing(self) -> None:
         if self._missing:
             from albertlm.errors import say_warning
 
             say_warning(f"no installed font draws {''.join(self._missing[:12])}"
-                        f"{'...' if len(self._missing) > 12 else ''} (in the run's name or a legend): drawn as '?'; "
+                        f"{'...' if len(self._missing) > 12 else ''} (in the run's name or a legend): drawn as empty boxes; "
                         "a font that covers them (e.g. Noto Sans CJK, fonts-noto-cjk) draws them")
 
 
