@@ -189,9 +189,7 @@ def test_best_model_full_disk_reason_is_the_systems_words(tmp_path: Path, monkey
 
 # -- 8. paper.md's three seeds at 4x agree with their per-seed rows -------------------------------------------------
 def test_paper_md_third_seed_at_4x_follows_from_the_seed_rows() -> None:
-    import statistics
-
-    from test_docs_audit27 import _flat, _raw_section, _rows, _seed_rows
+    from test_docs_audit27 import _raw_section, _seed_rows
 
     sop_nsp = _raw_section("docs/paper.md", "### SOP and NSP with four times the tokens",
                            "### The None model with four times the tokens")
@@ -202,16 +200,26 @@ def test_paper_md_third_seed_at_4x_follows_from_the_seed_rows() -> None:
              "NSP": {**_seed_rows(sop_nsp, "NSP"), **_seed_rows(third, "NSP")},
              "SOP": {**_seed_rows(sop_nsp, "SOP"), **_seed_rows(third, "SOP")},
              "scratch": {**_seed_rows(sop_nsp, "scratch"), **_seed_rows(third, "scratch")}}
-    assert all(set(avgs) == {1, 2, 3} for avgs in seeds.values()), seeds
+    check_seed_means(third, seeds, (1, 2, 3))
+    assert min(seeds["None"].values()) > max(seeds["scratch"].values())   # claim 5 with every seed
+
+
+def check_seed_means(table: str, seeds: dict[str, dict[int, float]], numbers: tuple[int, ...]) -> None:
+    """The means table in paper.md section `table` (mean ± sd (seeds), Δ over scratch) follows from the per-seed Avg
+    rows `seeds` of seeds `numbers`, and README quotes each mean ± sd (the 4x sections, sessions 28 and later)."""
+    import statistics
+
+    from test_docs_audit27 import _flat, _rows
+
+    assert all(set(avgs) == set(numbers) for avgs in seeds.values()), seeds
     scratch = statistics.mean(seeds["scratch"].values())
     readme = _flat("README.md")
     for model in ("None", "NSP", "SOP"):
-        (row,) = [row for row in _rows(third, model) if "±" in row[1]]
+        (row,) = [row for row in _rows(table, model) if "±" in row[1]]
         mean, sd = (float(x) for x in row[-2].split(" (")[0].split(" ± "))
         listed = [float(x) for x in row[-2].split(" (")[1].rstrip(")").split(", ")]
-        values = [seeds[model][seed] for seed in (1, 2, 3)]
+        values = [seeds[model][seed] for seed in numbers]
         assert listed == values, (model, listed, values)
         assert abs(statistics.mean(values) - mean) <= 0.06 and abs(statistics.stdev(values) - sd) <= 0.06, model
         assert float(row[-1]) == pytest.approx(mean - scratch, abs=0.11), model
         assert f"{model} {mean} ± {sd}" in readme, model
-    assert min(seeds["None"].values()) > max(seeds["scratch"].values())   # claim 5 with every seed

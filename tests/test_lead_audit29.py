@@ -111,9 +111,8 @@ def test_model_card_of_a_build_of_many_files_counts_them(tmp_path):
 
 def test_paper_md_fourth_seed_at_4x_follows_from_the_seed_rows() -> None:
     # the four-seed table's means, spreads, listed seeds and deltas come from the per-seed rows of the sections
-    import statistics
-
-    from test_docs_audit27 import _flat, _raw_section, _rows, _seed_rows
+    from test_docs_audit27 import _raw_section, _seed_rows
+    from test_lead_audit28 import check_seed_means
 
     sop_nsp = _raw_section("docs/paper.md", "### SOP and NSP with four times the tokens",
                            "### The None model with four times the tokens")
@@ -123,18 +122,7 @@ def test_paper_md_fourth_seed_at_4x_follows_from_the_seed_rows() -> None:
     fourth = _raw_section("docs/paper.md", "### A fourth seed of the three models", "## The cpu grid with a third")
     seeds = {model: {**_seed_rows(first, model), **_seed_rows(third, model), **_seed_rows(fourth, model)}
              for model, first in (("None", none), ("NSP", sop_nsp), ("SOP", sop_nsp), ("scratch", sop_nsp))}
-    assert all(set(avgs) == {1, 2, 3, 4} for avgs in seeds.values()), seeds
-    scratch = statistics.mean(seeds["scratch"].values())
-    readme = _flat("README.md")
-    for model in ("None", "NSP", "SOP"):
-        (row,) = [row for row in _rows(fourth, model) if "±" in row[1]]
-        mean, sd = (float(x) for x in row[-2].split(" (")[0].split(" ± "))
-        listed = [float(x) for x in row[-2].split(" (")[1].rstrip(")").split(", ")]
-        values = [seeds[model][seed] for seed in (1, 2, 3, 4)]
-        assert listed == values, (model, listed, values)
-        assert abs(statistics.mean(values) - mean) <= 0.06 and abs(statistics.stdev(values) - sd) <= 0.06, model
-        assert float(row[-1]) == pytest.approx(mean - scratch, abs=0.11), model
-        assert f"{model} {mean} ± {sd}" in readme, model
+    check_seed_means(fourth, seeds, (1, 2, 3, 4))
     # claim 5 by the report's rule: None and SOP above every scratch seed, NSP's lowest seed not
     # None's lowest seed (45.79) is above scratch's highest (45.78) by 0.01: equal at the docs' one decimal
     assert min(seeds["None"].values()) >= max(seeds["scratch"].values())
