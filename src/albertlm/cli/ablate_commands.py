@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
-from albertlm.config.overrides import Options, add_options, read_options
+from albertlm.config.overrides import Options, add_options, option_name, read_options
 
 
 @dataclass
@@ -31,7 +31,7 @@ class AblateOptions:
     corpus: str = ""                     # directory with train.txt and heldout.txt (held-out documents); needed unless --report-only
     tokenizer: str = ""                  # your own tokenizer instead of the SentencePiece model the suite trains on the corpus: a SentencePiece .model, a WordPiece vocab.txt, a tokenizer.json, or a directory holding one (V = its vocabulary size); a rerun gives the same one
     glue_dir: str = "../shared/data/glue"  # GLUE task folders (SST-2, STS-B, ...) for the downstream evaluation
-    seeds: list[int] = field(default_factory=list)  # pretraining seeds (default: the scale's)
+    seeds: list[int] = field(default_factory=list)  # pretraining seeds: --seeds 1 2 or --seeds 1,2 (default: the scale's)
     max_steps: int = 0                   # override the scale's pretraining steps (0 = the scale's)
     vocab_size: int = 0                  # override the scale's vocabulary V, SentencePiece pieces (0 = the scale's; a Korean, Chinese or Japanese corpus needs more than smoke's 400)
     finetune_seeds: int = 0              # fine-tuning runs per model, averaged (0 = the scale's); raising it on a finished suite adds only the new runs; a suite keeps a larger count it ran with
@@ -77,10 +77,9 @@ def _run(o: AblateOptions) -> int:
         raise UserError(f"--out {o.out}: is a file, not a suite directory")
     if o.report_only:
         defaults = AblateOptions(out=o.out, report_only=True)
-        given = [f"--{name.replace('_', '-')}" for name in ("grid", "scale", "corpus", "tokenizer", "seeds",
-                                                            "max_steps", "vocab_size", "finetune_seeds", "finetune_lr", "refinetune", "jobs",
-                                                            "threads", "max_jobs", "max_minutes", "list_jobs")
-                 if getattr(o, name) != getattr(defaults, name)]
+        # every other option (a list of names here left --glue-dir and --report out: taken, and ignored)
+        given = [option_name(f.name) for f in fields(AblateOptions)
+                 if f.name not in ("out", "report_only") and getattr(o, f.name) != getattr(defaults, f.name)]
         if given:   # the report reads what --out holds: these would be silently ignored
             raise UserError(f"--report-only writes the report of the suite in --out as it stands; "
                             f"{', '.join(given)} cannot be used with it")

@@ -24,7 +24,8 @@ winning) < the command line.
 There are no silent wins: two spellings of one key on the command line (`--lr 1e-3 --optim.lr=2e-3`, or
 `--dev a --data b`) with different values are an error, as is an unknown key in the file or an unknown
 option; repeating the same option keeps its last value, as argparse always has, except that a list option
-takes the items of every occurrence (`--input a --input b` is both files); in the file, a key given
+takes the items of every occurrence (`--input a --input b` is both files), and a list of numbers its items
+written with commas too (`--seeds 1,2`: a text item keeps its commas); in the file, a key given
 twice (repeated in one object, or both dotted and nested) is an error. The file's values are read as their
 fields' types when it is read (an error names the file). Setting a field that another one defers to resets
 that one unless it is given too, layer by layer (`--epochs 2` over a recipe's or the file's `max_steps`: see
@@ -234,8 +235,11 @@ def coerce(value: Any, kind: Any, key: str) -> Any:
     if origin in (list, tuple):
         if not isinstance(value, (str, list, tuple)):
             raise UserError(f"{key}: expected a list, got {value!r}")
-        items = value.split(",") if isinstance(value, str) else list(value)
         inner = args[0] if args else str
+        items = value.split(",") if isinstance(value, str) else list(value)
+        if inner is not str:    # `--seeds 1,2` (a word of the command line): was "cannot read '1,2' as int"; a
+            # text item stays whole (a file name may hold a comma)
+            items = [part for item in items for part in (item.split(",") if isinstance(item, str) else [item])]
         return origin(coerce(item, inner, key) for item in items if item != "")
     if not isinstance(value, str):
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -384,6 +388,11 @@ def read_config_file(cls: type, path: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=_no_repeats)  # a BOM is fine
     except json.JSONDecodeError as exc:
+        other = OTHER_FORMATS.get(path.suffix.lower())
+        if other:     # `--config run.yaml` said only "not valid JSON (Expecting value: line 1 column 1)"
+            raise UserError(f"{path}: a --config file is JSON, not {other}, nested like the run_config.json a run "
+                            f"saves: {{\"train\": {{\"max_steps\": 1000}}, \"optim\": {{\"lr\": 0.001}}}} "
+                            f"({exc})") from None
         raise UserError(f"{path}: not valid JSON ({exc})") from None
     except _Repeated as exc:
         raise UserError(f"{path}: {exc.args[0]!r} is given twice in one object; give it once") from None
@@ -401,6 +410,10 @@ def read_config_file(cls: type, path: str | Path) -> dict[str, Any]:
         return {key: coerce(value, kinds[key], key) for key, value in values.items()}
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
+
+
+# config formats other tools use, by file suffix: named when such a file is given as --config (which reads JSON)
+OTHER_FORMATS = {".yaml": "YAML", ".yml": "YAML", ".toml": "TOML", ".ini": "INI", ".cfg": "INI", ".py": "Python"}
 
 
 class _Repeated(Exception):
@@ -476,9 +489,15 @@ def _metavar(kind: Any) -> str:
     if choices:
         return "{" + ",".join(map(str, choices)) + "}"
     kind = _strip_optional(kind)
-    if _is_list(kind):
-        return "ITEM"
+    if _is_list(kind):      # `--seeds N [N ...]` (was ITEM) for numbers; text items are the command's to name
+        inner = (typing.get_args(kind) or (str,))[0]
+        return {int: "N", float: "X"}.get(inner, "ITEM")
     return {int: "N", float: "X", str: "TEXT"}.get(kind, "V")
+
+
+# a field's comment that says its default in words (`default: the scale's`): "(default: none)" after it said the
+# opposite (`pretraining seeds (default: the scale's) (default: none)`)
+_SAYS_DEFAULT = re.compile(r"\bdefault:", re.IGNORECASE)
 
 
 def _help(doc: str, default: Any, required: bool) -> str:
@@ -488,7 +507,10 @@ def _help(doc: str, default: Any, required: bool) -> str:
         shown = "none" if default is None or default == "" else default
         if isinstance(shown, (list, tuple)):
             shown = " ".join(map(str, shown)) or "none"
-        text = f"{doc} (default: {shown})"
+        if isinstance(shown, bool):     # as it is typed: `--report false` (was "False")
+            shown = str(shown).lower()
+        said = shown == "none" and _SAYS_DEFAULT.search(doc)
+        text = doc if said else f"{doc} (default: {shown})"
     return text.strip().replace("%", "%%")
 
 

@@ -207,7 +207,10 @@ class DistConfig(Config):
 @dataclass
 class RunConfig(Config):
     """A pretraining run: the model and everything about training it."""
-    model: ModelConfig = field(default_factory=ModelConfig)     # the architecture (saved as config.json)
+    # the architecture (saved as config.json): --preset's, with --model.* changing its fields (the defaults below are
+    # albert-base's, the default preset); --model.vocab_size left out is the vocabulary of --data's tokenizer, and
+    # --init-from's checkpoint sets every field but the dropouts
+    model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)     # optimizer and learning-rate schedule
     train: TrainConfig = field(default_factory=TrainConfig)     # the training loop
     data: DataConfig = field(default_factory=DataConfig)        # pretraining data
