@@ -388,13 +388,21 @@ class MaskedLMHead(nn.Module):
         return F.linear(h, word_embeddings, self.bias)  # (..., V)
 
 
+def loss_dtype(logits: Tensor) -> torch.dtype:
+    """The dtype a loss is computed in: float32 for float32 and half-precision logits (bf16 / fp16 logits are
+    upcast, as autocast does for cross entropy), float64 for a float64 model (transformers' losses stay in its
+    dtype; a float32 loss of a float64 model lost half its digits, and `torch.autograd.gradcheck` failed)."""
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
 def weighted_cross_entropy(logits: Tensor, targets: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
     """Mean cross entropy and accuracy over rows, weighted like google's `masked_lm_weights` (weight 0
-    drops a row without changing any shape; targets -100 count as weight 0)."""
-    loss = F.cross_entropy(logits.float(), targets, reduction="none")  # 0 where the target is -100
-    correct = (logits.argmax(-1) == targets).float()
-    if weights is None:
-        weights = (targets != -100).float()
+    drops a row without changing any shape; targets -100 count as weight 0, whatever weight they are given:
+    with a weight they had a loss of 0 and a wrong prediction counted in the mean, diluting both)."""
+    loss = F.cross_entropy(logits.to(loss_dtype(logits)), targets, reduction="none")  # 0 where the target is -100
+    correct = (logits.argmax(-1) == targets).to(loss.dtype)
+    kept = (targets != -100).to(loss.dtype)
+    weights = kept if weights is None else weights.to(loss.dtype) * kept
     total = weights.sum().clamp(min=1e-5)
     return (loss * weights).sum() / total, (correct * weights).sum() / total
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from albertlm.config import ModelConfig
-from albertlm.model.albert import AlbertModel, MaskedLMHead, ModelOutput
+from albertlm.model.albert import AlbertModel, MaskedLMHead, ModelOutput, loss_dtype
 from albertlm.model.inputs import ModelInputError, check_target
 from albertlm.model.io import PretrainedMixin, init_weights
 
@@ -35,14 +35,15 @@ def mean_cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100
     heads return that NaN). One NaN loss makes NaN gradients, AdamW's moments keep them and every later step writes NaN
     weights; under data parallelism the all-reduce spreads them to every rank. `AlbertForPreTraining` already counts
     its MLM and SOP losses this way (`weighted_cross_entropy`). No host sync: the count stays on the device."""
-    total = F.cross_entropy(logits.float(), targets, ignore_index=ignore_index, reduction="sum")
+    total = F.cross_entropy(logits.to(loss_dtype(logits)), targets, ignore_index=ignore_index, reduction="sum")
     return total / (targets != ignore_index).sum().clamp(min=1)
 
 
 def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor,
               attention_mask: Tensor | None = None) -> Tensor:
     """SQuAD's loss: the mean of the start and the end cross entropy over the T positions (B, T); a position
-    outside 0..T-1 is ignored (transformers clamps it to T and ignores T).
+    past the sequence (T or more) is ignored, a negative one is read as 0, [CLS] (transformers clamps both to 0..T
+    and ignores T).
 
     Without `attention_mask` this is transformers' (and google's `run_squad.py`) loss, whose softmax also runs over
     the padded positions, so an example's loss depends on how far its batch is padded. With it (B, T, 1 = token)
@@ -54,7 +55,7 @@ def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor,
     losses = []
     for logits, positions in ((start_logits, start_positions), (end_logits, end_positions)):
         positions = positions.clamp(0, T)
-        logits = logits.float()
+        logits = logits.to(loss_dtype(logits))
         if attention_mask is not None:
             padding = attention_mask == 0                                               # (B, T)
             logits = logits.masked_fill(padding, torch.finfo(logits.dtype).min)
@@ -102,7 +103,8 @@ class AlbertForSequenceClassification(_TaskModel):
         if labels is not None:
             regression = self.config.num_labels == 1
             labels = per_example("labels", labels, len(logits), integer=not regression)  # (B,)
-            out["loss"] = (F.mse_loss(logits.squeeze(-1).float(), labels.float()) if regression
+            dtype = loss_dtype(logits)   # float32, or float64 for a float64 model
+            out["loss"] = (F.mse_loss(logits.squeeze(-1).to(dtype), labels.to(dtype)) if regression
                            else mean_cross_entropy(logits, labels))
         return out
 
