@@ -3,8 +3,11 @@
 there is one."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -25,9 +28,12 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     data, no sentence numbers on MLM-only data. A checkpoint without a masked-LM head (a fine-tuned classifier,
     QA, ... model) is refused: its MLM numbers would be those of a freshly initialised head. One with a masked-LM
     head but no sentence-order/NSP head (a transformers `AlbertForMaskedLM`) reports the MLM numbers only, as on
-    data without a sentence task. Data without any instance, or whose evaluated instances hold no masked token
-    (built with --masked-lm-prob 0) have no MLM numbers: the first is refused, the second reports none (the loss
-    of nothing was 0.0, as if perfect).
+    data without a sentence task, and says so in a warning (not the loader's "freshly initialised" pooler and SOP
+    head, which no number reads). A NaN loss (NaN outputs: diverged weights, an fp16 overflow) makes its accuracy
+    NaN too, with a warning: an argmax over NaN logits counted as predictions (sop_acc 0.44, the share of label
+    0). Data without any instance, or whose evaluated instances hold no masked token (built with
+    --masked-lm-prob 0) have no MLM numbers: the first is refused, the second reports none (the loss of nothing
+    was 0.0, as if perfect).
 
     The caller's random generators (torch's, on the CPU and the device used) are as they were after the call:
     the evaluation draws its own seeded numbers, and loading the model (whose modules initialise their weights
@@ -90,7 +96,11 @@ def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: i
         raise UserError(f"--data {data} holds no instances: nothing to evaluate")
     check_trained_tokenizer(source, dataset.meta, f"--data {data}")
     check_tokenizer_beside(source, dataset.meta, f"--data {data}")
-    model = AlbertForPreTraining.from_pretrained(source)
+    if has_sentence_head:
+        model = AlbertForPreTraining.from_pretrained(source)
+    else:       # its pooler and SOP head are made up at load time, and no number is read from them
+        with unused_heads_unsaid():
+            model = AlbertForPreTraining.from_pretrained(source)
     model = prepare_model(model, precision=precision, device=info.device).to(info.device)
     vocab = dataset.meta["tokenizer"]["vocab_size"]
     if vocab > model.config.vocab_size:
@@ -112,16 +122,59 @@ def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: i
         batches = show_progress(batches, len(my_share(count, info)))
     objective = CountingObjective()
     metrics = evaluate(model, batches, objective, precision, info)
+    task = dataset.meta.get("sentence_task")
     if not has_sentence_head and "sop_loss" in metrics:   # a random head's numbers: not the model's
         del metrics["sop_loss"], metrics["sop_acc"]
         metrics["loss"] = metrics["mlm_loss"]
+        if info.is_main:      # said, where the loader said "freshly initialised: sop_head" and the numbers went
+            warnings.warn(f"{source} has no sentence-order/NSP head: the {task} labels of --data "
+                          f"{data} are not scored, and `loss` is the masked-LM loss alone")
+    not_finite_accuracies(metrics, source, data, precision, info.is_main)
     if not objective.counts["mlm_count"]:     # no masked token: "loss 0.0" was the loss of nothing
         del metrics["mlm_loss"], metrics["mlm_acc"]
         if "sop_loss" not in metrics:
             raise UserError(f"--data {data}: the instances evaluated hold no masked token (built with "
                             "--masked-lm-prob 0?) and no sentence label the model has a head for: nothing to score")
-    task = dataset.meta.get("sentence_task")
     return {**{sentence_name(key, task): value for key, value in metrics.items()}, "sentence_task": task}
+
+
+def not_finite_accuracies(metrics: dict, source, data, precision: str, say: bool) -> None:
+    """A NaN loss means NaN outputs: an argmax over a NaN logit picks the NaN's index, so the accuracy counted
+    them as predictions (a model whose every output was NaN scored sop_acc 0.44 on SOP data, the share of its
+    label 0, and nsp_acc about 0.5, chance, as if measured). Such an accuracy is NaN too, and said (`say`)."""
+    spoilt = [acc for loss, acc in (("mlm_loss", "mlm_acc"), ("sop_loss", "sop_acc"))
+              if loss in metrics and math.isnan(metrics[loss])]
+    for acc in spoilt:
+        metrics[acc] = math.nan
+    if spoilt and say:
+        cause = "" if precision == "fp32" else f" (--precision {precision}: an overflow? try fp32)"
+        which = " and ".join({"mlm_acc": "masked-LM", "sop_acc": "sentence-task"}[acc] for acc in spoilt)
+        warnings.warn(f"{source} gave NaN outputs on --data {data}{cause}: its {which} loss and accuracy are nan, "
+                      "not numbers to report")
+
+
+class _UnusedHeadsNote(logging.Filter):
+    """Drops the model loader's "freshly initialised weights" note when it names a pooler and SOP head alone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from albertlm.model.io import fresh_weights
+
+        names = fresh_weights(record)
+        return not (names and all(name.startswith(("albert.pooler.", "sop_head.")) for name in names))
+
+
+@contextlib.contextmanager
+def unused_heads_unsaid():
+    """The model loader does not say "freshly initialised weights" for a pooler and SOP head alone inside: a
+    masked-LM checkpoint evaluated reads neither, and `_evaluate_checkpoint` says so in its own words."""
+    from albertlm.model.io import log
+
+    note = _UnusedHeadsNote()
+    log.addFilter(note)
+    try:
+        yield
+    finally:
+        log.removeFilter(note)
 
 
 def sentence_name(key: str, task: str | None) -> str:
