@@ -156,19 +156,26 @@ def _check_out_outside_inputs(out: Path, inputs: list[str], files: list[Path]) -
             raise UserError(f"--out {out} holds the input file {path}; pick an --out outside the inputs")
 
 
-def _line_reader(fmt: str, text_field: str, counts):
+def _line_reader(fmt: str, text_field: str, counts, facts: dict | None = None):
     """A file -> its sentences, read as `albertlm data build` reads it (formats, compression, damage).
 
     `progress(n)`, when given, is told how far into the file as stored the reading is (the training's progress,
     over the files' sizes; see `sentencepiece.read_with_progress`): for a compressed file (whose text is several
     times its size), a UTF-16/UTF-32 one or a Parquet/Arrow one, the stored bytes the reader has consumed, document by document; for
     plain text, the UTF-8 bytes of the sentences given out, every ~64 kB (a file without blank lines is one
-    document of up to 32 MB, so counting documents there would leap from 0 to 100%)."""
+    document of up to 32 MB, so counting documents there would leap from 0 to 100%).
+
+    `facts`: path -> what `check_inputs` learned of its head (`corpus.FileFacts`), so that the reader opens each
+    file once, to read it (as `data build` does): the training opened every file four times (the checks, the
+    magic bytes here, and the reader's own format guess, twice for the first file's emptiness check)."""
     from albertlm.data.corpus import compression_of, read_documents, table_format, wide_encoding
 
     def read_lines(path: Path, progress=None):
         stored = False
-        if progress is not None:
+        found = facts.get(path) if facts is not None else None
+        if progress is not None and found is not None:
+            stored = found.table is not None or found.compression is not None or found.encoding is not None
+        elif progress is not None:
             try:
                 with open(path, "rb") as handle:
                     magic = handle.read(8)
@@ -178,7 +185,8 @@ def _line_reader(fmt: str, text_field: str, counts):
             stored = (compression_of(magic) is not None or table_format(path, magic, fmt) is not None
                       or wide_encoding(magic) is not None)
         pending = 0
-        for document in read_documents([path], fmt, text_field, counts, progress=progress if stored else None):
+        for document in read_documents([path], fmt, text_field, counts, progress=progress if stored else None,
+                                       facts=None if found is None else [found]):
             for sentence in document.sentences:
                 if progress is not None and not stored:
                     pending += 1 + (len(sentence) if sentence.isascii() else len(sentence.encode("utf-8", "replace")))
@@ -192,6 +200,25 @@ def _line_reader(fmt: str, text_field: str, counts):
     return read_lines
 
 
+def _tables_warning(tables: list) -> str | None:
+    """The one warning line about inputs that look like tab-separated tables ((path, `corpus.TableShape`) pairs,
+    from `check_inputs`), or None, as `data build` says it: a GLUE or KorNLI .tsv given to the training is read
+    as text, so its header's column names and its labels ("entailment", "neutral") trained into the vocabulary
+    as frequent words, without a word."""
+    if not tables:
+        return None
+    named = "; ".join(f"{path} ({shape.columns} columns" + (f", header: {', '.join(shape.header)}" if shape.header
+                                                            else "") + ")" for path, shape in tables[:3])
+    more = f"; and {len(tables) - 3} more" if len(tables) > 3 else ""
+    path, shape = tables[0]
+    command = (f"tail -n +2 {path} | cut -f{shape.text_column}" if shape.header else
+               f"cut -f{shape.text_column} {path}")
+    return (f"{len(tables)} input file(s) look like tables of tab-separated columns (a GLUE or classification "
+            f"file?), not text: {named}{more}; every line is trained on as text, "
+            f"{'column names, ' if any(s.header for _, s in tables) else ''}labels and ids too; to train on a "
+            f"column, extract it first (`{command} > text.txt`)")
+
+
 def _train(args: argparse.Namespace) -> int:
     """Everything is checked before --out changes; the tokenizer is trained into a staging directory inside
     --out and moved in (replacing an earlier one's files with --overwrite) only when training succeeded."""
@@ -203,18 +230,22 @@ def _train(args: argparse.Namespace) -> int:
     files = find_input_files(args.input)
     out = Path(args.out)
     _check_out_outside_inputs(out, args.input, files)
-    check_inputs(files, args.format, args.text_field)   # and that the text files are UTF-8
+    # (and that the text files are UTF-8); what it learns of each file's head is handed to the reader
+    facts = dict(zip(files, check_inputs(files, args.format, args.text_field, [])))
     existing = _existing_tokenizer(out)
     if existing and not args.overwrite:
         raise UserError(f"--out {out} already holds a tokenizer ({existing[0]}); pass --overwrite to replace it, "
                         "or another --out")
+    tables = _tables_warning([(path, found.columns) for path, found in facts.items() if found.columns is not None])
+    if tables:   # before the training, which may take hours
+        say_warning(tables)
     counts = CorpusCounts()
     long_sentences = [0]   # sentences over sentencepiece's 4192 bytes, cut to fit
-    read_lines = _line_reader(args.format, args.text_field, counts)
+    read_lines = _line_reader(args.format, args.text_field, counts, facts)
     # the emptiness check reads the first lines once more: with its own counts, so nothing is counted twice;
     # if it finds no text, those counts say why (binary files, ...)
     check_counts = CorpusCounts()
-    check_lines = _line_reader(args.format, args.text_field, check_counts)
+    check_lines = _line_reader(args.format, args.text_field, check_counts, facts)
     created = not out.exists()
     stats: dict = {}   # sentences read and trained on (SentencePiece)
     staging = out / ".training-tokenizer"
@@ -264,7 +295,32 @@ def _train(args: argparse.Namespace) -> int:
                     f"{args.vocab_size} (a small corpus)")
     if args.kind == "sentencepiece" and args.model_type == "bpe":
         say_warning(BPE_WARNING)
+    if args.kind == "sentencepiece" and args.strip_accents:
+        hangul = _stripped_hangul_warning(tokenizer, args.out)
+        if hangul:
+            say_warning(hangul)
     return 0
+
+
+HANGUL_WARN_PIECES = 100   # as SentencePieceTokenizer's warning for a model without Hangul composition
+
+
+def _stripped_hangul_warning(tokenizer, out: str) -> str | None:
+    """The warning for a `--strip-accents` SentencePiece model holding HANGUL_WARN_PIECES or more Hangul pieces, or
+    None. albertlm and sentencepiece read Korean with it (the model's nmt_nfkc normalizer composes the jamo that
+    NFKD makes back into syllables), but transformers 5's AlbertTokenizer, loaded from the output directory as
+    it is (`AutoTokenizer.from_pretrained(OUT)`), strips accents without composing them back: every Hangul
+    syllable is <unk> there. Only `convert --to hf` said so; the training, where the choice is made, did not."""
+    import re
+
+    syllables = re.compile("[\uac00-\ud7a3]")
+    pieces = sum(1 for i in range(tokenizer.vocab_size) if syllables.search(tokenizer.id_to_token(i)))
+    if pieces < HANGUL_WARN_PIECES:
+        return None
+    return (f"--strip-accents: transformers 5's AlbertTokenizer (AutoTokenizer.from_pretrained(\"{out}\"), "
+            "pipeline) strips accents with NFKD and does not compose Hangul back, so it never gives the "
+            f"{pieces:,} Hangul pieces of this vocabulary and reads Korean text as <unk> (albertlm and sentencepiece "
+            "compose it: their ids are the model's); train Korean without --strip-accents")
 
 
 # transformers 5's AlbertTokenizer builds a `tokenizers` Unigram from every spiece.model's pieces and scores
