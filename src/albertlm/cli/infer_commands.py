@@ -4,6 +4,7 @@
     cat lines.txt | albertlm fill-mask runs/base --json        # one JSON object per input line
     albertlm embed runs/base --input sentences.txt --out emb.npy --pooling mean
     albertlm embed runs/base --input train.parquet --text-field sentence --out emb.parquet   # text + embedding
+    albertlm embed runs/base --input big.txt --out emb.npy --precision bf16                # bf16 autocast, fp32 out
 """
 from __future__ import annotations
 
@@ -47,19 +48,27 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         parser.add_argument("--max-length", type=int, default=None, metavar="N",
                             help="truncate longer texts (default: the model's positions)")
         parser.add_argument("--normalize", action="store_true", help="L2-normalise each embedding")
-        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+        parser.add_argument("--no-progress", action="store_true",
+                            help="no progress bar (on a terminal) nor progress lines (in a log: 'embed: 120/1200 "
+                                 "batches' at each tenth, as predict prints them)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (default 32)")
     parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer (default: beside the model, or its run's)")
     parser.add_argument("--device", default="auto", metavar="{auto,cpu,cuda,cuda:N}",
                         help="auto: cuda if available; cuda:N picks one GPU of several")
+    written = "scores" if command == "fill-mask" else "embeddings"
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help=f"the forward pass, as predict's: fp32; bf16 autocast (CPU and CUDA; on a CPU without "
+                             f"bf16 instructions emulated, slower than fp32); fp16 autocast (CUDA only); {written} "
+                             "are written as float32 whatever it is (default: fp32)")
 
 
 def run(args: argparse.Namespace, command: str) -> int:
     from albertlm.errors import UserError
     from albertlm.tasks.inference import pick_device
+    from albertlm.training.precision import check_precision
 
     # before the model loads (fill-mask's stdin loop would otherwise never fill a batch)
-    pick_device(args.device)
+    check_precision(args.precision, pick_device(args.device), training=False)   # fp16 on a CPU: predict's line
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     if command == "fill-mask" and args.top_k < 1:
@@ -74,6 +83,7 @@ def run(args: argparse.Namespace, command: str) -> int:
 
 
 EMBED_FORMATS = ("auto", "lines", "jsonl", "csv", "tsv", "parquet", "arrow")
+PRECISIONS = ("fp32", "bf16", "fp16")   # predict's / evaluate's --precision (`training.precision.check_precision`)
 OUT_KINDS = {".npy": "npy", ".parquet": "parquet", ".jsonl": "jsonl"}   # embed's --out, by its suffix (any case)
 
 
@@ -116,7 +126,7 @@ def _fill_mask(args) -> int:
     from albertlm.errors import stderr_is_terminal
     from albertlm.tasks.inference import FillMask
 
-    fill = FillMask.load(args.model, args.tokenizer, args.device)
+    fill = FillMask.load(args.model, args.tokenizer, args.device, args.precision)
     if args.text and args.text != ["-"]:
         _print_fill(args.text, fill(args.text, args.top_k, args.batch_size), args.json)
         return 0
@@ -178,10 +188,9 @@ def _embed(args) -> int:
     from pathlib import Path
 
     import numpy as np
-    from tqdm import tqdm
 
     from albertlm.errors import UserError
-    from albertlm.tasks.inference import embed_texts, embed_windows, load_encoder, load_tokenizer_for
+    from albertlm.tasks.inference import batch_count, embed_texts, embed_windows, load_encoder, load_tokenizer_for
 
     out_kind = check_out_name(args.out)
     if args.input == "-":
@@ -205,7 +214,7 @@ def _embed(args) -> int:
                         "give another --out")
     if path is not None and path.is_file():   # every record checked before the model loads and any output is made
         count, source = file_texts(path, args.format, args.text_field)
-    model, model_dir, device = load_encoder(args.model, args.device)
+    model, model_dir, device = load_encoder(args.model, args.device, args.precision)
     tokenizer = load_tokenizer_for(model_dir, args.tokenizer, model.config.vocab_size)
     if path is None:
         count, source = spooled(stdin_lines(), "stdin")
@@ -215,28 +224,29 @@ def _embed(args) -> int:
                 count, source = spooled(binary_lines(handle, f"--input {path} line "), f"--input {path}")
         except OSError as exc:
             raise UserError(f"--input {path}: cannot read it ({exc.strerror or exc})") from None
+    for gone in remove_killed_temporaries(out):
+        print(f"removed {gone}, the partial output of an earlier embed into {out} that was killed", file=sys.stderr)
     made = make_parent(out, "--out")
-    tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")   # renamed into place when complete
+    tmp = temporary_name(out)   # renamed into place when complete
     hidden = model.config.hidden_size
     limit = min(args.max_length or model.config.max_position_embeddings, model.config.max_position_embeddings)
     stats: dict = {}
     options = dict(pooling=args.pooling, batch_size=args.batch_size, max_length=args.max_length, device=device,
-                   normalize=args.normalize, stats=stats)
+                   normalize=args.normalize, stats=stats, precision=args.precision)
     try:
-        with tqdm(total=count, unit="text", desc="albertlm embed", disable=args.no_progress or None,
-                  leave=False) as bar:
+        with embed_progress(count, batch_count(count, args.batch_size), not args.no_progress) as progress:
             if out_kind == "npy":
                 try:
                     array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, hidden))
                 except OSError as exc:
                     raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
-                embed_texts(model, tokenizer, source, out=array, progress=bar.update, **options)
+                embed_texts(model, tokenizer, source, out=array, progress=progress, **options)
                 array.flush()
                 del array
             else:
                 about = {"model": str(model_dir), "pooling": args.pooling, "normalize": args.normalize,
-                         "max_length": limit, "hidden_size": hidden}
-                windows = _reading(embed_windows(model, tokenizer, source, progress=bar.update, **options),
+                         "max_length": limit, "hidden_size": hidden, "precision": args.precision}
+                windows = _reading(embed_windows(model, tokenizer, source, progress=progress, **options),
                                    args.input)
                 try:
                     written = (write_parquet if out_kind == "parquet" else write_jsonl)(tmp, windows, hidden, about)
@@ -253,8 +263,9 @@ def _embed(args) -> int:
     finally:
         tmp.unlink(missing_ok=True)
     pooled = "pooler_output" if args.pooling == "pooler" else f"{args.pooling}-pooled"
+    computed = f", {args.precision} autocast" if args.precision != "fp32" else ""
     print(f"wrote {count:,} x {hidden} {pooled} embeddings to {out} "
-          f"({model_dir}, {device})", file=sys.stderr)
+          f"({model_dir}, {device}{computed})", file=sys.stderr)
     if stats.get("truncated"):
         cut = stats["truncated"]
         print(f"{cut:,} {'text' if cut == 1 else 'texts'} longer than {limit} tokens (the longest: "
@@ -267,6 +278,82 @@ def _embed(args) -> int:
               f"{'its row is' if empty == 1 else 'their rows are'} the embedding of [CLS] [SEP] alone",
               file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def embed_progress(texts: int, batches: int, enabled: bool = True):
+    """embed's `progress` callback (called once per batch with its number of texts, `embed_windows`): on a terminal
+    a tqdm bar over the texts; elsewhere (a log: nohup, CI, `| tee`), where that bar drew nothing and an embedding
+    of a million rows said nothing for an hour, predict's plain lines (`evaluate.show_progress`: `embed: 120/1200
+    batches` on stderr at each tenth of the `batches`, `inference.batch_count`). `enabled` False: nothing."""
+    from albertlm.training.metrics import _terminal
+
+    if not enabled:
+        yield lambda done: None
+        return
+    if _terminal():
+        from tqdm import tqdm
+
+        with tqdm(total=texts, unit="text", desc="albertlm embed", leave=False) as bar:
+            yield bar.update
+        return
+    from albertlm.training.evaluate import show_progress
+
+    # show_progress prints a batch's line when the batch after it is asked for (its loop's batch is done then):
+    # one asked for at the start, one more as each is done; past the last the generator is spent (None)
+    ticks = show_progress(iter(range(batches)), batches, "embed", leave=False)
+    next(ticks, None)
+    try:
+        yield lambda done: next(ticks, None)
+    finally:
+        ticks.close()
+
+
+def temporary_name(out, pid: int | None = None):
+    """Where embed writes `out` until it is complete (then renamed into place: a killed run leaves no `out` that a
+    rerun takes as done): `.tmp-NAME-HOST-PID` beside it, the machine and process named for
+    `remove_killed_temporaries`."""
+    import socket
+
+    return out.with_name(f".tmp-{out.name}-{socket.gethostname()}-{os.getpid() if pid is None else pid}")
+
+
+def remove_killed_temporaries(out) -> list:
+    """Remove the temporary files (`temporary_name`) of earlier embeddings into `out` on this machine whose process
+    is gone: a run killed by SIGKILL, the OOM killer or a lost session cannot remove its own, and an .npy's is the
+    whole array's size (3 GB for a million rows at H 768), hidden by its dot, one more at each killed rerun. A
+    running process's (a concurrent embed into the same --out) and another machine's (a shared folder) stay.
+    Returns the paths removed."""
+    prefix = temporary_name(out, 0).name[:-1]   # `.tmp-NAME-HOST-`
+    removed = []
+    try:
+        candidates = [path for path in out.parent.iterdir() if path.name.startswith(prefix)]
+    except OSError:   # no folder yet (or none readable): nothing of ours there
+        return removed
+    for path in sorted(candidates):
+        pid = path.name[len(prefix):]
+        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
+            continue
+        try:
+            path.unlink()
+        except OSError:   # another user's, or gone meanwhile: left as it is
+            continue
+        removed.append(path)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine (another user's counts: EPERM). Elsewhere than POSIX always
+    True (Windows' os.kill(pid, 0) sends Ctrl-C): nothing is removed there."""
+    if os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
 
 
 def _reading(windows, name: str):

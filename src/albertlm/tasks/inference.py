@@ -10,6 +10,9 @@ was built with (run_config.json -> data meta.json), unless one is given.
     fill(["The capital of France is [MASK]."], top_k=5)  # [[[{"token": "▁paris", "score": 0.41, ...}, ...]]]
     embed_texts(AlbertModel.from_pretrained(d), tok, texts, pooling="mean")  # (N, H) float32, input order
 
+`precision="bf16"` (both, and `FillMask.load` / `load_encoder`) runs the forward pass under bf16 autocast, as
+`predict` / `evaluate --precision bf16` do; scores and embeddings still come out float32.
+
 Without a `device`, `FillMask(model, ...)` and `embed_texts(model, ...)` put their batches where the model's
 weights are (a model moved to a GPU works as it is).
 """
@@ -342,23 +345,30 @@ class FillMask:
     model: torch.nn.Module
     tokenizer: object
     device: torch.device | None = None
+    precision: str = "fp32"   # the forward pass's autocast (`training.precision.autocast`): fp32, bf16, fp16 (CUDA)
 
     def __post_init__(self) -> None:
+        from albertlm.training.precision import check_precision
+
         # was always the CPU: FillMask(model.cuda(), tok) sent CPU batches to a GPU model ("Expected all
         # tensors to be on the same device")
         self.device = model_device(self.model) if self.device is None else torch.device(self.device)
+        check_precision(self.precision, self.device, training=False)
 
     @classmethod
-    def load(cls, path: str | Path, tokenizer: str | Path | None = None, device: str = "auto") -> "FillMask":
+    def load(cls, path: str | Path, tokenizer: str | Path | None = None, device: str = "auto",
+             precision: str = "fp32") -> "FillMask":
         from albertlm.model.heads import AlbertForMaskedLM
+        from albertlm.training.precision import check_precision
 
+        target = pick_device(device)
+        check_precision(precision, target, training=False)   # fp16 on a CPU: before the model loads
         model_dir = resolve_checkpoint(path)
         if not has_mlm_head(model_dir):
             raise UserError(f"{model_dir} has no masked-LM head (a fine-tuned model?); fill-mask needs a "
                             "pretrained or masked-LM checkpoint")
-        target = pick_device(device)
-        model = with_fast_paths(AlbertForMaskedLM.from_pretrained(model_dir), target).eval().to(target)
-        return cls(model, load_tokenizer_for(model_dir, tokenizer, model.config.vocab_size), target)
+        model = with_fast_paths(AlbertForMaskedLM.from_pretrained(model_dir), target, precision).eval().to(target)
+        return cls(model, load_tokenizer_for(model_dir, tokenizer, model.config.vocab_size), target, precision)
 
     @torch.inference_mode()
     def __call__(self, texts: Sequence[str], top_k: int = 5, batch_size: int = 32) -> list[list[list[dict]]]:
@@ -402,10 +412,16 @@ class FillMask:
         return ids
 
     def _batch(self, encoded: list[list[int]], top_k: int) -> list[list[list[dict]]]:
+        from albertlm.model.fused import cast_once
+        from albertlm.training.precision import autocast
+
         input_ids, attention_mask = pad_batch(encoded, self.tokenizer.pad_id, self.device)
-        hidden = self.model.albert(input_ids, attention_mask).last_hidden_state  # (B, T, H)
         where = input_ids == self.tokenizer.mask_id  # (B, T)
-        logits = self.model.mlm_head(hidden[where], self.model.albert.embeddings.word.weight)  # (M, V)
+        # cast_once: the fused bf16 linears cast each shared weight once per batch, as a whole model's forward does
+        # (its hooks open that scope, and the backbone and the head are called here, not the model)
+        with autocast(self.precision, self.device), cast_once():
+            hidden = self.model.albert(input_ids, attention_mask).last_hidden_state  # (B, T, H)
+            logits = self.model.mlm_head(hidden[where], self.model.albert.embeddings.word.weight)  # (M, V)
         # probabilities over the model's whole vocabulary (as transformers' pipeline), ranked among the ids the
         # tokenizer has: a model may be wider than its tokenizer (padded rows, `check_tokenizer_fits`), and an id
         # past the tokenizer's end has no text (an IndexError traceback from SentencePiece, "" from WordPiece)
@@ -461,13 +477,18 @@ def length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def embed_batch(model, rows: Sequence[Sequence[int]], pad_id: int, pooling: str, device: torch.device) -> np.ndarray:
+def embed_batch(model, rows: Sequence[Sequence[int]], pad_id: int, pooling: str, device: torch.device,
+                precision: str = "fp32") -> np.ndarray:
     """(B, H) float32: the mean of the last hidden states over real tokens ([CLS]/[SEP] included, as
     sentence-transformers' mean pooling), the [CLS] hidden state, or the trained pooler's tanh(W [CLS] + b)
-    (transformers' `pooler_output`: what a sequence classifier's head reads)."""
+    (transformers' `pooler_output`: what a sequence classifier's head reads). `precision` "bf16" (or "fp16" on
+    CUDA): the encoder runs under autocast, as `predict --precision` runs it; the pooling is float32."""
+    from albertlm.training.precision import autocast
+
     input_ids, attention_mask = pad_batch(rows, pad_id, device)
     encoder = getattr(model, "albert", model)   # the backbone of any of our classes
-    output = encoder(input_ids, attention_mask)
+    with autocast(precision, device):
+        output = encoder(input_ids, attention_mask)
     if pooling == "pooler":
         return output.pooler_output.float().cpu().numpy()
     hidden = output.last_hidden_state.float()  # (B, T, H)
@@ -487,7 +508,8 @@ POOLER_MISSING = ("--pooling pooler: this checkpoint holds no trained pooler (a 
 def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean", batch_size: int = 32,
                 max_length: int | None = None, device: torch.device | str | None = None, normalize: bool = False,
                 window: int = 0, out: np.ndarray | None = None,
-                progress: Callable[[int], None] | None = None, stats: dict | None = None) -> np.ndarray:
+                progress: Callable[[int], None] | None = None, stats: dict | None = None,
+                precision: str = "fp32") -> np.ndarray:
     """Embeddings of `texts` in input order, (N, H) float32 (written into `out` if given, e.g. a memmap).
     `model`: an `AlbertModel` or any of our classes holding one (its heads are not used); the batches go to
     `device`, by default the one the model's weights are on. A lone string is one text (it was embedded
@@ -500,9 +522,14 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
     batch by batch, so memory is bounded whatever N (`embed_windows` hands out each window as it is done). Texts
     longer than `max_length` (default: the model's positions) are truncated, keeping the final [SEP]; with `stats`
     (a dict), the texts cut are counted in stats["truncated"] and the longest one's tokens in stats["longest"], and
-    the texts that gave no token (empty, blank) in stats["empty"], so the caller can say so."""
+    the texts that gave no token (empty, blank) in stats["empty"], so the caller can say so.
+
+    `precision`: fp32 (default), bf16, or fp16 on CUDA: the forward pass's autocast (`embed_batch`); the
+    embeddings are float32 whatever it is. `progress` is called with each batch's number of texts, once per
+    batch (`batch_count` batches in all)."""
     windows = embed_windows(model, tokenizer, texts, pooling=pooling, batch_size=batch_size, max_length=max_length,
-                            device=device, normalize=normalize, window=window, progress=progress, stats=stats)
+                            device=device, normalize=normalize, window=window, progress=progress, stats=stats,
+                            precision=precision)
     chunks: list[np.ndarray] = []
     row = 0
     for _, vectors in windows:
@@ -525,10 +552,12 @@ def embed_texts(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean"
 def embed_windows(model, tokenizer, texts: Iterable[str], *, pooling: str = "mean", batch_size: int = 32,
                   max_length: int | None = None, device: torch.device | str | None = None, normalize: bool = False,
                   window: int = 0, progress: Callable[[int], None] | None = None,
-                  stats: dict | None = None) -> Iterator[tuple[list[str], np.ndarray]]:
+                  stats: dict | None = None, precision: str = "fp32") -> Iterator[tuple[list[str], np.ndarray]]:
     """`embed_texts` a window at a time: (the window's texts, their (n, H) float32 embeddings), in input order,
     each as soon as it is done, so a writer can put it out (a Parquet row group, JSON lines) and memory stays
     bounded by one window. The options are checked here, before the first window is read."""
+    from albertlm.training.precision import check_precision
+
     if pooling not in POOLINGS:
         raise UserError(f"--pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if pooling == "pooler" and getattr(getattr(model, "albert", model), "pooler", None) is None:
@@ -538,18 +567,32 @@ def embed_windows(model, tokenizer, texts: Iterable[str], *, pooling: str = "mea
     if max_length is not None and max_length < 3:
         raise UserError(f"--max-length must be >= 3 ([CLS], at least one token of the text, [SEP]), got {max_length}")
     device = model_device(model) if device is None else torch.device(device)
+    check_precision(precision, device, training=False)   # fp16 is CUDA's, as predict refuses it
     if isinstance(texts, str):
         texts = [texts]
     positions = model.config.max_position_embeddings
     limit = positions if max_length is None else min(max_length, positions)
     return _embedded_windows(model, tokenizer, texts, pooling, batch_size, limit, device, normalize,
-                             window or batch_size * 64, progress, stats)
+                             window or default_window(batch_size), progress, stats, precision)
+
+
+def default_window(batch_size: int) -> int:
+    """The texts `embed_windows` reads at a time without a `window`: 64 batches."""
+    return batch_size * 64
+
+
+def batch_count(count: int, batch_size: int, window: int = 0) -> int:
+    """The batches `embed_windows` runs for `count` texts (each window cut into batches on its own): what a progress
+    report's total is (its `progress` callback is called once per batch)."""
+    window = window or default_window(batch_size)
+    full, rest = divmod(count, window)
+    return full * -(-window // batch_size) + -(-rest // batch_size)
 
 
 def _embedded_windows(model, tokenizer, texts: Iterable[str], pooling: str, batch_size: int, limit: int,
                       device: torch.device, normalize: bool, window: int,
                       progress: Callable[[int], None] | None,
-                      stats: dict | None) -> Iterator[tuple[list[str], np.ndarray]]:
+                      stats: dict | None, precision: str = "fp32") -> Iterator[tuple[list[str], np.ndarray]]:
     with evaluating(model):   # no dropout: the same text, the same vector
         for texts_window in _windows(texts, window):
             rows = [[tokenizer.cls_id, *ids, tokenizer.sep_id] for ids in tokenizer.encode_batch(texts_window)]
@@ -561,7 +604,8 @@ def _embedded_windows(model, tokenizer, texts: Iterable[str], pooling: str, batc
             rows = [_truncate(r, limit) for r in rows]
             vectors = np.zeros((len(rows), model.config.hidden_size), dtype=np.float32)
             for batch in length_buckets([len(r) for r in rows], batch_size):
-                vectors[batch] = embed_batch(model, [rows[i] for i in batch], tokenizer.pad_id, pooling, device)
+                vectors[batch] = embed_batch(model, [rows[i] for i in batch], tokenizer.pad_id, pooling, device,
+                                             precision)
                 if progress is not None:
                     progress(len(batch))
             if normalize:
@@ -584,20 +628,28 @@ def _windows(texts: Iterable[str], size: int) -> Iterator[list[str]]:
         yield window
 
 
-def load_encoder(path: str | Path, device: str = "auto"):
+def load_encoder(path: str | Path, device: str = "auto", precision: str = "fp32"):
     """(AlbertModel, model_dir, device) for embeddings: the backbone of any checkpoint (heads dropped; no pooler
-    where the checkpoint has none: embeddings never read it)."""
+    where the checkpoint has none: embeddings never read it), with the fast paths of `precision` (`with_fast_paths`:
+    for bf16 on a CPU without bf16 hardware, the emulation warning)."""
     from albertlm.model.io import load_backbone
+    from albertlm.training.precision import check_precision
 
-    model_dir = resolve_checkpoint(path)
     target = pick_device(device)
+    check_precision(precision, target, training=False)   # fp16 on a CPU: before the model loads
+    model_dir = resolve_checkpoint(path)
     model = load_backbone(model_dir)
-    return with_fast_paths(model, target).eval().to(target), model_dir, target
+    return with_fast_paths(model, target, precision).eval().to(target), model_dir, target
 
 
-def with_fast_paths(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """The model with the CPU fast paths this CPU supports for fp32 inference (same numbers, faster)."""
+def with_fast_paths(model: torch.nn.Module, device: torch.device, precision: str = "fp32") -> torch.nn.Module:
+    """The model with the CPU fast paths this CPU supports for inference in `precision` (fp32: the same numbers,
+    faster; bf16: the fused bf16 linears where bf16 runs in hardware), and for bf16 on a CPU without bf16 hardware
+    the one-line warning that it runs emulated, slower than fp32: the probe and the line of training, `predict` and
+    `evaluate` (`training.precision.warn_emulated_bf16`, `model.fast_paths.choose_fast_path`)."""
     from albertlm.model.fast_paths import apply_fast_paths
+    from albertlm.training.precision import warn_emulated_bf16
 
-    apply_fast_paths(model, device, "fp32")
+    warn_emulated_bf16(precision, device)
+    apply_fast_paths(model, device, precision)
     return model
