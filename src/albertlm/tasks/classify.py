@@ -2,13 +2,15 @@
 Hub's and `Dataset.save_to_disk`'s files, or a `save_to_disk` folder; lines are then row numbers): single-label
 multi-class classification or regression. A row's default id is its place among the file's rows: a row of empty
 cells between rows (a one-column CSV's `""`) is a row with an empty text, counted as such; blank lines are none.
+A text file may be gzip, bzip2, xz or zstd compressed (`train.csv.gz`: its format is its name's less the suffix).
 
 The label set is the sorted labels of the training file (or given explicitly); a dev/test label outside it
-is an error naming the file and line. A file whose every label is -1 (what Hugging Face `datasets` writes for a
-row without a label: a test split) is refused as training, dev or gold data. Label names are compared in Unicode
-NFC: a Korean label written decomposed (NFD, as macOS tools often save it) is the same class as its precomposed
-spelling. A label holds no comma, tab or line break (label sets are recorded and given comma-separated;
-predictions are written tab-separated).
+is an error naming the file and line. A label written as a number is the class of that number however it is spelt
+(`1`, `1.0`, `01`: one class, named the shortest way). A file whose every label is -1 (what Hugging Face
+`datasets` writes for a row without a label: a test split) is refused as training, dev or gold data. Label names
+are compared in Unicode NFC: a Korean label written decomposed (NFD, as macOS tools often save it) is the same
+class as its precomposed spelling. A label holds no comma, tab or line break (label sets are recorded and given
+comma-separated; predictions are written tab-separated).
 
 Column names are matched exactly, else by their stripped NFC spelling (`text, label`; an NFD Korean header);
 a column that is not there is an error suggesting the nearest name, or the separator a one-column header
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from albertlm.tasks.tables import DataError, Problems, guess_format, read_records, shown
+from albertlm.tasks.tables import COMPRESSED_SUFFIXES, DataError, Problems, guess_format, read_records, shown
 
 
 @dataclass
@@ -71,13 +73,24 @@ def _column_hint(column: str, names: list, path: Path) -> str:
         own = "," if fmt == "csv" else "\t"
         used = [sep for sep in SEPARATORS if sep in names[0] and sep != own]
         if used:
-            return (f"; the header looks separated by {SEPARATORS[used[0]]}, but a .{path.suffix.lstrip('.')} file "
+            return (f"; the header looks separated by {SEPARATORS[used[0]]}, but a {_suffix(path)} file "
                     f"is read as {fmt.upper()} ({SEPARATORS[own]}): save it comma-separated as .csv or "
                     "tab-separated as .tsv")
+    if fmt in ("csv", "tsv") and any(_number(name) is not None or len(name) > 40 for name in names):
+        # a file without a header line (CoLA's, RTE's val.tsv, a model's own dump): its first row named the columns
+        # ('good film', '1'), and the error listed them as if they were names
+        example = ("," if fmt == "csv" else "<TAB>").join(["text", "label"])
+        return (f"; the first line is read as the header (the column names), and it looks like a row of data (a "
+                f"numeric or long name): add a header line naming the columns, e.g. {example}")
     folded = {name.casefold().strip(): name for name in names}
     near = ([folded[column.casefold().strip()]] if column.casefold().strip() in folded
             else difflib.get_close_matches(column, names, n=1, cutoff=0.6))
     return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def _suffix(path: Path) -> str:
+    """The suffix a file's format is told by: `.csv`, or `.csv.gz` for a compressed file."""
+    return "".join(path.suffixes[-2:]) if path.suffix.lower() in COMPRESSED_SUFFIXES else path.suffix
 
 
 def _format(path: Path) -> str | None:
@@ -118,7 +131,9 @@ def _label(value, column: str, where: str) -> str:
             raise DataError(f"{where}: label {name!r} in column {column!r} holds a comma, tab or line break; "
                             "label names are given and recorded comma-separated (--labels a,b,c): rename the class")
         return name
-    raise DataError(f"{where}: label {value!r} in column {column!r} is not a class name (a string or an integer)")
+    several = " (one class a row: multi-label classification is not supported)" if isinstance(value, list) else ""
+    raise DataError(f"{where}: label {value!r} in column {column!r} is not a class name (a string or an "
+                    f"integer){several}")
 
 
 # Hugging Face `datasets` writes -1 where a ClassLabel column has no label: every row of GLUE's and most Hub
@@ -169,7 +184,7 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
         examples.append(TextExample(guid, text, pair, label, where))
     if not examples:
         raise DataError(f"{path}: no rows")
-    if with_labels and columns.label and all(label_name(e.label) == NO_LABEL or e.label == -1.0 for e in examples):
+    if with_labels and columns.label and all(_number(label_name(e.label)) == _number(NO_LABEL) for e in examples):
         # a Hugging Face test split: trained as one class "-1" (a warning), scored as a dev or gold file (accuracy
         # 0 against labels no row has), without a word that the file holds no labels
         raise DataError(f"{examples[0].where}: every label in column {columns.label!r} is -1{NO_LABEL_HINT}")
@@ -217,7 +232,7 @@ def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = Non
     classes as the file had distinct scores (a 5-point scale became 140 classes, without a word)."""
     if given:
         return check_labels(given)
-    labels = {label_name(e.label) for e in examples}
+    labels = _one_spelling({label_name(e.label) for e in examples})
     numbers = {label: _number(label) for label in labels}
     if None not in numbers.values():
         fractions = [label for label in labels if not numbers[label].is_integer()]
@@ -228,6 +243,20 @@ def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = Non
                             "--regression to predict a number, or --labels to take them as classes")
         return tuple(sorted(labels, key=lambda label: (numbers[label], label)))
     return tuple(sorted(labels))
+
+
+def _one_spelling(labels: set[str]) -> set[str]:
+    """`labels` with one spelling per number: `1` and `1.0` (a file joined from pandas exports, one of a column that
+    held a gap and was written as floats) are one class, spelt the shortest way (`1`), as a JSON / Parquet 1.0 is
+    (they were two classes, a 5-star file trained as 10 without a word). `label_ids` finds a class by its number."""
+    by_number: dict[float, list[str]] = {}
+    for label in labels:
+        number = _number(label)
+        if number is not None:
+            by_number.setdefault(number, []).append(label)
+    for spellings in by_number.values():
+        labels -= set(sorted(spellings, key=lambda label: (len(label), label))[1:])
+    return labels
 
 
 def check_labels(given: Sequence[str]) -> tuple[str, ...]:
@@ -261,11 +290,18 @@ def label_ids(examples: Sequence[TextExample], labels: Sequence[str] | None) -> 
     if labels is None:
         return [float(e.label) for e in examples]
     index = {label_name(label): i for i, label in enumerate(labels)}
+    # a label written as a number is the class of that number however it is spelt (`1.0`, `01` for the class `1`: a
+    # pandas export of a column that held a gap, a dev file beside a training file written by another tool)
+    by_number: dict[float, list[int]] = {}
+    for label, i in index.items():
+        if _number(label) is not None:
+            by_number.setdefault(_number(label), []).append(i)
     out = []
     for e in examples:
         name = label_name(e.label)
-        if name not in index:
-            hint = NO_LABEL_HINT if name == NO_LABEL else ""
+        same = by_number.get(_number(name), []) if name not in index else []
+        if name not in index and len(same) != 1:
+            hint = NO_LABEL_HINT if _number(name) == _number(NO_LABEL) else ""
             raise DataError(f"{e.where}: label {e.label!r} is not in the label set {list(labels)}{hint}")
-        out.append(index[name])
+        out.append(index[name] if name in index else same[0])
     return out

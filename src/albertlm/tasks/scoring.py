@@ -113,9 +113,12 @@ def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
     # the labels (and ids) only: scoring reads no text, so a gold file's text columns need not be named
     examples = classify.read_examples(opts.dev, opts.columns(), True, opts.regression, texts=False)
     preds = {}
+    model_labels: list[str] = []   # the p_<label> columns `predict` writes: the model's label set, in its order
     for lineno, record in read_records(predictions, "tsv"):
         if "id" not in record or "prediction" not in record:
             raise UserError(f"{predictions}:{lineno}: expected the columns id, prediction")
+        if not preds:
+            model_labels = [name[2:] for name in record if isinstance(name, str) and name.startswith("p_")]
         key = str(record["id"])
         if key in preds:   # the later line replaced the earlier one without a word
             raise UserError(f"{predictions}:{lineno}: a second prediction for id {key}")
@@ -136,9 +139,14 @@ def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
                                           [_score(preds[e.guid], predictions, e.guid) for e in examples])
     pred_examples = [classify.TextExample(e.guid, "", None, str(preds[e.guid]).strip(), f"{predictions}: id {e.guid}")
                      for e in examples]
-    # the label set: --labels (the model's, in its order), else every label the gold file or the predictions
-    # use (a class the model predicts that this dev file lacks is a wrong prediction, not an unreadable file)
-    labels = classify.label_set([*examples, *pred_examples], opts.label_list())
+    # the label set: --labels, else the model's, in its order, as the predictions file's p_<label> columns name
+    # it (sorted, a two-class F1 was the other class's than the run's own when the model's order was given with
+    # --labels), else every label the gold file or the predictions use (a class the model predicts that this dev
+    # file lacks is a wrong prediction, not an unreadable file)
+    names = {classify.label_name(label) for label in model_labels}
+    if not all(classify.label_name(e.label) in names for e in pred_examples):   # other columns than predict's
+        model_labels = []
+    labels = classify.label_set([*examples, *pred_examples], opts.label_list() or model_labels or None)
     gold = classify.label_ids(examples, labels)
     return metrics.classification_metrics(gold, classify.label_ids(pred_examples, labels), len(labels))
 

@@ -63,13 +63,51 @@ def shown(name: object) -> str:
 
 
 def open_text(path: Path):
-    """utf-8-sig drops the BOM that MRPC's files (and Excel exports) start with."""
+    """utf-8-sig drops the BOM that MRPC's files (and Excel exports) start with. A gzip, bzip2, xz or zstd file
+    (`train.csv.gz`) is read decompressed, as `data build` reads one (`compressed_text`)."""
     if not path.exists():
         raise DataError(f"{path}: file not found")
     if not path.is_file():
         raise DataError(f"{path}: not a file")
     check_not_columnar(path)
-    return path.open(encoding="utf-8-sig", newline="")
+    return compressed_text(path)
+
+
+class _DecompressedText(io.TextIOWrapper):
+    """The text of a compressed file; closing it closes the file too (a decompressor leaves it open)."""
+
+    def __init__(self, stream, raw) -> None:
+        super().__init__(stream, encoding="utf-8-sig", newline="")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def compressed_text(path: Path):
+    """The text of `path` (utf-8-sig, newlines as written), decompressed where its first bytes say gzip, bzip2, xz
+    or zstd (`corpus.COMPRESSIONS`): `train.csv.gz` was "cannot tell the format from the suffix", and a gzip file
+    named `.csv` was "not UTF-8 text". Damaged or cut-short data is a DataError naming the file."""
+    from albertlm.data.corpus import compression_of, decompressor
+
+    with path.open("rb") as handle:
+        kind = compression_of(handle.read(6))
+    if kind is None:
+        return path.open(encoding="utf-8-sig", newline="")
+
+    def damaged(exc: Exception) -> None:
+        raise DataError(f"{path}: cannot decompress it ({kind}: {str(exc) or type(exc).__name__}); is the file "
+                        "damaged or cut short?")
+
+    raw = path.open("rb")
+    try:
+        return _DecompressedText(io.BufferedReader(decompressor(raw, kind, damaged)), raw)
+    except BaseException:
+        raw.close()
+        raise
 
 
 COLUMNAR = {".parquet": "parquet", ".arrow": "arrow"}   # read by read_records (classify), as the data builder does
@@ -402,7 +440,10 @@ def _columnar_records(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
 
     row = 0
     try:
-        with table_batches(path, fmt) as (_, batches):
+        with table_batches(path, fmt) as (schema, batches):
+            twice = next((name for k, name in enumerate(schema.names) if name in schema.names[:k]), None)
+            if twice is not None:   # a record keeps the last of the two columns, silently (a CSV's is refused)
+                raise DataError(f"{path}: the file has two columns named {twice!r}; rename one of them")
             for batch in batches:
                 for record in batch.to_pylist():
                     row += 1
@@ -452,7 +493,7 @@ def csv_quoted_tsv(path: Path) -> bool:
     quoting, its rows all have the header's number of fields. Such a file read without quoting gave the texts with
     their quotes (`"he said ""hi"" to me"`), without a word, or split a field at its tab. GLUE's own files (no
     such field; quotes that open or close a text, or stand alone, some unbalanced) are read without quoting."""
-    with path.open(encoding="utf-8-sig", newline="") as handle:
+    with (compressed_text(path) if isinstance(path, Path) else path.open(encoding="utf-8-sig", newline="")) as handle:
         head = handle.read(TSV_SNIFF_CHARS)
         whole = not handle.read(1)
     if not whole:
@@ -521,7 +562,13 @@ def _table_records(path: Path, handle, fmt: str) -> Iterator[tuple[int, dict]]:
         raise DataError(f"{path}:{reader.line_num}: {exc}") from None
 
 
+# a compressed file's format is its name's less this suffix (`train.csv.gz` is a CSV; `open_text` decompresses it)
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd")
+
+
 def guess_format(path: Path) -> str:
+    if path.suffix.lower() in COMPRESSED_SUFFIXES and Path(path.stem).suffix:
+        path = path.with_suffix("")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json", ".ndjson"):
         return "jsonl"
@@ -532,4 +579,5 @@ def guess_format(path: Path) -> str:
     columnar = columnar_format(path)
     if columnar is not None:
         return columnar
-    raise DataError(f"{path}: cannot tell the format from the suffix; use .csv, .tsv, .jsonl, .parquet or .arrow")
+    raise DataError(f"{path}: cannot tell the format from the suffix; use .csv, .tsv, .jsonl, .parquet or .arrow "
+                    "(compressed: .csv.gz, .jsonl.zst, ...)")
