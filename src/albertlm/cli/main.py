@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("albertlm.cli.data_commands", "build, inspect and summarise pretraining data"),
     "pretrain": ("albertlm.cli.train_commands", "pretrain MLM + SOP/NSP from scratch or a checkpoint"),
     "evaluate": ("albertlm.cli.train_commands", "evaluate a checkpoint on pretraining data, or a task (glue/squad/race/classify)"),
-    "plot": ("albertlm.cli.train_commands", "write PNG curves of a run's metrics"),
+    "plot": ("albertlm.cli.train_commands", "write PNG curves of a run's metrics (or several runs' in one figure)"),
     "finetune": ("albertlm.cli.task_commands", "fine-tune on GLUE, SQuAD, RACE or your own data"),
     "predict": ("albertlm.cli.task_commands", "predict with a fine-tuned checkpoint"),
     "fill-mask": ("albertlm.cli.infer_commands", "top-k tokens for each [MASK] in a text (or stdin lines)"),
@@ -431,6 +431,8 @@ def _run_command(command: str, rest: list[str]) -> int:
         module = importlib.import_module(_module_for(command, rest))
         parser = Parser(prog=f"albertlm {command}", description=COMMANDS[command][1])
         module.add_arguments(parser, command)
+        if command == "plot":
+            _plot_takes_several_runs(parser)
         args = parser.parse_args(rest)
         with sigterm_stops():              # SIGTERM stops any command as Ctrl-C does: `interrupted`, exit 130
             return int(module.run(args, command) or 0)
@@ -457,6 +459,16 @@ def _run_command(command: str, rest: list[str]) -> int:
             raise
         _say(f"albertlm {command}: error: {_memory_line(exc)}")
         return 2
+
+
+def _plot_takes_several_runs(parser: argparse.ArgumentParser) -> None:
+    """`albertlm plot RUN_DIR [RUN_DIR ...]`: the runs to compare in one figure (`plots.plot_run` takes a list; one
+    run draws as before). Users compare runs (an ablation's variants, two learning rates), and plot took one."""
+    for action in parser._actions:
+        if action.dest == "run_dir" and not action.option_strings:
+            action.nargs = "+"
+            action.help = ("run directories written by `albertlm pretrain` or `albertlm finetune` (or their "
+                           "metrics.jsonl); several are drawn in one figure, a colour each, which needs --out")
 
 
 def _refuse_a_misspelt_task(command: str, rest: list[str]) -> None:

@@ -32,6 +32,7 @@ from albertlm.errors import UserError
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.distributed import (DistInfo, PeerFailed, all_reduce_sum, any_rank, failing_together,
                                            my_share, peer_failures, reports_here)
+from albertlm.training.metrics import LR_AT
 from albertlm.training.precision import autocast
 from albertlm.training.schedule import lr_at, set_lr
 
@@ -259,6 +260,18 @@ class Plan:
 
     def lr_at(self, step: int) -> float:
         return lr_at(step, self.lr, self.warmup_steps, self.total_steps, self.decay_power, self.warmup_style)
+
+    def lr_knots(self) -> frozenset[int]:
+        """The steps (from 1) where the schedule's line bends inside the run: the first update, the warmup's last
+        and the one after it (the decay starts there: a step down from the peak under either warmup style). A
+        line through these and the training records' lr (the rate of each record's last step) is the schedule
+        exactly, where the decay is linear (`decay_power` 1). The record of the window holding one that is not a
+        record's own step has its lr too (`metrics.LR_AT`, "lr@3125"): with --log-every at or above the warmup,
+        every record's lr came after the warmup, and `albertlm plot` drew a schedule without one. None without a
+        warmup ending inside the run (a warmup as long as the run is one line, which the records follow)."""
+        if not 0 < self.warmup_steps < self.total_steps:
+            return frozenset()
+        return frozenset({1, self.warmup_steps, self.warmup_steps + 1})
 
 
 @dataclass
@@ -596,6 +609,8 @@ class Loop:
         step, final = self.state.step, self.state.step == self.plan.total_steps
         if self.train.log_every and (step % self.train.log_every == 0 or final):
             self.log_train(window)
+        elif self.train.log_every and step in self.plan.lr_knots():
+            window.knots[step] = window.lr      # this step's rate (`Window.add`), for the window's record
         # evaluating and saving are not training: their time is left out of the window's tokens/s
         if self.evaluate_fn is not None and (step % self.plan.eval_every == 0 or final):
             with window.paused():
@@ -864,6 +879,8 @@ class Window:
         self.window_examples = 0.0
         self.lr: float = 0.0
         self.grad_norm: float | None = None
+        # the rate of the window's steps where the schedule bends (`Plan.lr_knots`), by step, for its record
+        self.knots: dict[int, float] = {}
 
     @contextlib.contextmanager
     def waiting(self):
@@ -900,7 +917,7 @@ class Window:
             return None
         return {"stats": self.stats.detach().cpu().clone(), "steps": self.steps, "tokens": float(self.tokens),
                 "examples": float(self.window_examples), "seconds": max(time.perf_counter() - self.start, 0.0),
-                "wait": self.wait, "lr": self.lr, "grad_norm": self.grad_norm}
+                "wait": self.wait, "lr": self.lr, "grad_norm": self.grad_norm, "knots": dict(self.knots)}
 
     def resume(self, saved: dict | None, device) -> None:
         """Go on with the window a checkpoint kept (`unlogged`), on `device`; nothing when it kept none. Its steps,
@@ -914,14 +931,16 @@ class Window:
         self.window_examples = saved["examples"]
         self.start, self.wait = time.perf_counter() - saved["seconds"], saved["wait"]
         self.lr, self.grad_norm = saved["lr"], saved["grad_norm"]
+        self.knots = dict(saved.get("knots", {}))       # (a checkpoint of an older version kept none)
         self.carried_tokens, self.carried_s = float(saved["tokens"]), float(saved["seconds"])
 
     def read(self) -> dict[str, float]:
         """The window's timing, lr and gradient norm; starts the next window."""
         now = time.perf_counter()
         elapsed = max(now - self.start, 1e-9)
-        out = {"lr": self.lr, "tokens_per_s": self.tokens / elapsed, "data_wait_frac": self.wait / elapsed,
-               "window_s": elapsed}
+        # the rates of the window's bends first, so that TensorBoard's train/lr gets its steps in order
+        out = {**{f"{LR_AT}{step}": lr for step, lr in sorted(self.knots.items())}, "lr": self.lr,
+               "tokens_per_s": self.tokens / elapsed, "data_wait_frac": self.wait / elapsed, "window_s": elapsed}
         if self.grad_norm is not None:
             out["grad_norm"] = self.grad_norm
         self.done_tokens += self.tokens

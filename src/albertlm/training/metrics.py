@@ -17,6 +17,19 @@ from albertlm.errors import UserError
 
 # what a training record holds besides the objective's metrics (`loop.Window.read`, `loop.Loop.log_train`)
 LOOP_KEYS = ("lr", "grad_norm", "tokens_per_s", "data_wait_frac", "window_s", "tokens")
+# a training record's key of the learning rate of an earlier step of its window where the schedule bends
+# (`loop.Plan.lr_knots`: the first step, the warmup's last and the one after it), "lr@3125": with --log-every at or
+# above the warmup steps, the records' lr (their last step's) skipped the warmup, and `albertlm plot` drew none.
+# In TensorBoard it is train/lr at that step; not on the console
+LR_AT = "lr@"
+
+
+def lr_points(record: dict) -> list[tuple[int, float]]:
+    """(step, lr) of a training record: its `LR_AT` keys' and its own step's, by step."""
+    points = [(int(k[len(LR_AT):]), v) for k, v in record.items() if k.startswith(LR_AT) and k[len(LR_AT):].isdigit()]
+    if "lr" in record:
+        points.append((record["step"], record["lr"]))
+    return sorted(points)
 
 
 class MetricsLogger:
@@ -25,7 +38,9 @@ class MetricsLogger:
     run first, also when the budget ends). The bar is drawn when `progress`
     is on and stderr is a terminal (tqdm's own rule for "no terminal", as the other commands' bars); without it,
     each training record is also one plain line on stdout (`step 20/1000 train: loss ...`), so a run under
-    nohup or a batch scheduler shows its loss between evaluations. `finish(summary)` ends the run: the summary
+    nohup or a batch scheduler shows its loss between evaluations. So does a run whose stdout alone is a file or
+    a pipe (`> train.log`, `| tee train.log` while the bar draws on the terminal): the log's reader never sees the
+    bar, and the log had the evaluations but no training numbers. `finish(summary)` ends the run: the summary
     record, then the summary's lines (`summary_lines`) below the closed bar.
 
     A run resumed at `start_step` first drops what a killed run logged after that step (metrics.jsonl records,
@@ -62,6 +77,8 @@ class MetricsLogger:
 
             self.bar = tqdm(total=max_steps, initial=start_step, unit="step", dynamic_ncols=True,
                             smoothing=0.1, mininterval=0.5)
+        # a line per training record where no bar shows the numbers to stdout's reader
+        self._train_lines = self.bar is None or _stdout_elsewhere()
 
     def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         record = {"step": step, "split": split, "time": round(time.time(), 3)}
@@ -76,18 +93,21 @@ class MetricsLogger:
         if self.writer is not None:
             try:
                 for name, value in metrics.items():
-                    self.writer.add_scalar(f"{split}/{name}", float(value), step)
+                    if name.startswith(LR_AT):        # an earlier step's lr: on the one train/lr curve
+                        self.writer.add_scalar(f"{split}/lr", float(value), int(name[len(LR_AT):]))
+                    else:
+                        self.writer.add_scalar(f"{split}/{name}", float(value), step)
             except Exception as exc:  # noqa: BLE001 (the events' writer thread failed: its error, said once)
                 self._events_failed(exc, f"cannot write the TensorBoard events of step {step}")
         if split == "eval":
             self.note(f"step {step} eval: " + numbers(metrics))
-        elif split == "train" and self.bar is None:     # the bar shows these numbers: no second copy
+        elif split == "train" and self._train_lines:    # a bar on stdout's terminal shows them: no second copy
             self.note(self._train_line(step, metrics))
 
     def _train_line(self, step: int, metrics: dict[str, float]) -> str:
         """`step 20/1000 train: loss 3.4567, ..., lr 0.00176, grad_norm 1.23, 12,345 tok/s, ETA 1h02m` (the ETA
         from this run's pace since its first step, evaluations and checkpoints included)."""
-        parts = [f"{k} {float(v):.4f}" for k, v in metrics.items() if k not in LOOP_KEYS]
+        parts = [f"{k} {float(v):.4f}" for k, v in metrics.items() if k not in LOOP_KEYS and not k.startswith(LR_AT)]
         if "lr" in metrics:
             parts.append(f"lr {float(metrics['lr']):.3g}")
         if "grad_norm" in metrics:
@@ -294,6 +314,16 @@ def quiet_event_writer_threads() -> None:
 
     hook.albertlm_quiet_events = True
     threading.excepthook = hook
+
+
+def _stdout_elsewhere() -> bool:
+    """Whether stdout is a file or a pipe (a descriptor that is no terminal): `albertlm pretrain ... > train.log` or
+    `| tee train.log`, where the bar draws on stderr's terminal and the log would not have it. Not for a stdout
+    without a descriptor (a test's capture, an in-process caller's StringIO): nothing says where that goes."""
+    try:
+        return not os.isatty(sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _terminal() -> bool:

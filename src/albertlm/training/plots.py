@@ -1,5 +1,6 @@
-"""`albertlm plot RUN_DIR`: PNG curves of losses, accuracies, learning rate and throughput (matplotlib Agg),
-for pretraining and fine-tuning runs alike (both write metrics.jsonl through `metrics.MetricsLogger`)."""
+"""`albertlm plot RUN_DIR [RUN_DIR ...]`: PNG curves of losses, accuracies, learning rate and throughput
+(matplotlib Agg), for pretraining and fine-tuning runs alike (both write metrics.jsonl through
+`metrics.MetricsLogger`), of one run or several in one figure."""
 from __future__ import annotations
 
 import contextlib
@@ -8,9 +9,10 @@ import os
 import re
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 from albertlm.errors import UserError
-from albertlm.training.metrics import read_metrics
+from albertlm.training.metrics import lr_points, read_metrics
 
 PANELS = [  # (title, [(split, key, label)]). Pretraining logs the sentence head's numbers as sop_* whatever its
     # data's task ("SOP/NSP"); nsp_* (the name `albertlm evaluate` gives NSP numbers) is drawn as NSP
@@ -31,16 +33,125 @@ PANELS = [  # (title, [(split, key, label)]). Pretraining logs the sentence head
 NOT_A_SCORE = re.compile(r"(^|_)(total|missing|count|strict)$|^num_|thresh")
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+def plot_run(run_dir: str | Path | Sequence[str | Path], out: str | Path | None = None) -> Path:
     """A 2x2 figure of a run's metrics.jsonl (`run_dir`, or that file itself): losses, accuracies (a fine-tuning
     run's dev metrics join them), learning rate and speed, by step. Written to `out` (its suffix picks the format:
     .png, .pdf, .svg) or RUN/curves.png; returns the path. A UserError when the run has no metrics or the image
-    cannot be written."""
+    cannot be written.
+
+    `run_dir` may be several runs (a list): one figure with the same panels, a colour per run (a legend of the runs
+    above the panels, named by their folders, with as many parent folders as it takes to tell two apart), a line
+    style per curve; a curve a run lacks (another run's evaluation, an older run's lr) is drawn for the runs that
+    have it, said in one line. Several runs need `out`: no run's folder is the comparison's.
+
+    The learning rate is drawn through the training records' lr and the rates they keep of the steps where the
+    schedule bends (`loop.Plan.lr_knots`, `metrics.LR_AT`): with --log-every at or above the warmup steps, the
+    records' own lr skipped the warmup."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    given = [run_dir] if isinstance(run_dir, (str, os.PathLike)) else list(run_dir)
+    if not given:
+        raise UserError("no run directory given")
+    several = len(given) > 1
+    if several and not out:
+        raise UserError(f"{len(given)} runs make one figure: name its file with --out (e.g. --out compare.png); "
+                        "a run's own curves.png is `albertlm plot RUN_DIR` alone")
+    runs = [_read_run(d) for d in given]
+    _refuse_a_run_twice(runs)
+    named = {key for _, series in PANELS for split, key, _ in series if split == "eval"}
+    task_metrics = sorted({k for _, _, records in runs for r in records if r["split"] == "eval" for k in r
+                           if "/" in k and k not in named and is_score(k, 0.0 if r[k] is None else r[k])})
+    panels = [(title, series + [("eval", k, f"eval {k}") for k in task_metrics] if title == "accuracy" else series)
+              for title, series in PANELS]   # fine-tuning's dev metrics ("dev/accuracy") join the accuracy panel
+    raws, drawns = [], []
+    for _, path, records in runs:
+        raw = [[(label, split, series_points(records, split, key)) for split, key, label in series]
+               for _, series in panels]
+        # a curve of NaN numbers alone draws nothing (`say_not_finite` says so)
+        drawn = [[(label, split, points if any(not math.isnan(y) for _, y in points) else [])
+                  for label, split, points in lines] for lines in raw]
+        if not any(points for lines in drawn for _, _, points in lines):
+            # only the run's summary (a run with --log-every 0 and no --eval-data) or compile records: the image
+            # was four empty panels, written without a word
+            kinds = ", ".join(sorted({str(r["split"]) for r in records}))
+            raise UserError(f"{path} holds no training or evaluation numbers to draw (only {kinds} records: a run "
+                            "with --log-every 0 logs no training records)")
+        raws.append(raw)
+        drawns.append(drawn)
+    default = not out
+    out = Path(out) if out else Path(runs[0][0]) / "curves.png"
+    image_format = check_image_path(out)
+    for (_, path, _), raw in zip(runs, raws):
+        say_not_finite(path, [(label, points) for lines in raw for label, _, points in lines])
+    names = run_names([run for run, _, _ in runs])
+    if several:
+        say_lacking(names, [title for title, _ in panels], raws)
+    # `plot .` titled the figure with the run's folder, not ""
+    title = names[0] if not several else " vs ".join(names) if len(" vs ".join(names)) <= 90 else f"{len(names)} runs"
+    texts = Texts([title, *names] + [label for drawn in drawns for lines in drawn for label, _, points in lines
+                                     if points])
+    with plt.rc_context(texts.rc):
+        fig, axes = plt.subplots(2, 2, figsize=(11, 7.5 if not several else 8.0))
+        try:
+            for p, (ax, (panel, _)) in enumerate(zip(axes.flat, panels)):
+                # the curves any run draws, in the panel's order: one line style each (several runs)
+                kinds = [(label, split) for j, (label, split, _) in enumerate(drawns[0][p])
+                         if any(drawn[p][j][2] for drawn in drawns)]
+                for r, drawn in enumerate(drawns):
+                    for label, split, points in drawn[p]:
+                        if not points:
+                            continue
+                        xs, ys = zip(*points)
+                        # a lone point (a short run logs training once) is a line of no length, and so is a
+                        # finite point between NaN ones (null in metrics.jsonl): drawn as markers
+                        lone = len(xs) == 1 or any(math.isnan(y) for y in ys)
+                        marker = "o" if split == "eval" or lone else None
+                        if several:
+                            ax.plot(xs, ys, marker=marker, markersize=3, color=f"C{r % 10}",
+                                    linestyle=LINE_STYLES[kinds.index((label, split)) % len(LINE_STYLES)],
+                                    label=f"{texts[names[r]]}: {texts[label]}")
+                        else:
+                            ax.plot(xs, ys, marker=marker, markersize=3, label=texts[label])
+                ax.set_title(panel)
+                ax.set_xlabel("step")
+                ax.grid(alpha=0.3)
+                if ax.lines and several:     # the curves by line style here; the runs by colour above
+                    from matplotlib.lines import Line2D
+
+                    ax.legend(handles=[Line2D([], [], color="0.3", marker="o" if split == "eval" else None,
+                                              markersize=3, linestyle=LINE_STYLES[k % len(LINE_STYLES)],
+                                              label=texts[label]) for k, (label, split) in enumerate(kinds)],
+                              fontsize=8)
+                elif ax.lines:
+                    ax.legend(fontsize=8)
+            fig.suptitle(texts[title])
+            top = 1.0
+            if several:
+                from matplotlib.lines import Line2D
+
+                columns = min(len(names), 4)
+                rows = math.ceil(len(names) / columns)
+                top = 0.96 - 0.03 * rows
+                fig.legend(handles=[Line2D([], [], color=f"C{r % 10}", label=texts[name])
+                                    for r, name in enumerate(names)],
+                           loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=columns, fontsize=9,
+                           frameon=False)
+            texts.say_missing()
+            save_figure(fig, out, image_format, default, top=top)
+        finally:
+            plt.close(fig)
+    return out
+
+
+# the line style of each curve of a panel when several runs share it (a colour per run)
+LINE_STYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2))]
+
+
+def _read_run(run_dir: str | Path) -> tuple[Path, Path, list[dict]]:
+    """(the run's directory, its metrics.jsonl, its records); a UserError when it has none."""
     if Path(run_dir).is_file() and Path(run_dir).name == "metrics.jsonl":   # the file named instead of its run
         run_dir = Path(run_dir).parent
     records = read_metrics(run_dir)
@@ -50,59 +161,71 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             raise UserError(f"{path} holds no record yet (a run writes one every --log-every steps and at each "
                             "evaluation; a half-written last line is skipped)")
         raise UserError(f"no metrics in {run_dir} (expected {path})")
-    named = {key for _, series in PANELS for split, key, _ in series if split == "eval"}
-    task_metrics = sorted({k for r in records if r["split"] == "eval" for k in r
-                           if "/" in k and k not in named and is_score(k, 0.0 if r[k] is None else r[k])})
-    panels = [(title, series + [("eval", k, f"eval {k}") for k in task_metrics] if title == "accuracy" else series)
-              for title, series in PANELS]   # fine-tuning's dev metrics ("dev/accuracy") join the accuracy panel
-    raw = [[(label, split, [(r["step"], finite_or_nan(r[key])) for r in records if r["split"] == split and key in r])
-            for split, key, label in series] for _, series in panels]
-    # a curve of NaN numbers alone draws nothing (`say_not_finite` says so)
-    drawn = [[(label, split, points if any(not math.isnan(y) for _, y in points) else [])
-              for label, split, points in lines] for lines in raw]
-    if not any(points for lines in drawn for _, _, points in lines):
-        # only the run's summary (a run with --log-every 0 and no --eval-data) or compile records: the image was
-        # four empty panels, written without a word
-        kinds = ", ".join(sorted({str(r["split"]) for r in records}))
-        raise UserError(f"{path} holds no training or evaluation numbers to draw (only {kinds} records: a run "
-                        "with --log-every 0 logs no training records)")
-    default = not out
-    out = Path(out) if out else Path(run_dir) / "curves.png"
-    image_format = check_image_path(out)
-    say_not_finite(path, [(label, points) for lines in raw for label, _, points in lines])
-    name = Path(run_dir).resolve().name     # `plot .` titled the figure with the run's folder, not ""
-    texts = Texts([name] + [label for lines in drawn for label, _, points in lines if points])
-    with plt.rc_context(texts.rc):
-        fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-        try:
-            for ax, (title, _), lines in zip(axes.flat, panels, drawn):
-                for label, split, points in lines:
-                    if points:
-                        xs, ys = zip(*points)
-                        # a lone point (a short run logs training once) is a line of no length, and so is a
-                        # finite point between NaN ones (null in metrics.jsonl): drawn as markers
-                        lone = len(xs) == 1 or any(math.isnan(y) for y in ys)
-                        ax.plot(xs, ys, marker="o" if split == "eval" or lone else None, markersize=3,
-                                label=texts[label])
-                ax.set_title(title)
-                ax.set_xlabel("step")
-                ax.grid(alpha=0.3)
-                if ax.lines:
-                    ax.legend(fontsize=8)
-            fig.suptitle(texts[name])
-            texts.say_missing()
-            save_figure(fig, out, image_format, default)
-        finally:
-            plt.close(fig)
-    return out
+    return Path(run_dir), path, records
 
 
-def save_figure(fig, out: Path, image_format: str, default: bool) -> None:
+def _refuse_a_run_twice(runs: list[tuple[Path, Path, list[dict]]]) -> None:
+    """A UserError when two of `runs` are the same directory (its curves would be drawn twice, in two colours)."""
+    seen: dict[Path, Path] = {}
+    for run, _, _ in runs:
+        if run.resolve() in seen:
+            same = seen[run.resolve()]
+            twice = f"{run} is given twice" if str(same) == str(run) else f"{same} and {run} are the same run"
+            raise UserError(f"{twice}: give each run once")
+        seen[run.resolve()] = run
+
+
+def series_points(records: list[dict], split: str, key: str) -> list[tuple[int, float]]:
+    """(step, number) of `key` in the `split` records, by step; the training lr with the rates a record keeps of
+    its window's steps where the schedule bends (`metrics.lr_points`: the warmup, which records logged less often
+    than it skipped)."""
+    if (split, key) != ("train", "lr"):
+        return [(r["step"], finite_or_nan(r[key])) for r in records if r["split"] == split and key in r]
+    points = {step: finite_or_nan(lr) for r in records if r["split"] == split for step, lr in lr_points(r)}
+    return sorted(points.items())
+
+
+def run_names(runs: list[Path]) -> list[str]:
+    """Each run's folder name (`.` is the current folder's), with as many of its parent folders as it takes to tell
+    it from another run of the same name (runs/lr1e-3/base and runs/lr2e-3/base: lr1e-3/base and lr2e-3/base)."""
+    parts = [run.resolve().parts for run in runs]
+    depth = [1] * len(runs)
+    while True:
+        names = [str(Path(*p[-k:])) if p else "/" for p, k in zip(parts, depth)]
+        clashing = [i for i, name in enumerate(names) if names.count(name) > 1 and depth[i] < len(parts[i])]
+        if not clashing:
+            return names
+        for i in clashing:
+            depth[i] += 1
+
+
+def say_lacking(names: list[str], titles: list[str], raws: list) -> None:
+    """One warning line naming, for each run, the curves another run has and it lacks (no record holds the
+    number: an evaluation it did not run, an older run's fields), which its panels draw without it."""
+    parts = []
+    for name, raw in zip(names, raws):
+        lacking: list[str] = []
+        for p, title in enumerate(titles):
+            lacking += [f"{label} ({title})" for j, (label, _, points) in enumerate(raw[p])
+                        if not points and any(other[p][j][2] for other in raws)]
+        if lacking:
+            parts.append(f"{name} has no {', '.join(lacking)}")
+    if parts:
+        from albertlm.errors import say_warning
+
+        say_warning("not every run has every curve: " + "; ".join(parts) + " (drawn for the runs that have them)")
+
+
+def save_figure(fig, out: Path, image_format: str, default: bool, top: float = 1.0) -> None:
     """`fig` to `out`, through a temporary file and a rename (never a half-written image under its name); a failed
-    write is one line naming `out` (and `--out` where `out` was the default)."""
+    write is one line naming `out` (and `--out` where `out` was the default). The panels fill the figure up to
+    `top` (a fraction of its height: the legend of several runs is above)."""
     with warnings.catch_warnings():     # a glyph no font has: said once (`Texts`), not twice per drawing of it
         warnings.filterwarnings("ignore", message="Glyph .* missing from", category=UserWarning)
-        fig.tight_layout()
+        if top < 1.0:
+            fig.tight_layout(rect=(0, 0, 1, top))
+        else:
+            fig.tight_layout()
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     try:
         with warnings.catch_warnings():
