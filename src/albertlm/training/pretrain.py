@@ -48,7 +48,7 @@ class PretrainingObjective:
         self.inputs = MODEL_INPUTS if skip_padding else tuple(k for k in MODEL_INPUTS if k != "token_index")
 
     def denominators(self, batches: list[Batch]) -> torch.Tensor:
-        masked = sum(b["masked_lm_weights"].float().sum() for b in batches)
+        masked = sum(_kept_weights(b["masked_lm_ids"], b["masked_lm_weights"]).sum() for b in batches)
         sentences = sum((b["sentence_order_label"] != -100).sum().float() for b in batches)
         return torch.stack([masked, sentences])
 
@@ -101,10 +101,17 @@ def _mlm_sums(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor):
     """Weighted sums over the B*P masked-LM slots (the model's `prediction_logits`, in google's order):
     padding slots have weight 0 and count for nothing. No boolean indexing, so no host sync."""
     logits = logits.reshape(-1, logits.shape[-1]).float()  # (B*P, V)
-    targets, w = ids.reshape(-1).clamp(min=0), weights.reshape(-1).float()  # (B*P,)
+    targets, w = ids.reshape(-1).clamp(min=0), _kept_weights(ids, weights).reshape(-1)  # (B*P,)
     ce = F.cross_entropy(logits, targets, reduction="none")
     correct = (logits.argmax(-1) == targets).float()
     return (ce * w).sum(), (correct * w).sum(), w.sum()
+
+
+def _kept_weights(ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """`masked_lm_weights` as float, 0 where the id is -100 (transformers' "no label"; the builder never writes
+    one, a caller's own batches may): such a slot counted as a miss of class 0, as the model's own loss no
+    longer does (`model.albert.weighted_cross_entropy`)."""
+    return weights.float() * (ids != -100)
 
 
 def _sentence_sums(logits: torch.Tensor, labels: torch.Tensor):

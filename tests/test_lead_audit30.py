@@ -1,0 +1,32 @@
+"""The lead's follow-ups of the thirtieth session's audits."""
+from __future__ import annotations
+
+import torch
+
+from albertlm.model.albert import AlbertForPreTraining
+from albertlm.training.pretrain import PretrainingObjective
+from test_skip_padding import config, padded_batch
+
+
+def test_the_pretraining_objective_counts_a_minus_100_id_for_nothing_as_the_model_does():
+    """A caller's own batch may mark a slot "no label" with -100 and a weight of 1 (transformers' convention):
+    the objective counted it as a miss of class 0 in its loss, accuracy and denominator, where the model's own
+    `mlm_loss` (since the thirtieth session) counts it for nothing. Both now agree."""
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(config("all")).eval()
+    batch = dict(padded_batch())
+    ids, weights = batch["masked_lm_ids"].clone(), batch["masked_lm_weights"].clone()
+    assert (weights > 0).sum() >= 3
+    slot = (weights > 0).nonzero()[0]
+    ids[tuple(slot)] = -100           # weight stays 1
+    batch["masked_lm_ids"] = ids
+    objective = PretrainingObjective(skip_padding=False)
+    denominators = objective.denominators([batch])
+    assert denominators[0].item() == weights.sum().item() - 1
+    with torch.no_grad():
+        _, stats = objective.forward(model, batch, denominators)
+        out = model(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "masked_lm_positions",
+                                             "masked_lm_ids", "masked_lm_weights", "sentence_order_label")})
+    summary = objective.summarize(stats)
+    torch.testing.assert_close(torch.tensor(summary["mlm_loss"]), out["mlm_loss"].float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.tensor(summary["mlm_acc"]), out["mlm_accuracy"].float(), atol=1e-6, rtol=0)
