@@ -135,6 +135,12 @@ def run(args: argparse.Namespace, command: str) -> int:
 
             *more, card = complete_export(model, stage, src, tokenizer, warnings=warned)
             copied = copied + more
+        if (stage / "tokenizer.json").is_file() and not any((stage / f).is_file() for f in ("spiece.model",
+                                                                                              "vocab.txt")):
+            from albertlm.interop.hf import lost_byte_fallback
+
+            # the tokenizer DST is read by (albertlm reads spiece.model or vocab.txt first)
+            warned += [text for text in [lost_byte_fallback(stage / "tokenizer.json")] if text]
         _move_into_place(stage, dst, args.overwrite)
     copied = [line.replace(str(stage), str(dst)) for line in copied]
     card = card.replace(str(stage), str(dst)) if card else card

@@ -249,7 +249,11 @@ def _sentencepiece_pipeline(tokenizer):
     vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(tokenizer.vocab_size)]
     if _digit_comma_rule(options):
         vocab = [(p, DIGIT_COMMA_SCORE if _ends_in_digit_comma(p) else score) for p, score in vocab]
-    pipeline = Tokenizer(Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=False))
+    # a model trained with sentencepiece's --byte_fallback writes a character outside its pieces as the pieces of its
+    # UTF-8 bytes (<0xED><0x95><0x9C>), as albertlm and sentencepiece encode it; without it, tokenizers' Unigram gives
+    # <unk> there (a model pretrained on byte ids read <unk> after export)
+    byte_fallback = bool(trainer.get(35, [0])[-1])   # trainer_spec.byte_fallback
+    pipeline = Tokenizer(Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=byte_fallback))
     steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
     if not options.keep_accents:
         steps += [normalizers.NFKD(), normalizers.StripAccents()]
@@ -268,7 +272,9 @@ def _sentencepiece_pipeline(tokenizer):
     pipeline.normalizer = normalizers.Sequence(steps)
     pipeline.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
                                                       pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
-    pipeline.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    metaspace = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    # byte pieces back to their characters first (sentencepiece's decode; an incomplete sequence is U+FFFD in both)
+    pipeline.decoder = decoders.Sequence([decoders.ByteFallback(), metaspace]) if byte_fallback else metaspace
     special = [tokenizer.id_to_token(i) for i in sorted({tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id,
                                                           tokenizer.sep_id, tokenizer.mask_id})]
     pipeline.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
@@ -362,12 +368,88 @@ def _special_ids_into_config(tokenizer, directory: Path) -> None:
 
 
 def _rebuild_warning(tokenizer, directory: Path) -> list[str]:
-    """The convert summary's warning (its text) when transformers 5's AlbertTokenizer would give other ids (above)."""
+    """The convert summary's warnings (their text) where transformers 5's AlbertTokenizer would give other ids:
+    its rebuilt normalizer (above), and its Unigram rebuilt without the byte fallback a model trained with
+    sentencepiece's `--byte_fallback` has (`_byte_fallback_warning`) and with <unk> at id 1 (`_unk_id_warning`)."""
     from tokenizers import Tokenizer
 
-    count, example = transformers5_rebuild_differences(tokenizer, Tokenizer.from_file(str(directory / "tokenizer.json")))
+    pipeline = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    said = _byte_fallback_warning(tokenizer, pipeline, directory) + _unk_id_warning(tokenizer, pipeline, directory)
+    count, example = transformers5_rebuild_differences(tokenizer, pipeline)
     if not count:
+        return said
+    return _normalizer_warning(tokenizer, directory, count, example) + said
+
+
+def _albert_rebuilds(pipeline, directory: Path) -> dict | None:
+    """The tokenizer.json's Unigram model (a dict) where transformers 5 rebuilds it: `AlbertTokenizer`, AutoTokenizer's
+    class for an ALBERT directory whose tokenizer_config.json names none or that one; else None."""
+    model = json.loads(pipeline.to_str())["model"]
+    named = json_object_or_empty(Path(directory) / "tokenizer_config.json").get("tokenizer_class")
+    return model if model.get("type") == "Unigram" and named in (None, "AlbertTokenizer", "AlbertTokenizerFast") \
+        else None
+
+
+def _unk_id_warning(tokenizer, pipeline, directory: Path) -> list[str]:
+    """transformers 5's AlbertTokenizer builds its Unigram with `unk_id=1` (ALBERT's <unk>) whatever the
+    tokenizer.json says: a model whose <unk> is another id (sentencepiece's default is 0) gets the piece at id 1
+    for every unknown character there."""
+    model = _albert_rebuilds(pipeline, directory)
+    if model is None or model.get("unk_id") in (None, 1) or len(model.get("vocab") or []) < 2:
         return []
+    unk, other = model["unk_id"], model["vocab"][1][0]
+    return [f"transformers 5's AlbertTokenizer.from_pretrained (AutoTokenizer's class for this directory) rebuilds "
+            f"this tokenizer with <unk> at id 1, ALBERT's, but this model's <unk> is id {unk}: an unknown character "
+            f"gets id 1 ({other!r}) there, not {unk}; load our ids with "
+            f"PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\")"]
+
+
+# characters tried, in this order, for the byte fallback warning's example: one the vocabulary lacks
+_FALLBACK_EXAMPLES = "😀€ßéж中한語ñ"
+
+
+def _byte_fallback_warning(tokenizer, pipeline, directory: Path) -> list[str]:
+    """transformers 5's AlbertTokenizer builds its Unigram with `byte_fallback=False` whatever the tokenizer.json
+    says, so where our export keeps a `--byte_fallback` model's byte pieces, it reads such characters as <unk>
+    (AutoTokenizer too: its class for an ALBERT directory whose tokenizer_config.json names none or that one)."""
+    model = _albert_rebuilds(pipeline, directory)
+    if model is None or not model.get("byte_fallback"):
+        return []
+    example = ""
+    for char in _FALLBACK_EXAMPLES:
+        pieces = pipeline.encode(char, add_special_tokens=False).tokens
+        if any(re.fullmatch(r"<0x[0-9A-F]{2}>", p) for p in pieces):
+            example = f", e.g. {char!r} ({''.join(p for p in pieces if p.startswith('<0x'))})"
+            break
+    return [f"transformers 5's AlbertTokenizer.from_pretrained (AutoTokenizer's class for this directory) rebuilds "
+            f"this tokenizer without its byte fallback: a character outside its {tokenizer.vocab_size:,} pieces is "
+            f"<unk> there, not the pieces of its UTF-8 bytes that albertlm and sentencepiece give{example}; load our "
+            f"ids with PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\")"]
+
+
+def lost_byte_fallback(path: str | Path) -> str | None:
+    """The warning (its text) for a tokenizer.json that holds a SentencePiece `--byte_fallback` model's 256 byte
+    pieces (<0x00> .. <0xFF>, which sentencepiece writes only for such a model) in a Unigram without byte fallback,
+    as transformers 5's AlbertTokenizer saves ours (`save_pretrained` writes no spiece.model): read so, by transformers
+    and by albertlm, a character outside the vocabulary is <unk>, not the byte pieces the model was trained on.
+    None for any other file (or one that is no JSON)."""
+    try:
+        model = json.loads(Path(path).read_text(encoding="utf-8")).get("model") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(model, dict) or model.get("type") != "Unigram" or model.get("byte_fallback"):
+        return None
+    pieces = {entry[0] for entry in model.get("vocab") or [] if isinstance(entry, list) and entry}
+    if not all(f"<0x{b:02X}>" in pieces for b in range(256)):
+        return None
+    return (f"{path} holds the 256 byte pieces (<0x00> .. <0xFF>) of a SentencePiece model trained with byte fallback, "
+            "but no byte fallback (transformers 5's AlbertTokenizer saves it so): a character outside its vocabulary "
+            "reads as <unk> there, not as the byte pieces the model was trained on; put the model's spiece.model "
+            "beside it (albertlm reads that first), or set \"byte_fallback\": true in its \"model\" section")
+
+
+def _normalizer_warning(tokenizer, directory: Path, count: int, example: str | None) -> list[str]:
+    """The warning for `count` vocabulary pieces (`example` one) the rebuilt normalizer encodes otherwise."""
     if example and example[-1:] in "\uff9e\uff9f":
         return [f"transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
                 f"(no composition) and reads half-width katakana with a sound mark as two characters, e.g. "
