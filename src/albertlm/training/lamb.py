@@ -82,13 +82,13 @@ class Lamb(torch.optim.Optimizer):
             state["step"] += 1
         exp_avg = [self.state[p]["exp_avg"] for p in params]
         exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in params]
-        return exp_avg, exp_avg_sq, self.state[params[0]]["step"]
+        return exp_avg, exp_avg_sq, [self.state[p]["step"] for p in params]
 
     def _update_group(self, group: dict, params: list[torch.Tensor], found_inf: torch.Tensor | None = None,
                       grad_scale: torch.Tensor | None = None) -> None:
         beta1, beta2 = group["betas"]
         grads = [p.grad for p in params]
-        exp_avg, exp_avg_sq, step = self._state_lists(params)
+        exp_avg, exp_avg_sq, steps = self._state_lists(params)
         keep = None
         if grad_scale is not None:                                       # grads still scaled (no unscale_ call)
             grads = torch._foreach_div(grads, grad_scale.to(params[0].device))
@@ -106,9 +106,11 @@ class Lamb(torch.optim.Optimizer):
             torch._foreach_mul_(exp_avg_sq, torch.where(skip, 1.0, beta2).to(params[0].dtype))
             torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
         if group["bias_correction"]:
-            denom = torch._foreach_sqrt(torch._foreach_div(exp_avg_sq, 1 - beta2 ** step))
+            # each tensor's own count, as torch's Adam: a tensor without a gradient at a step skips it (it took
+            # the group's first tensor's count, so one that joined later was corrected as though it had its steps)
+            denom = torch._foreach_sqrt(torch._foreach_div(exp_avg_sq, [1 - beta2 ** s for s in steps]))
             torch._foreach_add_(denom, group["eps"])
-            update = torch._foreach_div(torch._foreach_div(exp_avg, 1 - beta1 ** step), denom)
+            update = torch._foreach_div(torch._foreach_div(exp_avg, [1 - beta1 ** s for s in steps]), denom)
         else:
             denom = torch._foreach_sqrt(exp_avg_sq)
             torch._foreach_add_(denom, group["eps"])
