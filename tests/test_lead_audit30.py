@@ -1,6 +1,8 @@
 """The lead's follow-ups of the thirtieth session's audits."""
 from __future__ import annotations
 
+import json
+
 import torch
 
 from albertlm.model.albert import AlbertForPreTraining
@@ -30,3 +32,21 @@ def test_the_pretraining_objective_counts_a_minus_100_id_for_nothing_as_the_mode
     summary = objective.summarize(stats)
     torch.testing.assert_close(torch.tensor(summary["mlm_loss"]), out["mlm_loss"].float(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(torch.tensor(summary["mlm_acc"]), out["mlm_accuracy"].float(), atol=1e-6, rtol=0)
+
+
+def test_evaluate_classify_scores_a_hub_parquet_gold_file_by_its_class_names(tmp_path, capsys):
+    """A run trained on a ClassLabel Parquet file predicts class names (glue30); `evaluate classify --predictions`
+    read the gold file's ids as the labels "0", "1" and stopped ("label '1' is not in the label set"): the gold
+    file's ids are its ClassLabel names too."""
+    from albertlm.cli.main import main
+    from test_glue_audit30 import _hub_split
+
+    names = ["negative", "positive"]
+    gold = _hub_split(tmp_path / "dev.parquet", [1, 0, 1, 1], names)
+    predictions = tmp_path / "dev_predictions.tsv"
+    predictions.write_text("id\tprediction\tp_negative\tp_positive\n0\tpositive\t0.2\t0.8\n1\tpositive\t0.4\t0.6\n"
+                           "2\tpositive\t0.1\t0.9\n3\tnegative\t0.7\t0.3\n")
+    code = main(["evaluate", "classify", "--predictions", str(predictions), "--dev", str(gold)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["accuracy"] == 0.5

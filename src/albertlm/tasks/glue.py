@@ -582,6 +582,40 @@ def mrpc_id_pairs(path: str | Path) -> dict[str, tuple[str, str]]:
     return pairs
 
 
+# MNLI's genres (the fourth column of GLUE's MNLI files): its matched dev and test sets are of its five training
+# genres, its mismatched sets of five others (download_glue_data.py's files; the Hub's have no genre column)
+MNLI_GENRES: dict[str, tuple[str, ...]] = {
+    "matched": ("fiction", "government", "slate", "telephone", "travel"),
+    "mismatched": ("facetoface", "letters", "nineeleven", "oup", "verbatim"),
+}
+MNLI_GENRE_COLUMN = 3
+
+
+def mnli_set(path: str | Path) -> str | None:
+    """"matched" or "mismatched": the MNLI set a file in GLUE's MNLI layout is by its genre column, where every row's
+    genre is one of that set's five (MNLI_GENRES); None where they say neither (other or both sets' genres, a row
+    without the column, a Hub export, which has none, or a file that cannot be read). A renamed test file (`test.tsv`)
+    holding the mismatched set was written as MNLI-m.tsv, the matched set's submission file."""
+    path = Path(path)
+    sides: set[str] = set()
+    try:
+        if hub_format(path) is not None:
+            return None
+        for n, (_, cells) in enumerate(read_tsv(path)):
+            genre = _cell_at(cells, MNLI_GENRE_COLUMN)
+            if n == 0 and genre == "genre":   # the header line
+                continue
+            side = next((name for name, genres in MNLI_GENRES.items() if genre in genres), None)
+            if side is None:
+                return None
+            sides.add(side)
+            if len(sides) > 1:
+                return None
+    except (DataError, OSError):
+        return None
+    return next(iter(sides), None)
+
+
 def find_split(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
     """Files of a split in a task directory. dev falls back to `val.tsv` (re-split copies);
     MRPC train/test fall back to the original `msr_paraphrase_{train,test}.txt`; a split without GLUE's files

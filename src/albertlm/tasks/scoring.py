@@ -146,6 +146,12 @@ def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
     names = {classify.label_name(label) for label in model_labels}
     if not all(classify.label_name(e.label) in names for e in pred_examples):   # other columns than predict's
         model_labels = []
+    # a Hub Parquet/Arrow gold file's ClassLabel ids are its class names, as the run trained on them
+    from albertlm.tasks.specs import class_label_names, name_class_ids
+
+    class_names = class_label_names(opts.dev, opts.columns().label)
+    if class_names and {classify.label_name(e.label) for e in pred_examples} <= set(class_names):
+        name_class_ids(examples, class_names, class_names)
     labels = classify.label_set([*examples, *pred_examples], opts.label_list() or model_labels or None)
     gold = classify.label_ids(examples, labels)
     return metrics.classification_metrics(gold, classify.label_ids(pred_examples, labels), len(labels))

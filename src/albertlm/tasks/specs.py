@@ -180,12 +180,17 @@ def _glue_files(task, data_dir, train_file, dev_files, test_files, training: boo
 def _submission_name(task, path: Path) -> str:
     """The GLUE server's file name for a test file's predictions: AX.tsv for the diagnostic set, MNLI-mm.tsv
     for a mismatched MNLI test file (by its name: `test_mismatched.tsv`, `mnli_test_mismatched.tsv`, the Hub's
-    `test_mismatched-00000-of-00001.parquet`, or by its Hub config folder: `mnli_mismatched/test-*.parquet`)."""
+    `test_mismatched-00000-of-00001.parquet`, or by its Hub config folder: `mnli_mismatched/test-*.parquet`); a
+    file whose name says neither set (`test.tsv`) by its genres (`glue.mnli_set`): the mismatched set so named was
+    written as MNLI-m.tsv, which the server scores against the matched set's answers."""
     if glue.is_diagnostic(path):
         return "AX.tsv"
-    if task.name == "mnli" and ("mismatched" in path.name.lower()
-                                or (glue.hub_split(path) or "").endswith("_mismatched")):
-        return "MNLI-mm.tsv"
+    if task.name == "mnli":
+        name, split = path.name.lower(), glue.hub_split(path) or ""
+        if "mismatched" in name or split.endswith("_mismatched"):
+            return "MNLI-mm.tsv"
+        if "matched" not in name and not split.endswith("_matched") and glue.mnli_set(path) == "mismatched":
+            return "MNLI-mm.tsv"
     return glue.SUBMISSION_NAMES.get((task.name, path.name), task.submission_name)
 
 
@@ -559,14 +564,21 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
     # the ids of training rows are never written out, so rows sharing one (augmented copies) are fine there
     train_examples = (classify.read_examples(train_file, columns, True, regression, problems, unique_ids=False,
                                              split="train") if training else [])
+    warnings: list[str] = []
+    # a Hub Parquet / Arrow file's ClassLabel column holds class ids; its names are in the file's schema
+    train_names = class_label_names(train_file, columns.label) if training and not regression else None
     if not regression and not labels:
         if not training:
             raise DataError("the label set is unknown (no task.json beside the model records it): give --labels")
         if not train_examples:
             raise DataError("the label set is unknown: give --labels or a training file")
-        labels = classify.label_set(train_examples)
+        labels = train_names or classify.label_set(train_examples)
+        said = _case_only_labels(train_examples if not train_names else [], train_file)
+        if said:
+            warnings.append(said)
     label_list = None if regression else list(classify.check_labels(labels))
-    warnings: list[str] = []
+    if training and label_list is not None:
+        name_class_ids(train_examples, train_names, label_list)
 
     def features(examples, labelled: bool, name: str):
         ids = classify.label_ids(examples, label_list) if labelled else None
@@ -579,6 +591,8 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
         if path is None:
             continue
         examples = classify.read_examples(path, columns, labelled, regression, problems, split=name)
+        if labelled and label_list is not None:
+            name_class_ids(examples, class_label_names(path, columns.label), label_list)
         eval_sets.append(_classify_set(name, examples, features(examples, labelled, name), label_list, labelled))
     spec = TaskSpec("classify", AlbertForSequenceClassification, {"num_labels": len(label_list or [0])}, train,
                     eval_sets, "pearson" if regression else "accuracy",
@@ -586,6 +600,81 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
                     {"labels": label_list or [], "regression": regression, "columns": vars(columns)}, problems,
                     warnings=warnings)
     return choose_best_metric(spec, best_metric) if training else spec
+
+
+def class_label_names(path, column: str | None) -> list[str] | None:
+    """The class names of a Hugging Face `datasets` ClassLabel column (`column`) of a Parquet or Arrow file or a
+    `save_to_disk` folder, from the `huggingface` metadata of its schema (the file's footer or stream head: no row
+    is read), in the order of the class ids the column holds. None for any other file or column, or names that
+    cannot name classes here (empty, repeated, or holding a comma, tab or line break)."""
+    from albertlm.tasks.tables import columnar_format, is_saved_dataset, saved_dataset_files, table_batches
+
+    if path is None or not column:
+        return None
+    path = Path(path)
+    try:
+        if path.is_dir():
+            parts = saved_dataset_files(path) if is_saved_dataset(path) else []
+            path, kind = (parts[0], "arrow") if parts else (path, None)
+        else:
+            kind = columnar_format(path) if path.is_file() else None
+    except (DataError, OSError):
+        return None
+    if kind is None:     # a CSV / TSV / JSONL file: no schema (and no pyarrow import)
+        return None
+    import pyarrow as pa
+
+    try:
+        with table_batches(path, kind) as (schema, _):
+            metadata = schema.metadata or {}
+        features = json.loads(metadata.get(b"huggingface", b"{}")).get("info", {}).get("features", {})
+    except (DataError, OSError, pa.ArrowException, ValueError, AttributeError):
+        return None
+    if not isinstance(features, dict):
+        return None
+    # the column as classify finds it: by its exact name, else by its stripped NFC spelling
+    feature = features.get(column) or next((value for key, value in features.items()
+                                            if classify.label_name(key) == classify.label_name(column)), None)
+    if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel" or not isinstance(
+            feature.get("names"), list):
+        return None
+    names = [classify.label_name(name) for name in feature["names"]]
+    if (not names or any(not name or any(c in name for c in ",\t\r\n") for name in names)
+            or len(set(names)) != len(names)):
+        return None
+    return names
+
+
+def name_class_ids(examples, names: list[str] | None, label_list: list[str]) -> None:
+    """Each example's class id (a ClassLabel column's 0, 1, ... as read) as the class's name (`names`, the column's
+    ClassLabel names), where the label set is of those names (a run trained on the file since it read them; an
+    earlier run's `0`, `1` keeps the ids). An id outside the names, or -1, is left for `label_ids` to name."""
+    if not names or not set(names) <= set(label_list):
+        return
+    for e in examples:
+        text = str(e.label)
+        if text.isdigit() and int(text) < len(names):
+            e.label = names[int(text)]
+
+
+def _case_only_labels(examples, path) -> str | None:
+    """A warning line where training labels differ only in case (`Positive` and `positive`: two classes, the
+    model learning to tell a spelling apart), naming the spellings and their rows; None where none do."""
+    counts: dict[str, int] = {}
+    for e in examples:
+        counts[classify.label_name(e.label)] = counts.get(classify.label_name(e.label), 0) + 1
+    folded: dict[str, list[str]] = {}
+    for label in sorted(counts):
+        folded.setdefault(label.casefold(), []).append(label)
+    groups = [spellings for spellings in folded.values() if len(spellings) > 1]
+    if not groups:
+        return None
+    shown_groups = "; ".join(" and ".join(f"{label!r} ({counts[label]} row{'s' * (counts[label] != 1)})"
+                                             for label in spellings)
+                             for spellings in groups[:3]) + ("; ..." if len(groups) > 3 else "")
+    classes = sum(len(spellings) for spellings in groups)
+    return (f"{Path(path).name}: labels that differ only in case are {classes} classes, not {len(groups)}: "
+            f"{shown_groups}; if they are one class, write it one way in the file")
 
 
 def choose_best_metric(spec: TaskSpec, name: str | None) -> TaskSpec:
