@@ -156,6 +156,65 @@ def _chosen_parser(parser: argparse.ArgumentParser, args: list[str]) -> argparse
     return parser
 
 
+# an option of one command given to another, whose nearest spelling is not what it meant: what to say instead
+# (`finetune --preset albert-base` was offered --resume)
+MEANT_ELSEWHERE = {
+    "finetune": {"--preset": "fine-tuning takes its model from --model: a pretrained checkpoint (ours, or a "
+                             "transformers ALBERT directory such as albert-base-v2's) or a pretraining run, not a "
+                             "preset",
+                 "--init-from": "did you mean --model? fine-tuning starts from the checkpoint or pretraining run it "
+                                "names"},
+    "pretrain": {"--recipe": "pretrain always starts from the paper recipe: its settings are options (--lr, "
+                             "--batch-size, ...) or a --config file"},
+}
+# another command's name for an option, by command: `finetune --eval-data` (pretrain's held-out data) is --dev where
+# the family has one
+OTHER_NAMES = {command: {"--eval-data": "--dev"} for command in ("finetune", "predict", "evaluate")}
+# `--no-tensorboard`, `--no_compile`: the negation of an option that has none
+NEGATED = re.compile(r"^--?no[-_](?P<rest>[A-Za-z].*)$", re.IGNORECASE)
+
+
+def _unknown_option_hint(flag: str, parser: argparse.ArgumentParser, command: str) -> str | None:
+    """What to say after an unknown option `flag` of `command` (whose options `parser` has): `did you mean X?` with
+    the nearest option (`nearest_option`), `X=false` for `--no-X` of a bool option X (it offered X, which turns it
+    on), what the command does instead for another command's option (`MEANT_ELSEWHERE`), or None."""
+    said = MEANT_ELSEWHERE.get(command, {}).get(flag.lower())
+    if said:
+        return said
+    actions = {option: action for action in _all_actions(parser) for option in action.option_strings}
+    renamed = OTHER_NAMES.get(command, {}).get(flag.lower())
+    if renamed in actions:
+        return f"did you mean {renamed}?"
+    close = nearest_option(flag, list(actions))
+    negated = NEGATED.match(flag)
+    if negated and not (close or "").startswith("--no-"):     # not a misspelt negation that exists (`--no-progres`)
+        meant = nearest_option(f"--{negated.group('rest')}", list(actions))
+        action = actions.get(meant)
+        if action is not None and action.nargs == "?" and action.const == "true":       # a bool option
+            return f"did you mean {meant}=false?"
+        if isinstance(action, argparse._StoreTrueAction):
+            return f"{meant} is off unless given: leave it out"
+        # `--no-compile`: `--compile none` (a generated option's choices are in its metavar: `{none,default,...}`)
+        shown = getattr(action, "metavar", None)
+        choices = (action.choices if action is not None and action.choices else
+                   shown[1:-1].split(",") if isinstance(shown, str) and shown.startswith("{") else ())
+        off = [choice for choice in choices if choice in ("none", "off", "false")]
+        if off:
+            return f"did you mean {meant} {off[0]}?"
+    return f"did you mean {close}?" if close else None
+
+
+def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The parser's actions and its subcommands' (as `_all_options` gathers their option strings)."""
+    actions = []
+    for action in parser._actions:
+        actions.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                actions += _all_actions(sub)
+    return actions
+
+
 # -1, -1.5, -.5, -1e-3, -2.5E+4, and -inf, -nan (float's words), so that the config says what is wrong with them
 NEGATIVE_NUMBER = re.compile(r"^-((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|(?i:inf|infinity|nan))$")
 
@@ -193,16 +252,17 @@ class Parser(argparse.ArgumentParser):
                 message += self._meant_required(message)
         message += self._dash_value_hint(message) + _choice_hint(message)
         if message.startswith("unrecognized arguments:"):
-            options = _all_options(_chosen_parser(self, getattr(self, "_given", [])))
+            chosen = _chosen_parser(self, getattr(self, "_given", []))
             for word in message.split(":", 1)[1].split():
                 if word.startswith("-") and os.path.exists(word):   # `--input a.txt -b.txt`: a file, not an option
                     message += (f" ({word!r} is a file whose name begins with '-', so it was read as an option: "
                                 f"write ./{word})")
                     break
                 # `-lr 0.1` (one dash, as some tools spell options) is looked up as `--lr`
-                close = nearest_option(word.split("=")[0], options) if re.match(r"--?[A-Za-z]", word) else None
-                if close:
-                    message += f" (did you mean {close}?)"
+                hint = (_unknown_option_hint(word.split("=")[0], chosen, prog.split()[-1])
+                        if re.match(r"--?[A-Za-z]", word) else None)
+                if hint:
+                    message += f" ({hint})"
                     break
         print(f"{prog}: error: {message}", file=sys.stderr)   # one line, no usage block
         raise SystemExit(2)
@@ -431,8 +491,6 @@ def _run_command(command: str, rest: list[str]) -> int:
         module = importlib.import_module(_module_for(command, rest))
         parser = Parser(prog=f"albertlm {command}", description=COMMANDS[command][1])
         module.add_arguments(parser, command)
-        if command == "plot":
-            _plot_takes_several_runs(parser)
         args = parser.parse_args(rest)
         with sigterm_stops():              # SIGTERM stops any command as Ctrl-C does: `interrupted`, exit 130
             return int(module.run(args, command) or 0)
@@ -459,16 +517,6 @@ def _run_command(command: str, rest: list[str]) -> int:
             raise
         _say(f"albertlm {command}: error: {_memory_line(exc)}")
         return 2
-
-
-def _plot_takes_several_runs(parser: argparse.ArgumentParser) -> None:
-    """`albertlm plot RUN_DIR [RUN_DIR ...]`: the runs to compare in one figure (`plots.plot_run` takes a list; one
-    run draws as before). Users compare runs (an ablation's variants, two learning rates), and plot took one."""
-    for action in parser._actions:
-        if action.dest == "run_dir" and not action.option_strings:
-            action.nargs = "+"
-            action.help = ("run directories written by `albertlm pretrain` or `albertlm finetune` (or their "
-                           "metrics.jsonl); several are drawn in one figure, a colour each, which needs --out")
 
 
 def _refuse_a_misspelt_task(command: str, rest: list[str]) -> None:

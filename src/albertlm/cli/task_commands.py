@@ -90,6 +90,8 @@ CHECKED_SQUAD_HEAD = "given_squad_head"   # predict / evaluate --squad-head (che
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    from albertlm.tasks.recipes import FAMILY_DEFAULTS   # no torch
+
     sub = parser.add_subparsers(dest="family", metavar="{glue,squad,race,classify}", required=True)
     for family in FAMILIES:
         p = sub.add_parser(family, help=FAMILY_TEXT[family],
@@ -142,6 +144,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         if command == "finetune":
             _reword_help(p, "--lr", FINETUNE_LR_HELP)
             _reword_help(p, "--save-every", FINETUNE_SAVE_HELP)
+        else:       # the length the model was fine-tuned with (`_config`), not the family's
+            _reword_default(p, "--max-seq-length", RECORDED_LENGTH_DEFAULT.format(
+                length=FAMILY_DEFAULTS[family].max_seq_length))
+        if family == "glue":    # file paths (the generated list options say ITEM: `--dev ITEM [ITEM ...]`)
+            _name_values(p, ("--dev", "--test"), "PATH")
 
 
 # the field's own comment describes pretraining's rate (the paper's LAMB 0.00176); the default shown after it
@@ -150,6 +157,25 @@ FINETUNE_LR_HELP = "peak learning rate of fine-tuning (AdamW; --recipe paper: th
 # the field's comment gives pretraining's meaning of 0; fine-tuning's 0 saves at every dev evaluation
 FINETUNE_SAVE_HELP = ("steps between checkpoints; 0 = at every dev evaluation (and at the end, and on Ctrl-C / "
                       "SIGTERM)")
+
+
+# predict / evaluate read at the length the model's run recorded (`_config`): the family's 128 (384, 512) was shown
+RECORDED_LENGTH_DEFAULT = ("the length the model was fine-tuned with (its task.json; a transformers directory's "
+                           "tokenizer_config.json), else {length}")
+
+
+def _reword_default(parser: argparse.ArgumentParser, flag: str, default: str) -> None:
+    """Replace the "(default: ...)" of a generated option's description."""
+    for action in parser._actions:
+        if flag in action.option_strings and action.help and "(default: " in action.help:
+            action.help = action.help[:action.help.rindex("(default: ")] + f"(default: {default})"
+
+
+def _name_values(parser: argparse.ArgumentParser, flags: tuple[str, ...], metavar: str) -> None:
+    """The word the usage and the help show for the values of generated options."""
+    for action in parser._actions:
+        if set(flags) & set(action.option_strings):
+            action.metavar = metavar
 
 
 def _reword_help(parser: argparse.ArgumentParser, flag: str, doc: str) -> None:
@@ -397,6 +423,9 @@ def _finetune(args) -> int:
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    from albertlm.cli.train_commands import check_config_records
+
+    check_config_records(args, finetune_options(args.family, "finetune"), "finetune")
     # whose run --out holds, before its checkpoint's config is read as a fine-tuning's: `finetune --resume` of a
     # pretraining run compared its settings as a fine-tuning's ("max_seq_length=128, now 24") or died in a
     # TypeError on its `model` section
@@ -732,18 +761,18 @@ def _predict(args) -> int:
 def _print_metrics(metrics: dict) -> None:
     """The metrics JSON on stdout, strict: a NaN or infinite score (the MSE of a diverged regression) is null, as
     in metrics.json (a bare `Infinity` is not JSON: jq and JavaScript's JSON.parse refuse it)."""
-    print(json.dumps(_finite(metrics), indent=2, allow_nan=False))
+    print(json.dumps(finite(metrics), indent=2, allow_nan=False))
 
 
-def _finite(data):
+def finite(data):
     """`data` with each NaN or infinite number made None (tasks.finetune.json_safe, without importing torch)."""
     import math
     from numbers import Integral, Real
 
     if isinstance(data, dict):
-        return {key: _finite(value) for key, value in data.items()}
+        return {key: finite(value) for key, value in data.items()}
     if isinstance(data, (list, tuple)):
-        return [_finite(value) for value in data]
+        return [finite(value) for value in data]
     if isinstance(data, Real) and not isinstance(data, Integral):
         return float(data) if math.isfinite(data) else None
     return data

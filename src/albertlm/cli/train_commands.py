@@ -1,4 +1,4 @@
-"""`albertlm pretrain`, `albertlm evaluate CKPT --data DIR` and `albertlm plot RUN_DIR`.
+"""`albertlm pretrain`, `albertlm evaluate CKPT --data DIR` and `albertlm plot RUN_DIR [RUN_DIR ...]`.
 
 Every field of the run configuration is an option generated from the dataclasses (`--model.hidden_size=64`,
 `--optim.weight_decay=0.0`, `--train.keep_last=5`); the everyday ones also have short names (`--lr`).
@@ -182,6 +182,60 @@ def read_saved_run_config(path: Path) -> RunConfig:
         raise UserError(f"{path}: not a run configuration ({exc}); {hint}") from None
 
 
+def check_config_records(args: argparse.Namespace, options: Options, command: str) -> None:
+    """`--config` given a run's record of itself rather than a config: a fine-tuning run's run_config.json (or its
+    metrics.json, or best/task.json) said only "unknown config key 'family'" (for pretrain and finetune alike), and a
+    pretraining run's given to finetune "unknown config key 'model.vocab_size'". Said in one line: whose record it
+    is, and the way to what was meant (`--resume`, --model, or a file of the sections to keep). A pretraining run's
+    given to pretrain is a config (its keys are the options'); a file that is not a JSON object is left to the
+    reader's own words."""
+    given = getattr(args, options.dest("__file__"), None) or []
+    for path in [given] if isinstance(given, str) else given:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        line = _record_line(Path(path), data, command)
+        if line:
+            raise UserError(line)
+
+
+def _record_line(path: Path, data: dict, command: str) -> str | None:
+    """What to say of a --config file that is a run's record (None: it is no record, or one `command` takes)."""
+    metrics = isinstance(data.get("config"), dict) and "best" in data
+    # a step's run_config.json lies in RUN/checkpoints/step_N, best/task.json in RUN/best, metrics.json in RUN
+    run = (path.parent.parent.parent if path.parent.parent.name == "checkpoints"
+           else path.parent.parent if path.parent.name == "best" else path.parent)
+    if metrics or "family" in data:
+        # the fine-tuning config a user may copy: a metrics.json's "config" is one whole (docs/finetuning.md)
+        if metrics:
+            what, settings = "a fine-tuning run's metrics.json (its best dev scores)", 'its "config" section\'s'
+        elif "optim" in data:
+            what, settings = ("a fine-tuning run's record of itself (its family, task, labels, model and tokenizer "
+                              "besides its settings)"), "its"
+        else:
+            what, settings = ("a fine-tuned model's record (its family, task, labels and tokenizer), which holds no "
+                              "settings"), f'{run / "metrics.json"}\'s "config" section\'s'
+        copy = (f'copy {settings} "optim" and "train" sections (the settings you mean to keep) into a JSON file of '
+                "their own")
+        if metrics and command == "finetune":
+            copy = 'save its "config" section as a JSON file of its own (a fine-tuning config whole)'
+        if command == "finetune":
+            family = data.get("family") or (data["config"].get("family") if metrics else None)
+            return (f"--config {path} is {what}, not a config file: `albertlm finetune {family or '...'} ... --out "
+                    f"{run} --resume` continues that run; to fine-tune with its settings, {copy}")
+        return (f"--config {path} is {what}, not a pretraining config (model, data, optim, train and dist sections, "
+                f"as a pretraining run's run_config.json): {copy}")
+    if command == "finetune" and isinstance(data.get("model"), dict) and "data" in data:
+        return (f"--config {path} is a pretraining run's config (its model and data sections), not a fine-tuning "
+                f"one: fine-tuning takes its model from --model (--model {run} fine-tunes the run's newest "
+                'checkpoint); its "optim" and "train" sections are pretraining\'s: copy only the settings you mean '
+                "to keep into a JSON file of their own")
+    return None
+
+
 def _check_preset_against_files(args: argparse.Namespace) -> None:
     """`--preset X --config saved_run_config.json`: the file's model fields (a saved run's are all of them) win
     over the preset, so the run kept the file's model and only its label said X. Refused when the file names
@@ -348,6 +402,7 @@ def _pretrain(args: argparse.Namespace) -> int:
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    check_config_records(args, PRETRAIN, "pretrain")
     notes: list[str] = []
     if args.resume_or_start:
         args.resume = _resume_or_start(args, notes)
@@ -430,6 +485,7 @@ def _add_evaluate(p: argparse.ArgumentParser) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from albertlm.cli.task_commands import finite
     from albertlm.config.overrides import read_options
     from albertlm.training.distributed import world_size_from_env
     from albertlm.training.evaluate import evaluate_checkpoint, evaluate_under_torchrun
@@ -442,21 +498,49 @@ def _evaluate(args: argparse.Namespace) -> int:
                   progress=o.progress)
     if metrics is None:                  # another rank than 0 under torchrun
         return 0
+    scored = _scored(o)
     if args.json:
-        print(json.dumps(metrics))
+        # the count of what was scored where --max-batches may leave data out (the keys are as before without it);
+        # strict JSON: a NaN metric (NaN outputs) is null, as in the task commands' metrics JSON (a bare `NaN` is
+        # refused by jq and JavaScript's JSON.parse)
+        shown = {**metrics, **scored} if o.max_batches else metrics
+        print(json.dumps(finite(shown), allow_nan=False))
     else:
         task = metrics.pop("sentence_task", None)
         for key, value in metrics.items():
             print(f"{key:10s} {value:.4f}")
-        print(f"(sentence task of the data: {task})")
+        print(f"({_scored_line(scored, o)}; sentence task of the data: {task})")
     return 0
+
+
+def _scored(o: EvaluateOptions) -> dict:
+    """How much of the data the numbers are of: {"examples", "data_examples"}. With --max-batches they are of the
+    first max_batches x batch_size examples (`loop.eval_micro_batches`, under torchrun too), and nothing said so:
+    21 of 202 examples looked like all of them."""
+    from albertlm.training.pretrain import open_dataset
+
+    total = len(open_dataset(o.data))
+    return {"examples": min(total, o.max_batches * o.batch_size) if o.max_batches else total, "data_examples": total}
+
+
+def _scored_line(scored: dict, o: EvaluateOptions) -> str:
+    """`scored the first 8 of the data's 80 examples: --max-batches 2, batch size 4`, or `scored all 80 examples of
+    the data`."""
+    examples, total = scored["examples"], scored["data_examples"]
+    if examples < total:
+        return (f"scored the first {examples:,} of the data's {total:,} examples: --max-batches {o.max_batches}, "
+                f"batch size {o.batch_size}")
+    return f"scored all {total:,} examples of the data"
 
 
 # ---------------------------------------------------------------------------------------------------- plot
 def _add_plot(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="a run directory written by `albertlm pretrain` or `albertlm finetune`")
+    # several runs are compared in one figure (`plots.plot_run` takes a list; one run draws as before)
+    p.add_argument("run_dir", nargs="+", metavar="RUN_DIR",
+                   help="run directories written by `albertlm pretrain` or `albertlm finetune` (or their "
+                        "metrics.jsonl); several are drawn in one figure, a colour each, which needs --out")
     p.add_argument("--out", help="image path, its extension picks the format: .png, .pdf, .svg, ... "
-                                 "(default RUN_DIR/curves.png)")
+                                 "(default RUN_DIR/curves.png of one run; several runs need it)")
 
 
 def _plot(args: argparse.Namespace) -> int:
