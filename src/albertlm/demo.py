@@ -263,8 +263,8 @@ def unigram_baseline(train_dir: Path, eval_dir: Path) -> tuple[float, str]:
 # ------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m albertlm.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", help="directory for everything the demo writes (default: demo_run; with --quick "
-                        f"{QUICK_OUT})")
+    parser.add_argument("--out", help="directory for everything the demo writes: a new or empty one, or an earlier "
+                        f"demo's, whose files it replaces (default: demo_run; with --quick {QUICK_OUT})")
     parser.add_argument("--quick", action="store_true", help="a one-minute smoke version")
     args = parser.parse_args(argv)
     # the smoke version has its own default: in demo_run it replaced the full demo's run (its checkpoint, curves and
@@ -291,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 QUICK_OUT = "demo_run/quick"   # --quick's default --out, inside the full demo's (which leaves it alone)
+MARK = ".albertlm-demo"        # written in --out before anything else: the folder is a demo's, to replace when rerun
 # all a demo writes in --out, and the quick demo's folder inside the full demo's
-DEMO_NAMES = {"corpus", "tokenizer", "data", "run", "probe", "summary.json", Path(QUICK_OUT).name}
+DEMO_NAMES = {"corpus", "tokenizer", "data", "run", "probe", "summary.json", MARK, Path(QUICK_OUT).name}
 
 
 def check_dependencies() -> None:
@@ -310,11 +311,42 @@ def check_dependencies() -> None:
             raise UserError(missing_dependency(exc, "demo") or f"{module} cannot be imported: {exc}") from None
 
 
-def run_demo(out: Path, quick: bool) -> int:
-    check_dependencies()
-    if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= DEMO_NAMES):
+def check_out(out: Path) -> None:
+    """A UserError unless `out` is missing, empty, or an earlier demo's: the demo replaces its corpus/, tokenizer/,
+    data/ and run/ there. The names alone were taken as a demo's: `--out work` where `work/run` held the user's own
+    pretraining run (or `work/corpus/train.txt` their text) deleted the run and overwrote the text without a word.
+    A demo's folder is known by `MARK` (written before anything else, so a stopped demo's too), or, for one written
+    before the mark, by its summary.json or its run's config (preset "demo")."""
+    if not out.exists():
+        return
+    if not out.is_dir():   # `--out README.md` was told it "holds other files than an earlier demo's"
+        raise UserError(f"--out {out} is a file, not a directory; give a new or empty directory for the demo")
+    names = {p.name for p in out.iterdir()}
+    if not names <= DEMO_NAMES:
         raise UserError(f"--out {out} holds other files than an earlier demo's ({', '.join(sorted(DEMO_NAMES))}); "
                         "give a new or empty directory (the demo replaces its run/ there)")
+    if not names - {Path(QUICK_OUT).name} or {MARK, "summary.json"} & names or _demo_run(out / "run"):
+        return   # empty, the full demo's folder holding only the quick demo's, or a demo's
+    mine = ", ".join(f"{name}/" if (out / name).is_dir() else name for name in sorted(names))
+    raise UserError(f"--out {out} holds {mine}, which the demo would replace, and nothing there says a demo wrote "
+                    f"them (no {MARK}, summary.json or demo run/); give a new or empty directory (or remove that one "
+                    "if an earlier demo stopped there)")
+
+
+def _demo_run(run_dir: Path) -> bool:
+    """Whether `run_dir` is a demo's pretraining run (its run_config.json's preset is "demo")."""
+    try:
+        return json.loads((run_dir / "run_config.json").read_text(encoding="utf-8")).get("preset") == "demo"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_demo(out: Path, quick: bool) -> int:
+    check_dependencies()
+    check_out(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARK).write_text("written by `python -m albertlm.demo`, which replaces what it wrote here when run "
+                            "again with this --out\n", encoding="utf-8")
     # an earlier demo's summary goes first: one stopped by Ctrl-C or an error left it beside this demo's half-made
     # files (another tokenizer, no run/) as if it described them
     (out / "summary.json").unlink(missing_ok=True)
