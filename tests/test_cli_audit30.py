@@ -242,3 +242,22 @@ def test_every_subcommands_help_loads_no_torch():
     results = _torch_loaded_by(commands)
     assert len(results) == len(commands) > 30
     assert [(argv, code, torch) for argv, code, torch, _ in results if code != 0 or torch] == [], results
+
+
+def test_evaluate_counts_the_masked_tokens_it_scored(pretraining, capsys):
+    """(With training/evaluate.py's `counts`.) The masked tokens of the first 8 examples, as the data holds them."""
+    import numpy as np
+
+    from albertlm.training.pretrain import open_dataset
+
+    dataset = open_dataset(pretraining["data"])
+    items = [dataset[i] for i in range(8)]
+    masked = sum(int(((np.asarray(it["masked_lm_weights"]) > 0) & (np.asarray(it["masked_lm_ids"]) != -100)).sum())
+                 for it in items)
+    capsys.readouterr()
+    assert main(["evaluate", pretraining["model"], "--data", pretraining["data"], "--device", "cpu", "--no-progress",
+                 "--max-batches", "2", "--batch-size", "4", "--json"]) == 0
+    assert _strict(capsys.readouterr().out)["masked_tokens"] == masked > 8
+    assert main(["evaluate", pretraining["model"], "--data", pretraining["data"], "--device", "cpu", "--no-progress",
+                 "--max-batches", "2", "--batch-size", "4"]) == 0
+    assert f"examples, {masked} masked tokens:" in capsys.readouterr().out.splitlines()[-1]

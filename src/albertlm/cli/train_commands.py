@@ -494,11 +494,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     # under torchrun the processes share the batches and rank 0 alone prints the numbers (each process evaluated
     # all of the data and printed them: W copies, W JSON objects with --json)
     run = evaluate_under_torchrun if world_size_from_env() > 1 else evaluate_checkpoint
+    counts: dict = {}
     metrics = run(args.checkpoint, o.data, o.batch_size, o.max_batches, o.precision, device=o.device,
-                  progress=o.progress)
+                  progress=o.progress, counts=counts)
     if metrics is None:                  # another rank than 0 under torchrun
         return 0
-    scored = _scored(o)
+    scored = _scored(o, counts)
     if args.json:
         # the count of what was scored where --max-batches may leave data out (the keys are as before without it);
         # strict JSON: a NaN metric (NaN outputs) is null, as in the task commands' metrics JSON (a bare `NaN` is
@@ -513,24 +514,26 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scored(o: EvaluateOptions) -> dict:
-    """How much of the data the numbers are of: {"examples", "data_examples"}. With --max-batches they are of the
-    first max_batches x batch_size examples (`loop.eval_micro_batches`, under torchrun too), and nothing said so:
-    21 of 202 examples looked like all of them."""
+def _scored(o: EvaluateOptions, counts: dict) -> dict:
+    """How much of the data the numbers are of: {"examples", "data_examples", "masked_tokens"} (`counts`: the
+    evaluation's). With --max-batches they are of the first max_batches x batch_size examples
+    (`loop.eval_micro_batches`, under torchrun too), and nothing said so: 21 of 202 examples looked like all of
+    them."""
     from albertlm.training.pretrain import open_dataset
 
-    total = len(open_dataset(o.data))
-    return {"examples": min(total, o.max_batches * o.batch_size) if o.max_batches else total, "data_examples": total}
+    return {"examples": counts["examples"], "data_examples": len(open_dataset(o.data)),
+            "masked_tokens": counts["masked_tokens"]}
 
 
 def _scored_line(scored: dict, o: EvaluateOptions) -> str:
     """`scored the first 8 of the data's 80 examples: --max-batches 2, batch size 4`, or `scored all 80 examples of
     the data`."""
     examples, total = scored["examples"], scored["data_examples"]
+    tokens = f", {scored['masked_tokens']:,} masked tokens"
     if examples < total:
-        return (f"scored the first {examples:,} of the data's {total:,} examples: --max-batches {o.max_batches}, "
-                f"batch size {o.batch_size}")
-    return f"scored all {total:,} examples of the data"
+        return (f"scored the first {examples:,} of the data's {total:,} examples{tokens}: --max-batches "
+                f"{o.max_batches}, batch size {o.batch_size}")
+    return f"scored all {total:,} examples of the data{tokens}"
 
 
 # ---------------------------------------------------------------------------------------------------- plot

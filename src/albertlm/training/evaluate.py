@@ -19,7 +19,8 @@ NSP_NAMES = {"sop_loss": "nsp_loss", "sop_acc": "nsp_acc"}
 
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: int = 32, max_batches: int = 0,
-                        precision: str = "fp32", device: str = "auto", progress: bool = False) -> dict:
+                        precision: str = "fp32", device: str = "auto", progress: bool = False,
+                        counts: dict | None = None) -> dict:
     """A model directory (ours or transformers') or a run directory (its newest checkpoint) on `data`;
     `device` auto picks CUDA when available; `progress` shows a bar over the batches on a terminal, and a line
     at every tenth of them elsewhere (a log: a bar's carriage returns are noise there).
@@ -38,17 +39,22 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: in
     The caller's random generators (torch's, on the CPU and the device used) are as they were after the call:
     the evaluation draws its own seeded numbers, and loading the model (whose modules initialise their weights
     before the checkpoint's are read) draws from a copy, so a program's or notebook's random stream does not
-    depend on whether it evaluated a checkpoint."""
+    depend on whether it evaluated a checkpoint.
+
+    `counts`, a dict, is filled with what the numbers are of: `examples` (with `max_batches`, the first
+    max_batches x batch_size), `masked_tokens` (the masked-LM targets scored: weighted, -100 ids left out) and
+    `sentence_labels` (the examples with a SOP/NSP label scored)."""
     from albertlm.training.distributed import DistInfo, pick_device
     from albertlm.training.trainer import callers_rng_kept
 
     info = DistInfo(device=pick_device(device))
     with callers_rng_kept(info.device):
-        return _evaluate_checkpoint(checkpoint, data, batch_size, max_batches, precision, info, progress)
+        return _evaluate_checkpoint(checkpoint, data, batch_size, max_batches, precision, info, progress, counts)
 
 
 def evaluate_under_torchrun(checkpoint: str | Path, data: str | Path, batch_size: int = 32, max_batches: int = 0,
-                            precision: str = "fp32", device: str = "auto", progress: bool = False) -> dict | None:
+                            precision: str = "fp32", device: str = "auto", progress: bool = False,
+                            counts: dict | None = None) -> dict | None:
     """`albertlm evaluate` launched by torchrun (WORLD_SIZE > 1): the processes form a group, each evaluates its
     share of the batches (batch j on rank j % W, `loop.eval_micro_batches`, as pretraining's evaluations), the
     sums are added up over the ranks, and rank 0 gets the numbers of the whole data (the others get None, and
@@ -66,14 +72,14 @@ def evaluate_under_torchrun(checkpoint: str | Path, data: str | Path, batch_size
         info = init_distributed("auto", device)
         with failing_together(info, lambda: " while evaluating"), callers_rng_kept(info.device):
             metrics = _evaluate_checkpoint(checkpoint, data, batch_size, max_batches, precision, info,
-                                           progress and info.is_main)
+                                           progress and info.is_main, counts)
     finally:
         shutdown()
     return metrics if info.is_main else None
 
 
 def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: int, max_batches: int,
-                         precision: str, info, progress: bool) -> dict:
+                         precision: str, info, progress: bool, counts: dict | None = None) -> dict:
     from albertlm.data.loader import collate
     from albertlm.model.albert import AlbertForPreTraining
     from albertlm.model.io import resolve_checkpoint
@@ -130,6 +136,10 @@ def _evaluate_checkpoint(checkpoint: str | Path, data: str | Path, batch_size: i
             warnings.warn(f"{source} has no sentence-order/NSP head: the {task} labels of --data "
                           f"{data} are not scored, and `loss` is the masked-LM loss alone")
     not_finite_accuracies(metrics, source, data, precision, info.is_main)
+    if counts is not None:     # summed over the ranks under torchrun (`loop.evaluate`), as the numbers are
+        size = min(len(dataset), max_batches * batch_size) if max_batches else len(dataset)
+        counts.update(examples=size, masked_tokens=int(round(objective.counts["mlm_count"])),
+                      sentence_labels=int(objective.counts["sop_count"]) if has_sentence_head else 0)
     if not objective.counts["mlm_count"]:     # no masked token: "loss 0.0" was the loss of nothing
         del metrics["mlm_loss"], metrics["mlm_acc"]
         if "sop_loss" not in metrics:
