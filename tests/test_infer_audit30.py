@@ -16,7 +16,6 @@ done); fp32 rows equal across batch sizes (audit 27 pins it)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -206,16 +205,23 @@ def test_a_killed_embeddings_temporary_file_is_removed_by_the_next_run(tiny, sst
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])   # waited for: its pid is no process's now
     child.wait()
+    # a process of ours that runs until its stdin closes (not os.getppid(): that is 0 where the parent is outside
+    # the container's pid namespace, `docker exec`, and os.kill(0, 0) signals our own process group)
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     out = tmp_path / "e.npy"
     host = socket.gethostname()
     killed = tmp_path / f".tmp-e.npy-{host}-{child.pid}"
-    running = tmp_path / f".tmp-e.npy-{host}-{os.getppid()}"
+    running = tmp_path / f".tmp-e.npy-{host}-{live.pid}"
     elsewhere = tmp_path / f".tmp-e.npy-another-{host}-{child.pid}"
     other_out = tmp_path / f".tmp-f.npy-{host}-{child.pid}"
     for path in (killed, running, elsewhere, other_out):
         path.write_bytes(b"\x93NUMPY half an array")
     assert temporary_name(out, child.pid) == killed
-    assert _embed(tiny, sst2, out, "--no-progress") == 0
+    try:
+        assert _embed(tiny, sst2, out, "--no-progress") == 0
+    finally:
+        live.stdin.close()
+        live.wait(timeout=300)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"removed {killed}, the partial output of an earlier embed into {out} that was killed", err
     assert not killed.exists() and running.exists() and elsewhere.exists() and other_out.exists()

@@ -35,6 +35,13 @@ LAYOUTS = {  # (transformers config fields): 2 groups of 2 layers with 2 inner b
 OUTPUTS = ("logits", "prediction_logits", "sop_logits", "start_logits", "end_logits", "last_hidden_state",
            "pooler_output")
 ATOL = 1e-5
+# pyproject allows transformers 4.40+; these checks are of transformers 5's ALBERT where 4's differs: 4 lets a row of
+# padding only attend to every position alike (its additive finfo.min mask; 5's default SDPA path and ours do not),
+# and records one hidden state per layer, not per inner block (measured with 4.57.6: every other check here holds)
+TRANSFORMERS_5 = int(transformers.__version__.split(".")[0]) >= 5
+padding_row_of_5 = pytest.mark.skipif(not TRANSFORMERS_5, reason=(
+    f"transformers {transformers.__version__}: a padding-only row attends to every position (transformers 5 and "
+    "albertlm: not); its outputs and gradients are compared with transformers 5's"))
 
 
 @pytest.fixture(autouse=True)
@@ -138,6 +145,7 @@ def task_labels(name: str, ids, mask):
     return {}
 
 
+@padding_row_of_5
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("name", CLASSES)
 def test_every_gradient_of_every_class_equals_transformers(name, layout, tmp_path):
@@ -154,6 +162,8 @@ def test_every_gradient_of_every_class_equals_transformers(name, layout, tmp_pat
 @pytest.mark.parametrize("variant", ["bool", "float", "int32", "no types", "no mask"])
 def test_masks_of_each_dtype_and_omitted_inputs_equal_transformers(variant, tmp_path):
     """transformers turns a 2-D mask of any dtype into bool, and token_type_ids=None into segment 0: so do we."""
+    if variant != "no mask" and not TRANSFORMERS_5:
+        pytest.skip(padding_row_of_5.kwargs["reason"])
     theirs, ours = pair("AlbertModel", tmp_path, **LAYOUTS["groups-inner"])
     ids, mask, types = mixed_batch()
     mask = {"bool": mask.bool(), "float": mask.float(), "int32": mask.int(), "no mask": None}.get(variant, mask)
@@ -162,6 +172,7 @@ def test_masks_of_each_dtype_and_omitted_inputs_equal_transformers(variant, tmp_
     assert_same_gradients(theirs, ours)
 
 
+@padding_row_of_5
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "gelu_python", "gelu_pytorch_tanh", "gelu_fast"])
 def test_every_activation_our_import_maps_and_a_large_layer_norm_eps(act, tmp_path):
     theirs, ours = pair("AlbertForPreTraining", tmp_path, num_hidden_layers=2, hidden_act=act, layer_norm_eps=0.5)
@@ -172,6 +183,8 @@ def test_every_activation_our_import_maps_and_a_large_layer_norm_eps(act, tmp_pa
     assert_same_gradients(theirs, ours)
 
 
+@pytest.mark.skipif(not TRANSFORMERS_5, reason="transformers 4 records one hidden state per layer (L + 1), "
+                    "transformers 5 one per inner block (L * K + 1), as albertlm; and a padding-only row differs")
 @pytest.mark.parametrize("name", CLASSES)
 def test_hidden_states_count_order_and_values_are_transformers(name, tmp_path):
     """transformers 5 records the embeddings' projected output and each inner block's: L * K + 1 of them."""
@@ -222,6 +235,7 @@ def test_pretraining_at_the_masked_rows_has_transformers_gradients(path, layout,
     assert_same_gradients(theirs, ours)
 
 
+@padding_row_of_5
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
 def test_the_fp32_fast_paths_give_transformers_outputs_and_gradients(act, tmp_path):
     """Swapped in as `apply_fast_paths` does on this CPU: training (the fused GEMMs with autograd) and inference
@@ -239,6 +253,7 @@ def test_the_fp32_fast_paths_give_transformers_outputs_and_gradients(act, tmp_pa
                                    rtol=0, atol=ATOL)
 
 
+@padding_row_of_5
 @pytest.mark.parametrize("labels", [[0.5, -1.0, 2.0, 3.0], [[0.5], [-1.0], [2.0], [3.0]], [0, 1, 2, 3]])
 def test_regression_loss_and_gradients_are_transformers(labels, tmp_path):
     """num_labels = 1: MSE on (B,) or (B, 1) float targets, or integer ones (transformers casts them)."""

@@ -270,7 +270,9 @@ def test_two_torchrun_processes_train_the_weights_of_one_process(tmp_path):
                  "--max-seq-length", "32", "--dupe-factor", "1", "--no-progress"]) == 0
     common = ["pretrain", "--data", str(tmp_path / "data"), *TINY]
     assert main([*common, "--out", str(tmp_path / "one")]) == 0
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # TMPDIR: torchrun leaves a torchelastic_* folder of its workers' logs in the temporary directory, one a run
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path / "tmp"))
     proc = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "albertlm", *common,
                            "--out", str(tmp_path / "two"), "--micro-batch-size", "2", "--dist.backend", "gloo"],
                           capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
