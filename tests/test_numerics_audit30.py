@@ -35,7 +35,7 @@ LAYOUTS = {  # (transformers config fields): 2 groups of 2 layers with 2 inner b
 OUTPUTS = ("logits", "prediction_logits", "sop_logits", "start_logits", "end_logits", "last_hidden_state",
            "pooler_output")
 ATOL = 1e-5
-# pyproject allows transformers 4.40+; these checks are of transformers 5's ALBERT where 4's differs: 4 lets a row of
+# the test extras ask for transformers 5, a user may run them with 4; these checks are of transformers 5's ALBERT where 4's differs: 4 lets a row of
 # padding only attend to every position alike (its additive finfo.min mask; 5's default SDPA path and ours do not),
 # and records one hidden state per layer, not per inner block (measured with 4.57.6: every other check here holds)
 TRANSFORMERS_5 = int(transformers.__version__.split(".")[0]) >= 5
