@@ -233,6 +233,11 @@ def _embed(args) -> int:
     stats: dict = {}
     options = dict(pooling=args.pooling, batch_size=args.batch_size, max_length=args.max_length, device=device,
                    normalize=args.normalize, stats=stats, precision=args.precision)
+    try:   # locked for its whole life: `remove_killed_temporaries` removes only a file whose lock it can take
+        held = hold_temporary(tmp, out)
+    except BaseException:   # held by another process: not ours to remove
+        remove_if_empty(made)
+        raise
     try:
         with embed_progress(count, batch_count(count, args.batch_size), not args.no_progress) as progress:
             if out_kind == "npy":
@@ -262,6 +267,8 @@ def _embed(args) -> int:
         raise
     finally:
         tmp.unlink(missing_ok=True)
+        if held is not None:   # after the unlink: the lock is given up once no file of that name is left
+            os.close(held)
     pooled = "pooler_output" if args.pooling == "pooler" else f"{args.pooling}-pooled"
     computed = f", {args.precision} autocast" if args.precision != "fp32" else ""
     print(f"wrote {count:,} x {hidden} {pooled} embeddings to {out} "
@@ -318,12 +325,57 @@ def temporary_name(out, pid: int | None = None):
     return out.with_name(f".tmp-{out.name}-{socket.gethostname()}-{os.getpid() if pid is None else pid}")
 
 
+# how often, and how far apart, `hold_temporary` tries a lock that another process holds: a cleaner holds one for
+# the moment of its unlink (`remove_killed_temporaries`), another embed of the same temporary name for its whole run
+_HOLD_TRIES, _HOLD_WAIT_S = 20, 0.05
+
+
+def hold_temporary(tmp, out) -> int | None:
+    """Create `tmp` (`temporary_name`) and hold an exclusive `fcntl.flock` on it, returning the descriptor to close
+    once `tmp` is renamed or removed (None where there is no flock, elsewhere than POSIX, or the file system has
+    no locks: `remove_killed_temporaries` removes no file it cannot lock). The writers open `tmp` by its name and
+    truncate it, the same file: the lock stays on it, and on `out` after the rename. A lock held by another process
+    (another container of this host name, with this process id: its own pid space on a shared folder) is a
+    UserError, not two embeddings written into one file."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    import time
+
+    for _ in range(_HOLD_TRIES):
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:   # held: a cleaner removing a file of this name, or another embed writing it
+            os.close(fd)
+            time.sleep(_HOLD_WAIT_S)
+            continue
+        except OSError:   # no locks on this file system (ENOLCK, EOPNOTSUPP): no cleaner can lock it either
+            return fd
+        try:   # a cleaner removed the file between our open and our lock: make it again
+            if os.path.samestat(os.fstat(fd), os.stat(tmp)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise UserError(f"--out {out}: its temporary file {tmp} is being written by another process (an embed into "
+                    "the same --out in another container of this host name with this process id?); wait for it to "
+                    "end, or give another --out")
+
+
 def remove_killed_temporaries(out) -> list:
     """Remove the temporary files (`temporary_name`) of earlier embeddings into `out` on this machine whose process
     is gone: a run killed by SIGKILL, the OOM killer or a lost session cannot remove its own, and an .npy's is the
     whole array's size (3 GB for a million rows at H 768), hidden by its dot, one more at each killed rerun. A
-    running process's (a concurrent embed into the same --out) and another machine's (a shared folder) stay.
-    Returns the paths removed."""
+    running process's (a concurrent embed into the same --out) and another machine's (a shared folder) stay, and so
+    does one whose lock (`hold_temporary`) another process holds: containers of one host name on a shared folder
+    (docker --network host) each have their own process ids, so a process id dead here may be another container's
+    live embed. Only a file whose lock this process can take is removed (none elsewhere than POSIX, nor where the
+    file system has no locks). Returns the paths removed."""
     prefix = temporary_name(out, 0).name[:-1]   # `.tmp-NAME-HOST-`
     removed = []
     try:
@@ -332,14 +384,34 @@ def remove_killed_temporaries(out) -> list:
         return removed
     for path in sorted(candidates):
         pid = path.name[len(prefix):]
-        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
-            continue
-        try:
-            path.unlink()
-        except OSError:   # another user's, or gone meanwhile: left as it is
+        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)) or not _remove_unheld(path):
             continue
         removed.append(path)
     return removed
+
+
+def _remove_unheld(path) -> bool:
+    """Remove `path` if its `fcntl.flock` can be taken (no live writer holds it, `hold_temporary`), holding the lock
+    while the name still names the file locked; False where it is held, cannot be opened for writing (another
+    user's: NFS emulates flock with write locks), the file system has no locks, or there is no flock."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:   # another user's, a folder, a link, or gone meanwhile: left as it is
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not os.path.samestat(os.fstat(fd), os.lstat(path)):   # replaced meanwhile: not the file locked
+            return False
+        path.unlink()
+    except OSError:   # held by a live writer (BlockingIOError), no locks here, or gone meanwhile
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def _process_alive(pid: int) -> bool:
@@ -435,7 +507,7 @@ def input_format(path, fmt: str = "auto") -> tuple[str, str | None]:
     from albertlm.data import corpus
 
     with open(path, "rb") as handle:
-        magic = handle.read(8)
+        magic = handle.read(10)   # the whole of a bzip2 header (`compression_of`)
     # an Arrow IPC stream has no magic number: `table_format` takes it by a `.arrow` or `.arrows` name (the stream
     # format's own suffix), or by --format arrow, which says it outright (both were "no Arrow file", or its bytes
     # read as lines: "not UTF-8 text")

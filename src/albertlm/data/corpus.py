@@ -488,8 +488,23 @@ def table_format(path: Path, magic: bytes, fmt: str = "auto") -> str | None:
     return None
 
 
+# what follows bzip2's `BZh`: the block size, a digit 1-9 (x 100 kB), then a block's magic (pi's digits) or, for a
+# stream with no block (bzip2 of nothing), the end-of-stream magic (sqrt(pi)'s); `BZh` alone is ASCII text
+_BZIP2_LEVELS = b"123456789"
+_BZIP2_MAGICS = (b"1AY&SY", b"\x17rE8P\x90")
+
+
 def compression_of(magic: bytes) -> str | None:
-    return next((name for name, prefix in COMPRESSIONS.items() if magic.startswith(prefix)), None)
+    """"gz", "bz2", "xz" or "zst" where the first bytes of a file, `magic`, are that compression's (`COMPRESSIONS`),
+    else None. bzip2's `BZh` is ASCII, so a text or CSV whose first line starts with it (a header `BZh,label`) was
+    taken for bzip2 and failed to decompress: bzip2 needs its level digit and as much of a block or end-of-stream
+    magic as `magic` holds (10 bytes hold the whole of them; callers that read 8 check their first 4)."""
+    kind = next((name for name, prefix in COMPRESSIONS.items() if magic.startswith(prefix)), None)
+    if kind == "bz2":
+        level, block = magic[3:4], magic[4:10]
+        if level == b"" or level not in _BZIP2_LEVELS or not any(m.startswith(block) for m in _BZIP2_MAGICS):
+            return None
+    return kind
 
 
 def inner_name(path: Path) -> Path:

@@ -23,6 +23,7 @@ import difflib
 import math
 import unicodedata
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Sequence
 
@@ -233,9 +234,10 @@ def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = Non
     if given:
         return check_labels(given)
     labels = _one_spelling({label_name(e.label) for e in examples})
-    numbers = {label: _number(label) for label in labels}
+    # exact values, not floats: two 18-digit ids are one float (and `…678.5` a whole one)
+    numbers = {label: _exact(label) for label in labels}
     if None not in numbers.values():
-        fractions = [label for label in labels if not numbers[label].is_integer()]
+        fractions = [label for label in labels if numbers[label] != numbers[label].to_integral_value()]
         if fractions:
             first = next(e for e in examples if label_name(e.label) in fractions)
             raise DataError(f"{first.where}: label {label_name(first.label)!r} is a real number (the labels are "
@@ -248,15 +250,28 @@ def label_set(examples: Sequence[TextExample], given: Sequence[str] | None = Non
 def _one_spelling(labels: set[str]) -> set[str]:
     """`labels` with one spelling per number: `1` and `1.0` (a file joined from pandas exports, one of a column that
     held a gap and was written as floats) are one class, spelt the shortest way (`1`), as a JSON / Parquet 1.0 is
-    (they were two classes, a 5-star file trained as 10 without a word). `label_ids` finds a class by its number."""
-    by_number: dict[float, list[str]] = {}
+    (they were two classes, a 5-star file trained as 10 without a word). `label_ids` finds a class by its number.
+    Numbers are told apart by their exact value (`_exact`): two 18-digit ids (a user or product id as the class) are
+    one float, and were one class without a word."""
+    by_number: dict[Decimal, list[str]] = {}
     for label in labels:
-        number = _number(label)
-        if number is not None:
-            by_number.setdefault(number, []).append(label)
+        if _number(label) is not None:
+            by_number.setdefault(_exact(label), []).append(label)
     for spellings in by_number.values():
         labels -= set(sorted(spellings, key=lambda label: (len(label), label))[1:])
     return labels
+
+
+def other_labels(examples: Sequence[TextExample], known: Sequence[str]) -> list[str]:
+    """The labels of `examples` that are none of `known` (nor one of them spelt another way: `1.0` is a known `1`,
+    as `label_ids` finds it), each once in one spelling (`_one_spelling`), numbers first by value, then the rest
+    sorted, as `label_set` orders a file's labels (without refusing numbers with a fraction: they are classes
+    `known` lacks). `evaluate --predictions` adds them after the model's labels: a gold class the model lacks."""
+    names = {label_name(label) for label in known}
+    exact = {_exact(name) for name in names} - {None}
+    others = _one_spelling({label_name(e.label) for e in examples} - names)
+    others = {label for label in others if _exact(label) is None or _exact(label) not in exact}
+    return sorted(others, key=lambda label: (_exact(label) is None, _exact(label) or 0, label))
 
 
 def check_labels(given: Sequence[str]) -> tuple[str, ...]:
@@ -285,6 +300,18 @@ def _number(label: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _exact(label: str) -> Decimal | None:
+    """A label's exact value when it is written as a finite number (`_number`), else None: `1`, `1.0` and `01` are
+    one value, `123456789012345678` and `123456789012345679` two (one float). A Decimal, not a Fraction: the
+    Fraction of `1e-999999999` is a billion-digit integer to build (the label hung the run)."""
+    if _number(label) is None:
+        return None
+    try:
+        return Decimal(label)
+    except (InvalidOperation, ValueError):   # a spelling float() reads and Decimal does not: its float's value
+        return Decimal(_number(label))
+
+
 def label_ids(examples: Sequence[TextExample], labels: Sequence[str] | None) -> list:
     """Class ids (or floats for regression, labels None); unknown labels name file and line."""
     if labels is None:
@@ -292,14 +319,14 @@ def label_ids(examples: Sequence[TextExample], labels: Sequence[str] | None) -> 
     index = {label_name(label): i for i, label in enumerate(labels)}
     # a label written as a number is the class of that number however it is spelt (`1.0`, `01` for the class `1`: a
     # pandas export of a column that held a gap, a dev file beside a training file written by another tool)
-    by_number: dict[float, list[int]] = {}
+    by_number: dict[Decimal, list[int]] = {}
     for label, i in index.items():
         if _number(label) is not None:
-            by_number.setdefault(_number(label), []).append(i)
+            by_number.setdefault(_exact(label), []).append(i)
     out = []
     for e in examples:
         name = label_name(e.label)
-        same = by_number.get(_number(name), []) if name not in index else []
+        same = by_number.get(_exact(name), []) if name not in index else []
         if name not in index and len(same) != 1:
             hint = NO_LABEL_HINT if _number(name) == _number(NO_LABEL) else ""
             raise DataError(f"{e.where}: label {e.label!r} is not in the label set {list(labels)}{hint}")

@@ -152,6 +152,10 @@ def score_classify(opts, predictions: str, score_opts=None, warn=None) -> dict:
     class_names = class_label_names(opts.dev, opts.columns().label)
     if class_names and {classify.label_name(e.label) for e in pred_examples} <= set(class_names):
         name_class_ids(examples, class_names, class_names)
+    if model_labels and not opts.label_list():
+        # a gold class the model lacks is a wrong prediction, as without p_<label> columns (it was "not in the
+        # label set", a set the user never gave): the model's labels in its order, then the gold file's others
+        model_labels = model_labels + classify.other_labels(examples, model_labels)
     labels = classify.label_set([*examples, *pred_examples], opts.label_list() or model_labels or None)
     gold = classify.label_ids(examples, labels)
     return metrics.classification_metrics(gold, classify.label_ids(pred_examples, labels), len(labels))

@@ -94,7 +94,7 @@ def compressed_text(path: Path):
     from albertlm.data.corpus import compression_of, decompressor
 
     with path.open("rb") as handle:
-        kind = compression_of(handle.read(6))
+        kind = compression_of(handle.read(10))   # the whole of a bzip2 header (`compression_of`)
     if kind is None:
         return path.open(encoding="utf-8-sig", newline="")
 
