@@ -321,14 +321,16 @@ def complete_export(model: nn.Module, directory: str | Path, source: str | Path 
         try:
             tokenizer = load_tokenizer(tokenizer_path)
             written, why_not = export_tokenizer(tokenizer, directory)
-            notes.append(f"tokenizer files from {tokenizer_path}: {', '.join(written)}"
-                         + (f" (no tokenizer.json: {why_not})" if why_not and why_not is not BPE_NOTE else ""))
             if why_not is BPE_NOTE:
                 said.append(f"no tokenizer.json: {why_not}")
             _special_ids_into_config(tokenizer, Path(directory))
+            if "tokenizer.json" in written:   # (may write tokenizer_config.json: before its model_max_length)
+                said += _rebuild_warning(tokenizer, Path(directory))
+                if "tokenizer_config.json" not in written and (Path(directory) / "tokenizer_config.json").is_file():
+                    written = sorted(written + ["tokenizer_config.json"])
             _max_length_into_tokenizer_config(model, Path(directory), source)
-            if "tokenizer.json" in written:
-                said += _rebuild_warning(tokenizer, directory)
+            notes.append(f"tokenizer files from {tokenizer_path}: {', '.join(written)}"
+                         + (f" (no tokenizer.json: {why_not})" if why_not and why_not is not BPE_NOTE else ""))
         except UserError as exc:
             notes.append(f"tokenizer files not written ({exc})")
     if warnings is not None:
@@ -367,18 +369,39 @@ def _special_ids_into_config(tokenizer, directory: Path) -> None:
         path.write_text(json.dumps({**config, **wanted}, indent=2) + "\n", encoding="utf-8")
 
 
+# the class tokenizer_config.json names where transformers 5's AlbertTokenizer would give other ids than the exported
+# tokenizer.json: AutoTokenizer (and pipeline()) then load tokenizer.json as written (transformers 5's
+# TokenizersBackend, of which PreTrainedTokenizerFast is the name transformers 4 and 5 both know)
+FAST_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+
+# what the rebuild warnings say now happens (tokenizer_config.json names FAST_TOKENIZER_CLASS)
+_AUTO_READS_IT = (f"; AutoTokenizer and pipeline() load this directory's tokenizer.json as written, with albertlm's "
+                  f"ids (tokenizer_config.json names {FAST_TOKENIZER_CLASS}): only AlbertTokenizer named explicitly "
+                  "rebuilds it")
+
+
 def _rebuild_warning(tokenizer, directory: Path) -> list[str]:
-    """The convert summary's warnings (their text) where transformers 5's AlbertTokenizer would give other ids:
-    its rebuilt normalizer (above), and its Unigram rebuilt without the byte fallback a model trained with
-    sentencepiece's `--byte_fallback` has (`_byte_fallback_warning`) and with <unk> at id 1 (`_unk_id_warning`)."""
+    """Where transformers 5's AlbertTokenizer (AutoTokenizer's class for an ALBERT directory whose tokenizer_config.json
+    names none or that one) would give other ids than the exported tokenizer.json: its rebuilt normalizer (above), and
+    its Unigram rebuilt without the byte fallback a model trained with sentencepiece's `--byte_fallback` has and with
+    <unk> at id 1 (`_rebuilt_unigram_warnings`), tokenizer_config.json names `FAST_TOKENIZER_CLASS` instead, so that
+    AutoTokenizer and pipeline() read tokenizer.json as written (`_name_fast_tokenizer`); returns the convert
+    summary's warnings (their text, one each) for what AlbertTokenizer, named explicitly, still does."""
     from tokenizers import Tokenizer
 
     pipeline = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    said = _byte_fallback_warning(tokenizer, pipeline, directory) + _unk_id_warning(tokenizer, pipeline, directory)
+    model = _albert_rebuilds(pipeline, directory)
+    if model is None:
+        if _albert_cannot_read(pipeline, directory):
+            _name_fast_tokenizer(tokenizer, directory)
+        return []
     count, example = transformers5_rebuild_differences(tokenizer, pipeline)
-    if not count:
-        return said
-    return _normalizer_warning(tokenizer, directory, count, example) + said
+    said = (_normalizer_warning(tokenizer, count, example) if count else []) + \
+        _tokenizer_json_rebuild_warning(tokenizer, pipeline, directory) + \
+        _rebuilt_unigram_warnings(tokenizer, pipeline, model)
+    if said:
+        _name_fast_tokenizer(tokenizer, directory)
+    return [text + _AUTO_READS_IT for text in said]
 
 
 def _albert_rebuilds(pipeline, directory: Path) -> dict | None:
@@ -390,77 +413,132 @@ def _albert_rebuilds(pipeline, directory: Path) -> dict | None:
         else None
 
 
-def _unk_id_warning(tokenizer, pipeline, directory: Path) -> list[str]:
-    """transformers 5's AlbertTokenizer builds its Unigram with `unk_id=1` (ALBERT's <unk>) whatever the
-    tokenizer.json says: a model whose <unk> is another id (sentencepiece's default is 0) gets the piece at id 1
-    for every unknown character there."""
-    model = _albert_rebuilds(pipeline, directory)
-    if model is None or model.get("unk_id") in (None, 1) or len(model.get("vocab") or []) < 2:
+def _albert_cannot_read(pipeline, directory: Path) -> bool:
+    """A tokenizer.json of another model than a Unigram (a WordPiece `--tokenizer tokenizer.json` without a
+    tokenizer_config.json) where AutoTokenizer would take AlbertTokenizer: it builds a Unigram of the vocabulary and
+    fails (`TypeError: 'dict' object is not an instance of 'Sequence'`), so the export did not load at all."""
+    model = json.loads(pipeline.to_str())["model"]
+    named = json_object_or_empty(Path(directory) / "tokenizer_config.json").get("tokenizer_class")
+    return model.get("type") != "Unigram" and named in (None, "AlbertTokenizer", "AlbertTokenizerFast")
+
+
+def _name_fast_tokenizer(tokenizer, directory: Path) -> None:
+    """tokenizer_config.json's `tokenizer_class` as `FAST_TOKENIZER_CLASS` (the file written if there was none, as
+    beside a tokenizer.json source without one), with the special tokens as this tokenizer's pieces (that class has
+    no ALBERT defaults to fall back on) and the token_type_ids ALBERT reads; the rest (the preprocessing options,
+    model_max_length) as written. spiece.model stays beside it: albertlm reads that first."""
+    path = Path(directory) / "tokenizer_config.json"
+    data = json_object_or_empty(path)
+    names = {key: tokenizer.id_to_token(getattr(tokenizer, f"{name}_id")) for key, name in (
+        ("pad_token", "pad"), ("unk_token", "unk"), ("cls_token", "cls"), ("sep_token", "sep"),
+        ("mask_token", "mask"), ("bos_token", "cls"), ("eos_token", "sep"))}
+    data = {"tokenizer_class": FAST_TOKENIZER_CLASS, **data, **names}   # a new key goes first, an old one stays put
+    data["tokenizer_class"] = FAST_TOKENIZER_CLASS
+    data.setdefault("model_input_names", ["input_ids", "token_type_ids", "attention_mask"])
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+# texts besides a vocabulary's own pieces on which a tokenizer.json source is compared with AlbertTokenizer's rebuild
+_REBUILD_PROBES = ("Hello World", "The Café déjà vu", "``Quoted''", "ÅNGSTRÖM naïve", "한국어 문장입니다",
+                   "ﾃﾞｰﾀ ﾊﾟｿｺﾝ", "Ｆｕｌｌ　ｗｉｄｔｈ", "ß ﬁ ²")
+
+
+def _tokenizer_json_rebuild_warning(tokenizer, pipeline, directory: Path) -> list[str]:
+    """A tokenizer.json source (no spiece.model: tokenizers' own Unigram, or a file transformers saved) whose
+    normalizer or pre-tokenizer transformers 5's AlbertTokenizer does not rebuild as written: it keeps the vocabulary
+    and the charsmap but builds the rest from tokenizer_config.json's `do_lower_case` / `keep_accents` (True / False
+    where it names none: a cased tokenizer.json without a tokenizer_config.json was lowercased and accent-stripped
+    there, every KorNLI line other ids, without a word). Compared on the vocabulary's pieces and `_REBUILD_PROBES`,
+    with the file's own <unk> id and byte fallback (warned of on their own)."""
+    from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import Unigram
+
+    if type(tokenizer).__name__ != "TokenizerJsonTokenizer":
         return []
-    unk, other = model["unk_id"], model["vocab"][1][0]
-    return [f"transformers 5's AlbertTokenizer.from_pretrained (AutoTokenizer's class for this directory) rebuilds "
-            f"this tokenizer with <unk> at id 1, ALBERT's, but this model's <unk> is id {unk}: an unknown character "
-            f"gets id 1 ({other!r}) there, not {unk}; load our ids with "
-            f"PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\")"]
+    data = json.loads(pipeline.to_str())
+    model = data["model"]
+    options = json_object_or_empty(Path(directory) / "tokenizer_config.json")
+    lower, keep = options.get("do_lower_case", True), options.get("keep_accents", False)
+    rebuilt = Tokenizer(Unigram([tuple(entry) for entry in model["vocab"]], unk_id=model.get("unk_id"),
+                                byte_fallback=bool(model.get("byte_fallback"))))
+    for added in data.get("added_tokens") or []:   # transformers 5 adds the file's added tokens back as they are
+        token = AddedToken(added["content"], single_word=added.get("single_word", False),
+                           lstrip=added.get("lstrip", False), rstrip=added.get("rstrip", False),
+                           normalized=added.get("normalized", True), special=added.get("special", False))
+        (rebuilt.add_special_tokens if token.special else rebuilt.add_tokens)([token])
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    steps += [] if keep else [normalizers.NFKD(), normalizers.StripAccents()]
+    steps += [normalizers.Lowercase()] if lower else []
+    found = [step for step in ((data.get("normalizer") or {}).get("normalizers") or [data.get("normalizer") or {}])
+             if step.get("type") == "Precompiled" and step.get("precompiled_charsmap")]
+    if found:
+        import base64
+
+        steps.append(normalizers.Precompiled(base64.b64decode(found[0]["precompiled_charsmap"])))
+    rebuilt.normalizer = normalizers.Sequence(steps)
+    rebuilt.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                     pre_tokenizers.Metaspace(replacement="\u2581",
+                                                                              prepend_scheme="always")])
+    special = {tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id}
+    texts = [entry[0].replace("\u2581", " ").strip() for i, entry in enumerate(model["vocab"]) if i not in special]
+    texts = [t for t in texts if t and not re.fullmatch(r"<0x[0-9A-F]{2}>", t)] + list(_REBUILD_PROBES)
+    ours = pipeline.encode_batch(texts, add_special_tokens=False)
+    theirs = rebuilt.encode_batch(texts, add_special_tokens=False)
+    differ = [t for t, a, b in zip(texts, ours, theirs) if a.ids != b.ids]
+    if not differ:
+        return []
+    example = next((t for t in differ if t in _REBUILD_PROBES), differ[0])
+    named = {"do_lower_case", "keep_accents"} & set(options)
+    defaults = "" if named else " (ALBERT's defaults: the file names neither)"
+    return [f"transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer and pre-tokenizer "
+            f"from tokenizer_config.json's do_lower_case ({json.dumps(lower)}) and keep_accents ({json.dumps(keep)})"
+            f"{defaults}, not as tokenizer.json holds them, and encodes {len(differ):,} of its texts otherwise, e.g. "
+            f"{example!r}"]
 
 
 # characters tried, in this order, for the byte fallback warning's example: one the vocabulary lacks
 _FALLBACK_EXAMPLES = "😀€ßéж中한語ñ"
 
 
-def _byte_fallback_warning(tokenizer, pipeline, directory: Path) -> list[str]:
-    """transformers 5's AlbertTokenizer builds its Unigram with `byte_fallback=False` whatever the tokenizer.json
-    says, so where our export keeps a `--byte_fallback` model's byte pieces, it reads such characters as <unk>
-    (AutoTokenizer too: its class for an ALBERT directory whose tokenizer_config.json names none or that one)."""
-    model = _albert_rebuilds(pipeline, directory)
-    if model is None or not model.get("byte_fallback"):
-        return []
-    example = ""
-    for char in _FALLBACK_EXAMPLES:
-        pieces = pipeline.encode(char, add_special_tokens=False).tokens
-        if any(re.fullmatch(r"<0x[0-9A-F]{2}>", p) for p in pieces):
-            example = f", e.g. {char!r} ({''.join(p for p in pieces if p.startswith('<0x'))})"
-            break
-    return [f"transformers 5's AlbertTokenizer.from_pretrained (AutoTokenizer's class for this directory) rebuilds "
-            f"this tokenizer without its byte fallback: a character outside its {tokenizer.vocab_size:,} pieces is "
-            f"<unk> there, not the pieces of its UTF-8 bytes that albertlm and sentencepiece give{example}; load our "
-            f"ids with PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\")"]
+def _rebuilt_unigram_warnings(tokenizer, pipeline, model: dict) -> list[str]:
+    """transformers 5's AlbertTokenizer builds its Unigram with `byte_fallback=False` and `unk_id=1` (ALBERT's <unk>)
+    whatever the tokenizer.json says: where our export keeps a `--byte_fallback` model's byte pieces, it reads such
+    characters as <unk>; a model whose <unk> is another id (sentencepiece's default is 0) gets the piece at id 1 for
+    every unknown character there. One warning each."""
+    said = []
+    if model.get("byte_fallback"):
+        example = ""
+        for char in _FALLBACK_EXAMPLES:
+            pieces = pipeline.encode(char, add_special_tokens=False).tokens
+            if any(re.fullmatch(r"<0x[0-9A-F]{2}>", p) for p in pieces):
+                example = f", e.g. {char!r} ({''.join(p for p in pieces if p.startswith('<0x'))})"
+                break
+        said.append(f"transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer without its byte "
+                    f"fallback: a character outside its {tokenizer.vocab_size:,} pieces is <unk> there, not the pieces "
+                    f"of its UTF-8 bytes that albertlm and sentencepiece give{example}")
+    if model.get("unk_id") not in (None, 1) and len(model.get("vocab") or []) >= 2:
+        unk, other = model["unk_id"], model["vocab"][1][0]
+        said.append(f"transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer with <unk> at id 1, "
+                    f"ALBERT's, but this model's <unk> is id {unk}: an unknown character gets id 1 ({other!r}) there, "
+                    f"not {unk}")
+    return said
 
 
-def lost_byte_fallback(path: str | Path) -> str | None:
-    """The warning (its text) for a tokenizer.json that holds a SentencePiece `--byte_fallback` model's 256 byte
-    pieces (<0x00> .. <0xFF>, which sentencepiece writes only for such a model) in a Unigram without byte fallback,
-    as transformers 5's AlbertTokenizer saves ours (`save_pretrained` writes no spiece.model): read so, by transformers
-    and by albertlm, a character outside the vocabulary is <unk>, not the byte pieces the model was trained on.
-    None for any other file (or one that is no JSON)."""
-    try:
-        model = json.loads(Path(path).read_text(encoding="utf-8")).get("model") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(model, dict) or model.get("type") != "Unigram" or model.get("byte_fallback"):
-        return None
-    pieces = {entry[0] for entry in model.get("vocab") or [] if isinstance(entry, list) and entry}
-    if not all(f"<0x{b:02X}>" in pieces for b in range(256)):
-        return None
-    return (f"{path} holds the 256 byte pieces (<0x00> .. <0xFF>) of a SentencePiece model trained with byte fallback, "
-            "but no byte fallback (transformers 5's AlbertTokenizer saves it so): a character outside its vocabulary "
-            "reads as <unk> there, not as the byte pieces the model was trained on; put the model's spiece.model "
-            "beside it (albertlm reads that first), or set \"byte_fallback\": true in its \"model\" section")
+# a tokenizer.json that lost a byte-fallback model's fallback: the check is the tokenizer loader's (which warns at load)
+from albertlm.tokenization.tokenizer_json import lost_byte_fallback  # noqa: E402,F401
 
 
-def _normalizer_warning(tokenizer, directory: Path, count: int, example: str | None) -> list[str]:
+def _normalizer_warning(tokenizer, count: int, example: str | None) -> list[str]:
     """The warning for `count` vocabulary pieces (`example` one) the rebuilt normalizer encodes otherwise."""
     if example and example[-1:] in "\uff9e\uff9f":
         return [f"transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
                 f"(no composition) and reads half-width katakana with a sound mark as two characters, e.g. "
                 f"{example!r} for {unicodedata.normalize('NFKC', example)!r} ({count:,} forms of this vocabulary's "
-                f"pieces get other ids than albertlm and sentencepiece); load our ids with "
-                f"PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\")"]
+                f"pieces get other ids than albertlm and sentencepiece)"]
     return [f"transformers 5's AlbertTokenizer.from_pretrained rebuilds this tokenizer's normalizer "
             f"(NFKD accent stripping, no recomposition) and encodes {count:,} of its {tokenizer.vocab_size:,} "
-            f"pieces otherwise, e.g. {example!r} (Hangul becomes <unk>); load our ids with "
-            f"PreTrainedTokenizerFast(tokenizer_file=\"{Path(directory) / 'tokenizer.json'}\"), or train the "
-            "tokenizer without --strip-accents"]
+            f"pieces otherwise, e.g. {example!r} (Hangul becomes <unk>; a tokenizer trained without --strip-accents "
+            "has none of this)"]
 
 
 def write_model_card(model: nn.Module, directory: str | Path, source: str | Path | None = None,

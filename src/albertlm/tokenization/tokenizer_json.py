@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 import numpy as np
 
@@ -32,6 +33,36 @@ def _not_a_tokenizer(path: Path) -> str:
             "spiece.model or vocab.txt")
 
 
+def byte_fallback_lost(model: object) -> bool:
+    """Whether a tokenizer.json "model" section (a dict) is a Unigram holding a SentencePiece `--byte_fallback`
+    model's 256 byte pieces (<0x00> .. <0xFF>, which sentencepiece writes only for such a model) without byte
+    fallback, as transformers 5's AlbertTokenizer saves ours (its Unigram is rebuilt with `byte_fallback=False`, and
+    `save_pretrained` writes no spiece.model): read so, a character outside the vocabulary is <unk>, not the byte
+    pieces the model was trained on."""
+    if not isinstance(model, dict) or model.get("type") != "Unigram" or model.get("byte_fallback"):
+        return False
+    pieces = {entry[0] for entry in model.get("vocab") or [] if isinstance(entry, list) and entry}
+    return all(f"<0x{b:02X}>" in pieces for b in range(256))
+
+
+def lost_byte_fallback_warning(path: str | Path) -> str:
+    """The warning (its text) for `path`, a tokenizer.json whose model `byte_fallback_lost` describes."""
+    return (f"{path} holds the 256 byte pieces (<0x00> .. <0xFF>) of a SentencePiece model trained with byte fallback, "
+            "but no byte fallback (transformers 5's AlbertTokenizer saves it so): a character outside its vocabulary "
+            "reads as <unk> there, not as the byte pieces the model was trained on; put the model's spiece.model "
+            "beside it (albertlm reads that first), or set \"byte_fallback\": true in its \"model\" section")
+
+
+def lost_byte_fallback(path: str | Path) -> str | None:
+    """`lost_byte_fallback_warning(path)` for a tokenizer.json that `byte_fallback_lost` describes; None for any other
+    file (or one that is no JSON)."""
+    try:
+        model = json.loads(Path(path).read_text(encoding="utf-8")).get("model") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return lost_byte_fallback_warning(path) if byte_fallback_lost(model) else None
+
+
 def describe_step(step: dict | None) -> str:
     """A tokenizer.json normalizer or pre-tokenizer in one line: a Sequence as its steps, each step as its type
     and its true/false/null settings (`BertNormalizer(clean_text=true, ..., lowercase=false)`); "none" if absent."""
@@ -58,6 +89,10 @@ class TokenizerJsonTokenizer(TokenizersBacked):
             raise UserError(f"cannot read {self.tokenizer_file} as a tokenizer.json "
                             f"({_not_a_tokenizer(self.tokenizer_file) or exc})") from None
         model = json.loads(self.backend.to_str())["model"]
+        if byte_fallback_lost(model):
+            # fill-mask, embed, finetune and predict read every character outside the vocabulary as <unk> here,
+            # where the model was trained on its UTF-8 byte pieces (said once: the same text from this line)
+            warnings.warn(lost_byte_fallback_warning(self.tokenizer_file), UserWarning, stacklevel=2)
         self.kind = "wordpiece" if model.get("type") == "WordPiece" else "sentencepiece"
         self._prefix = model.get("continuing_subword_prefix") or "##"
         self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
