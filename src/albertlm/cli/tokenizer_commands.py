@@ -205,18 +205,9 @@ def _tables_warning(tables: list) -> str | None:
     from `check_inputs`), or None, as `data build` says it: a GLUE or KorNLI .tsv given to the training is read
     as text, so its header's column names and its labels ("entailment", "neutral") trained into the vocabulary
     as frequent words, without a word."""
-    if not tables:
-        return None
-    named = "; ".join(f"{path} ({shape.columns} columns" + (f", header: {', '.join(shape.header)}" if shape.header
-                                                            else "") + ")" for path, shape in tables[:3])
-    more = f"; and {len(tables) - 3} more" if len(tables) > 3 else ""
-    path, shape = tables[0]
-    command = (f"tail -n +2 {path} | cut -f{shape.text_column}" if shape.header else
-               f"cut -f{shape.text_column} {path}")
-    return (f"{len(tables)} input file(s) look like tables of tab-separated columns (a GLUE or classification "
-            f"file?), not text: {named}{more}; every line is trained on as text, "
-            f"{'column names, ' if any(s.header for _, s in tables) else ''}labels and ids too; to train on a "
-            f"column, extract it first (`{command} > text.txt`)")
+    from albertlm.data.build import tables_warning
+
+    return tables_warning(tables, done="trained on", purpose="train")
 
 
 def _train(args: argparse.Namespace) -> int:

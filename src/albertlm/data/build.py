@@ -956,9 +956,11 @@ def tabular_inputs(files: Iterable[Path], fmt: str = "auto",
     return [(path, found.columns) for path, found in zip(files, facts) if found.columns is not None]
 
 
-def tables_warning(tables: list[tuple[Path, TableShape]]) -> str | None:
+def tables_warning(tables: list[tuple[Path, TableShape]], done: str = "built", purpose: str = "pretrain") -> str | None:
     """The one warning line about inputs that are tables (`tabular_inputs`), or None. Such a file is read as
-    text like any other: every line, the header's column names, the labels and the ids included."""
+    text like any other: every line, the header's column names, the labels and the ids included. `done` /
+    `purpose`: what is done with the text ("built" / "pretrain" for `data build`, "trained on" / "train" for
+    `tokenizer train`)."""
     if not tables:
         return None
 
@@ -971,8 +973,8 @@ def tables_warning(tables: list[tuple[Path, TableShape]]) -> str | None:
     command = (f"tail -n +2 {path} | cut -f{shape.text_column}" if shape.header else
                f"cut -f{shape.text_column} {path}")
     return (f"{len(tables)} input file(s) look like tables of tab-separated columns (a GLUE or classification "
-            f"file?), not text: {named}{more}; every line is built as text, "
-            f"{'column names, ' if any(s.header for _, s in tables) else ''}labels and ids too; to pretrain on a "
+            f"file?), not text: {named}{more}; every line is {done} as text, "
+            f"{'column names, ' if any(s.header for _, s in tables) else ''}labels and ids too; to {purpose} on a "
             f"column, extract it first (`{command} > text.txt`)")
 
 
