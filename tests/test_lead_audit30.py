@@ -50,3 +50,38 @@ def test_evaluate_classify_scores_a_hub_parquet_gold_file_by_its_class_names(tmp
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert json.loads(captured.out)["accuracy"] == 0.5
+
+
+def test_the_8x_sop_section_states_the_means_of_its_seed_rows():
+    """paper.md's 8x SOP section: the mean ± sd line follows from the per-seed table (Avg, held-out SOP and NSP,
+    MLM), Δ is over the scratch column's mean, every SOP seed beats every scratch seed (claim 5), and README
+    quotes the same means."""
+    import re
+    import statistics
+    from pathlib import Path
+
+    from test_docs_audit27 import _flat
+
+    text = Path(__file__).resolve().parents[1].joinpath("docs", "paper.md").read_text(encoding="utf-8")
+    start = text.index("### The SOP model with eight times the tokens")
+    section = text[start:text.index("\n## ", start)]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if re.match(r"\| [1-4] \|", line)]
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 4]
+
+    def first(cell: str) -> float:
+        return float(cell.split()[0])
+
+    columns = {"MLM": 1, "SOP": 2, "NSP": 3, "Avg": 7, "scratch": 8}
+    values = {name: [first(r[i]) for r in rows] for name, i in columns.items()}
+    flat = " ".join(section.split())
+    for name, said in (("MLM", "MLM"), ("SOP", "held-out SOP"), ("NSP", "the SOP model on NSP"),
+                       ("Avg", "downstream Avg"), ("scratch", "scratch")):
+        mean, sd = re.search(rf"{said} (\d+\.\d) ± (\d+\.\d)", flat).groups()
+        assert abs(statistics.mean(values[name]) - float(mean)) <= 0.06, name
+        assert abs(statistics.stdev(values[name]) - float(sd)) <= 0.06, name
+    delta = float(re.search(r"Δ \+(\d+\.\d)", flat).group(1))
+    assert abs(statistics.mean(values["Avg"]) - statistics.mean(values["scratch"]) - delta) <= 0.11
+    assert min(values["Avg"]) > max(values["scratch"])
+    readme = _flat("README.md")
+    assert "60.1 ± 1.0 held out" in readme and "54.8 ± 0.8 on NSP" in readme and "47.4 ± 1.3" in readme
