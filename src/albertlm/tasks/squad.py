@@ -821,7 +821,8 @@ def nbest_json(predictions: dict[str, ExamplePrediction], version: str | None = 
     For v2.0 the list holds the no-answer entry too, as BERT's `--version_2_with_negative` and transformers'
     `postprocess_qa_predictions` write it: text "", the `[CLS]` logits of the window with the lowest null score,
     in its place by score among the n best (appended after them when it ranks lower), its probability in the same
-    softmax. v1.1 (and `version` None) lists spans only, as BERT's v1.1 file."""
+    softmax. v1.1 (and `version` None) lists spans only, as BERT's v1.1 file; a question without a valid span has
+    one stand-in entry (text "", as its prediction, logits 0: BERT's and transformers' "empty" entry), never none."""
     with_null = version is not None and not str(version).startswith("1")
     out = {}
     for qid, p in predictions.items():
@@ -834,7 +835,11 @@ def nbest_json(predictions: dict[str, ExamplePrediction], version: str | None = 
             ranked = sorted([*entries, null], key=lambda s: -s.score)   # stable: a span tied with null first
             limit = max(p.n_best_size or len(entries), 1)
             entries = ranked[:limit] if any(s is null for s in ranked[:limit]) else [*entries[:limit], null]
-        scores = np.asarray([s.score for s in entries] or [0.0], dtype=np.float64)
+        if not entries:
+            # no valid span in any window (v1.1): BERT's and transformers' one stand-in entry, logits 0, its text
+            # predictions.json's "" (BERT's "empty"); the list was empty, and readers taking `nbest[qid][0]` failed
+            entries = [SpanPrediction("", 0.0)]
+        scores = np.asarray([s.score for s in entries], dtype=np.float64)
         probs = np.exp(scores - scores.max())
         probs /= probs.sum()
         out[qid] = [{"text": s.text, "probability": float(q), "start_logit": s.start_logit, "end_logit": s.end_logit,
@@ -984,7 +989,9 @@ class SquadEvaluation:
         elif self.strict:
             how = "scored as wrong (strict)"
         else:
-            how = "left out of the scores, as the official v2.0 script does (strict scoring counts them as wrong)"
+            # the official v2.0 script leaves them out of exact / f1, then stops with a KeyError at HasAns / NoAns
+            how = ("left out of the scores (the official v2.0 script fails on them with a KeyError; strict scoring "
+                   "counts them as wrong)")
         return f"no prediction for {len(self.missing)} of {self.num_questions} questions ({first}); they are {how}"
 
     def notes(self) -> list[str]:
@@ -1010,8 +1017,9 @@ def evaluate_files(data: str | Path, predictions: str | Path, version: str | Non
 
     Checked first, each a DataError naming the file: the gold file's format and version (v1.1 on a v2.0
     file), a predictions file matching none of the gold ids, null odds missing for a predicted question.
-    v1.1 scores a missing question as wrong (its official script); v2.0 leaves it out (its official script)
-    unless `strict`. The caller prints `warning()` and `notes()` on stderr.
+    v1.1 scores a missing question as wrong (its official script); v2.0 leaves it out (as the official script's
+    exact / f1 do; that script then fails on it with a KeyError) unless `strict`. The caller prints `warning()`
+    and `notes()` on stderr.
 
     `version` None (or "") is the one the gold file shows (`detect_version`; a UserError where it shows none).
     A gold answer that is not in its context is scored by its text, as the official scripts do (counted in the
