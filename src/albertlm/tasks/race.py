@@ -1,7 +1,8 @@
 """RACE: reading `RACE/{train,dev,test}/{middle,high}/*.txt` (one JSON passage per file, several
-questions each; or google-research's `all.txt`, the level's passages one per line), or a Hugging Face export of
-RACE (one row per question: `train`, `validation`, `test` as JSON lines, Parquet, Arrow or CSV, or the split
-folders `DatasetDict.save_to_disk` writes), and building 4-way multiple-choice features.
+questions each; or google-research's `all.txt`, the level's passages one per line; either also gzip, bzip2, xz or
+zstd compressed, `13.txt.gz`), or a Hugging Face export of RACE (one row per question: `train`, `validation`,
+`test` as JSON lines, Parquet, Arrow or CSV, the text ones also compressed, or the split folders
+`DatasetDict.save_to_disk` writes), and building 4-way multiple-choice features.
 
 Each choice is `[CLS] article [SEP] question-with-option [SEP]`: a question containing `_` (after NFKD, as
 google's preprocessing: `＿` too) has it replaced by the option, otherwise the option is appended (google-research
@@ -22,8 +23,9 @@ import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tasks.features import Feature, build_pair
-from albertlm.tasks.tables import (DataError, Problems, export_stem, read_json, read_records, refuse_two_exports,
-                                   shown, split_exports, split_folder_files)
+from albertlm.tasks.tables import (COMPRESSED_SUFFIXES, DataError, Problems, SplitExport, export_stem, open_text,
+                                   read_json, read_records, refuse_two_exports, shown, split_exports,
+                                   split_folder_files)
 
 LEVELS = ("middle", "high")
 LETTERS = "ABCD"
@@ -80,9 +82,15 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
             hint = f"; give the RACE directory itself: {root / 'RACE'}"
         elif root.name in LEVELS and root.is_dir():     # RACE/dev/middle: one level of a split
             hint = f"; {root} is one level: give --data-dir {root.parent} --levels {root.name}"
+        elif root.is_file() and _archive(root):   # RACE.tar.gz as downloaded
+            hint = f"; {root} is {_archive(root)}: extract it and give the RACE directory it holds"
         elif root.is_file():            # a passage file, all.txt or an export of one split
             hint = (f"; {root} is a file: give the RACE directory, a split directory holding middle/ and high/, "
                     "or the directory holding a Hugging Face export's files")
+        elif root.is_dir() and (archives := [path for path in sorted(root.iterdir()) if path.name.lower().startswith(
+                "race") and not path.name.startswith(".") and path.is_file() and _archive(path)]):
+            hint = (f"; {archives[0].name} there is {_archive(archives[0])}: extract it and give the RACE directory "
+                    "it holds")
         elif _split_folder(root):       # one split's folder (save_to_disk, refs/convert): another split, or unnamed
             named = next((s for s, names in HF_SPLIT_NAMES.items() if _hf_split(root, folder=True) in names), None)
             kind = "datasets save_to_disk" if (root / "state.json").is_file() else "refs/convert/parquet split"
@@ -93,7 +101,7 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
         names = " or ".join(HF_SPLIT_NAMES.get(split, (split,)))
         raise DataError(f"{root}: no {split}/ directory (expected RACE/{split}/{{middle,high}}/*.txt, or a Hugging "
                         f"Face export's file or save_to_disk folder named {names}: .jsonl, .parquet, .arrow or "
-                        f".csv){hint}")
+                        f".csv, .jsonl.gz ...){hint}")
     examples = []
     for level in levels:
         examples += _read_level(split_dir / level, level, answers)
@@ -102,20 +110,58 @@ def read_race(root: str | Path, split: str, levels: Sequence[str] = LEVELS,
     return examples
 
 
+def _archive(path: Path) -> str:
+    """"a tar archive (tar xf)" / "a zip archive (unzip)" for a file that is one (RACE.tar.gz, as the RACE site
+    gives it), else "": `read_race` reads folders, and said only that it was given a file."""
+    import tarfile
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            return "a zip archive (unzip)"
+        return "a tar archive (tar xf)" if tarfile.is_tarfile(path) else ""
+    except OSError:
+        return ""
+
+
+def passage_name(path: Path) -> str:
+    """The name a passage file's questions go by (`middle/13.txt#0`): its name less a compression suffix, so that
+    `13.txt.gz` (gzip, bzip2, xz or zstd: read decompressed) is named as the `13.txt` it holds."""
+    name = path.name
+    suffix = Path(name).suffix.lower()
+    return name[: -len(suffix)] if suffix in COMPRESSED_SUFFIXES and name.lower()[: -len(suffix)].endswith(".txt") \
+        else name
+
+
+def _txt_files(level_dir: Path) -> list[Path]:
+    """The level directory's `*.txt` files and compressed ones (`*.txt.gz`, ...), hidden ones (macOS `._13.txt`
+    copies, `.DS_Store`) and anything not a file passed over."""
+    paths = [path for pattern in ("*.txt", *(f"*.txt{suffix}" for suffix in COMPRESSED_SUFFIXES))
+             for path in level_dir.glob(pattern)]
+    return [path for path in dict.fromkeys(paths) if not path.name.startswith(".") and path.is_file()]
+
+
 def passage_files(level_dir: Path) -> list[Path]:
-    """The passage files of one level directory, in number order: `*.txt` files, not hidden ones (macOS
-    `._13.txt` copies, `.DS_Store`) nor google-research's `all.txt` (it repeats the level's passages)."""
+    """The passage files of one level directory, in number order of their names (`passage_name`): `*.txt` files,
+    also compressed (`13.txt.gz`: before, passed over without a word, its questions missing from the training
+    data and the accuracy), not hidden ones nor google-research's `all.txt` (it repeats the level's passages). A
+    passage there twice, plain and compressed (`13.txt` beside `13.txt.gz`), is refused: its questions would go by
+    one name twice (one prediction for both)."""
     if not level_dir.is_dir():
         return []
-    paths = [path for path in level_dir.glob("*.txt")
-             if not path.name.startswith(".") and path.name != ALL_FILE and path.is_file()]
-    return sorted(paths, key=_file_order)
+    paths = sorted((path for path in _txt_files(level_dir) if passage_name(path) != ALL_FILE),
+                   key=lambda path: (_file_order(Path(passage_name(path))), path.name))
+    for before, path in zip(paths, paths[1:]):
+        if passage_name(before) == passage_name(path):
+            raise DataError(f"{path}: passage {passage_name(path)} again, beside {before.name} (one compressed): "
+                            "keep one of them")
+    return paths
 
 
 def _read_level(level_dir: Path, level: str, answers: bool = True) -> list[RaceExample]:
     """A level's questions. A passage file that is another's copy, id and all (`13 (1).txt`, `13 2.txt`: a
     download, unzip or sync conflict made twice), is refused, as a repeated id in `all.txt` is: its questions
-    would count twice in the training data and the accuracy."""
+    would count twice in the training data and the accuracy. `all.txt` may be compressed too (`all.txt.gz`)."""
     paths = passage_files(level_dir)
     if paths:
         examples, seen = [], {}
@@ -127,10 +173,23 @@ def _read_level(level_dir: Path, level: str, answers: bool = True) -> list[RaceE
                 if first[0] != path and first[1] == data:
                     raise DataError(f"{path}: a copy of {first[0].name} (passage id {shown(name)}): its questions "
                                     "would count twice; remove one of the files")
-            examples += _passage_examples(data, str(path), level, path.name, answers)
+            examples += _passage_examples(data, str(path), level, passage_name(path), answers)
         return examples
-    all_file = level_dir / ALL_FILE
-    return read_all_file(all_file, level, answers) if all_file.is_file() else []
+    all_files = sorted(path for path in _txt_files(level_dir) if passage_name(path) == ALL_FILE)
+    if len(all_files) > 1:
+        raise DataError(f"{level_dir}: {' and '.join(path.name for path in all_files)} both hold the level's passages "
+                        "(read together, its questions would count twice); keep one of them")
+    if all_files:
+        return read_all_file(all_files[0], level, answers)
+    # passages under another name (`13.json`, `13.TXT`): the level was left out without a word when the other
+    # level had passages, its questions missing from the training data and the accuracy
+    others = sorted(path.name for path in level_dir.iterdir() if not path.name.startswith(".") and
+                    Path(passage_name(path).lower()).suffix in (".txt", ".json")) if level_dir.is_dir() else []
+    if others:
+        raise DataError(f"{level_dir}: no passage file (RACE's are *.txt, one JSON passage each, or all.txt; also "
+                        f"compressed: 13.txt.gz), but {len(others)} like {shown(others[0])}: name them *.txt, or "
+                        f"leave the level out (--levels {'high' if level == 'middle' else 'middle'})")
+    return []
 
 
 def read_all_file(path: Path, level: str, answers: bool = True) -> list[RaceExample]:
@@ -163,6 +222,7 @@ def read_all_file(path: Path, level: str, answers: bool = True) -> list[RaceExam
 HF_SPLIT_NAMES = {"train": ("train",), "dev": ("validation", "dev"), "test": ("test",)}
 HF_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".arrow", ".csv")
 HF_COLUMNS = ("example_id", "article", "question", "options", "answer")
+TEXT_EXPORT_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv")    # the ones that may come compressed (`.jsonl.gz`)
 
 
 def hf_split_files(root: str | Path, split: str) -> list[Path]:
@@ -170,7 +230,8 @@ def hf_split_files(root: str | Path, split: str) -> list[Path]:
     (a dataset of one config, as `push_to_hub` writes it), in name order: `validation.jsonl` (dev), `test.parquet`,
     `race_validation.csv`, all the shards of `train-00000-of-00002.parquet` (a missing one refused naming it), a
     `save_to_disk` folder (`validation/` holding state.json, as `DatasetDict.save_to_disk` writes), or
-    refs/convert/parquet's split folder (`all/validation/0000.parquet`, ...): found by `tables.split_exports`. `root`
+    refs/convert/parquet's split folder (`all/validation/0000.parquet`, ...): found by `tables.split_exports`; a
+    compressed JSON lines or CSV file (`validation.jsonl.gz`: `_compressed_exports`). `root`
     may be such a folder itself, named by its split; without `all/` or `data/`, the Hub's per-level config folders
     (`middle/`, `high/`: a download of those alone) are read together. Two exports of one split in one folder
     (`validation.jsonl` beside `dev.json`, or a split's shards of two downloads) are refused: their questions would
@@ -184,11 +245,28 @@ def hf_split_files(root: str | Path, split: str) -> list[Path]:
         found: list[Path] = []
         for folder in folders:
             exports = split_exports(folder, lambda stem: _split_word(stem) in names, HF_SUFFIXES)
+            exports += _compressed_exports(folder, names)
             refuse_two_exports(folder, exports, "one split")
             found += [file for export in exports for file in export.files]
         if found:
             return found
     return []
+
+
+def _compressed_exports(folder: Path, names: Sequence[str]) -> list[SplitExport]:
+    """A split's JSON lines or CSV export compressed with gzip, bzip2, xz or zstd (`validation.jsonl.gz`, as
+    `Dataset.to_json(..., compression="gzip")` writes it), read decompressed: it was "no dev/ directory", a
+    `validation.jsonl.gz` beside it not named. A sharded one (`train-00000-of-00002.jsonl.gz`) is not read."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.iterdir()):
+        suffix = path.suffix.lower()
+        inner = Path(path.name[: -len(suffix)]) if suffix in COMPRESSED_SUFFIXES else None
+        if (inner is not None and not path.name.startswith(".") and inner.suffix.lower() in TEXT_EXPORT_SUFFIXES
+                and _split_word(inner.stem) in names and path.is_file()):
+            found.append(SplitExport(path.name, path, [path]))
+    return found
 
 
 def _split_folder(path: Path) -> list[Path] | None:
@@ -309,7 +387,7 @@ def read_passage(path: Path, level: str, answers: bool = True) -> list[RaceExamp
     """The questions of one passage file; its fields are checked for type and count (a DataError naming the
     file and the question otherwise). `answers=False`: a passage without answers is read unlabelled."""
     data = read_json(path, dict, "a JSON object (a RACE passage)")
-    return _passage_examples(data, str(path), level, path.name, answers)
+    return _passage_examples(data, str(path), level, passage_name(path), answers)
 
 
 def _passage_examples(data: dict, where_file: str, level: str, name: str,
@@ -445,8 +523,13 @@ def split_of_predictions(path: str | Path) -> str | None:
 
 
 def read_predictions(path: str | Path) -> dict[str, int]:
-    """{qid: option letter or index} from a predictions JSON written by `albertlm predict race`."""
+    """{qid: option letter or index} from a predictions JSON written by `albertlm predict race`. A question
+    given twice (two files' predictions joined by hand) is refused: JSON keeps the last, and the first was
+    dropped without a word."""
     data = read_json(path, dict, "a JSON object {question id: option letter}")
+    twice = _key_twice(Path(path))
+    if twice is not None:
+        raise DataError(f"{path}: question {shown(twice)} is predicted twice; keep one of its predictions")
     out = {}
     for qid, value in data.items():
         if isinstance(value, str) and len(value) == 1 and value in LETTERS:
@@ -456,3 +539,20 @@ def read_predictions(path: str | Path) -> dict[str, int]:
         else:
             raise DataError(f"{path}: prediction for {qid!r} is {value!r}, expected one of A-D")
     return out
+
+
+def _key_twice(path: Path) -> str | None:
+    """The first key a JSON file's object holds twice (read with `open_text`, as `read_json` reads it), else None."""
+    twice: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen and not twice:
+                twice.append(key)
+            seen.add(key)
+        return dict(items)
+
+    with open_text(path) as handle:
+        json.load(handle, object_pairs_hook=pairs)
+    return twice[0] if twice else None
