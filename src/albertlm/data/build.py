@@ -970,12 +970,50 @@ def tables_warning(tables: list[tuple[Path, TableShape]], done: str = "built", p
     named = "; ".join(described(path, shape) for path, shape in tables[:3])
     more = f"; and {len(tables) - 3} more" if len(tables) > 3 else ""
     path, shape = tables[0]
-    command = (f"tail -n +2 {path} | cut -f{shape.text_column}" if shape.header else
-               f"cut -f{shape.text_column} {path}")
+    extract = f"extract it first (`{_column_command(path, shape)} > text.txt`)"
+    if len(shape.text_columns) >= 2:   # a pair task's file: `cut -f` of one column dropped the other sentence
+        columns = shape.text_columns
+        named_columns = ", ".join(map(str, columns[:-1])) + f" and {columns[-1]}"
+        extract = (f"its sentences, extract them first (`{_rows_command(path, shape)} > text.txt`: columns "
+                   f"{named_columns} {'both' if len(columns) == 2 else 'all'} hold sentences (a pair task's file?), "
+                   f"and each row becomes a document of its {len(columns)}; `{_column_command(path, shape)} > "
+                   f"text.txt` keeps column {shape.text_column} alone)")
+    else:
+        extract = f"a column, {extract}"
     return (f"{len(tables)} input file(s) look like tables of tab-separated columns (a GLUE or classification "
             f"file?), not text: {named}{more}; every line is {done} as text, "
-            f"{'column names, ' if any(s.header for _, s in tables) else ''}labels and ids too; to {purpose} on a "
-            f"column, extract it first (`{command} > text.txt`)")
+            f"{'column names, ' if any(s.header for _, s in tables) else ''}labels and ids too; to {purpose} on "
+            f"{extract}")
+
+
+# the commands that write a compressed or UTF-16/UTF-32 table's text out as it is read (`tables_warning`)
+_DECOMPRESS = {"gz": "gzip -dc", "bz2": "bzip2 -dc", "xz": "xz -dc", "zst": "zstd -dc"}
+
+
+def _table_text(path: Path, shape: TableShape) -> str | None:
+    """A shell pipeline's start that writes the table's UTF-8 text (a compressed or UTF-16 file), or None where the
+    file is that text and a command can read it by name."""
+    steps = [f"{_DECOMPRESS[shape.compression]} {path}"] if shape.compression in _DECOMPRESS else []
+    if shape.encoding:
+        steps.append(f"iconv -f {shape.encoding} -t UTF-8" + ("" if steps else f" {path}"))
+    return " | ".join(steps) or None
+
+
+def _column_command(path: Path, shape: TableShape) -> str:
+    """The command that writes the table's `text_column` (its header line left out): `cut -f`."""
+    text = _table_text(path, shape)
+    if text is None:
+        return f"tail -n +2 {path} | cut -f{shape.text_column}" if shape.header else f"cut -f{shape.text_column} {path}"
+    return f"{text} | tail -n +2 | cut -f{shape.text_column}" if shape.header else f"{text} | cut -f{shape.text_column}"
+
+
+def _rows_command(path: Path, shape: TableShape) -> str:
+    """The command that writes each row's `text_columns` one a line, a blank line after each row (a document in
+    `lines`: a sentence pair stays together), the header line left out."""
+    prints = "; ".join(f"print ${k}" for k in shape.text_columns)
+    program = f"'{'NR > 1 ' if shape.header else ''}{{{prints}; print \"\"}}'"
+    text = _table_text(path, shape)
+    return f"awk -F'\\t' {program} {path}" if text is None else f"{text} | awk -F'\\t' {program}"
 
 
 _META_FILE = re.compile(r"meta(\.part-\d{5}-of-\d{5})?\.json")

@@ -790,6 +790,11 @@ class TableShape:
     columns: int
     header: list[str] | None   # the first line's fields when they name columns (`TABLE_HEADER_NAMES`)
     text_column: int           # 1-based: the column holding the most text (what `cut -f` should keep)
+    # 1-based, in order: every column of sentences (`_holds_sentences`) where there are two or more (a pair task's
+    # file: KorNLI's sentence1, sentence2; MRPC's #1 String, #2 String), else empty: `text_column` alone is the text
+    text_columns: tuple[int, ...] = ()
+    compression: str | None = None   # how the file is stored (`compression_of`) and its encoding where not UTF-8,
+    encoding: str | None = None      # so that the command the warning gives reads it (`build.tables_warning`)
 
 
 def table_columns(head: bytes, complete: bool) -> TableShape | None:
@@ -811,7 +816,18 @@ def table_columns(head: bytes, complete: bool) -> TableShape | None:
     header = any(f.strip().lower() in TABLE_HEADER_NAMES for f in fields)
     body = [row for row in rows[header:] if len(row) == len(fields)] or rows
     sizes = [sum(len(row[k]) for row in body) for k in range(len(fields))]
-    return TableShape(len(fields), [f.strip() for f in fields] if header else None, 1 + sizes.index(max(sizes)))
+    sentences = tuple(1 + k for k in range(len(fields)) if _holds_sentences([row[k] for row in body]))
+    return TableShape(len(fields), [f.strip() for f in fields] if header else None, 1 + sizes.index(max(sizes)),
+                      sentences if len(sentences) >= 2 else ())
+
+
+def _holds_sentences(values: list[str]) -> bool:
+    """Whether a table column holds text (a sentence in most rows: words with spaces between them, or a run of
+    Chinese / Japanese characters) rather than labels, ids, scores or file names, which are one word each."""
+    def sentence(value: str) -> bool:
+        value = value.strip()
+        return any(char.isspace() for char in value) or len(_UNSPACED_CHAR.findall(value)) >= 4
+    return 2 * sum(map(sentence, values)) > len(values)
 
 
 @dataclass(frozen=True)
@@ -881,6 +897,8 @@ def _inspect(path: Path, fmt: str, columns: bool = False) -> tuple[FileFacts, by
         sniff = head[:TABLE_SNIFF_BYTES + 1]
         if binary_reason(sniff) is None:
             shape = table_columns(sniff[:TABLE_SNIFF_BYTES], len(sniff) <= TABLE_SNIFF_BYTES)
+            if shape is not None:
+                shape.compression, shape.encoding = compression, encoding
     skipped = None
     if not head.strip() and errors:
         error = errors[0]

@@ -116,7 +116,24 @@ class PretrainingDataset:
             raise IndexError(f"instance {index} out of range for {len(self)} instances")
         shard = int(np.searchsorted(self._ends, index, side="right"))
         start = int(self._ends[shard - 1]) if shard else 0
-        return self._shards[shard][index - start]
+        return self._shards.read(shard, [index - start])[0]
+
+    def records(self, indices: Sequence[int]) -> np.ndarray:
+        """The raw stored records at `indices` (in their order), read from the shard files with positional reads
+        (`shards.ShardMaps.read`), not through memory maps: a shard cut shorter under the run between the check of
+        its stamp and the read is the one-line "changed" error, not SIGBUS."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        bad = (indices < 0) | (indices >= len(self))
+        if bad.any():
+            index = int(indices[int(np.argmax(bad))])
+            raise IndexError(f"instance {index} out of range for {len(self)} instances")
+        shards = np.searchsorted(self._ends, indices, side="right")
+        starts = np.concatenate([[0], self._ends])[shards]
+        out = np.empty(indices.size, dtype=self._shards.dtype)
+        for shard in np.unique(shards).tolist():
+            where = np.flatnonzero(shards == shard)
+            out[where] = self._shards.read(shard, indices[where] - starts[where])
+        return out
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, np.ndarray]:
         return self.__getitems__([key])[0]
@@ -126,9 +143,9 @@ class PretrainingDataset:
         an `(epoch, index)` pair (an index alone is epoch 0); dynamic masks are drawn for all of them in one
         vectorised call, each row from its own `example_rng`, so each equals `self[key]` alone."""
         pairs = np.array([key if isinstance(key, tuple) else (0, key) for key in keys], dtype=np.int64).reshape(-1, 2)
-        inside = pairs[:, 1][(pairs[:, 1] >= 0) & (pairs[:, 1] < len(self))]    # (`record` refuses the others)
-        self.check_unchanged(np.unique(np.searchsorted(self._ends, inside, side="right")))
-        records = np.stack([self.record(int(i)) for i in pairs[:, 1]])
+        records = self.records(pairs[:, 1])   # (an index out of range is an IndexError)
+        # after the read, so that a shard written over while it was read is caught too (the reads copy the records)
+        self.check_unchanged(np.unique(np.searchsorted(self._ends, pairs[:, 1], side="right")))
         self._check(records, pairs[:, 1])
         tokens = records["input_ids"].astype(np.int64)
         lengths = records["length"].astype(np.int64)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -416,6 +416,7 @@ class ShardMaps:
         self.directory, self.meta, self.dtype, self.stamps = directory, meta, dtype, stamps
         self.counts = [int(shard["num_instances"]) for shard in meta["shards"]]
         self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._files: OrderedDict[int, object] = OrderedDict()   # `read`'s open shards (raw files), as the maps
         self.capacity = map_budget(len(self.counts))
 
     def __len__(self) -> int:
@@ -436,15 +437,72 @@ class ShardMaps:
             self._maps.popitem(last=False)
         return found
 
-    def _map(self, index: int) -> np.ndarray:
-        if not self.counts[index]:  # mmap refuses empty files
-            return np.zeros(0, dtype=self.dtype)
+    def read(self, index: int, rows: Sequence[int]) -> np.ndarray:
+        """Records `rows` of shard `index` (places in the shard), copied out of the file with positional reads
+        (`os.preadv`), not through a memory map: a shard cut shorter between the loader's check of its stamp and
+        the read (a copy begun over it, `rsync --inplace`) is a short read here, the one-line "changed" error,
+        where a map's read past the new end killed the process with SIGBUS. Opened files are kept as the maps are
+        (at most `capacity`, the least recently read closed first); a file is checked against its stamp when it
+        is opened."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        out = np.empty(rows.size, dtype=self.dtype)
+        if not rows.size:
+            return out
+        if rows.min() < 0 or rows.max() >= self.counts[index]:
+            raise IndexError(f"rows {rows.min()}..{rows.max()} out of range for shard {index} of "
+                             f"{self.counts[index]} records")
+        handle = self._files.get(index)
+        if handle is None:
+            handle = self._open(index)
+            self._files[index] = handle
+            while len(self._files) > self.capacity:
+                self._files.popitem(last=False)   # (closed as its last reference goes)
+        else:
+            self._files.move_to_end(index)
+        size, fd = self.dtype.itemsize, handle.fileno()
+        view = out.view(np.uint8).reshape(rows.size, size)
+        for k, row in enumerate(rows.tolist()):
+            if _read_at(handle, fd, view[k], row * size) != size:
+                path = self.directory / self.meta["shards"][index]["file"]
+                raise UserError(changed_shard(self.directory, self.meta, index, self.stamps[index])
+                                or f"shard {path} changed while this run reads it: it ends before record {row}")
+        return out
+
+    def close(self) -> None:
+        """Drop the maps and close the files (they also close when the object goes)."""
+        self._maps.clear()
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()
+
+    def _open(self, index: int):
+        """Shard `index` opened for reading, checked against its stamp (a UserError when it is another file)."""
         path = self.directory / self.meta["shards"][index]["file"]
-        with open(path, "rb") as handle:
+        handle = open(path, "rb", buffering=0)
+        try:
             if _stamp_of(os.fstat(handle.fileno())) != tuple(self.stamps[index]):
                 raise UserError(changed_shard(self.directory, self.meta, index, self.stamps[index])
                                 or f"shard {path} changed since the data was opened; start over on the new data")
+        except BaseException:
+            handle.close()
+            raise
+        return handle
+
+    def _map(self, index: int) -> np.ndarray:
+        if not self.counts[index]:  # mmap refuses empty files
+            return np.zeros(0, dtype=self.dtype)
+        with self._open(index) as handle:
             return np.memmap(handle, dtype=self.dtype, mode="r", shape=(self.counts[index],))
+
+
+def _read_at(handle, fd: int, buffer: np.ndarray, offset: int) -> int:
+    """Read len(buffer) bytes at `offset` of the file into `buffer`; the bytes read (fewer at the file's end). A
+    positional read (`os.preadv`: the file position is not used, so processes sharing the descriptor after a fork
+    do not disturb each other), or seek and read where the system has none."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [buffer], offset)
+    handle.seek(offset)
+    return handle.readinto(buffer) or 0
 
 
 def shard_stamps(directory: str | os.PathLike, meta: dict) -> list[tuple[int, int, int, int]]:

@@ -129,10 +129,32 @@ def format_stats(summary: dict, meta: dict) -> str:
         "masked runs        " + ", ".join(f"{k}: {v:.1%}" for k, v in summary["masked_run_lengths"].items()),
         "length histogram",
     ]
+    kept = text_kept(summary, meta)
+    if kept is not None:
+        lines.insert(2, f"text kept          {kept}")
     peak = max(summary["length_histogram"].values(), default=1)
     for name, count in summary["length_histogram"].items():
         lines.append(f"  {name:>11}  {count:>10,}  {'#' * max(1, round(40 * count / peak)) if count else ''}")
     return "\n".join(lines)
+
+
+def text_kept(summary: dict, meta: dict) -> str | None:
+    """How much of the tokenized text the instances hold: the text's tokens in the records (their tokens less
+    [CLS] and [SEP]) against the text's tokens (`counts.instances.text_tokens`, each document once) times the dupe
+    factor. Truncation to each instance's target length cuts the rest (docs/data.md, "What an instance is": 14.6% of
+    five books at T=128), and one-token chunks are dropped: the build's summary gives both token counts but never
+    compared them. Exact for `sop` and `none`, whose records hold only their own document's text; None for `nsp`
+    (a random next B is another document's text, and a pair's unused sentences go back) and for a build recorded
+    before text_tokens was counted."""
+    text = (meta.get("counts") or {}).get("instances", {}).get("text_tokens")
+    special = {"sop": 3, "none": 2}.get(meta.get("sentence_task"))
+    if not text or special is None:
+        return None
+    dupe = int(meta.get("dupe_factor") or 1)
+    held = summary["num_tokens"] - special * summary["num_instances"]
+    return (f"{held / (text * dupe):.1%} of the text's tokens ({held:,} of {text:,}"
+            f"{f' x {dupe} passes' if dupe > 1 else ''}); truncation to each instance's target length cut the "
+            "rest (each pass elsewhere)")
 
 
 LABEL_NAMES = {"sop": {0: "in order", 1: "swapped"}, "nsp": {0: "is next", 1: "random next"}}
