@@ -46,7 +46,14 @@ def score_race(opts, predictions: str, score_opts=None, warn=None) -> dict:
     if opts.split and named and opts.split != named:
         raise UserError(f"--split {opts.split}, but {Path(predictions).name} holds {named} predictions (by its "
                         f"name); give --split {named}, or rename the file if it really is {opts.split}'s")
-    examples = race.read_race(opts.data_dir, opts.split or named or "dev", opts.level_list())
+    split = opts.split or named or "dev"
+    examples = race.read_race(opts.data_dir, split, opts.level_list())
+    if warn is not None:    # a level asked for with no passages (the shared dev has no high/): said, as fine-tuning says it
+        from albertlm.tasks.specs import _note_missing_levels
+        notes: list[str] = []
+        _note_missing_levels(split, examples, opts.level_list(), notes)
+        for note in notes:
+            warn(note)
     preds = race.read_predictions(predictions)
     missing = [e.qid for e in examples if e.qid not in preds]
     if missing:
