@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 from pathlib import Path
 
@@ -130,9 +129,9 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
         model = onnx_export.masked_lm_of(model)
         _check_config_expressible(model, out)
     metadata, tokenizer = serving_metadata(model_dir, model, tf_source, tokenizer_given)
-    # written in a staging directory beside --out and moved into place once complete: a failed export
-    # leaves existing files as they were
-    with _staging(out.parent) as staging:
+    # written in a staging directory beside --out (inside an existing --out DIR: `_staging_parent`) and moved into
+    # place once complete: a failed export leaves existing files as they were
+    with _staging(_staging_parent(out, directory)) as staging:
         try:
             files = {kind: staging / name for kind, name in names.items()}
             files["fp32"].parent.mkdir(parents=True, exist_ok=True)
@@ -144,9 +143,11 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
                          f"({report['bytes'] / 1e6:.1f} MB, {report['initializers']} initializers, "
                          f"outputs: {', '.join(report['outputs'])})")
             if not args.no_verify:
-                diffs = _verify(model, files["fp32"], _shown(out, directory, names["fp32"]))
+                diffs, broken = _verify(model, files["fp32"], _shown(out, directory, names["fp32"]))
                 lines.append("onnxruntime vs PyTorch, max abs difference: " + _differences(diffs))
-                if not max(diffs.values()) <= 1e-3:
+                warnings_ += _not_finite(broken)
+                # every output's (`max` over them skipped a NaN after the first); non-finite ones are said above
+                if any(value > 1e-3 for name, value in diffs.items() if name not in broken):
                     warnings_.append("the ONNX outputs differ from PyTorch by more than 1e-3")
             if "int8" in files:
                 size = onnx_export.quantize_int8(files["fp32"], files["int8"])["bytes"]
@@ -156,9 +157,9 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
                 size = onnx_export.convert_fp16(files["fp32"], files["fp16"])["bytes"]
                 line = f"float16: {_shown(out, directory, names['fp16'])} ({size / 1e6:.1f} MB, float32 outputs)"
                 if not args.no_verify:
-                    diffs = _verify(model, files["fp16"], _shown(out, directory, names["fp16"]))
+                    diffs, broken = _verify(model, files["fp16"], _shown(out, directory, names["fp16"]))
                     line += "; onnxruntime (CPU) vs PyTorch fp32, max abs difference: " + _differences(diffs)
-                    if not all(math.isfinite(v) for v in diffs.values()):
+                    if "onnxruntime" in broken.values():   # PyTorch's own NaN or inf: said once, for the fp32 file
                         warnings_.append("the float16 outputs are not finite where PyTorch's are: values past "
                                          "float16's range (65504); serve the fp32 file")
                 lines.append(line)
@@ -190,17 +191,35 @@ def _export(args: argparse.Namespace, out: Path, directory: bool, names: dict[st
     return 0
 
 
-def _verify(model, path: Path, shown: Path) -> dict[str, float]:
-    """`compare_with_onnxruntime` of the staged file `path`; a file onnxruntime cannot run is one line naming the file
-    as --out gives it (the staging folder is gone by then), and nothing is written."""
+def _verify(model, path: Path, shown: Path) -> tuple[dict[str, float], dict[str, str]]:
+    """`check_with_onnxruntime` of the staged file `path` (the differences, and the outputs that are not finite); a
+    file onnxruntime cannot run is one line naming the file as --out gives it (the staging folder is gone by then),
+    and nothing is written."""
     from albertlm.errors import UserError
     from albertlm.interop import onnx as onnx_export
 
     try:
-        return onnx_export.compare_with_onnxruntime(model, path)
+        return onnx_export.check_with_onnxruntime(model, path)
     except UserError as exc:
         raise UserError(f"{str(exc).replace(str(path), str(shown))}; nothing was written (another --opset or "
                         "--exporter may export a graph it runs)") from None
+
+
+def _not_finite(broken: dict[str, str]) -> list[str]:
+    """The warnings for outputs holding NaN or inf at the check (`check_with_onnxruntime`'s second value). A
+    checkpoint whose weights hold NaN (a diverged fine-tuning) exported without a word when the NaN output was not
+    the first: the file serves NaN for every input."""
+    said = []
+    own = [name for name, side in broken.items() if side != "onnxruntime"]
+    if own:
+        said.append(f"PyTorch's own {', '.join(own)} {'is' if len(own) == 1 else 'are'} not finite (NaN or inf) on "
+                    "the check's inputs: the checkpoint's weights hold NaN or inf (a diverged run?), or its "
+                    "activations overflow; do not serve the file")
+    runtime = [name for name, side in broken.items() if side == "onnxruntime"]
+    if runtime:
+        said.append(f"onnxruntime's {', '.join(runtime)} {'is' if len(runtime) == 1 else 'are'} not finite (NaN or "
+                    "inf) where PyTorch's are finite; do not serve the file")
+    return said
 
 
 def _check_config_expressible(model, out: Path) -> None:
@@ -511,6 +530,14 @@ def _serving_directory_line(out: Path, model, staging: Path, names: dict[str, st
     else:
         said.append("transformers.js has no multiple-choice pipeline: run its model class on the onnx/ files")
     return "serving: " + "; ".join(said)
+
+
+def _staging_parent(out: Path, directory: bool) -> Path:
+    """Where the staging folder goes: on the file system of the files' destination, so that they move in by rename.
+    An existing --out DIR holds it: DIR may be a mount point (a container's volume, another disk) or a link to one,
+    and staged beside it the export failed at the move, after all the work, with "Invalid cross-device link".
+    Otherwise FILE's folder, or the folder DIR is made in."""
+    return out if directory and out.is_dir() else out.parent
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
     export_onnx(model, "model.onnx")            # any albertlm Albert* model; see OUTPUTS for what comes out
     compare_with_onnxruntime(model, "model.onnx")  # max |torch - onnxruntime| per output, on fresh inputs
+    check_with_onnxruntime(model, "model.onnx")    # the same, and which outputs hold NaN or inf (PyTorch's, ORT's)
     quantize_int8("model.onnx", "model.int8.onnx")
     convert_fp16("model.onnx", "model.fp16.onnx")   # float16 weights and compute, int64 inputs, float32 outputs
 
@@ -353,7 +354,17 @@ def run_onnxruntime(path: str | Path, names, feeds: dict) -> list:
 def compare_with_onnxruntime(model: nn.Module, path: str | Path, batch: int = 3, length: int = 37,
                              seed: int = 1) -> dict[str, float]:
     """max |PyTorch - onnxruntime| per output on fresh inputs of another batch size and length than the
-    export's example (so the dynamic axes are exercised), with padding and two segments."""
+    export's example (so the dynamic axes are exercised), with padding and two segments. NaN where either side
+    is NaN (`check_with_onnxruntime` says which)."""
+    return check_with_onnxruntime(model, path, batch, length, seed)[0]
+
+
+def check_with_onnxruntime(model: nn.Module, path: str | Path, batch: int = 3, length: int = 37,
+                           seed: int = 1) -> tuple[dict[str, float], dict[str, str]]:
+    """(`compare_with_onnxruntime`'s differences, the outputs holding NaN or inf on those inputs: {name: "PyTorch"
+    (the model's own, which the file serves as they are: NaN or inf weights, an overflow), "onnxruntime" (where
+    PyTorch's are finite) or "both"}). A NaN difference is no number to compare with a tolerance: `max` over the
+    differences skips a NaN after the first output, and the command's check passed a file whose end_logits were NaN."""
     names = output_names(model)
     args = example_inputs(model, batch, length, seed)
     got = run_onnxruntime(path, names, {k: v.numpy() for k, v in zip(INPUTS, args)})
@@ -361,7 +372,14 @@ def compare_with_onnxruntime(model: nn.Module, path: str | Path, batch: int = 3,
     with torch.no_grad():
         expected = _Outputs(model.eval(), names)(*args)
     model.train(was_training)
-    return {n: float((torch.from_numpy(g) - e).abs().max()) for n, g, e in zip(names, got, expected)}
+    diffs, broken = {}, {}
+    for name, ours, theirs in zip(names, expected, got):
+        theirs = torch.from_numpy(theirs)
+        diffs[name] = float((theirs - ours).abs().max())
+        bad = (not bool(torch.isfinite(ours).all()), not bool(torch.isfinite(theirs).all()))
+        if any(bad):
+            broken[name] = "both" if all(bad) else "PyTorch" if bad[0] else "onnxruntime"
+    return diffs, broken
 
 
 def quantize_int8(path: str | Path, out: str | Path) -> dict:
