@@ -431,8 +431,18 @@ def clear_run_dir(found: list[Path]) -> None:
 
 
 def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` checkpoints. Each is first renamed out of the `step_*` names (to a
+    `.tmp-` one, atomically) and then removed, so a kill -9 in the middle of its removal leaves a leftover that the
+    next `--resume` clears (`remove_stale_tmp`), never a `step_*` directory holding some of its files: one left
+    empty stayed beside the kept checkpoints for good (keep-last 2 kept 3), was counted as a checkpoint, and could be
+    named as the one to go on from when the newest is damaged (`damaged_advice`)."""
     for old in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        doomed = old.with_name(f"{TMP_PREFIX}pruned-{old.name}-{os.getpid()}")
+        try:
+            os.replace(old, doomed)
+        except OSError:                 # cannot rename it there: removed in place, as before
+            doomed = old
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
 def remove_stale_tmp(run_dir: str | Path) -> None:

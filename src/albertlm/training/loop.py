@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import os
 import signal
@@ -377,7 +378,7 @@ class Loop:
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
         window, first_steps = Window(), []
-        window.resume(self.state.extra.pop(UNLOGGED, None), self.info.device)
+        window.resume(self._carried_window(), self.info.device)
         self._window = window
         # True from the optimizer's update until the step is counted (`state.step += 1`): the weights are then
         # ahead of `state.step`, so a checkpoint of them would make a resumed run do that update twice
@@ -622,18 +623,40 @@ class Loop:
 
     def _log_unlogged(self, window: "Window") -> None:
         """A run stopping before the end (signal, time budget) logs the steps since the last training record:
-        the resumed run starts a new window, so without this their numbers would be in no record."""
+        the resumed run starts a new window, so without this their numbers would be in no record.
+        (A checkpoint this step's schedule saved before keeps the window too; `_carried_window` leaves it then.)"""
         if self.train.log_every and window.steps:
             self.log_train(window)
 
-    def _evaluate(self) -> None:
-        """Evaluate the step reached and log it. Until its record is written, a KeyboardInterrupt (a second signal)
-        puts `state.extra` back as it was before (`_before_eval`) and saves the step as not evaluated."""
+    def _carried_window(self) -> dict | None:
+        """The logging window the checkpoint resumed from kept (`UNLOGGED`), for the resumed run to go on with;
+        None when there is none, or when metrics.jsonl has a training record of that very step: a run stopped (a
+        signal, the time budget) at a step its schedule had just saved in the middle of a window (--save-every not a
+        multiple of --log-every) logs that window as it stops (`_log_unlogged`), after the checkpoint kept it, and
+        the resumed run went on with it, so its next record counted those steps a second time (records at 6,
+        covering steps 5-6, and at 8, covering 5-8). Records are rank 0's (the others' windows are never logged);
+        the resume has dropped those after the step (`metrics.drop_records_after`), so a record of the step is one
+        logged before the stop, never one of a later run."""
+        saved = self.state.extra.pop(UNLOGGED, None)
+        if saved and self._logged(self.state.step, "train"):
+            return None
+        return saved
+
+    def _logged(self, step: int, split: str) -> bool:
+        """Whether this rank's logger has a `split` record of `step` in its metrics.jsonl (False without a logger)."""
+        if self.logger is None:
+            return False
+        return has_record(Path(getattr(self.logger, "run_dir", self.run_dir)) / "metrics.jsonl", step, split)
+
+    def _evaluate(self, log: bool = True) -> None:
+        """Evaluate the step reached and log it (unless not `log`). Until its record is written, a KeyboardInterrupt
+        (a second signal) puts `state.extra` back as it was before (`_before_eval`) and saves the step as not
+        evaluated."""
         self._before_eval = copy.deepcopy(self.state.extra)
         metrics = self.evaluate_fn()
         if metrics:
             self._last_eval = (self.state.step, dict(metrics))
-        if self.logger is not None and metrics:       # nothing to evaluate on (no labelled dev set): no line
+        if self.logger is not None and metrics and log:  # nothing to evaluate on (no labelled dev set): no line
             self.logger.log(self.state.step, "eval", metrics)
         self._before_eval = None
         self.state.extra.pop(UNEVALUATED, None)
@@ -642,13 +665,19 @@ class Loop:
     def _redo_evaluation(self) -> bool:
         """A run resumed from a checkpoint whose step's evaluation was interrupted (`UNEVALUATED`) evaluates that
         step before it trains on, as the uninterrupted run did; returns whether it did. Every rank reads the same
-        checkpoint, so all of them evaluate (pretraining's evaluation is collective)."""
+        checkpoint, so all of them evaluate (pretraining's evaluation is collective).
+
+        An earlier resume killed after it logged that evaluation and before it recorded it in the checkpoint (a kill
+        -9 during `_record_evaluated`'s rewrite of the optimizer state) left its record, which the resume keeps (it
+        is of the step resumed at): the evaluation is done again (a fine-tuning's history and best with it) and not
+        logged a second time (metrics.jsonl and TensorBoard had two evaluations of the step)."""
         pending = self.state.extra.pop(UNEVALUATED, None)
         if pending != self.state.step or self.evaluate_fn is None:
             return False              # a run resumed without its evaluation data evaluates nothing
+        logged = self._logged(self.state.step, "eval")
         self._print(f"evaluating step {self.state.step} first: its evaluation was interrupted before the checkpoint "
-                    "was saved")
-        self._evaluate()
+                    f"was saved{' (its record is in metrics.jsonl already)' if logged else ''}")
+        self._evaluate(log=not logged)
         self._record_evaluated()
         return True
 
@@ -760,6 +789,23 @@ class Loop:
             self.logger.note(message)          # above the progress bar, not through it
         elif self.info.is_main:
             print(message, flush=True)
+
+
+def has_record(path: Path, step: int, split: str) -> bool:
+    """Whether the metrics.jsonl at `path` has a `split` record ("train", "eval") of `step` (False where it cannot
+    be read)."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    for line in reversed(lines):               # the step a run resumes at is among the last records
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("step") == step and record.get("split") == split:
+            return True
+    return False
 
 
 def count_tokens(batch: Batch) -> torch.Tensor:
