@@ -25,7 +25,7 @@ import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from albertlm.tasks.tables import COMPRESSED_SUFFIXES, DataError, Problems, guess_format, read_records, shown
 
@@ -153,16 +153,27 @@ def label_name(value) -> str:
 def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
                   regression: bool = False, problems: Problems | None = None,
                   unique_ids: bool = True, texts: bool = True, split: str | None = None) -> list[TextExample]:
-    """The rows of a CSV / TSV / JSONL file. With `columns.id`, each row's id must be there, and (with
-    `unique_ids`, for a file whose predictions are written or scored by id) no two rows may share one: the
-    second row's prediction would replace the first's when a predictions file is scored. `texts=False` (scoring a
-    predictions file) reads no text columns: the examples' texts are empty. `split` (train, dev, test) names the
-    split in the `problems` it counts ("empty text (dev)"), as the truncation notes do (one tally for every split
-    counted a file given as both --train and --dev twice, under one name)."""
+    """The rows of a CSV / TSV / JSONL file (`iter_examples`, all of them in a list)."""
+    return list(iter_examples(path, columns, with_labels, regression, problems, unique_ids, texts, split))
+
+
+def iter_examples(path: str | Path, columns: Columns, with_labels: bool = True,
+                  regression: bool = False, problems: Problems | None = None,
+                  unique_ids: bool = True, texts: bool = True, split: str | None = None) -> Iterator[TextExample]:
+    """The rows of a CSV / TSV / JSONL file, one at a time as they are read (`predict` on a file of millions of
+    rows holds a window of them). With `columns.id`, each row's id must be there, and (with `unique_ids`, for a
+    file whose predictions are written or scored by id) no two rows may share one: the second row's prediction
+    would replace the first's when a predictions file is scored. `texts=False` (scoring a predictions file) reads
+    no text columns: the examples' texts are empty. `split` (train, dev, test) names the split in the `problems`
+    it counts ("empty text (dev)"), as the truncation notes do (one tally for every split counted a file given as
+    both --train and --dev twice, under one name). A file without rows, or whose every label is -1, is a DataError
+    once it has been read to its end."""
     path = Path(path)
     problems = problems if problems is not None else Problems()
-    examples = []
-    first_at: dict[str, int] = {}   # id -> the line it was first seen on
+    count = 0
+    first: TextExample | None = None
+    all_unlabelled = True     # every label -1 so far
+    first_at: dict[str, int] = {}   # id -> the line it was first seen on (ids checked unique only)
     for lineno, record in read_records(path):
         where = f"{path}:{lineno}"
         text = _text(_cell(record, columns.text, where, path), columns.text, where) if texts else ""
@@ -174,22 +185,26 @@ def read_examples(path: str | Path, columns: Columns, with_labels: bool = True,
         if with_labels and columns.label:
             label = _label_cell(record, columns.label, where, path, columns)
             label = _regression_value(label, where) if regression else _label(label, columns.label, where)
+            all_unlabelled = all_unlabelled and _number(label_name(label)) == _number(NO_LABEL)
         # a named id column must exist (a misspelt one would number the predictions by row without a word)
-        guid = _cell(record, columns.id, where, path) if columns.id else len(examples)
+        guid = _cell(record, columns.id, where, path) if columns.id else count
         guid = _id(guid, columns.id, where) if columns.id and unique_ids else str(guid).strip()
-        if columns.id and unique_ids and guid in first_at:
-            raise DataError(f"{where}: id {shown(guid)} (column {columns.id!r}) is also the id of line "
-                            f"{first_at[guid]}; the predictions are written and scored by id, so give each row "
-                            "its own id (or leave out --id-column to number the rows)")
-        first_at.setdefault(guid, lineno)
-        examples.append(TextExample(guid, text, pair, label, where))
-    if not examples:
+        if columns.id and unique_ids:
+            if guid in first_at:
+                raise DataError(f"{where}: id {shown(guid)} (column {columns.id!r}) is also the id of line "
+                                f"{first_at[guid]}; the predictions are written and scored by id, so give each row "
+                                "its own id (or leave out --id-column to number the rows)")
+            first_at[guid] = lineno
+        example = TextExample(guid, text, pair, label, where)
+        first = first or example
+        count += 1
+        yield example
+    if first is None:
         raise DataError(f"{path}: no rows")
-    if with_labels and columns.label and all(_number(label_name(e.label)) == _number(NO_LABEL) for e in examples):
+    if with_labels and columns.label and all_unlabelled:
         # a Hugging Face test split: trained as one class "-1" (a warning), scored as a dev or gold file (accuracy
         # 0 against labels no row has), without a word that the file holds no labels
-        raise DataError(f"{examples[0].where}: every label in column {columns.label!r} is -1{NO_LABEL_HINT}")
-    return examples
+        raise DataError(f"{first.where}: every label in column {columns.label!r} is -1{NO_LABEL_HINT}")
 
 
 def _label_cell(record: dict, column: str, where: str, path: Path, columns: Columns) -> object:

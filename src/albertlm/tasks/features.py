@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -187,6 +187,55 @@ def bucket_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Gener
         batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
     rng.shuffle(batches)
     return batches
+
+
+# the features predicted at a time (`finetune.predict_windows`): each window is sorted by length and cut into batches
+# on its own, so that a set read a window at a time (`FeatureWindows`) needs memory for one window, and its batches,
+# hence its outputs bit for bit, are those of the same set held whole. A set of up to this many features is one
+# window: its batches are one sort of the whole set, as before windows (GLUE's and SQuAD's dev sets, RACE's; QQP's
+# 40k dev pairs are three windows)
+PREDICT_WINDOW = 16384
+
+
+class FeatureWindows:
+    """A set's features made a window (`PREDICT_WINDOW`) at a time from its rows and dropped once predicted, never
+    held all at once: `predict` on a file of millions of rows. `len` is the number of features (counted when the
+    rows were checked); `windows()` reads the rows again and yields each window's features in input order, every
+    window but the last of `PREDICT_WINDOW` features. `check`, where set, is called with each window before it is
+    predicted (`finetune.check_positions`: the length its model's positions cover)."""
+
+    def __init__(self, count: int, make: Callable[[], Iterator[list[Feature]]]) -> None:
+        self.count, self._make = count, make
+        self.check: Callable[[list[Feature]], None] | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[Feature]:
+        """Every feature, the rows read again (a window at a time)."""
+        for window in self._make():
+            yield from window
+
+    def windows(self) -> Iterator[list[Feature]]:
+        for window in self._make():
+            if self.check is not None:
+                self.check(window)
+            yield window
+
+
+def feature_windows(features) -> Iterator[Sequence[Feature]]:
+    """The windows `predict` takes `features` in: a `FeatureWindows`'s own, else slices of `PREDICT_WINDOW`."""
+    if isinstance(features, FeatureWindows):
+        yield from features.windows()
+        return
+    for start in range(0, len(features), PREDICT_WINDOW):
+        yield features[start:start + PREDICT_WINDOW]
+
+
+def window_batch_count(count: int, batch_size: int) -> int:
+    """The batches `predict` runs for `count` features (each window cut into batches on its own): a progress total."""
+    full, rest = divmod(count, PREDICT_WINDOW)
+    return full * -(-PREDICT_WINDOW // batch_size) + -(-rest // batch_size)
 
 
 def collate(features: Sequence[Feature], pad_id: int, label_dtype=None, pad_to: int | None = None) -> dict:

@@ -20,7 +20,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from torch import nn
 
 from albertlm.config.task import FinetuneConfig
 from albertlm.errors import UserError, json_object_or_empty, program_name, warning_line
-from albertlm.tasks.features import Feature, bucket_batches, collate
+from albertlm.tasks.features import PREDICT_WINDOW, Feature, FeatureWindows, bucket_batches, collate
 from albertlm.tasks.tables import Problems
 from albertlm.training import checkpoint as ckpt
 from albertlm.training.checkpoint import TrainState
@@ -49,7 +49,7 @@ RECORDED_PRECISION = "precision"
 @dataclass
 class EvalSet:
     name: str
-    features: list[Feature]
+    features: list[Feature] | FeatureWindows   # FeatureWindows: made a window at a time (predict classify)
     score: Callable[[dict[str, np.ndarray]], dict[str, float]] | None  # None: no labels (test)
     write: Callable[[dict[str, np.ndarray], Path], list[Path]] | None = None  # prediction files: their paths
 
@@ -253,30 +253,69 @@ def bucketed_batches(lengths: Sequence[int], batch_size: int, seed: int) -> Call
     return lambda epoch: bucket_batches(lengths, batch_size, np.random.default_rng([seed, epoch]))
 
 
-@torch.no_grad()
-def predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, batch_size: int,
-            device: torch.device, precision: str = "fp32", progress: bool = False) -> dict[str, Any]:
-    """The head's outputs for every feature, in feature order: stacked arrays, or for per-token outputs a
-    list of per-feature arrays with the padding cut off."""
+def predict_windows(model, features, outputs: Outputs, pad_id: int, batch_size: int, device: torch.device,
+                    precision: str = "fp32", progress: bool = False) -> Iterator[dict[str, Any]]:
+    """The head's outputs a window of features at a time (`features.feature_windows`: slices of PREDICT_WINDOW of a
+    list, or a `FeatureWindows`' windows as it reads them), each window's as soon as it is done, in feature order:
+    stacked arrays, or for per-token outputs a list of per-feature arrays with the padding cut off. Each window is
+    sorted by length and cut into batches on its own (`bucket_batches`), so memory holds one window, and a set of
+    up to PREDICT_WINDOW features is batched as one sort of the whole set. `progress`: one bar (or a line at every
+    tenth, in a log) over all the windows' batches."""
+    from albertlm.tasks.features import feature_windows, window_batch_count
+
     was_training = model.training
     model.eval()
-    out: dict[str, list] = {k: [None] * len(features) for k in outputs.keys}
-    batches = bucket_batches([f.length for f in features], batch_size, rng=None)
+    ticks = None
     if progress:   # a bar on a terminal; in a log, a line at every tenth (a bar's carriage returns are noise there)
         from albertlm.training.evaluate import show_progress
 
-        batches = show_progress(batches, len(batches), "predict", leave=False)
-    for index in batches:
-        batch = task_collate([features[i] for i in index], pad_id, outputs=outputs)
-        batch.pop("labels", None)
-        with autocast(precision, device):
-            result = model(**{k: v.to(device) for k, v in batch.items()})
-        for key in outputs.keys:
-            values = result[key].float().cpu().numpy()
-            for row, i in zip(values, index):
-                out[key][i] = row[: features[i].length] if outputs.per_token else row
-    model.train(was_training)
-    return {k: (v if outputs.per_token else np.stack(v)) for k, v in out.items()}
+        total = window_batch_count(len(features), batch_size) if not isinstance(features, _Windows) else sum(
+            -(-len(window) // batch_size) for window in features.parts)
+        ticks = show_progress(iter(range(total)), total, "predict", leave=False)
+    windows = features.parts if isinstance(features, _Windows) else feature_windows(features)
+    try:
+        for window in windows:
+            out: dict[str, list] = {k: [None] * len(window) for k in outputs.keys}
+            for index in bucket_batches([f.length for f in window], batch_size, rng=None):
+                if ticks is not None:
+                    next(ticks, None)
+                batch = task_collate([window[i] for i in index], pad_id, outputs=outputs)
+                batch.pop("labels", None)
+                # (no_grad around the forward pass only: a generator's `with` would leak it to the caller's code)
+                with torch.no_grad(), autocast(precision, device):
+                    result = model(**{k: v.to(device) for k, v in batch.items()})
+                for key in outputs.keys:
+                    values = result[key].float().cpu().numpy()
+                    for row, i in zip(values, index):
+                        out[key][i] = row[: window[i].length] if outputs.per_token else row
+            yield {k: (v if outputs.per_token else np.stack(v)) for k, v in out.items()}
+        if ticks is not None:
+            next(ticks, None)   # the last batch's line (or the bar's end)
+    finally:
+        model.train(was_training)
+
+
+@dataclass
+class _Windows:
+    """Windows given as they are (`shared_predict`: a rank's share of each window's batches): `predict` batches
+    each on its own, as `feature_windows` does a list's slices."""
+    parts: list[list[Feature]]
+
+    def __len__(self) -> int:
+        return sum(map(len, self.parts))
+
+
+def predict(model, features, outputs: Outputs, pad_id: int, batch_size: int,
+            device: torch.device, precision: str = "fp32", progress: bool = False) -> dict[str, Any]:
+    """The head's outputs for every feature, in feature order (`predict_windows`' windows joined): stacked arrays,
+    or for per-token outputs a list of per-feature arrays with the padding cut off."""
+    done: dict[str, list] = {k: [] for k in outputs.keys}
+    for window in predict_windows(model, features, outputs, pad_id, batch_size, device, precision, progress):
+        for key, value in window.items():
+            done[key].append(value)
+    if outputs.per_token:
+        return {k: [row for part in v for row in part] for k, v in done.items()}
+    return {k: np.concatenate(v) if v else np.stack([]) for k, v in done.items()}
 
 
 def shared_predict(model, features: Sequence[Feature], outputs: Outputs, pad_id: int, batch_size: int,
@@ -295,11 +334,21 @@ def shared_predict(model, features: Sequence[Feature], outputs: Outputs, pad_id:
 
     if not info.enabled:
         return predict(model, features, outputs, pad_id, batch_size, info.device, precision, progress)
-    batches = bucket_batches([f.length for f in features], batch_size, rng=None)
-    mine = np.concatenate([batches[j] for j in my_share(len(batches), info)] or [np.zeros(0, dtype=np.int64)])
-    # `mine` is whole batches of the length-sorted order, in that order: `predict`'s own (stable) sort keeps it, and
-    # its cut into batches of `batch_size` gives back the same batches (only the last of all can be short)
-    done = predict(model, [features[i] for i in mine], outputs, pad_id, batch_size, info.device, precision,
+    # `predict`'s batches: each window's (PREDICT_WINDOW) length-sorted order cut into batches, numbered through
+    batches, window_of = [], []
+    for start in range(0, len(features), PREDICT_WINDOW):
+        window = bucket_batches([f.length for f in features[start:start + PREDICT_WINDOW]], batch_size, rng=None)
+        batches += [batch + start for batch in window]
+        window_of += [start] * len(window)
+    parts: dict[int, list[np.ndarray]] = {}
+    for j in my_share(len(batches), info):
+        parts.setdefault(window_of[j], []).append(batches[j])
+    # a window's share is whole batches of its length-sorted order, in that order: `predict`'s own (stable) sort of
+    # it, given as a window of its own (`_Windows`), keeps it, and its cut into batches of `batch_size` gives back
+    # the same batches (only a window's last can be short)
+    mine = np.concatenate([np.concatenate(part) for part in parts.values()] or [np.zeros(0, dtype=np.int64)])
+    done = predict(model, _Windows([[features[i] for i in np.concatenate(part)] for part in parts.values()]),
+                   outputs, pad_id, batch_size, info.device, precision,
                    progress and info.is_main) if len(mine) else None
     gathered = gather_to_main((mine, done), info)
     if gathered is None:
@@ -672,12 +721,19 @@ def check_positions(spec: TaskSpec, model_dir: str | Path, cfg: FinetuneConfig) 
     from albertlm.model.io import read_config
 
     limit = read_config(model_dir)[0].max_position_embeddings
-    lengths = [f.length for f in spec.train] + [f.length for s in spec.eval_sets for f in s.features]
-    longest = max(lengths, default=0)
-    if longest > limit:
-        raise UserError(f"{model_dir}: its position embeddings cover {limit} tokens, but with max_seq_length "
-                        f"{cfg.max_seq_length} examples here have up to {longest}: give --max-seq-length {limit} "
-                        "or less")
+
+    def check(features) -> None:
+        longest = max((f.length for f in features), default=0)
+        if longest > limit:
+            raise UserError(f"{model_dir}: its position embeddings cover {limit} tokens, but with max_seq_length "
+                            f"{cfg.max_seq_length} examples here have up to {longest}: give --max-seq-length "
+                            f"{limit} or less")
+
+    check([*spec.train, *(f for s in spec.eval_sets if not isinstance(s.features, FeatureWindows)
+                          for f in s.features)])
+    for s in spec.eval_sets:
+        if isinstance(s.features, FeatureWindows):   # read a window at a time: each window, before it is predicted
+            s.features.check = check
 
 
 def run_finetune(spec: TaskSpec, model_path: str | Path, tokenizer, cfg: FinetuneConfig, out_dir: str | Path,

@@ -9,10 +9,13 @@ predictions file (`albertlm evaluate <family> --predictions`) without torch.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import json
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -33,13 +36,31 @@ def _pair_features(tokenizer, examples, labels, max_length: int, problems: Probl
     """Features of GLUE / classify examples; each one truncated is a problem naming its file and line. `show`:
     the tokenizing is shown on a terminal; `warnings`: a line naming `where` is added when much of its text is
     the unknown token (features.tokenizing)."""
-    cut: list[int] = []
     with tokenizing(tokenizer, where, show, warnings) as counted:
-        pairs, _ = encode_pairs(counted, [e.text_a for e in examples], [e.text_b for e in examples], max_length, cut)
+        return _encoded_features(counted, examples, labels, max_length, problems, where)
+
+
+def _encoded_features(tokenizer, examples, labels, max_length: int, problems: Problems, where: str,
+                      start: int = 0) -> list[Feature]:
+    """`_pair_features` with a tokenizer already counted (`tokenizing`); `start`: the first example's index."""
+    cut: list[int] = []
+    pairs, _ = encode_pairs(tokenizer, [e.text_a for e in examples], [e.text_b for e in examples], max_length, cut)
     for i in cut:
         problems.add(f"truncated to {max_length} tokens ({where})", examples[i].where)
     labels = labels if labels is not None else [None] * len(pairs)
-    return [Feature(ids, types, i, label) for i, ((ids, types), label) in enumerate(zip(pairs, labels))]
+    return [Feature(ids, types, start + i, label) for i, ((ids, types), label) in enumerate(zip(pairs, labels))]
+
+
+def _examples_windows(examples: Iterable, size: int) -> Iterator[list]:
+    """`examples` in lists of `size` (the last one shorter), as they are read."""
+    window: list = []
+    for example in examples:
+        window.append(example)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:
+        yield window
 
 
 def _class_preds(logits: np.ndarray, regression: bool) -> np.ndarray:
@@ -590,6 +611,10 @@ def classify_spec(tokenizer, cfg: FinetuneConfig, columns: classify.Columns, tra
     for name, path, labelled in (("dev", dev_file, True), ("test", test_file, False)):
         if path is None:
             continue
+        if not training:    # predict / evaluate: a window of the file at a time, whatever its size
+            eval_sets.append(_streamed_classify_set(name, path, columns, labelled, regression, label_list, tokenizer,
+                                                    cfg.max_seq_length, problems, warnings))
+            continue
         examples = classify.read_examples(path, columns, labelled, regression, problems, split=name)
         if labelled and label_list is not None:
             name_class_ids(examples, class_label_names(path, columns.label), label_list)
@@ -710,12 +735,85 @@ def _score_text(value) -> str:
     return text if float(text) == value else repr(value)
 
 
-def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalSet:
+def _streamed_classify_set(name: str, path, columns: classify.Columns, labelled: bool, regression: bool,
+                           label_list: list[str] | None, tokenizer, max_length: int, problems: Problems,
+                           warnings: list[str]) -> EvalSet:
+    """A dev or test file for `predict` / `evaluate classify`, never held whole (it held about 1.8 kB a row: 916 MB
+    for 200k rows): read once here, every row checked as before (columns, labels, ids, no rows, all -1) and
+    counted, its gold class ids (a number a row) kept for the score; then read again a window at a time
+    (`FeatureWindows`) to be tokenized and predicted, and once more for the ids when its predictions are written
+    (`_classify_set`: the same file, byte for byte, as from the file held whole)."""
+    from albertlm.tasks.features import PREDICT_WINDOW, FeatureWindows
+
+    names = class_label_names(path, columns.label) if labelled and label_list is not None else None
+
+    def rows(**given) -> Iterator[list[classify.TextExample]]:
+        # read again: the rows were checked and their problems (empty texts) counted by the first reading
+        read = dict(with_labels=False, problems=Problems(), unique_ids=False, split=name)
+        return _examples_windows(classify.iter_examples(path, columns, regression=regression, **{**read, **given}),
+                                 PREDICT_WINDOW)
+
+    gold: list[np.ndarray] = []
+    count = 0
+    for window in rows(with_labels=labelled, problems=problems, unique_ids=True):
+        if labelled:
+            name_class_ids(window, names, label_list)
+            gold.append(np.asarray(classify.label_ids(window, label_list),
+                                   dtype=np.float64 if label_list is None else np.int64))
+        count += len(window)
+
+    labels = np.concatenate(gold).tolist() if labelled else None
+    made: list[bool] = []     # the features made once already: their truncations and unknown tokens were counted
+
+    def windows() -> Iterator[list[Feature]]:
+        # one tally of the unknown token over the whole file (one warning line, as when it was read whole); no
+        # tokenizing bar: predict's own bar counts these windows' batches
+        tally, said = (problems, warnings) if not made else (Problems(), None)
+        made.append(True)
+        with tokenizing(tokenizer, name, False, said) as counted:
+            start = 0
+            for window in rows():
+                yield _encoded_features(counted, window, None if labels is None else labels[start:start + len(window)],
+                                        max_length, tally, name, start)
+                start += len(window)
+
+    return _classify_set(name, lambda: (e for window in rows(texts=False) for e in window),
+                         FeatureWindows(count, windows), label_list, labelled, labels)
+
+
+CHUNK = 4096     # rows whose class probabilities a predictions file is written from at a time
+
+
+def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
+    """Each of `lines` and a line break written to `path` as they come, through a temporary file and a rename
+    (`checkpoint.write_text_atomic` without the whole text in memory): never a half-written file under its name;
+    the temporary file is removed when the writing fails or is interrupted."""
+    from albertlm.training.checkpoint import TMP_PREFIX
+
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for line in lines:
+                handle.write(line + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):      # a read-only file system refuses the removal too
+            tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _classify_set(name, examples, features, label_list, labelled: bool, gold: list | None = None) -> EvalSet:
+    """`examples`: the rows (a list), or a callable that reads them again, in order (`_streamed_classify_set`);
+    `gold`: their class ids (or values) where already read."""
     from albertlm.tasks.finetune import EvalSet
-    from albertlm.training.checkpoint import write_text_atomic
 
     regression = label_list is None
-    gold = classify.label_ids(examples, label_list) if labelled else None
+    if gold is None and labelled:
+        gold = classify.label_ids(examples, label_list)
 
     def score(out):
         preds = _class_preds(out["logits"], regression)
@@ -723,16 +821,22 @@ def _classify_set(name, examples, features, label_list, labelled: bool) -> EvalS
             return regression_metrics(gold, preds)
         return classification_metrics(gold, preds, len(label_list))
 
-    def write(out, out_dir: Path) -> list[Path]:
+    def lines(out) -> Iterator[str]:
         preds = _class_preds(out["logits"], regression)
+        rows = iter(examples() if callable(examples) else examples)
         if regression:
-            lines = ["id\tprediction"] + [f"{e.guid}\t{_score_text(p)}" for e, p in zip(examples, preds)]
-        else:   # each class's probability beside the class predicted (thresholds, calibration, ensembles)
-            probs = class_probabilities(out["logits"])
-            lines = ["\t".join(["id", "prediction", *(f"p_{label}" for label in label_list)])]
-            lines += ["\t".join([e.guid, label_list[int(p)], *(f"{q:.6g}" for q in row)])
-                      for e, p, row in zip(examples, preds, probs)]
-        write_text_atomic(out_dir / f"{name}_predictions.tsv", "\n".join(lines) + "\n")
+            yield "id\tprediction"
+            yield from (f"{e.guid}\t{_score_text(p)}" for e, p in zip(rows, preds))
+            return
+        # each class's probability beside the class predicted (thresholds, calibration, ensembles)
+        yield "\t".join(["id", "prediction", *(f"p_{label}" for label in label_list)])
+        for start in range(0, len(preds), CHUNK):     # the probabilities of a chunk of rows at a time
+            probs = class_probabilities(out["logits"][start:start + CHUNK])
+            yield from ("\t".join([e.guid, label_list[int(p)], *(f"{q:.6g}" for q in row)])
+                        for e, p, row in zip(itertools.islice(rows, len(probs)), preds[start:start + CHUNK], probs))
+
+    def write(out, out_dir: Path) -> list[Path]:
+        write_lines_atomic(out_dir / f"{name}_predictions.tsv", lines(out))
         return [out_dir / f"{name}_predictions.tsv"]
 
     return EvalSet(name, features, score if labelled else None, write)
