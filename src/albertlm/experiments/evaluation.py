@@ -7,7 +7,11 @@
 - parameters: embeddings + encoder + pooler, not the MLM / SOP heads (the paper's shared rows count so; its
   not-shared rows leave out the pooler, H² + H: docs/model.md "Parameter counts");
 - the unigram baseline of MLM accuracy: what predicting each masked token from token frequencies alone scores
-  on the same held-out slots (a pretrained model near it has learned little beyond frequencies).
+  on the same held-out slots (a pretrained model near it has learned little beyond frequencies);
+- the segment-length baseline of SOP and NSP accuracy: what the two segments' lengths alone (no token read)
+  score on the held-out pairs. It is above the 50% of chance: a chunk gathers sentences until one crosses its
+  target length, so the chunk's last sentence, always in B, tends to be the longest (google's builder has the
+  same property), and "A longer than B" hints at a swapped SOP pair.
 """
 from __future__ import annotations
 
@@ -72,6 +76,109 @@ def unigram_baseline(train_data: str | Path, heldout_data: str | Path, max_train
     return {"acc": float(np.mean(held == int(np.argmax(counts)))) if held.size else float("nan"),
             "loss": float(-np.log(probability[held]).mean()) if held.size else float("nan"),
             "train_targets": int(seen.size), "heldout_targets": int(held.size)}
+
+
+def segment_lengths(data: str | Path, indices: np.ndarray | None = None,
+                    chunk: int = 65536) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(len A, len B, label, sentence task) of the instances at `indices` (all by default) of a built SOP or NSP
+    data directory, from its records alone: an instance is ``[CLS] A [SEP] B [SEP]`` and its `type_boundary` the
+    first position of B, so len A = type_boundary - 2 and len B = length - type_boundary - 1 (truncated segments,
+    as the model sees them). A UserError for MLM-only data (no second segment, no label) and damaged records."""
+    from albertlm.data.loader import PretrainingDataset
+    from albertlm.errors import UserError
+
+    dataset = PretrainingDataset(data)
+    task = str(dataset.meta.get("sentence_task"))
+    if task not in ("sop", "nsp"):
+        raise UserError(f"{data} is {task!r} data: no second segment and no sentence label to predict from lengths")
+    if indices is None:
+        indices = np.arange(len(dataset), dtype=np.int64)
+    parts = []
+    for start in range(0, len(indices), chunk):
+        rows = np.asarray(indices[start:start + chunk], dtype=np.int64)
+        records = dataset.records(rows)
+        dataset.check_records(records, rows)       # a damaged record is the loader's one-line error
+        boundary, length = records["type_boundary"].astype(np.int64), records["length"].astype(np.int64)
+        parts.append(np.stack([boundary - 2, length - boundary - 1, records["label"]]).astype(np.int32))
+    a, b, label = np.concatenate([np.zeros((3, 0), np.int32), *parts], axis=1).astype(np.int64)
+    if np.any((a < 1) | (b < 1) | ((label != 0) & (label != 1))):
+        raise UserError(f"{data}: instances without two segments and a 0/1 label in {task} data; rebuild it")
+    return a, b, label, task
+
+
+def length_baseline(train_data: str | Path | None, heldout_data: str | Path, max_train: int = 1_000_000,
+                    min_count: int = 20, share_bins: int = 20) -> dict:
+    """How well the sentence label of held-out SOP or NSP pairs is predicted from the lengths of their two
+    segments alone (`segment_lengths`), never reading a token. Labels (data/instances.py): SOP 1 = swapped
+    (B came before A in the text), 0 = in order; NSP 1 = B from another document ("random next"), 0 = B
+    follows A. Two predictors:
+
+    - `rule`: label 1 when A is longer than B (in tokens), else 0 (equal lengths: 0); nothing fitted;
+    - `fitted`: the best length-only predictor learned on `train_data` (the same task's training data; an
+      evenly spaced, so deterministic, sample of at most `max_train` of its instances): P(label = 1 | len A,
+      len B) tabulated per (len A, len B) cell, label 1 where it is above 0.5. A cell with fewer than
+      `min_count` training pairs backs off to the pairs whose share len A / (len A + len B) falls in the same of
+      `share_bins` equal bins, and a bin as thin to the training data's overall label-1 rate. Its table is at
+      most T x T counts (T the sequence length), so time and memory are bounded by `max_train` and T (the
+      lengths and labels of 1M pairs: 24 MB, read in chunks; about 4 s on a CPU core). None (and no training
+      read) when `train_data` is None. Its held-out accuracy moves by about a point with the training sample
+      (cells near 0.5 flip): within the interval it is given with.
+
+    Returns {task, heldout_instances, heldout_label1 (the held-out share of label 1), rule_acc, rule_ci95,
+    fitted_acc, fitted_ci95, fitted_backed_off (the share of held-out pairs whose cell was thin), train_instances
+    (those fitted on), fitted_train_acc (its accuracy on them: what lengths tell a model about the labels it is
+    trained on), min_count, share_bins}; the intervals are normal-approximation 95% intervals of a
+    binomial proportion over the held-out pairs. Accuracies are None where there is nothing to score."""
+    from albertlm.errors import UserError
+
+    a, b, label, task = segment_lengths(heldout_data)
+    n = int(label.size)
+
+    def interval(acc: float) -> list[float]:
+        half = 1.96 * float(np.sqrt(acc * (1 - acc) / n))
+        return [max(0.0, acc - half), min(1.0, acc + half)]
+
+    rule = float(np.mean((a > b) == (label == 1))) if n else None
+    out = {"task": task, "heldout_instances": n, "heldout_label1": float(label.mean()) if n else None,
+           "rule_acc": rule, "rule_ci95": interval(rule) if n else None, "fitted_acc": None, "fitted_ci95": None,
+           "fitted_backed_off": None, "train_instances": 0, "fitted_train_acc": None, "min_count": min_count,
+           "share_bins": share_bins}
+    if train_data is None or not n:
+        return out
+    from albertlm.data.loader import PretrainingDataset
+
+    size = len(PretrainingDataset(train_data))
+    picked = np.unique(np.linspace(0, size - 1, min(max_train, size)).round().astype(np.int64)) if size else \
+        np.zeros(0, np.int64)
+    ta, tb, ty, train_task = segment_lengths(train_data, picked)
+    if train_task != task:
+        raise UserError(f"{train_data} is {train_task} data and {heldout_data} {task} data: the length baseline "
+                        "is fitted on the held-out data's own task")
+    if not ty.size:
+        return out
+    width = int(max(ta.max(), tb.max(), a.max(initial=0), b.max(initial=0))) + 1
+    cells = np.bincount(ta * width + tb, minlength=width * width)
+    ones = np.bincount(ta * width + tb, weights=ty, minlength=width * width)
+
+    def share_bin(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.minimum((x * share_bins) // (x + y), share_bins - 1)
+
+    bins = np.bincount(share_bin(ta, tb), minlength=share_bins)
+    bin_ones = np.bincount(share_bin(ta, tb), weights=ty, minlength=share_bins)
+    overall = float(ty.mean())
+    by_bin = np.where(bins >= min_count, bin_ones / np.maximum(bins, 1), overall)
+
+    def predicted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cell = x * width + y
+        thin = cells[cell] < min_count
+        probability = np.where(thin, by_bin[share_bin(x, y)], ones[cell] / np.maximum(cells[cell], 1))
+        return (probability > 0.5).astype(np.int64), thin
+
+    guess, thin = predicted(a, b)
+    fitted = float(np.mean(guess == label))
+    out.update(fitted_acc=fitted, fitted_ci95=interval(fitted), fitted_backed_off=float(thin.mean()),
+               train_instances=int(ty.size), fitted_train_acc=float(np.mean(predicted(ta, tb)[0] == ty)))
+    return out
 
 
 def unmasked_batches(data: str | Path, batch_size: int, max_batches: int):
