@@ -46,7 +46,7 @@ class AblateOptions:
     report: bool = True                  # write the report after the runs
 
 
-ABLATE = Options(AblateOptions)
+ABLATE = Options(AblateOptions, required=True)   # --out DIR
 # pretraining seeds; a model's fine-tuning seeds are its seed + 1000 i, and every seed must suit numpy's 32 bits
 SEED_LIMIT = 2**31
 MIN_VOCAB = 100   # the special tokens and the corpus's characters come first

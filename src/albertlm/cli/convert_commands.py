@@ -58,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                         help="output format (default: albertlm)")
     parser.add_argument("--config", metavar="FILE", help="TF source: albert_config.json "
                         "(default: the one beside the checkpoint)")
-    parser.add_argument("--tokenizer", metavar="FILE", help="copy this spiece.model / *.model / vocab.txt / "
-                        "tokenizer.json instead of the one found beside SRC")
+    parser.add_argument("--tokenizer", metavar="PATH", help="copy this spiece.model / *.model / vocab.txt / "
+                        "tokenizer.json (or the one a directory holds) instead of the one found beside SRC")
     parser.add_argument("--verify", action="store_true",
                         help="TF source: check every tensor's CRC32C (pure Python, slow for large models)")
     parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise UserError("--verify checks a TF checkpoint's CRC32C; SRC is a(n) "
                         f"{src_format} directory (safetensors files carry no checksums to verify)")
     _check_destination(src, dst, args.overwrite)
-    if args.tokenizer and not Path(args.tokenizer).is_file():   # before anything is written
-        raise UserError(f"--tokenizer {args.tokenizer}: no such file")
+    if args.tokenizer:   # before anything is written
+        args.tokenizer = str(_tokenizer_file(Path(args.tokenizer)))
     model, notes = load_model(src, src_format, args.config, args.verify)
     base = src if src.is_dir() else src.parent
     from albertlm.tasks.inference import find_tokenizer
@@ -502,6 +502,23 @@ def save_model(model, dst: Path, dst_format: str, labels: dict | None = None) ->
 
         if labels and type(model).__name__ in ("AlbertForSequenceClassification", "AlbertForTokenClassification"):
             (dst / LABELS_FILE).write_text(json.dumps(labels, indent=2) + "\n")
+
+
+def _tokenizer_file(path: Path) -> Path:
+    """--tokenizer's file: the path itself, or the file a directory's tokenizer is read from (as `load_tokenizer`
+    reads a directory: spiece.model, vocab.txt, a single *.model, tokenizer.json). A directory was "no such file",
+    where every other command's --tokenizer takes one (`albertlm tokenizer train --out my-spm` writes one)."""
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise UserError(f"--tokenizer {path}: no such file or directory")
+    models = sorted(path.glob("*.model"))
+    for found in (path / "spiece.model", path / "vocab.txt", *(models if len(models) == 1 else []),
+                  path / "tokenizer.json"):
+        if found.is_file():
+            return found
+    raise UserError(f"--tokenizer {path}: no tokenizer in this directory (spiece.model, vocab.txt, a single *.model "
+                    "or tokenizer.json)")
 
 
 def copy_tokenizer(src: Path, dst: Path, explicit: Path | None) -> list[str]:

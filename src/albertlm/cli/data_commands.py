@@ -9,15 +9,10 @@ from pathlib import Path
 from albertlm.config.overrides import Options, add_options, read_options
 from albertlm.data.build import BuildConfig  # numpy only
 
+# --input, --tokenizer and --out are required, in the usage line too (`--input PATH [PATH ...] --tokenizer PATH --out
+# DIR`, the words `config.overrides.METAVARS` gives those fields, as `tokenizer train` names the same options)
 BUILD = Options(BuildConfig, plain={"--input": "inputs"}, negations={"--no-progress": "progress"},
-                title="build options")
-
-
-# build's options the help names as `tokenizer train` names the same ones (the config's generic ITEM and TEXT said
-# nothing of what to give); the first three are required, in the usage line too (it showed them optional, and
-# leaving --input out was refused as "--inputs", a spelling the help and README do not use)
-BUILD_WORDS = {"--input": ("PATH", True), "--tokenizer": ("PATH", True), "--out": ("DIR", True),
-               "--text-field": ("NAME", False)}
+                title="build options", required=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -25,19 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     build = sub.add_parser("build", help="build shards of masked instances from text files",
                            description="build shards of masked instances from text files (docs/data.md)")
     add_options(build, BUILD)
-    for action in build._actions:
-        for flag in set(action.option_strings) & set(BUILD_WORDS):
-            action.metavar, action.required = BUILD_WORDS[flag]
     what = "print decoded instances with masks and labels"
     inspect = sub.add_parser("inspect", help=what, description=f"{what} (docs/data.md)")
-    inspect.add_argument("directory", help="a directory written by `albertlm data build`")
+    inspect.add_argument("directory", metavar="DIR", help="a directory written by `albertlm data build`")
     inspect.add_argument("-n", "--num", type=int, default=5, metavar="N", help="how many instances (default 5)")
     inspect.add_argument("--start", type=int, default=0, metavar="N", help="first instance index (default 0)")
     inspect.add_argument("--tokenizer", metavar="PATH",
                          help="tokenizer to decode with (default: the one in meta.json)")
     what = "counts, length histogram, label balance, mask rate, masked runs"
     stats = sub.add_parser("stats", help=what, description=f"{what} of a build (docs/data.md)")
-    stats.add_argument("directory", help="a directory written by `albertlm data build`")
+    stats.add_argument("directory", metavar="DIR", help="a directory written by `albertlm data build`")
     stats.add_argument("--json", action="store_true", help="print JSON")
 
 

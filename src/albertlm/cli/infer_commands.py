@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (default 32)")
     parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer (default: beside the model, or its run's)")
     parser.add_argument("--device", default="auto", metavar="{auto,cpu,cuda,cuda:N}",
-                        help="auto: cuda if available; cuda:N picks one GPU of several")
+                        help="auto: cuda if available, else cpu; cuda:N picks one GPU of several (default: auto)")
     written = "scores" if command == "fill-mask" else "embeddings"
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help=f"the forward pass, as predict's: fp32; bf16 autocast (CPU and CUDA; on a CPU without "

@@ -25,14 +25,15 @@ WITHOUT_POOLER = frozenset({"AlbertForMaskedLM", "AlbertForTokenClassification",
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     if command == "info":
-        parser.add_argument("directory", help="an albertlm or transformers model directory (or a file in one), "
+        parser.add_argument("directory", metavar="MODEL", help="an albertlm or transformers model directory (or a file in one), "
                             "a run directory or a TF checkpoint")
         parser.add_argument("--json", action="store_true", help="print JSON")
         parser.add_argument("--config", metavar="FILE", help="TF checkpoint: its albert_config.json where none is "
                             "beside it (run_classifier.py's --output_dir, a TF-Hub module), as `albertlm convert "
                             "--config` takes it")
         return
-    parser.add_argument("--preset", action="append", help="preset(s) to show (repeatable; default: all)")
+    parser.add_argument("--preset", action="append", metavar="NAME",
+                        help="preset(s) to show (repeatable; default: all of them, the names `albertlm params` lists)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_options(parser, PARAMS)
 

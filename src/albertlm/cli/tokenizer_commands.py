@@ -46,7 +46,7 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="input format, as for `albertlm data build` (default: auto, see docs/data.md)")
     p.add_argument("--text-field", default="text", metavar="NAME",
-                   help="JSONL field / CSV, Parquet or Arrow column holding the text")
+                   help="JSONL field / CSV, Parquet or Arrow column holding the text (default: text)")
     p.add_argument("--vocab-size", type=int, default=30000, metavar="N",
                    help="vocabulary size (default 30000, as ALBERT)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (spiece.model or vocab.txt)")
@@ -57,23 +57,26 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lowercase", action="store_true", help="lowercase text (ALBERT's English models do)")
     p.add_argument("--strip-accents", action="store_true",
                    help="NFKD + drop accents (café -> cafe); ALBERT's English models do. Off by default")
-    p.add_argument("--character-coverage", type=float, default=0.99995, metavar="X",
+    # the options WordPiece training has no use for (SENTENCEPIECE_ONLY): `--kind wordpiece --seed 1` is refused, and the
+    # help listed them among the others without a word of it
+    sp = p.add_argument_group("SentencePiece options", "--kind sentencepiece only: --kind wordpiece refuses them")
+    sp.add_argument("--character-coverage", type=float, default=0.99995, metavar="X",
                    help="share of characters the vocabulary must cover, in [0.98, 1]; the rarest others "
                         "become <unk> (default 0.99995, as ALBERT; 0.9995 is usual for Chinese or Japanese)")
-    p.add_argument("--input-sentence-size", type=int, default=10_000_000, metavar="N",
+    sp.add_argument("--input-sentence-size", type=int, default=10_000_000, metavar="N",
                    help="sentences sampled from the input for training (0 = all, else at least 101; default 10M "
                         "as ALBERT)")
-    p.add_argument("--no-shuffle", action="store_true", help="take the first sentences instead of a random sample")
-    p.add_argument("--model-type", choices=("unigram", "bpe"), default="unigram",
+    sp.add_argument("--no-shuffle", action="store_true", help="take the first sentences instead of a random sample")
+    sp.add_argument("--model-type", choices=("unigram", "bpe"), default="unigram",
                    help="SentencePiece algorithm: unigram (ALBERT) or BPE (default: unigram)")
-    p.add_argument("--user-defined-symbols", default="", metavar="A,B,...",
+    sp.add_argument("--user-defined-symbols", default="", metavar="A,B,...",
                    help="pieces always kept whole (ALBERT used '(,),\",-,.,–,£,€'; see docs/tokenization.md)")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
+    sp.add_argument("--threads", type=int, default=0, metavar="N",
                    help="SentencePiece training threads, at most 1024 (default 0: all usable cores, at most 8)")
-    p.add_argument("--seed", type=int, default=12345, metavar="N",
+    sp.add_argument("--seed", type=int, default=12345, metavar="N",
                    help="seed of the --input-sentence-size sample: same input, seed and --threads, same model "
                         "(default 12345)")
-    p.add_argument("--verbose", action="store_true", help="show sentencepiece's own log")
+    sp.add_argument("--verbose", action="store_true", help="show sentencepiece's own log")
 
 
 def run(args: argparse.Namespace, command: str) -> int:
@@ -91,7 +94,8 @@ SENTENCEPIECE_ONLY = {"model_type": ("--model-type", "unigram"),
                       "input_sentence_size": ("--input-sentence-size", 10_000_000),
                       "no_shuffle": ("--no-shuffle", False),
                       "threads": ("--threads", 0),   # the tokenizers trainer uses every core and has no seed
-                      "seed": ("--seed", 12345)}
+                      "seed": ("--seed", 12345),
+                      "verbose": ("--verbose", False)}   # the tokenizers trainer has no log to show: it did nothing
 
 
 def _check_train_args(args: argparse.Namespace) -> None:

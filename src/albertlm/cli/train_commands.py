@@ -47,7 +47,7 @@ class EvaluateOptions:
             raise UserError(f"--max-batches must be >= 0 (0 = all the data), got {self.max_batches}")
 
 
-EVALUATE = Options(EvaluateOptions, negations={"--no-progress": "progress"})
+EVALUATE = Options(EvaluateOptions, negations={"--no-progress": "progress"}, required=True)   # --data DIR
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, command: str) -> int:
 
 # ------------------------------------------------------------------------------------------------ pretrain
 def _add_pretrain(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="run directory: checkpoints, metrics, config")
+    p.add_argument("--out", required=True, metavar="DIR", help="run directory: checkpoints, metrics, config")
     p.add_argument("--resume", action="store_true",
                    help="continue exactly from the newest checkpoint in --out (its run_config.json is the base)")
     p.add_argument("--overwrite", action="store_true",
@@ -479,7 +479,8 @@ def _check_init_source(args: argparse.Namespace) -> None:
 
 # ------------------------------------------------------------------------------------------------ evaluate
 def _add_evaluate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="a model directory (ours or transformers'), or a run directory (newest checkpoint)")
+    p.add_argument("checkpoint", metavar="MODEL",
+                   help="a model directory (ours or transformers'), or a run directory (newest checkpoint)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_options(p, EVALUATE)
 

@@ -7,7 +7,9 @@ A command hands `add_options(parser, Options(...))` its config class; every leaf
   a short name too (`--lr` is `--optim.lr`) and `Options.aliases` a second spelling (`--data` = `--dev`);
 - the help text is the field's comment in the source (the line's trailing `# ...` and any comment lines
   right above it), then the default; a `Literal[...]` field shows its choices; a bool field reads
-  `--flag`, `--flag=false` (and `--no-flag` where the command declares one);
+  `--flag`, `--flag=false` (and `--no-flag` where the command declares one); a text field shows what it takes
+  by its name (`METAVARS`: `--out DIR`, `--tokenizer PATH`, `--task {cola,...}`), and with `Options.required` a
+  field without a default is a required option (`--out DIR`, not `[--out DIR]`, in the usage line);
 - values are read here (text -> the field's type; one that is not is named by the flag typed and its other
   spellings: `--max-steps/--train.max_steps: cannot read '1.5' as int (a whole number)`) and validated once,
   by the config class itself (`__post_init__`): the CLI holds no ranges or choices of its own. A value those
@@ -475,6 +477,11 @@ class Options:
     defaults: Callable[[], Any] | None = None        # what the help shows as defaults (else the class's)
     show_defaults: bool = True
     title: str = ""
+    # the fields without a default are required options: unbracketed in the usage line (`--out DIR`; it showed
+    # `[--out TEXT]`), and a missing one is argparse's one line (`the following arguments are required: --out`)
+    # before anything else is read. Off where a command may take such a field from elsewhere (a --config file, a
+    # run's record: `predict glue` reads --task from the model's task.json), and `build` refuses what is missing.
+    required: bool = False
 
     def dest(self, key: str) -> str:
         return f"{DEST}{self.config.__name__}:{key}"
@@ -484,15 +491,39 @@ def option_name(key: str) -> str:
     return f"--{key}" if "." in key else "--" + key.replace("_", "-")
 
 
-def _metavar(kind: Any) -> str:
+# What a text option takes, by its field's name (the last part of its key), in every config that has a field of that
+# name: the usage and help said `TEXT` for each (`--tokenizer TEXT`, `--data TEXT`, `--task TEXT`, `[--corpus TEXT]`),
+# where a directory, a file, a column's name or one of a few words is wanted. A choice list where the values are
+# fixed (`--task`, `--device`, `--split`); where a value may also be a path or a number, both (`--grid NAME|FILE`).
+# A text field not named here shows TEXT (tests/test_cli_audit31.py keeps every command's options named).
+GLUE_TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax")   # tasks.glue.TASKS
+METAVARS: dict[str, str] = {
+    # directories
+    "out": "DIR", "data_dir": "DIR", "corpus": "DIR", "glue_dir": "DIR", "init_from": "DIR",
+    "data": "DIR", "path": "DIR", "eval_path": "DIR",           # a `data build` output (evaluate's, pretrain's)
+    # a file, or a directory holding one (a tokenizer's folder; a `datasets` save_to_disk or Parquet split folder)
+    "tokenizer": "PATH", "inputs": "PATH", "train": "PATH", "dev": "PATH", "test": "PATH",
+    "na_probs": "FILE",
+    # names and words
+    "text_field": "NAME", "text_column": "NAME", "text_pair_column": "NAME", "label_column": "NAME",
+    "id_column": "NAME", "preset": "NAME", "labels": "A,B,...", "levels": "LEVEL[,LEVEL]",
+    "grid": "NAME|FILE", "null_threshold": "X|recorded",
+    # fixed values
+    "task": "{" + ",".join(GLUE_TASK_NAMES) + "}", "device": "{auto,cpu,cuda,cuda:N}", "split": "{train,dev,test}",
+}
+
+
+def _metavar(kind: Any, key: str = "") -> str:
     choices = _choices(kind)
-    if choices:
-        return "{" + ",".join(map(str, choices)) + "}"
+    if choices:      # "" is a field's "not given" (squad's --version): `{,1.1,2.0}` showed an empty choice
+        return "{" + ",".join(str(c) for c in choices if c != "") + "}"
     kind = _strip_optional(kind)
-    if _is_list(kind):      # `--seeds N [N ...]` (was ITEM) for numbers; text items are the command's to name
+    if _is_list(kind):      # `--seeds N [N ...]` (was ITEM) for numbers; text items are named as a text field
         inner = (typing.get_args(kind) or (str,))[0]
-        return {int: "N", float: "X"}.get(inner, "ITEM")
-    return {int: "N", float: "X", str: "TEXT"}.get(kind, "V")
+        return {int: "N", float: "X"}.get(inner) or METAVARS.get(key.rsplit(".", 1)[-1], "ITEM")
+    if kind is str:
+        return METAVARS.get(key.rsplit(".", 1)[-1], "TEXT")
+    return {int: "N", float: "X"}.get(kind, "V")
 
 
 # a field's comment that says its default in words (`default: the scale's`): "(default: none)" after it said the
@@ -546,11 +577,14 @@ def add_options(parser: argparse.ArgumentParser, options: Options) -> None:
         kwargs: dict[str, Any] = dict(dest=options.dest(key), action=_Given, default=argparse.SUPPRESS,
                                       help=_help(doc, default, required) if options.show_defaults else doc)
         if _strip_optional(kind) is bool:
-            kwargs.update(nargs="?", const="true", metavar="BOOL")
+            kwargs.update(nargs="?", const="true", metavar="BOOL", action=_GivenBool)
+            kwargs.update(kind=kind, spellings=_spellings(options, key))
         elif _is_list(kind):
-            kwargs.update(nargs="+", metavar=_metavar(kind))
+            kwargs.update(nargs="+", metavar=_metavar(kind, key))
         else:
-            kwargs.update(metavar=_metavar(kind))
+            kwargs.update(metavar=_metavar(kind, key))
+        if required and options.required:   # `--out DIR`, not `[--out TEXT]`: argparse's one line names it if missing
+            kwargs.update(required=True)
         groups[section].add_argument(*names, **kwargs)
         if key in negation:
             groups[section].add_argument(negation[key], dest=options.dest(key), action=_Given, nargs=0, const="false",
@@ -563,6 +597,21 @@ class _Given(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         value = self.const if self.nargs == 0 or values is None else values
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), (option_string, value)])
+
+
+class _GivenBool(_Given):
+    """A bool option's value read as it is given: `ablate --list-jobs maybe` is refused naming `maybe` before
+    argparse's check of the required options (`--out`), as it was when those were checked later, by `build`. The
+    message is `coerce`'s, the flag typed first (`--list-jobs: cannot read 'maybe' as bool (1, true, ...)`)."""
+
+    def __init__(self, *args, kind: Any = bool, spellings: list[str] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kind, self.spellings = kind, list(spellings)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is not None:
+            coerce(values, self.kind, Flags("/".join(dict.fromkeys([option_string, *self.spellings]))))
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _shown_default(cls: type, defaults: Any, key: str) -> tuple[Any, bool]:
