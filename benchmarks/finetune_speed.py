@@ -12,15 +12,17 @@ Rows, all training steps (forward + backward + AdamW step, batch 32, fp32, same 
 
 All rows train on the same randomly drawn `steps x batch` examples of SST-2 train, each in its own
 batching (shuffled for transformers, length-bucketed for ours), one warm-up step first; the rows take
-their steps in turn (round robin) so a busy machine slows them alike. Both models attend through SDPA
-(transformers built with `attn_implementation="sdpa"`) with the preset's dropout, in train mode. examples/s is
-the timed steps' examples over their summed wall seconds (a mean rate over the steps, not a median).
+their steps in turn (round robin) so a busy machine slows them alike. transformers' model is ours (seeded)
+exported with `albertlm.interop.hf.export_hf`: the same config and weights (`models`). Both models attend through
+SDPA (transformers loaded with `attn_implementation="sdpa"`) with the preset's dropout, in train mode. examples/s
+is the timed steps' examples over their summed wall seconds (a mean rate over the steps, not a median).
 
     .venv/bin/python benchmarks/finetune_speed.py [--steps 8] [--batch-size 32] [--threads N]
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import time
 from pathlib import Path
 
@@ -78,15 +80,34 @@ def train_step(model, optimizer, batch) -> None:
     optimizer.step()
 
 
-def our_model(cfg) -> AlbertForSequenceClassification:
-    """Our classifier as `albertlm finetune` trains it on the CPU (`training.trainer.build_loop`:
-    `prepare_model`, fp32, the CPU fast paths where the probe picks them)."""
+def our_model(cfg, model: AlbertForSequenceClassification | None = None) -> AlbertForSequenceClassification:
+    """Our classifier (`model`, else a new one of `cfg`) as `albertlm finetune` trains it on the CPU
+    (`training.trainer.build_loop`: `prepare_model`, fp32, the CPU fast paths where the probe picks them)."""
     from albertlm.training.precision import prepare_model
 
-    return prepare_model(AlbertForSequenceClassification(cfg), precision="fp32", device=torch.device("cpu"))
+    model = AlbertForSequenceClassification(cfg) if model is None else model
+    return prepare_model(model, precision="fp32", device=torch.device("cpu"))
+
+
+def models(cfg) -> tuple[AlbertForSequenceClassification, torch.nn.Module]:
+    """Ours (as `our_model` prepares it) and transformers' AlbertForSequenceClassification with the same config and
+    weights: our plain model exported (`export_hf`: every config field, the dropout, the classifier) and loaded
+    with SDPA attention. transformers' own init from an AlbertConfig (`hf_model`) gave other weights."""
+    import tempfile
+
+    import transformers
+
+    from albertlm.interop.hf import export_hf
+
+    plain = AlbertForSequenceClassification(cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        export_hf(plain, tmp)
+        theirs = transformers.AlbertForSequenceClassification.from_pretrained(tmp, attn_implementation=HF_ATTENTION)
+    return our_model(cfg, plain), theirs
 
 
 def hf_model(cfg):
+    """transformers' classifier of `cfg`'s sizes with transformers' own random weights (`models` gives it ours)."""
     from transformers import AlbertConfig, AlbertForSequenceClassification as HFAlbert
 
     hf_cfg = AlbertConfig(vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size,
@@ -109,6 +130,9 @@ def main() -> None:
                                  ("--threads", args.threads, 0)):
         if value < least:       # before the minute of reading SST-2: a modulo or range() by zero came after it
             parser.error(f"{option} must be >= {least}, got {value}")
+    # the bench extra has it; without, a traceback after a minute of reading SST-2
+    if importlib.util.find_spec("transformers") is None:
+        parser.error("transformers is not installed: the comparison needs it (pip install -e '.[bench]')")
     if args.threads:
         torch.set_num_threads(args.threads)
     features, pad_id = load_features(128)
@@ -130,8 +154,7 @@ def main() -> None:
     random = [pool[i] for i in random_batches(len(pool), B, rng)]
     bucketed = [pool[i] for i in bucket_batches(lengths[pool], B, rng)]
     torch.manual_seed(0)
-    ours = our_model(cfg)
-    theirs = hf_model(cfg)
+    ours, theirs = models(cfg)
     rows = [
         ("transformers, padded to 128", theirs, batches(random, 128)),
         ("transformers, dynamic padding", theirs, batches(random)),

@@ -49,6 +49,7 @@ variant's own: its weights, optimizer state and activations, not the variants st
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import contextlib
 import copy
 import math
@@ -459,6 +460,9 @@ def main() -> None:
             parser.error(f"--real {args.real}: each row of {B}x{T} holds at least {round(least_real(T) * T)} real "
                          f"tokens (its masked positions, [CLS] and [SEP]), so --real must be >= "
                          f"{math.ceil(least_real(T) * 100) / 100} there")
+    # the bench extra has it; without, a traceback at the first model
+    if importlib.util.find_spec("transformers") is None:
+        parser.error("transformers is not installed: the comparison needs it (pip install -e '.[bench]')")
     ours, theirs = build_models(cfg)
     from albertlm.model.albert import packed_attention_supported
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability

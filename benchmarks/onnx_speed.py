@@ -4,14 +4,18 @@
    `albertlm.interop.onnx.export_onnx`; PyTorch (our model as `albertlm predict` runs it: fp32,
    inference_mode, prepared by `prepare_model` with the CPU fast paths this CPU's probe picks, named in
    the header) vs onnxruntime fp32 vs onnxruntime int8 on the same inputs, the three timed in alternation
-   in this process, same thread count. Prints ms per batch (medians) and the ratios.
+   in this process, same thread count (`--threads`, default torch's choice; on a machine shared with other jobs
+   torch's OpenMP threads wait for each other far more than onnxruntime's pool, and `--threads 1` compares the
+   runtimes rather than that). Prints ms per batch (medians) and the ratios (PyTorch's time over onnxruntime's:
+   above 1, onnxruntime is faster).
 2. Accuracy (`--sst2`, a few minutes): a small ALBERT (E 64, H 128, L 4, all-shared, the ALBERT 30k
    vocabulary) fine-tuned from random initialisation on GLUE SST-2 (../shared/data/glue/SST-2) through
    `albertlm.tasks.finetune.run_finetune`, then dev accuracy (872 sentences) of PyTorch fp32, ONNX fp32
    and ONNX int8. There is no pretrained checkpoint offline, so accuracy is that of a model trained from
    scratch (about 0.8 on SST-2), which is what the fp32 vs int8 comparison needs.
 
-    python benchmarks/onnx_speed.py [--reps 10] [--batch 8] [--length 128] [--sst2 [--steps 600] [--skip-speed]]
+    python benchmarks/onnx_speed.py [--reps 10] [--batch 8] [--length 128] [--threads N]
+        [--sst2 [--steps 600] [--skip-speed]]
 """
 from __future__ import annotations
 
@@ -156,7 +160,11 @@ def main() -> None:
     parser.add_argument("--sst2", action="store_true", help="also measure int8 vs fp32 accuracy on SST-2 dev")
     parser.add_argument("--steps", type=int, default=600, help="SST-2 fine-tuning steps (with --sst2; default 600)")
     parser.add_argument("--skip-speed", action="store_true", help="only the SST-2 accuracy comparison (with --sst2)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads of PyTorch and of both onnxruntime sessions (default 0: torch's choice)")
     args = parser.parse_args()
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0 (0: torch's choice), got {args.threads}")
     if args.skip_speed and not args.sst2:   # ran nothing and exited 0
         parser.error("--skip-speed leaves nothing to run without --sst2")
     for option, value in (("--reps", args.reps), ("--batch", args.batch), ("--length", args.length),
@@ -165,6 +173,8 @@ def main() -> None:
             parser.error(f"{option} must be >= 1, got {value}")
     if args.length > 512:       # albert-base's position embeddings
         parser.error(f"--length must be <= 512 (albert-base's positions), got {args.length}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()[0]:.1f}; torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_speed:

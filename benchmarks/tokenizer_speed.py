@@ -53,7 +53,10 @@ def main() -> None:
     if args.repeat < 1:   # no pass timed: every rate 0 and the ratios a division by zero
         parser.error(f"--repeat must be >= 1, got {args.repeat}")
 
-    from transformers import AlbertTokenizer, BertTokenizer
+    try:    # (the bench extra has it)
+        from transformers import AlbertTokenizer, BertTokenizer
+    except ImportError:
+        parser.error("transformers is not installed: the comparison needs it (pip install -e '.[bench]')")
 
     from albertlm.tokenization import load_tokenizer
 

@@ -21,12 +21,13 @@ real tokens over that median, and the ratios are of the medians. transformers ru
 preset's dropout, as ours (`model_speed.build_models`).
 
     python benchmarks/train_speed.py [--device cpu|cuda] [--rows 8x128,2x512] [--dtypes fp32,bf16]
-        [--chunks 2] [--steps 3] [--compiled]
+        [--chunks 2] [--steps 3] [--compiled] [--threads N]
 On CUDA the defaults are 32x512, bf16, with --compiled; on a CPU without bf16 instructions fp32 alone.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import dataclasses
 import os
 import statistics
@@ -206,9 +207,15 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=2, help="alternations of ours / reference")
     parser.add_argument("--steps", type=int, default=3, help="steps per chunk, >= 2 (the first is not timed)")
     parser.add_argument("--compiled", action="store_true", help="also both models under torch.compile (cuda: always)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads of both sides (default 0: torch's choice; as model_speed.py)")
     args = parser.parse_args()
     if args.steps < 2 or args.chunks < 1:
         parser.error("--steps must be >= 2 (the first step of a chunk is not timed) and --chunks >= 1")
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0 (0: torch's choice), got {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from albertlm.config.presets import get_preset
     from albertlm.model.albert import packed_attention_supported
     from albertlm.model.fast_paths import choose_fast_path, cpu_capability
@@ -222,6 +229,9 @@ def main() -> None:
             parser.error(f"--dtypes: {precision!r} is not one of fp32, bf16, fp16 (fp16 on cuda only)")
     cfg = get_preset("albert-base")
     shapes = parse_rows(parser, rows, cfg.max_position_embeddings)   # T >= 8: the data builder's shortest
+    # the bench extra has it; without, a traceback at the first row's models
+    if importlib.util.find_spec("transformers") is None:
+        parser.error("transformers is not installed: the comparison needs it (pip install -e '.[bench]')")
     where = (f"{torch.cuda.get_device_name(device)} (packed attention over the real tokens: "
              f"{packed_attention_supported(device)})" if cuda else
              f"CPU {cpu_capability()}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
