@@ -6,10 +6,13 @@ map in `hf_format`.
 Loading between our classes works like transformers: the backbone (`albert.*`) must match exactly;
 head weights the checkpoint lacks, or holds in another shape, are freshly initialised (a warning), heads it has but
 the class lacks are dropped: a fine-tuned one with a warning, a pretraining checkpoint's MLM / SOP heads and a pooler
-the class has none of quietly (`load_state_into`).
+the class has none of quietly (`load_state_into`); a `classifier` saved by another classifier class is freshly
+initialised, with a warning (`other_class_head`). `save_pretrained` replaces a directory's model files together
+(`save_checkpoint`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -48,7 +51,8 @@ DOWNLOADS_NOTHING = ("albertlm reads local directories and downloads nothing; fe
 def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
     """(config, is_transformers_format) of a checkpoint directory. A damaged config.json (not JSON, not an
     object, a field of the wrong type or out of range) is a UserError naming the file and the field."""
-    path = Path(directory) / CONFIG
+    directory = user_path(directory)
+    path = directory / CONFIG
     if not path.is_file():
         hint = "" if Path(directory).exists() else f" (no such file or directory here: {DOWNLOADS_NOTHING})"
         if Path(directory).is_file():
@@ -56,6 +60,11 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
         elif _tf_checkpoint_here(Path(directory)):
             hint = (" (a google-research TF checkpoint: import it with albertlm.interop.tf.import_tf_checkpoint(path), "
                     "or convert it once with `albertlm convert DIR OUT`)")
+        elif _run_models(Path(directory)):
+            models = _run_models(directory)
+            hint = (f" (a training run: load one of its models, {' or '.join(map(str, models))}; "
+                    "albertlm.model.io.resolve_checkpoint(path) gives its newest checkpoint"
+                    f"{', with best=True its best model' if models[0].name == 'best' else ''})")
         raise UserError(f"no {CONFIG} in {directory}: not a model directory{hint}")
     data = read_json_object(path, "a model config")
     try:
@@ -67,6 +76,14 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
         raise UserError(f"{path}: {exc}") from None
     _warn_defaulted(path, data)
     return config, False
+
+
+def _run_models(directory: Path) -> list[Path]:
+    """The models of a training run directory a model path was given as: its best model (`best/`, a fine-tuning
+    run's) and its newest checkpoint; [] for anything else."""
+    found = [directory / "best"] if (directory / "best" / CONFIG).is_file() else []
+    latest = latest_checkpoint(directory) if directory.is_dir() else None
+    return found + ([latest] if latest is not None else [])
 
 
 def _tf_checkpoint_here(directory: Path) -> bool:
@@ -482,26 +499,94 @@ def write_torch_file(obj: Any, path: str | Path) -> None:
         raise error from None
 
 
+def user_path(path: str | Path) -> Path:
+    """`path` as a Path, a leading `~` or `~user` expanded as the shell does (a notebook's "~/models/albert"):
+    it named a folder `~` in the working directory, which `save_pretrained` created there and `from_pretrained`
+    said did not exist."""
+    expanded = os.path.expanduser(path)
+    return Path(expanded if expanded != os.fspath(path) else path)
+
+
+SAVE_TMP_PREFIX = ".albertlm-save-"   # the folder inside the target a save writes its files into first
+
+
 def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path) -> Path:
     """`model`'s weights (model.safetensors) and `config` (config.json) in `directory`, with labels.json for a
-    classifier with labels (`save_pretrained`). A failed write (a full disk, a quota, a read-only folder) is an
-    OSError naming the file (errno set)."""
-    directory = Path(directory)
+    classifier with labels (`save_pretrained`). The files are written into a temporary folder inside `directory`
+    and then replace the earlier model's together (`_swap_in`): a failed write, an error or a Ctrl-C between them
+    leaves the earlier model's files as they were, never its config.json beside the new weights (a same-shape
+    model's weights under another model's config loaded without a word). A failed write (a full disk, a quota, a
+    read-only folder) is an OSError naming the file (errno set)."""
+    directory = user_path(directory)
     on_meta = [k for k, v in model.state_dict().items() if v.is_meta]
     if on_meta:  # was NotImplementedError "Cannot copy out of meta tensor", after creating the directory
         raise UserError(f"cannot save to {directory}: the weights are on the meta device (shapes, no values: "
                         f"{on_meta[0]}{' and more' if len(on_meta) > 1 else ''}); load or initialise them first, "
                         "e.g. model.to_empty(device='cpu') then load_state_dict")
     labels = model_labels(model)   # names of another head: refused before anything is written
-    directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    write_safetensors(state, directory / WEIGHTS, metadata={"format": "pt", "albertlm_class": type(model).__name__})
-    sort_metadata(directory / WEIGHTS)
-    config.to_json(directory / CONFIG)
-    mode_like(directory / WEIGHTS, directory / CONFIG)
-    write_labels(labels, directory)
-    remove_earlier_weights(directory)
+    import shutil
+    import tempfile
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=SAVE_TMP_PREFIX, dir=directory))
+    except OSError as exc:   # were FileExistsError / NotADirectoryError tracebacks, no UserError
+        blocked = next((d for d in (directory, *directory.parents) if d.exists() and not d.is_dir()), None)
+        why = f"{blocked} is a file, not a directory" if blocked is not None else exc.strerror or str(exc)
+        raise WriteError(f"cannot save to {directory}: {why}", exc.errno, directory) from None
+    try:
+        try:
+            write_safetensors(state, stage / WEIGHTS, metadata={"format": "pt",
+                                                                "albertlm_class": type(model).__name__})
+            sort_metadata(stage / WEIGHTS)
+            config.to_json(stage / CONFIG)
+            mode_like(stage / WEIGHTS, stage / CONFIG)
+            wrote_labels = write_labels(labels, stage, directory, type(model).__name__)
+        except OSError as exc:   # the file it is written as, not the temporary folder
+            name = Path(exc.filename).name if exc.filename else WEIGHTS
+            raise OSError(exc.errno, exc.strerror or str(exc), str(directory / name)) from None
+        replaced = [WEIGHTS, CONFIG, *([LABELS_FILE] if wrote_labels else [])]
+        stale_labels = [] if wrote_labels or not (directory / LABELS_FILE).is_file() else [LABELS_FILE]
+        earlier = earlier_weights(directory)
+        _swap_in(stage, directory, replaced, [*stale_labels, *earlier])
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    if stale_labels:
+        log.warning("%s: removed the earlier model's %s (this model names no labels)", directory, LABELS_FILE)
+    if earlier:
+        log.warning("%s: removed the earlier model's weight files the new model.safetensors replaces: %s",
+                    directory, ", ".join(earlier))
     return directory
+
+
+def _swap_in(stage: Path, directory: Path, names: list[str], removed: list[str]) -> None:
+    """Move the files `names` from `stage` (a folder inside `directory`: the same file system) into `directory` and
+    take the files `removed` out of it, as one step: the earlier files are first moved aside into `stage`, then the
+    new ones in; an error or a Ctrl-C on the way puts the earlier ones back, so `directory` holds the earlier model
+    or the new one, never a mix. `stage` is the caller's to remove (the earlier files wait there)."""
+    aside = stage / ".earlier"
+    aside.mkdir()
+    kept: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
+    try:
+        for name in dict.fromkeys([*names, *removed]):
+            target = directory / name
+            if target.is_file() or target.is_symlink():
+                waiting = aside / str(len(kept))
+                os.replace(target, waiting)
+                kept.append((target, waiting))
+        for name in names:
+            os.replace(stage / name, directory / name)
+            placed.append(directory / name)
+    except BaseException:
+        for target in reversed(placed):
+            with contextlib.suppress(OSError):
+                target.unlink()
+        for target, waiting in reversed(kept):
+            with contextlib.suppress(OSError):
+                os.replace(waiting, target)
+        raise
 
 
 def mode_like(path: Path, reference: Path) -> None:
@@ -624,8 +709,15 @@ def read_labels(directory: str | Path) -> dict:
         out |= {"problem_type": config["problem_type"]} if config.get("problem_type") else {}
         return hf_format.check_labels(out, str(directory / CONFIG))
     found = json_object_or_empty(directory / LABELS_FILE)
-    if found:
+    if found or _names_no_labels(directory / LABELS_FILE):
         return hf_format.check_labels(found, str(directory / LABELS_FILE))
+    return recorded_labels(directory)
+
+
+def recorded_labels(directory: str | Path) -> dict:
+    """The labels the albertlm fine-tuning a checkpoint came from recorded (`fine_tuning_record`, else the task.json
+    of the run directory it is in), as `read_labels` gives them; {} where none is recorded."""
+    directory = Path(directory)
     task = fine_tuning_record(directory)
     if not task:   # the task.json of the run directory it is in
         run_dir = directory.parent.parent if directory.parent.name == CHECKPOINT_DIR else directory.parent
@@ -636,6 +728,18 @@ def read_labels(directory: str | Path) -> dict:
         return {"id2label": {str(i): str(name) for i, name in enumerate(task["labels"])},
                 "problem_type": "single_label_classification"}
     return {}
+
+
+NO_LABELS = "{}\n"   # labels.json of a classifier that names no labels, saved where a fine-tuning record names some
+
+
+def _names_no_labels(path: Path) -> bool:
+    """Whether `path` is the labels.json `write_labels` writes for a model without labels (`NO_LABELS`), which
+    outranks a fine-tuning record beside it (another model's)."""
+    try:
+        return path.read_text(encoding="utf-8").strip() == NO_LABELS.strip()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def fine_tuning_record(directory: str | Path) -> dict[str, Any]:
@@ -657,16 +761,23 @@ def model_labels(model: nn.Module) -> dict[str, Any]:
     return hf_format.check_labels(labels, f"{type(model).__name__}.labels", model.config.num_labels) if labels else {}
 
 
-def write_labels(labels: dict[str, Any], directory: Path) -> None:
-    """labels.json beside a saved classifier: its `model_labels` (from `from_pretrained`, or set by the caller), so
-    a transformers classifier's names and problem type survive `save_pretrained` -> `from_pretrained` ->
-    `export_hf`. A model without them removes a labels.json an earlier save left there (another model's names)."""
-    path = directory / LABELS_FILE
-    if labels:
-        path.write_text(json.dumps(labels, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    elif path.is_file():
-        path.unlink()
-        log.warning("%s: removed the earlier model's %s (this model names no labels)", directory, LABELS_FILE)
+def write_labels(labels: dict[str, Any], stage: Path, directory: Path, class_name: str) -> bool:
+    """Write labels.json into `stage` (the new files of a save into `directory`) for a saved classifier: its
+    `model_labels` (from `from_pretrained`, or set by the caller), so a transformers classifier's names and problem
+    type survive `save_pretrained` -> `from_pretrained` -> `export_hf`. A classifier without them saved where
+    `directory`'s fine-tuning record (`recorded_labels`: task.json, a step's run_config.json, another model's) names
+    labels gets `NO_LABELS`, which `read_labels` takes over that record: `from_pretrained` gave it the earlier
+    model's class names. Returns whether a labels.json was written (else the caller removes an earlier one)."""
+    if not labels and (class_name not in LABELLED or not recorded_labels(directory)):
+        return False
+    text = json.dumps(labels, indent=2, ensure_ascii=False) + "\n" if labels else NO_LABELS
+    (stage / LABELS_FILE).write_text(text, encoding="utf-8")
+    if not labels:
+        log.warning("%s: this model names no labels, so a labels.json says so: the fine-tuning record there (%s) "
+                    "names the classes of the model saved there before", directory,
+                    ", ".join(name for name in ("task.json", "run_config.json") if (directory / name).is_file())
+                    or "the run's task.json")
+    return True
 
 
 # transformers' from_pretrained keywords that albertlm's does not need: it reads local files only, runs no code
@@ -750,7 +861,9 @@ class PretrainedMixin:
     labels: dict[str, Any] | None = None
 
     def save_pretrained(self, directory: str | Path, *, safe_serialization: bool = True, **kwargs: Any) -> Path:
-        """model.safetensors + config.json (the ModelConfig), and labels.json for a classifier with `labels`.
+        """model.safetensors + config.json (the ModelConfig), and labels.json for a classifier with `labels`, in
+        `directory` (a str or Path, a leading `~` expanded; made if missing), replacing an earlier model's files
+        there together (`save_checkpoint`); returns the directory as a Path.
         transformers' keywords: safe_serialization=True (the only format written) is accepted; the others
         (max_shard_size, push_to_hub, ...) are a ConfigError, not a TypeError (`export_hf` writes a transformers
         directory)."""
@@ -784,9 +897,14 @@ class PretrainedMixin:
         A sequence or token classifier loaded without a num_labels keyword carries the checkpoint's labels
         (`read_labels`: id2label, problem_type) as `model.labels`, which `save_pretrained` and `export_hf` write.
         The caller's torch random stream is left as it was, unless the checkpoint lacks weights the class has:
-        only those are drawn from it (as transformers does), so a seed still fixes a new head."""
+        only those are drawn from it (as transformers does), so a seed still fixes a new head. A classifier saved
+        from another classifier class (sequence, token, multiple choice: `CLASSIFIER_CLASSES`) gives its backbone
+        only: its `classifier` is freshly initialised with a warning, whatever its shape (transformers loads one of
+        the same shape). `directory`: a str or Path, a leading `~` expanded; a training run directory is refused
+        with the paths of its models (`resolve_checkpoint` picks one)."""
         if dtype is not None and torch_dtype is not None:
             raise UserError("give dtype or torch_dtype (its older name), not both")
+        directory = user_path(directory)
         device, given_labels = loading_keywords(overrides)
         config, is_hf = read_config(directory)
         dtype = loading_dtype(dtype if dtype is not None else torch_dtype, directory)
@@ -802,6 +920,7 @@ class PretrainedMixin:
             fresh = load_state_into(model, state, cls.base_prefix, strict_heads, source=directory)
         except UserError as exc:
             raise UserError(f"{directory}: {exc}") from None
+        fresh += other_class_head(model, directory, is_hf, fresh)
         if cls.__name__ in LABELLED:   # (read_labels names the file of a bad entry)
             labels = _checkpoint_labels(directory, model.config.num_labels, "num_labels" in overrides)
             if given_labels is not None:   # problem_type= alone keeps the checkpoint's names, as transformers
@@ -815,6 +934,42 @@ class PretrainedMixin:
             except (RuntimeError, AssertionError) as exc:   # "Torch not compiled with CUDA enabled", no such device
                 raise UserError(f"device_map={str(device)!r}: {_first_line(exc)}") from None
         return model.eval()
+
+
+# The classes whose head is one `classifier` Linear, each reading other features: the pooled [CLS] output (a class per
+# row), every token's state, each choice's pooled output (one row scoring it). A checkpoint of one loaded as another
+# took its classifier whenever the shapes matched (2 labels as 2 token labels, a 1-output regression as a choice
+# scorer): without a word, and unlike a head of another shape, which is freshly initialised.
+CLASSIFIER_CLASSES = ("AlbertForSequenceClassification", "AlbertForTokenClassification", "AlbertForMultipleChoice")
+
+
+def checkpoint_class(directory: Path, is_hf: bool) -> str | None:
+    """The class a checkpoint directory was saved from, where it says so: the albertlm class in its safetensors
+    metadata, a transformers config's first `architectures`; None where it does not (an older save, a pickle)."""
+    if is_hf:
+        names = json_object_or_empty(directory / CONFIG).get("architectures")
+        name = names[0] if isinstance(names, list) and names else names
+        return name if isinstance(name, str) else None
+    if not (directory / WEIGHTS).is_file():
+        return None
+    return read_metadata(directory / WEIGHTS).get("albertlm_class")
+
+
+def other_class_head(model: nn.Module, directory: Path, is_hf: bool, fresh: list[str]) -> list[str]:
+    """The `classifier` weights `model` took from a checkpoint of another classifier class (`CLASSIFIER_CLASSES`),
+    which read other features than this class's: they are to be freshly initialised as a head of another shape is
+    (one warning naming both classes). [] for anything else."""
+    own = type(model).__name__
+    if own not in CLASSIFIER_CLASSES:
+        return []
+    taken = [name for name, _ in model.named_parameters() if name.startswith("classifier.") and name not in fresh]
+    saved = checkpoint_class(directory, is_hf) if taken else None
+    if saved is None or saved == own or saved not in CLASSIFIER_CLASSES:
+        return []
+    log.warning("%s: its classifier was trained as %s's, on other features than %s's: freshly initialised (random "
+                "until trained), as a head of another shape is", directory, saved, own,
+                extra={RESHAPED_WEIGHTS: tuple(taken)})
+    return taken
 
 
 def _initialised_cuda_devices() -> list[int]:
@@ -878,8 +1033,9 @@ def resolve_checkpoint(path: str | Path, best: bool = False) -> Path:
     """A model directory (ours or transformers': it has config.json) is itself; a training run directory
     (pretraining or fine-tuning) means its newest checkpoint, or with `best` a fine-tuning run's best model
     (`best/`, what predict and the inference commands read). A path that is none of them is a UserError saying
-    what it is (a file, nothing: albertlm downloads nothing, a TF checkpoint to convert)."""
-    path = Path(path)
+    what it is (a file, nothing: albertlm downloads nothing, a TF checkpoint to convert). A leading `~` is the
+    home directory."""
+    path = user_path(path)
     if (path / CONFIG).is_file():
         return path
     if path.is_file():
