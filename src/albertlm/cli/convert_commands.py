@@ -159,10 +159,14 @@ def run(args: argparse.Namespace, command: str) -> int:
 
 @contextlib.contextmanager
 def _staging(dst: Path):
-    """A new empty folder named like DST (the model card is titled by it) inside a temporary folder beside DST,
-    removed on the way out. Directories made for it that stay empty (a failed conversion) are removed too."""
+    """A new empty folder named like DST (the model card is titled by it) inside a temporary folder, removed on the
+    way out: on the file system of DST, so that the files move in by rename (`_move_into_place`). An existing DST
+    holds it: DST may be a mount point (a container's volume, another disk) or a link to one, and staged beside it
+    the conversion failed at the move, after all the work, with "cannot write DST: Invalid cross-device link" (as
+    `export onnx` did: `export_commands._staging_parent`). Otherwise it goes beside DST, in the folder DST is made
+    in, and directories made for it that stay empty (a failed conversion) are removed too."""
     target = dst.resolve()
-    parent = target.parent
+    parent = target if target.is_dir() else target.parent
     made = [d for d in (parent, *parent.parents) if not d.exists()]
     blocked = next((d for d in (parent, *parent.parents) if d.exists() and not d.is_dir()), None)
     if blocked is not None:

@@ -41,15 +41,18 @@ def _build(args) -> int:
     from albertlm.data.build import build, unknown_token_report
     from albertlm.errors import say_warning
 
-    summary = build(read_options(args, BUILD))
-    print(format_summary(summary), file=sys.stderr)
+    cfg = read_options(args, BUILD)
+    summary = build(cfg)
+    print(format_summary(summary, cfg.sentence_task, cfg.dupe_factor), file=sys.stderr)
     _, warning = unknown_token_report(summary.counts["instances"])
     if warning:
         say_warning(warning)
     return 0
 
 
-def format_summary(summary) -> str:
+def format_summary(summary, sentence_task: str | None = None, dupe_factor: int = 1) -> str:
+    """The build's closing lines; with the build's `sentence_task` and `dupe_factor`, the share of the text's tokens
+    the instances hold (`data.stats.text_kept`, as `data stats` says it: exact for sop and none, not said for nsp)."""
     corpus, inst, tokens = summary.counts["corpus"], summary.counts["instances"], summary.counts["tokens"]
     skipped = {k: corpus[k] for k in ("empty_files", "binary_files", "transcoded_files", "invalid_utf8_lines",
                                       "nul_lines", "bad_json_lines",
@@ -70,6 +73,15 @@ def format_summary(summary) -> str:
     if not summary.num_instances:   # only a part can build none (a single build of nothing is an error)
         lines[2] = ("no instances: this part owns none of the corpus's chunks (fewer --chunk-chars chunks than "
                     "--num-shards); the set is complete once every part is built")
+    from albertlm.data.stats import text_kept
+
+    # the text's tokens and the instances' were both counted here and never compared: truncation to each instance's
+    # target length cuts a share of the text (docs/data.md, "How much of the text the instances hold"), said as `data
+    # stats` says it
+    kept = text_kept({"num_tokens": tokens["tokens"], "num_instances": summary.num_instances},
+                     {"counts": summary.counts, "sentence_task": sentence_task, "dupe_factor": dupe_factor})
+    if kept is not None:
+        lines.append(f"text kept: {kept}")
     from albertlm.data.build import unknown_token_report
 
     unknown, _ = unknown_token_report(inst)

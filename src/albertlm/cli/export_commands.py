@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                         "the same int64 inputs and float32 outputs")
     p.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
                    help="torch.onnx's TorchScript exporter (fast) or the torch.export-based one")
-    p.add_argument("--opset", type=int, default=18,
+    p.add_argument("--opset", type=int, default=18, metavar="N",
                    help="ONNX opset (default 18; torchscript: 14 to 20, dynamo: 18 to 22, as this torch allows; "
                         "dynamo's 23 and up write an Attention op onnxruntime cannot run here)")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime-vs-PyTorch check")

@@ -60,7 +60,11 @@ def finetune_options(family: str, command: str) -> Options:
 def data_options(family: str) -> Options:
     from albertlm.tasks.options import ALIASES, OPTIONS   # no torch
 
-    return Options(OPTIONS[family], aliases=ALIASES.get(family, {}), title=f"{family} data options")
+    # GLUE's --task has no default: `build` refuses a new run without it in one line ("the following arguments are
+    # required: --task"). Its help said "(required)", false where a run's record gives it (predict, evaluate --model,
+    # finetune --resume): shown as not given, its comment says when it is needed
+    shown = (lambda: OPTIONS[family](task="")) if family == "glue" else None
+    return Options(OPTIONS[family], aliases=ALIASES.get(family, {}), defaults=shown, title=f"{family} data options")
 
 
 def score_options(family: str) -> Options | None:
@@ -99,12 +103,15 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                            f"{COMMAND_TEXT[command].format(metric=METRIC_TEXT[family])} (docs/finetuning.md)")
         add_options(p, data_options(family))
         if command == "finetune":
-            p.add_argument("--model", required=True, help="checkpoint dir (ours or a transformers ALBERT dir), "
-                           "a pretraining run dir (its newest checkpoint) or a fine-tuning run dir (its best/)")
-            p.add_argument("--out", required=True, help="run directory (best/, checkpoints/, metrics.json, "
-                           "metrics.jsonl, predictions)")
-            p.add_argument("--recipe", help="the paper's hyperparameters: 'paper' (for this task) or a name "
-                           "(cola, sst2, ..., squad1.1, squad2.0, race, race-v2); options override it")
+            # the words the generated options use for the same things (`config.overrides.METAVARS`), and the
+            # positional MODEL of embed, fill-mask, export and info (argparse said `--out OUT`, `--recipe RECIPE`)
+            p.add_argument("--model", required=True, metavar="MODEL", help="checkpoint dir (ours or a transformers "
+                           "ALBERT dir), a pretraining run dir (its newest checkpoint) or a fine-tuning run dir (its "
+                           "best/)")
+            p.add_argument("--out", required=True, metavar="DIR", help="run directory (best/, checkpoints/, "
+                           "metrics.json, metrics.jsonl, predictions)")
+            p.add_argument("--recipe", metavar="NAME", help="the paper's hyperparameters: 'paper' (for this task) or "
+                           "a name (cola, sst2, ..., squad1.1, squad2.0, race, race-v2); options override it")
             p.add_argument("--resume", action="store_true", help="continue exactly from the newest checkpoint "
                            "in OUT/checkpoints, with the run's saved settings (only the run's length and logging "
                            "may change)")
@@ -118,11 +125,13 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                                "or f1 (the second class's, of two classes); pearson or spearman for --regression "
                                "(default: accuracy, or pearson); recorded in task.json, kept by --resume")
         elif command == "predict":
-            p.add_argument("--model", required=True, help="a fine-tuned checkpoint (RUN/best, or RUN)")
-            p.add_argument("--out", required=True, help="directory for the prediction files")
+            p.add_argument("--model", required=True, metavar="MODEL",
+                           help="a fine-tuned checkpoint (RUN/best, or RUN)")
+            p.add_argument("--out", required=True, metavar="DIR", help="directory for the prediction files")
         else:  # evaluate
-            p.add_argument("--model", help="a fine-tuned checkpoint (RUN/best, or RUN) to run on the data")
-            p.add_argument("--predictions", help="score this predictions file instead (no model)")
+            p.add_argument("--model", metavar="MODEL",
+                           help="a fine-tuned checkpoint (RUN/best, or RUN) to run on the data")
+            p.add_argument("--predictions", metavar="FILE", help="score this predictions file instead (no model)")
             if family == "glue":
                 # `extend`: `--score a --score b` is both, as the generated list options take every occurrence
                 p.add_argument("--score", nargs="+", action="extend", metavar="RUN",
@@ -131,15 +140,15 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                                "stdout, the leaderboard's line (x100) on stderr")
             if score_options(family) is not None:
                 add_options(p, score_options(family))
-            p.add_argument("--out", help="also write prediction files here (with --model)")
+            p.add_argument("--out", metavar="DIR", help="also write prediction files here (with --model)")
         if command != "finetune" and family == "squad":
             # the head is the checkpoint's (`_squad_head`); finetune's flag given here was argparse's bare
             # "unrecognized arguments" line: accepted when it names the model's head, else refused in one line
             p.add_argument("--squad-head", dest=CHECKED_SQUAD_HEAD, choices=SQUAD_HEAD_CLASSES, metavar="{bert,xlnet}",
                            help="not needed: the head is the one the checkpoint holds; given, it must be that one "
                            "(bert: AlbertForQuestionAnswering, xlnet: google's v2.0 head, AlbertForSquadV2)")
-        p.add_argument("--tokenizer", help="tokenizer file/dir (default: the files in the model dir, or the "
-                       "tokenizer a pretraining run's data was built with)")
+        p.add_argument("--tokenizer", metavar="PATH", help="tokenizer file/dir (default: the files in the model dir, "
+                       "or the tokenizer a pretraining run's data was built with)")
         add_options(p, finetune_options(family, command))
         if command == "finetune":
             _reword_help(p, "--lr", FINETUNE_LR_HELP)
@@ -147,8 +156,27 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         else:       # the length the model was fine-tuned with (`_config`), not the family's
             _reword_default(p, "--max-seq-length", RECORDED_LENGTH_DEFAULT.format(
                 length=FAMILY_DEFAULTS[family].max_seq_length))
-        if family == "glue":    # file paths (the generated list options say ITEM: `--dev ITEM [ITEM ...]`)
-            _name_values(p, ("--dev", "--test"), "PATH")
+            _one_group(p, "evaluation options", ("train options", "dist options"))
+            _hide(p, "--train")
+
+
+def _one_group(parser: argparse.ArgumentParser, title: str, others: tuple[str, ...]) -> None:
+    """The options of the groups titled `others` listed under `title` instead (the usage line is unchanged).
+    predict / evaluate offer --precision, --device and --no-progress of the fine-tuning config: the help listed them
+    under its sections' headings, "train options: the training loop (shared with pretraining)" and "dist options"."""
+    target = next(group for group in parser._action_groups if group.title == title)
+    for group in [group for group in parser._action_groups if group.title in others]:
+        target._group_actions.extend(group._group_actions)
+        parser._action_groups.remove(group)
+
+
+def _hide(parser: argparse.ArgumentParser, flag: str) -> None:
+    """A data option predict / evaluate never read, left out of their usage and help: the family's --train (its
+    training file). Still taken, and unused as before, so that a script giving finetune's data options to predict
+    as they are goes on working."""
+    for action in parser._actions:
+        if flag in action.option_strings:
+            action.help = argparse.SUPPRESS
 
 
 # the field's own comment describes pretraining's rate (the paper's LAMB 0.00176); the default shown after it
@@ -169,13 +197,6 @@ def _reword_default(parser: argparse.ArgumentParser, flag: str, default: str) ->
     for action in parser._actions:
         if flag in action.option_strings and action.help and "(default: " in action.help:
             action.help = action.help[:action.help.rindex("(default: ")] + f"(default: {default})"
-
-
-def _name_values(parser: argparse.ArgumentParser, flags: tuple[str, ...], metavar: str) -> None:
-    """The word the usage and the help show for the values of generated options."""
-    for action in parser._actions:
-        if set(flags) & set(action.option_strings):
-            action.metavar = metavar
 
 
 def _reword_help(parser: argparse.ArgumentParser, flag: str, doc: str) -> None:

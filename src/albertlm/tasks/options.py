@@ -12,7 +12,9 @@ from albertlm.tasks.race import LEVELS
 
 @dataclass
 class GlueOptions:
-    task: str                            # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli or ax (MNLI's diagnostic set)
+    # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli or ax (MNLI's diagnostic set); default: the one the model's
+    # run recorded (predict, evaluate --model, finetune --resume), needed otherwise (a new run, evaluate --predictions)
+    task: str
     data_dir: str = ""                   # the task's GLUE folder (train.tsv, dev.tsv or val.tsv, test.tsv)
     train: str = ""                      # training file (instead of DATA_DIR/train.tsv)
     dev: list[str] = field(default_factory=list)   # dev file(s) (instead of DATA_DIR/dev*.tsv or val.tsv)
