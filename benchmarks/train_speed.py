@@ -8,13 +8,14 @@ its timed steps (so it pays no data loading, label building or copy), and does f
 step (fused AdamW on CUDA). albert-base, B x T = 8x128 and 2x512, fp32 and bf16 autocast, alternating chunks
 of steps; MFU from this device's matmul rate measured in the same run, before each row (`model_speed.matmul_rate`:
 the faster of torch.matmul and, on a CPU, oneDNN's GEMM; model FLOPs as in model_speed.py: tok/s and MFU count
-the real tokens of the timed batches, not their padding, each token's attention counted over the T positions,
-an upper bound for the few short rows; on a CPU without bf16 instructions bf16 runs emulated and its MFU is
-against the fp32 rate, as there). "wait" is the fraction of our step time spent waiting
-for the next batch. `--compiled` adds `albertlm pretrain --train.compile default` and transformers under
-`torch.compile`. Every variant first runs one untimed warm-up chunk (`--steps` steps, on batches the timed
-chunks do not reuse): compiling happens there, and any recompile for a new shape (our loop marks its
-padding-skipping `token_index`, a different length per batch, as dynamic, so there should be none). The
+the real tokens of the timed batches, not their padding, each token attending to its row's real tokens (the
+mean of the timed batches' `model_flops(..., lengths=...)`, as model_speed.py counts its rows; counting every
+token's attention over the T positions was an upper bound for the short rows); on a CPU without bf16
+instructions bf16 runs emulated and its MFU is against the fp32 rate, as there). "wait" is the fraction of our
+step time spent waiting for the next batch. `--compiled` adds `albertlm pretrain --train.compile default` and
+transformers under `torch.compile`. Every variant first runs one untimed warm-up chunk (`--steps` steps, on
+batches the timed chunks do not reuse): compiling happens there, and any recompile for a new shape (our loop
+marks its padding-skipping `token_index`, a different length per batch, as dynamic, so there should be none). The
 compile seconds printed are that warm-up chunk's time less as many median timed steps. Each variant's time is
 the median of its timed steps (the first step of every chunk is not timed); tok/s is the timed batches' mean
 real tokens over that median, and the ratios are of the medians. transformers runs with SDPA attention and the
@@ -167,7 +168,7 @@ def bench_row(cfg, B: int, T: int, precision: str, data_dir: Path, tmp: Path, ch
     scalers = {name: torch.amp.GradScaler(device.type) if precision == "fp16" else None for name in refs}
     times = {name: [] for name in [*loops, *refs]}
     warm_s = {}
-    waits, real = [], []
+    waits, lengths = [], []
     for chunk in range(chunks + 1):                             # chunk 0: the untimed warm-up
         batches = [next(feed)[0] for _ in range(steps)]         # the same examples our loop reads
         for name, loop in loops.items():
@@ -186,11 +187,11 @@ def bench_row(cfg, B: int, T: int, precision: str, data_dir: Path, tmp: Path, ch
                 warm_s[name] = time.perf_counter() - start
                 continue
             times[name] += t
-        if chunk:
-            real += [int(b["attention_mask"].sum()) for b in batches[1:]]   # the timed steps' real tokens
+        if chunk:   # each timed step's rows' real tokens (each token attends to its own row's)
+            lengths += [b["attention_mask"].sum(1).tolist() for b in batches[1:]]
     P = int(loops["ours"].data.dataset.meta["max_predictions_per_seq"])
-    tokens = statistics.mean(real)
-    flops = model_flops(cfg, B, T, P, train=True, tokens=tokens)
+    tokens = statistics.mean(sum(rows) for rows in lengths)
+    flops = statistics.mean(model_flops(cfg, len(rows), T, P, train=True, lengths=rows) for rows in lengths)
     seconds = {name: statistics.median(t) for name, t in times.items()}
     compile_s = {name: max(0.0, warm_s[name] - steps * seconds[name]) for name in times if name.endswith("-compiled")}
     return {"shape": f"{B}x{T}", "dtype": precision, "seconds": seconds, "flops": flops, "compile_s": compile_s,

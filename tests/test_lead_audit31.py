@@ -7,7 +7,8 @@ from pathlib import Path
 
 from albertlm.cli.main import main
 
-RACE = Path("../shared/data/race/RACE")
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+RACE = SHARED / "race" / "RACE"
 
 
 def test_race_predictions_on_a_split_missing_a_level_warn_as_fine_tuning_does(tmp_path, capsys):
@@ -30,3 +31,23 @@ def test_race_predictions_on_a_split_missing_a_level_warn_as_fine_tuning_does(tm
     code = main(["evaluate", "race", "--data-dir", str(root), "--predictions", str(predictions), "--levels", "middle"])
     out = capsys.readouterr()
     assert code == 0 and "has no high" not in out.err + out.out
+
+
+def test_tokenizers_take_and_save_to_home_paths(tmp_path, monkeypatch):
+    """A tokenizer built from `~/...` and saved to `~/...` (a notebook's paths): the constructors said no such
+    file, and `save("~/t")` wrote into a folder named `~` in the working directory."""
+    from albertlm.tokenization.sentencepiece import SentencePieceTokenizer
+    from albertlm.tokenization.wordpiece import WordPieceTokenizer
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    shutil.copy(SHARED / "spm" / "albert-base-v2_spiece.model", home / "spiece.model")
+    shutil.copy(SHARED / "vocab" / "albert_zh_vocab.txt", home / "vocab.txt")
+    sp = SentencePieceTokenizer("~/spiece.model")
+    sp.save("~/sp_out")
+    wp = WordPieceTokenizer("~/vocab.txt")
+    wp.save("~/wp_out")
+    assert (home / "sp_out" / "spiece.model").is_file() and (home / "wp_out" / "vocab.txt").is_file()
+    assert not (work / "~").exists()

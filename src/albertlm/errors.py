@@ -190,3 +190,12 @@ def _sigterm_interrupts(signum, frame) -> None:
         if other is not None and signal.getsignal(other) is _sigterm_interrupts:
             signal.signal(other, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+def user_path(path: str | Path) -> Path:
+    """`path` as a Path, a leading `~` or `~user` expanded as the shell does (a notebook's "~/models/albert"): it
+    named a folder `~` in the working directory. Here, where every layer may import it (tokenization, model.io,
+    interop.hf, tasks.inference). A `~user` naming no user is left as it is (`Path.expanduser` raised
+    RuntimeError: "Could not determine home directory")."""
+    expanded = os.path.expanduser(path)
+    return Path(expanded if expanded != os.fspath(path) else path)

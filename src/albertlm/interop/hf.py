@@ -18,7 +18,7 @@ from torch import nn
 from albertlm.errors import UserError, json_object_or_empty
 from albertlm.model import hf_format
 from albertlm.model.albert import AlbertModel, sharing_plan
-from albertlm.model.io import LABELLED, fine_tuning_record, model_labels
+from albertlm.model.io import LABELLED, fine_tuning_record, model_labels, user_path
 from albertlm.model.registry import architecture_from_weights  # noqa: F401 (its home was here)
 
 # our class name -> transformers class name (they match; listed so an unknown class fails clearly)
@@ -39,7 +39,8 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     a fine-tuning run's task.json), else transformers' names LABEL_i (a sequence classifier with one label, ours a
     regression, says problem_type "regression" unless `labels` says otherwise). Labels given here must fit the
     classifier (as many names as num_labels, a problem_type transformers knows), else a UserError before anything
-    is written."""
+    is written. `directory` (here and in every function below taking a path): a str or Path, a leading `~`
+    expanded as `save_pretrained` does (`user_path`: "~/export" was a folder named `~` in the working directory)."""
     from albertlm.model.io import write_safetensors
 
     _, cfg, config = _config_of(model, labels)
@@ -49,7 +50,7 @@ def export_hf(model: nn.Module, directory: str | Path, labels: dict | None = Non
     hf_state = hf_format.state_to_hf(state, cfg, sharing_plan(cfg))  # raises for attention / ffn sharing
     if isinstance(model, AlbertModel):  # transformers' bare model has no prefix
         hf_state = {k.removeprefix("albert."): v for k, v in hf_state.items()}
-    directory = Path(directory)
+    directory = user_path(directory)
     floats = {v.dtype for v in hf_state.values() if v.is_floating_point()}
     if len(floats) == 1:   # what transformers' save_pretrained records (its from_pretrained's dtype="auto" reads it)
         config["dtype"] = str(floats.pop()).removeprefix("torch.")
@@ -123,11 +124,12 @@ def import_hf(directory: str | Path, model_class: type | None = None) -> nn.Modu
     state dict) gets the class its head weights belong to (`architecture_from_weights`). The class the directory
     holds must fit its weights (`strict_heads`: an id2label of another length than the classifier's rows is refused,
     not loaded with a random classifier); a `model_class` of the caller's choice loads as `from_pretrained` does."""
+    directory = user_path(directory)   # "~/hf" was read as the folder `~` here ("no config.json")
     if model_class is None:
         from albertlm.model.io import read_config
         from albertlm.model.registry import hf_class_name, model_class as class_named
 
-        if json_object_or_empty(Path(directory) / "config.json").get("model_type", "albert") != "albert":
+        if json_object_or_empty(directory / "config.json").get("model_type", "albert") != "albert":
             read_config(directory)   # another model_type (BERT) is named as such, not by its class or weights
         return class_named(hf_class_name(directory)).from_pretrained(directory, strict_heads=True)
     return model_class.from_pretrained(directory)
@@ -142,7 +144,7 @@ def export_tokenizer(tokenizer, directory: str | Path) -> tuple[list[str], str |
     """Write the tokenizer beside an exported model: `spiece.model` or `vocab.txt` plus
     `tokenizer_config.json` (what `tokenizer.save` writes), and `tokenizer.json` when the tokenizer can be
     expressed as one. Returns (files written, why tokenizer.json was left out or None)."""
-    directory = Path(directory)
+    directory = user_path(directory)
     tokenizer.save(directory)
     config = directory / "tokenizer_config.json"   # transformers 5 leaves token_type_ids out unless asked
     if config.is_file():
@@ -315,6 +317,7 @@ def complete_export(model: nn.Module, directory: str | Path, source: str | Path 
     from albertlm.errors import warning_line
     from albertlm.tokenization import load_tokenizer
 
+    directory = user_path(directory)   # `source` and `tokenizer_path` are read expanded, shown as given
     notes, written = [], []
     said: list[str] = []
     if tokenizer_path is not None:
@@ -349,7 +352,7 @@ def _max_length_into_tokenizer_config(model: nn.Module, directory: Path, source)
     if not path.is_file():
         return
     limit = model.config.max_position_embeddings
-    task = fine_tuning_record(source) if source is not None else {}
+    task = fine_tuning_record(user_path(source)) if source is not None else {}
     if isinstance(task.get("max_seq_length"), int):
         limit = min(limit, task["max_seq_length"])
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -547,11 +550,11 @@ def write_model_card(model: nn.Module, directory: str | Path, source: str | Path
     checkpoint of an albertlm run, the training data (the data build's meta.json) and the run's measured
     metrics (pretraining: the eval record of the checkpoint's step in metrics.jsonl; fine-tuning: the
     best dev scores in metrics.json)."""
-    directory = Path(directory)
+    directory = user_path(directory)
     cfg = model.config
     name = type(model).__name__
     params = sum(p.numel() for p in model.parameters())
-    run = run_facts(Path(source)) if source is not None else {}
+    run = run_facts(source) if source is not None else {}
     task = "fill-mask" if name in ("AlbertForPreTraining", "AlbertForMaskedLM") else _PIPELINE_TAGS.get(name)
     lines = ["---", "library_name: transformers", "tags:", "- albert", "- albertlm"]
     lines += [f"pipeline_tag: {task}"] if task else []
@@ -593,8 +596,9 @@ _AUTO_CLASSES = {"AlbertForSequenceClassification": "AutoModelForSequenceClassif
                  "AlbertForMultipleChoice": "AutoModelForMultipleChoice"}
 
 
-def run_facts(checkpoint: Path) -> dict[str, list[str]]:
+def run_facts(checkpoint: str | Path) -> dict[str, list[str]]:
     """Markdown lines about the run a checkpoint came from: {"data": [...], "metrics": [...]}."""
+    checkpoint = user_path(checkpoint)
     facts: dict[str, list[str]] = {}
     step_match = re.fullmatch(r"step_(\d+)", checkpoint.name)
     run_dir = checkpoint.parent.parent if step_match and checkpoint.parent.name == "checkpoints" else checkpoint.parent

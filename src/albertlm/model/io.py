@@ -27,6 +27,7 @@ from torch import nn
 from albertlm.config import ConfigError, ModelConfig
 from albertlm.errors import UserError, json_object_or_empty, read_json_object
 from albertlm.model import hf_format
+from albertlm.errors import user_path   # (a leading ~ expanded)
 
 log = logging.getLogger("albertlm.model")
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -497,14 +498,6 @@ def write_torch_file(obj: Any, path: str | Path) -> None:
         if error is None:
             raise
         raise error from None
-
-
-def user_path(path: str | Path) -> Path:
-    """`path` as a Path, a leading `~` or `~user` expanded as the shell does (a notebook's "~/models/albert"):
-    it named a folder `~` in the working directory, which `save_pretrained` created there and `from_pretrained`
-    said did not exist."""
-    expanded = os.path.expanduser(path)
-    return Path(expanded if expanded != os.fspath(path) else path)
 
 
 SAVE_TMP_PREFIX = ".albertlm-save-"   # the folder inside the target a save writes its files into first

@@ -1,11 +1,12 @@
 """Our model classes by name: the name a checkpoint was saved from (`albertlm_class` in the safetensors
-metadata) or a transformers architecture name -> the class that loads it."""
+metadata) or a transformers architecture name -> the class that loads it. Every function here taking a directory
+takes a str or Path, a leading `~` expanded (`io.user_path`)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from albertlm.errors import UserError
-from albertlm.model import albert, heads
+from albertlm.model import albert, heads, io
 
 MODEL_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
     albert.AlbertModel, albert.AlbertForPreTraining, heads.AlbertForMaskedLM, heads.AlbertForSequenceClassification,
@@ -26,9 +27,10 @@ def saved_class_name(directory: str | Path) -> str:
     classifier lost its head and came back with random MLM / SOP heads, with a warning only."""
     from albertlm.model.io import read_config, read_metadata
 
+    directory = io.user_path(directory)   # "~/m" was "no model.safetensors in ~/m"
     if read_config(directory)[1]:
         return hf_class_name(directory)
-    path = Path(directory) / "model.safetensors"
+    path = directory / "model.safetensors"
     if not path.is_file():
         raise UserError(f"no model.safetensors in {directory}")
     name = read_metadata(path).get("albertlm_class", "AlbertForPreTraining")
@@ -41,6 +43,7 @@ def load_saved_model(directory: str | Path, **overrides):
     """A checkpoint (albertlm's or a transformers directory) as the class it holds (`saved_class_name`). Without
     overrides a head weight of that class stored in another shape (a config.json whose num_labels / id2label do not
     fit the weights) is a UserError: the model would come back with that head freshly initialised."""
+    directory = io.user_path(directory)
     return model_class(saved_class_name(directory)).from_pretrained(directory, strict_heads=not overrides, **overrides)
 
 
@@ -50,7 +53,8 @@ def hf_class_name(directory: str | Path) -> str:
     a name that is no ALBERT class is a UserError."""
     from albertlm.errors import read_json_object
 
-    config = Path(directory) / "config.json"
+    directory = io.user_path(directory)
+    config = directory / "config.json"
     if not config.is_file():
         raise UserError(f"{directory}: no config.json, not a transformers directory (see --from)")
     data = read_json_object(config, "a transformers config.json")
@@ -70,6 +74,7 @@ def architecture_from_weights(directory: str | Path, config: dict) -> str:
     (Defaulting to AlbertForPreTraining dropped a fine-tuned head and converted a model with random heads.)"""
     from albertlm.model.io import state_keys
 
+    directory = io.user_path(directory)
     keys = set(state_keys(directory))
     if "sop_classifier.classifier.weight" in keys:
         return "AlbertForPreTraining"
@@ -97,7 +102,7 @@ def _tensor_shape(directory: str | Path, name: str) -> tuple[int, ...]:
     read), otherwise from the loaded state."""
     from albertlm.model.io import WEIGHTS, read_state
 
-    path = Path(directory) / WEIGHTS
+    path = io.user_path(directory) / WEIGHTS
     if path.is_file():
         from safetensors import safe_open
 

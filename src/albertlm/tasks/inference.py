@@ -15,6 +15,8 @@ was built with (run_config.json -> data meta.json), unless one is given.
 
 Without a `device`, `FillMask(model, ...)` and `embed_texts(model, ...)` put their batches where the model's
 weights are (a model moved to a GPU works as it is).
+
+Every path here (a model, a run, a tokenizer) is a str or Path, a leading `~` expanded (`model.io.user_path`).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import numpy as np
 import torch
 
 from albertlm.errors import UserError
+from albertlm.model.io import user_path
 
 MASK_TEXT = "[MASK]"  # what users type; every ALBERT/BERT vocabulary has this mask token
 TOKENIZER_FILES = ("spiece.model", "vocab.txt", "tokenizer.json")
@@ -47,7 +50,7 @@ def find_tokenizer(model_dir: str | Path) -> Path | None:
     """The tokenizer of a checkpoint: files in its directory, else in its run directory; for a fine-tuning run's
     `checkpoints/step_N` (which holds none) the run's (`run_tokenizer`: best/'s copy, else the one the run
     recorded); else the one its pretraining data was built with (run_config.json -> data.path -> meta.json)."""
-    model_dir = Path(model_dir)
+    model_dir = user_path(model_dir)
     run_dir = model_dir.parent.parent if model_dir.parent.name == "checkpoints" else model_dir.parent
     for directory in (model_dir, run_dir):
         if any((directory / name).is_file() for name in TOKENIZER_FILES) or list(directory.glob("*.model")):
@@ -85,7 +88,7 @@ def run_tokenizer(model_dir: str | Path) -> Path | None:
     None for another directory, or where neither is (`missing_run_tokenizer` says why)."""
     from albertlm.tokenization.load import find_tokenizer as tokenizer_in
 
-    model_dir = Path(model_dir)
+    model_dir = user_path(model_dir)
     info = step_record(model_dir)
     if not info:
         return None
@@ -110,7 +113,7 @@ def recorded_tokenizer(saved: dict) -> Path | None:
 def missing_run_tokenizer(model_dir: str | Path) -> str:
     """Why a fine-tuning run's step_N has no tokenizer (`run_tokenizer` found none), and which one its run used;
     '' for another directory."""
-    model_dir = Path(model_dir)
+    model_dir = user_path(model_dir)
     info = step_record(model_dir)
     if not info:
         return ""
@@ -128,20 +131,21 @@ def step_record(model_dir: str | Path) -> dict:
     """The run_config.json of a fine-tuning run's checkpoints/step_N ({} for any other directory)."""
     from albertlm.model.io import fine_tuning_record
 
-    model_dir = Path(model_dir)
+    model_dir = user_path(model_dir)
     if model_dir.parent.name != "checkpoints" or (model_dir / "task.json").is_file():
         return {}
     return fine_tuning_record(model_dir)
 
 
-def load_tokenizer_for(model_dir: Path, explicit: str | Path | None = None, vocab_size: int | None = None):
+def load_tokenizer_for(model_dir: str | Path, explicit: str | Path | None = None, vocab_size: int | None = None):
     """The model's tokenizer (or `explicit`: refused where it is not the checkpoint's own, `check_own_tokenizer`);
     with `vocab_size`, one with more pieces is refused."""
     from albertlm.tokenization import load_tokenizer
 
-    found = Path(explicit) if explicit else find_tokenizer(model_dir)
+    model_dir = user_path(model_dir)   # "~/m" was "no tokenizer beside ~/m"
+    found = user_path(explicit) if explicit else find_tokenizer(model_dir)
     if found is None:
-        built = _recorded_vocabulary(Path(model_dir)).get("path")   # a pretraining checkpoint's, moved or removed
+        built = _recorded_vocabulary(model_dir).get("path")   # a pretraining checkpoint's, moved or removed
         gone = f": its pretraining data was built with {built}, not found there now" if isinstance(built, str) else ""
         raise UserError(f"no tokenizer beside {model_dir} nor recorded by its run"
                         f"{missing_run_tokenizer(model_dir) or gone}; pass --tokenizer PATH")
@@ -150,7 +154,7 @@ def load_tokenizer_for(model_dir: Path, explicit: str | Path | None = None, voca
         check_tokenizer_fits(tokenizer, vocab_size, found)
     if explicit:
         check_own_tokenizer(model_dir, found, tokenizer)
-    elif _replaced_data_tokenizer(Path(model_dir), found, tokenizer):
+    elif _replaced_data_tokenizer(model_dir, found, tokenizer):
         raise UserError(f"{found}, the tokenizer the pretraining data of {model_dir} was built with, holds another "
                         f"vocabulary now than when the data was built (meta.json's vocab_sha256): it was replaced "
                         f"since; pass --tokenizer PATH with the one the data was built with")
@@ -167,7 +171,7 @@ def check_own_tokenizer(model_dir: str | Path, given: str | Path, tokenizer) -> 
     from albertlm.tokenization import load_tokenizer
     from albertlm.tokenization.load import find_tokenizer as tokenizer_in
 
-    model_dir, given = Path(model_dir), Path(given)
+    model_dir, given = user_path(model_dir), user_path(given)
     own = tokenizer_in(model_dir) or run_tokenizer(model_dir)
     replaced = False
     if own is not None:
@@ -286,9 +290,9 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return weight.device if weight is not None else torch.device("cpu")
 
 
-def has_mlm_head(model_dir: Path) -> bool:
+def has_mlm_head(model_dir: str | Path) -> bool:
     """Whether the checkpoint holds masked-LM head weights (ours: mlm_head.*, transformers: predictions.*)."""
-    weights = model_dir / "model.safetensors"
+    weights = user_path(model_dir) / "model.safetensors"
     if not weights.is_file():
         return True  # pytorch_model.bin: the loader reports a missing head
     from safetensors import safe_open

@@ -8,6 +8,7 @@ Implementations: `sentencepiece.SentencePieceTokenizer`, `wordpiece.WordPieceTok
 from __future__ import annotations
 
 import functools
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -15,9 +16,32 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from albertlm.errors import user_path   # noqa: F401  (a leading ~ expanded; re-exported for the tokenizers)
+
 
 @runtime_checkable
 class Tokenizer(Protocol):
+    """What every albertlm tokenizer has (`load_tokenizer` returns one: `SentencePieceTokenizer`,
+    `WordPieceTokenizer` or `TokenizerJsonTokenizer`); `isinstance(tok, Tokenizer)` checks it.
+
+    Attributes:
+        kind: "sentencepiece" or "wordpiece" (a tokenizer.json: "wordpiece" for a WordPiece model, else
+            "sentencepiece").
+        vocab_size: the number of ids (the model's embedding rows must be at least this many).
+        pad_id, unk_id, cls_id, sep_id, mask_id: the special ids. ALBERT's SentencePiece models: 0, 1, 2, 3, 4; a
+            WordPiece vocab's [PAD], [UNK], [CLS], [SEP], [MASK] where they are (BERT's: 0, 100, 101, 102, 103).
+        options: the preprocessing (lowercasing, accent stripping, ...): a dataclass for SentencePiece and
+            WordPiece, the tokenizer_config.json's fields for a tokenizer.json (its own pipeline decides).
+
+    Methods: `encode(text)` -> ids without special tokens; `encode_batch(texts)` -> their ids in native code;
+    `encode_pair(a, b=None)` -> (`[CLS] a [SEP] (b [SEP])` ids, token types), as transformers builds them;
+    `tokenize(text)` -> the pieces; `decode(ids)` -> text, special tokens dropped; `id_to_token` / `token_to_id`
+    (an unknown token is `unk_id`); `word_start_mask()` -> (vocab_size,) bool, the whole-word starts;
+    `special_tokens_as_text()` -> "[SEP]" written in the text is encoded as text from then on (data building);
+    `save(directory)` -> files that albertlm and transformers both load. The WordPiece and tokenizer.json tokenizers
+    also have `encode_batch_with_spans(texts)` (each token's character span, for SQuAD).
+    """
+
     kind: str  # "sentencepiece" or "wordpiece"
     vocab_size: int
     pad_id: int
@@ -50,7 +74,8 @@ class Tokenizer(Protocol):
         Special and punctuation-only tokens count as word starts."""
 
     def save(self, directory: str | Path) -> None:
-        """Write files that both albertlm and transformers load (spiece.model or vocab.txt)."""
+        """Write files that both albertlm and transformers load (spiece.model or vocab.txt and tokenizer_config.json;
+        a tokenizer.json tokenizer: its tokenizer.json)."""
 
 
 def build_pair(cls_id: int, sep_id: int, a: Sequence[int], b: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
@@ -312,7 +337,7 @@ def save_directory(directory: str | Path, source: Path, name: str, config: dict)
     """Copy the model file in as `name` (unless it is already there) and write tokenizer_config.json."""
     import json
 
-    directory = Path(directory)
+    directory = user_path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / name).resolve() != source.resolve():
         (directory / name).write_bytes(source.read_bytes())

@@ -14,13 +14,14 @@ from pathlib import Path
 from albertlm.errors import UserError
 from albertlm.tokenization import sentencepiece as spm_tok
 from albertlm.tokenization import wordpiece as wp_tok
-from albertlm.tokenization.base import CONFIG_FILE, read_added_tokens
+from albertlm.tokenization.base import CONFIG_FILE, read_added_tokens, user_path
 from albertlm.tokenization.tokenizer_json import TOKENIZER_FILE, TokenizerJsonTokenizer
 
 
 def load_tokenizer(path: str | Path, **options):
-    """Load a tokenizer; `options` (e.g. do_lower_case=False) override the stored or default preprocessing."""
-    path = Path(path).expanduser()
+    """Load a tokenizer; `options` (e.g. do_lower_case=False) override the stored or default preprocessing.
+    `path`: a str or Path, a leading `~` expanded (`user_path`)."""
+    path = user_path(path)   # Path.expanduser raised RuntimeError for a `~user` naming no user
     if not path.exists():
         raise UserError(f"tokenizer not found: {path}")
     if path.is_dir():
@@ -125,7 +126,7 @@ def find_tokenizer(model_dir: str | Path) -> Path | None:
     checkpoint's data was built with (run_config.json -> data.path -> meta.json); None if neither."""
     import json
 
-    directory = Path(model_dir)
+    directory = user_path(model_dir)
     if not directory.is_dir():
         return None
     names = (spm_tok.MODEL_FILE, wp_tok.VOCAB_FILE, TOKENIZER_FILE)

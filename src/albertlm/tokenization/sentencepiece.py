@@ -27,7 +27,7 @@ import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tokenization.base import (MARKED_SHARE, TokenizerBase, kana_marked, read_config, save_directory,
-                                        valid_unicode, voiced_kana)
+                                        user_path, valid_unicode, voiced_kana)
 
 LineReader = Callable[[Path], Iterable[str]]   # a training input file -> its lines (sentences)
 MODEL_FILE = "spiece.model"  # the name transformers' AlbertTokenizer.from_pretrained looks for
@@ -197,7 +197,7 @@ class SentencePieceTokenizer(TokenizerBase):
 
     def __init__(self, model_file: str | Path, options: SentencePieceOptions | None = None,
                  num_threads: int | None = None):
-        self.model_file = Path(model_file)
+        self.model_file = user_path(model_file)
         self.options = options or SentencePieceOptions()
         self.num_threads = num_threads or _default_threads()
         self.sp = _load_processor(self.model_file)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import UserError
-from albertlm.tokenization.base import CONFIG_FILE, TokenizersBacked, read_config
+from albertlm.tokenization.base import CONFIG_FILE, TokenizersBacked, read_config, user_path
 from albertlm.tokenization.sentencepiece import _is_start_piece
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -82,7 +82,7 @@ class TokenizerJsonTokenizer(TokenizersBacked):
     def __init__(self, tokenizer_file: str | Path):
         from tokenizers import Tokenizer
 
-        self.tokenizer_file = Path(tokenizer_file)
+        self.tokenizer_file = user_path(tokenizer_file)
         try:
             self.backend = Tokenizer.from_file(str(self.tokenizer_file))
         except Exception as exc:  # tokenizers raises a bare Exception on malformed files
@@ -130,7 +130,7 @@ class TokenizerJsonTokenizer(TokenizersBacked):
         return mask
 
     def save(self, directory: str | Path) -> None:
-        directory = Path(directory)
+        directory = user_path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.backend.save(str(directory / TOKENIZER_FILE))
         config = self.tokenizer_file.parent / CONFIG_FILE

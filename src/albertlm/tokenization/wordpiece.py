@@ -16,7 +16,7 @@ import numpy as np
 
 from albertlm.errors import UserError
 from albertlm.tokenization.base import (TokenizersBacked, kana_marked, read_config, save_directory,
-                                        valid_unicode, voiced_kana)
+                                        user_path, valid_unicode, voiced_kana)
 
 VOCAB_FILE = "vocab.txt"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -182,7 +182,7 @@ class WordPieceTokenizer(TokenizersBacked):
                  added_tokens: Sequence[dict] = ()):
         """`added_tokens`: what transformers added to the vocabulary (`base.read_added_tokens`), matched in the
         text whole as transformers 5 matches them, at their recorded ids."""
-        self.vocab_file = Path(vocab_file)
+        self.vocab_file = user_path(vocab_file)
         self.options = options or WordPieceOptions()
         self.vocab = read_vocab(self.vocab_file)
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (self.vocab[t] for t in SPECIAL_TOKENS)
@@ -233,7 +233,7 @@ class WordPieceTokenizer(TokenizersBacked):
         (a byte order mark in the source vocab is left out of the copy: transformers would read it as part of
         the first token)."""
         save_directory(directory, self.vocab_file, VOCAB_FILE, transformers_config(self.options, self.added_tokens))
-        copy = Path(directory) / VOCAB_FILE
+        copy = user_path(directory) / VOCAB_FILE
         if copy.resolve() != self.vocab_file.resolve():
             data = copy.read_bytes()
             if data.startswith(_BOM):
