@@ -846,19 +846,53 @@ PER_PROCESS = ("train.progress", "train.tensorboard", "train.log_every", "train.
                "dist.backend", "dist.timeout_minutes")
 
 
+def features_digest(features) -> str:
+    """A short digest of what `features` feed the model (each one's token ids and types, and its label): the same
+    on every node that built them from the same data with the same tokenizer and settings, whatever the paths.
+    A `FeatureWindows` (read a window at a time, `predict` only) is not read again: its digest is its count's."""
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=8)
+    if isinstance(features, FeatureWindows):
+        digest.update(f"windows {len(features)}".encode())
+        return digest.hexdigest()
+    for feature in features:
+        if not isinstance(feature, Feature):   # (a stand-in of tests: its repr)
+            digest.update(repr(feature).encode())
+            continue
+        for part in (feature.input_ids, feature.token_type_ids):
+            array = np.ascontiguousarray(part, dtype=np.int64)
+            digest.update(repr(array.shape).encode())
+            digest.update(array.tobytes())
+        label = feature.label.tolist() if isinstance(feature.label, (np.ndarray, np.generic)) else feature.label
+        digest.update(repr(label).encode())
+    return digest.hexdigest()
+
+
 def finetune_identity(spec: TaskSpec, cfg: FinetuneConfig, out_dir: str | Path | None = None,
                       resume: bool = False) -> dict:
     """What every process of one fine-tuning must agree on: its settings (but `PER_PROCESS`), the task, the number
-    of training features and the task's labels (`spec.info`), and on `resume` the checkpoint in `out_dir` it
-    continues from (as pretraining's `run_identity`)."""
+    of training features and what they hold, the task's labels (`spec.info`), each eval set's features (their
+    number and what they hold: `features_digest`), and on `resume` the checkpoint in `out_dir` it continues from
+    (as pretraining's `run_identity`)."""
     from albertlm.config.overrides import flatten
     from albertlm.tasks.inference import RECORDED_TOKENIZER
 
     values = {key: value for key, value in flatten(cfg.to_dict()).items() if key not in PER_PROCESS}
     values.update({"the task": spec.family, "the training features": len(spec.train),
+                   # what they hold, not only how many: a node whose copy of the training file (or tokenizer)
+                   # differed trained its share of every batch on its own data without a word
+                   "the training features' tokens and labels": features_digest(spec.train),
                    # (not the tokenizer path the CLI records there: nodes may reach the same files by other paths)
                    "the task's labels": json.dumps({k: v for k, v in spec.info.items() if k != RECORDED_TOKENIZER},
                                                    sort_keys=True, default=str)})
+    # every eval set's features: rank r runs batches r, r + W, ... of its own copy and rank 0 puts the outputs at
+    # its own features' places (`shared_predict`), so a node whose dev file or tokenizer differed gave rank 0
+    # outputs of other texts, scored against rank 0's answers without a word (texts of other lengths: a traceback at
+    # the first evaluation); a set one node lacks put the ranks in different collectives
+    for eval_set in getattr(spec, "eval_sets", ()):
+        features = eval_set.features
+        values[f"the {eval_set.name} set's features"] = f"{len(features)}, {features_digest(features)}"
     if resume and out_dir is not None:
         last = ckpt.latest_checkpoint(out_dir) if Path(out_dir).is_dir() else None
         values["the checkpoint it resumes from"] = last.name if last is not None else None
