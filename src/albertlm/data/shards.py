@@ -469,11 +469,19 @@ class ShardMaps:
         return out
 
     def close(self) -> None:
-        """Drop the maps and close the files (they also close when the object goes)."""
+        """Drop the maps and close the files (`__del__` does it when the object goes)."""
         self._maps.clear()
         for handle in self._files.values():
             handle.close()
         self._files.clear()
+
+    def __del__(self) -> None:
+        # closed here, not left to each file's own finaliser: that one warns "unclosed file" (a ResourceWarning,
+        # which pytest.warns and -W error count) for every shard read
+        try:
+            self.close()
+        except Exception:       # an interpreter shutting down may have torn down what close() uses
+            pass
 
     def _open(self, index: int):
         """Shard `index` opened for reading, checked against its stamp (a UserError when it is another file)."""
