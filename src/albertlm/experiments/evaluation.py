@@ -11,11 +11,16 @@
 - the segment-length baseline of SOP and NSP accuracy: what the two segments' lengths alone (no token read)
   score on the held-out pairs. It is above the 50% of chance: a chunk gathers sentences until one crosses its
   target length, so the chunk's last sentence, always in B, tends to be the longest (google's builder has the
-  same property), and "A longer than B" hints at a swapped SOP pair.
+  same property), and "A longer than B" hints at a swapped SOP pair;
+- the length-balanced accuracy of each sentence head (`length_rule_agreement`, part of `intrinsic`): how often its
+  held-out answers are that rule's, its accuracy where the rule is right and where it is wrong, and their mean,
+  the accuracy on pairs where the rule is at chance (a head that only follows the rule scores 50% on it, a head
+  blind to lengths its plain accuracy).
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,19 +40,121 @@ def count_parameters(cfg: ModelConfig) -> int:
 
 
 def intrinsic(checkpoint: str | Path, heldout: dict[str, Path], batch_size: int = 64, device: str = "auto",
-              precision: str = "fp32") -> dict[str, float]:
-    """{mlm_acc, mlm_loss, sop_acc, nsp_acc} of a checkpoint: MLM on the held-out SOP data, each sentence
-    task on its own held-out data (the SOP head answers "is this pair in order / consecutive?" on both)."""
+              precision: str = "fp32") -> dict[str, Any]:
+    """{mlm_acc, mlm_loss, sop_acc, sop_loss, nsp_acc, nsp_loss, length_rule} of a checkpoint: MLM on the held-out
+    SOP data, each sentence task on its own held-out data (the SOP head answers "is this pair in order /
+    consecutive?" on both), and `length_rule`: {task: `length_rule_agreement`'s numbers of the sentence head on
+    that task's held-out data}, None for a task where the model has no sentence head or its outputs were NaN
+    (its accuracy is NaN then)."""
     from albertlm.training.evaluate import evaluate_checkpoint
 
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     for task, data in heldout.items():
         metrics = evaluate_checkpoint(checkpoint, data, batch_size=batch_size, precision=precision, device=device)
         out[f"{task}_acc"] = metrics.get(f"{task}_acc", float("nan"))    # evaluate names them by the data's task
         out[f"{task}_loss"] = metrics.get(f"{task}_loss", float("nan"))
         if task == "sop":
             out["mlm_acc"], out["mlm_loss"] = metrics["mlm_acc"], metrics["mlm_loss"]
+    # the head's answer to each pair is needed, and `evaluate_checkpoint` keeps only sums (its objective is made
+    # inside it): one more pass, of the sentence head alone (no masked-LM head), over the same held-out data
+    scored = {task: data for task, data in heldout.items() if not np.isnan(out[f"{task}_acc"])}
+    rule = length_rule_agreement(checkpoint, scored, batch_size=batch_size, device=device,
+                                 precision=precision) if scored else {}
+    out["length_rule"] = {task: rule.get(task) for task in heldout}
     return out
+
+
+def length_rule_numbers(table: np.ndarray) -> dict[str, Any]:
+    """The numbers of a sentence head against the length rule ("label 1 when A is longer than B", equal lengths
+    0: `length_baseline`'s `rule`) from `table`, a 2 x 2 count of held-out pairs: table[r, h] holds those where
+    the rule is right (r = 1) or wrong (r = 0) and the head right (h = 1) or wrong (h = 0). With 0/1 labels the
+    head gives the rule's answer exactly where both are right or both wrong.
+
+    {instances, rule_acc (the rule's accuracy), acc (the head's), agree (the share of the head's answers equal
+    to the rule's), acc_rule_right / acc_rule_wrong (the head's accuracy on the pairs where the rule is right /
+    wrong), balanced_acc (their mean: the accuracy on a set where the rule is at chance, each half weighted 1/2;
+    50% for a head that only follows the rule, its plain accuracy for a head blind to lengths), rule_right /
+    rule_wrong (the counts)}; an accuracy over no pair is None, and so is balanced_acc then."""
+    table = np.asarray(table, dtype=np.int64).reshape(2, 2)
+    n, right, wrong = int(table.sum()), int(table[1].sum()), int(table[0].sum())
+
+    def share(part: int, whole: int) -> float | None:
+        return part / whole if whole else None
+
+    on_right, on_wrong = share(int(table[1, 1]), right), share(int(table[0, 1]), wrong)
+    return {"instances": n, "rule_acc": share(right, n), "acc": share(int(table[:, 1].sum()), n),
+            "agree": share(int(table[1, 1] + table[0, 0]), n), "acc_rule_right": on_right,
+            "acc_rule_wrong": on_wrong,
+            "balanced_acc": None if on_right is None or on_wrong is None else (on_right + on_wrong) / 2,
+            "rule_right": right, "rule_wrong": wrong}
+
+
+def length_rule_table(predictions: np.ndarray, len_a: np.ndarray, len_b: np.ndarray,
+                      labels: np.ndarray) -> np.ndarray:
+    """`length_rule_numbers`'s 2 x 2 count from a head's 0/1 answers and the pairs' segment lengths and labels."""
+    rule_right = ((len_a > len_b).astype(np.int64) == labels).astype(np.int64)
+    head_right = (np.asarray(predictions, dtype=np.int64) == labels).astype(np.int64)
+    return np.bincount(rule_right * 2 + head_right, minlength=4).reshape(2, 2)
+
+
+@torch.no_grad()
+def sentence_head_table(model: nn.Module, data: str | Path, batch_size: int = 64, precision: str = "fp32",
+                        device: torch.device | None = None) -> np.ndarray:
+    """`length_rule_table` of the sentence head of `model` (an AlbertForPreTraining, in eval mode, on `device`)
+    on the SOP or NSP data `data`: the data in order, `batch_size` instances at a time, as `evaluate_checkpoint`
+    feeds them (the same masked inputs, the padding skipped), the backbone's last layer computed at [CLS] only,
+    its pooled output through the sentence head, under `precision`'s autocast. Memory: one batch and 4 counts."""
+    from albertlm.data.loader import collate
+    from albertlm.errors import UserError
+    from albertlm.training.precision import autocast
+    from albertlm.training.pretrain import open_dataset
+
+    device = device or next(model.parameters()).device
+    dataset = open_dataset(data)
+    task = str(dataset.meta.get("sentence_task"))
+    if task not in ("sop", "nsp"):
+        raise UserError(f"{data} is {task!r} data: no sentence label to answer")
+    table = np.zeros((2, 2), np.int64)
+    for start in range(0, len(dataset), batch_size):
+        rows = np.arange(start, min(len(dataset), start + batch_size), dtype=np.int64)
+        len_a, len_b, labels = _pair_lengths(dataset, rows, data)
+        batch = collate(dataset.__getitems__(rows.tolist()))
+        if not np.array_equal(batch["sentence_order_label"].numpy(), labels):   # the same records, read twice
+            raise UserError(f"{data} changed while it was read; evaluate it again")
+        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids", "token_index")}
+        cls = torch.zeros(len(rows), 1, dtype=torch.long, device=device)      # [CLS], the row the pooler reads
+        with autocast(precision, device):
+            pooled = model.albert(inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"], cls,
+                                  inputs["token_index"]).pooler_output
+            answers = model.sop_head(pooled).float().argmax(-1).cpu().numpy()
+        table += length_rule_table(answers, len_a, len_b, labels)
+    return table
+
+
+def length_rule_agreement(checkpoint: str | Path, heldout: dict[str, Path], batch_size: int = 64,
+                          device: str = "auto", precision: str = "fp32") -> dict[str, dict | None]:
+    """{task: `length_rule_numbers`} of a checkpoint's sentence head on each held-out SOP / NSP data set of
+    `heldout` (`sentence_head_table`; the model loaded once, on `device`, under `precision`, as
+    `evaluate_checkpoint` runs it), None for every task when the checkpoint has no sentence head (a masked-LM
+    model). The caller's random generators are as they were (loading a model draws from them)."""
+    from albertlm.model.albert import AlbertForPreTraining
+    from albertlm.model.io import resolve_checkpoint
+    from albertlm.training.distributed import pick_device
+    from albertlm.training.evaluate import pretraining_heads
+    from albertlm.training.precision import check_precision, prepare_model
+    from albertlm.training.trainer import callers_rng_kept
+
+    target = pick_device(device)
+    check_precision(precision, target, training=False)
+    source = resolve_checkpoint(checkpoint)
+    if not pretraining_heads(source)[1]:
+        return {task: None for task in heldout}
+    with callers_rng_kept(target):
+        model = AlbertForPreTraining.from_pretrained(source)
+    # the bf16-on-this-CPU note, if any, was said by the evaluation before this pass
+    model = prepare_model(model, precision=precision, device=target, warn=False).to(target).eval()
+    return {task: length_rule_numbers(sentence_head_table(model, data, batch_size, precision, target))
+            for task, data in heldout.items()}
 
 
 def unigram_baseline(train_data: str | Path, heldout_data: str | Path, max_train: int = 100_000,
@@ -93,17 +200,24 @@ def segment_lengths(data: str | Path, indices: np.ndarray | None = None,
         raise UserError(f"{data} is {task!r} data: no second segment and no sentence label to predict from lengths")
     if indices is None:
         indices = np.arange(len(dataset), dtype=np.int64)
-    parts = []
-    for start in range(0, len(indices), chunk):
-        rows = np.asarray(indices[start:start + chunk], dtype=np.int64)
-        records = dataset.records(rows)
-        dataset.check_records(records, rows)       # a damaged record is the loader's one-line error
-        boundary, length = records["type_boundary"].astype(np.int64), records["length"].astype(np.int64)
-        parts.append(np.stack([boundary - 2, length - boundary - 1, records["label"]]).astype(np.int32))
+    parts = [np.stack(_pair_lengths(dataset, np.asarray(indices[start:start + chunk], dtype=np.int64), data))
+             .astype(np.int32) for start in range(0, len(indices), chunk)]
     a, b, label = np.concatenate([np.zeros((3, 0), np.int32), *parts], axis=1).astype(np.int64)
-    if np.any((a < 1) | (b < 1) | ((label != 0) & (label != 1))):
-        raise UserError(f"{data}: instances without two segments and a 0/1 label in {task} data; rebuild it")
     return a, b, label, task
+
+
+def _pair_lengths(dataset, rows: np.ndarray, data: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(len A, len B, label) of the instances at `rows` of an open SOP / NSP dataset (`segment_lengths`)."""
+    from albertlm.errors import UserError
+
+    records = dataset.records(rows)
+    dataset.check_records(records, rows)       # a damaged record is the loader's one-line error
+    boundary, length = records["type_boundary"].astype(np.int64), records["length"].astype(np.int64)
+    a, b, label = boundary - 2, length - boundary - 1, records["label"].astype(np.int64)
+    if np.any((a < 1) | (b < 1) | ((label != 0) & (label != 1))):
+        raise UserError(f"{data}: instances without two segments and a 0/1 label in "
+                        f"{dataset.meta.get('sentence_task')} data; rebuild it")
+    return a, b, label
 
 
 def length_baseline(train_data: str | Path | None, heldout_data: str | Path, max_train: int = 1_000_000,

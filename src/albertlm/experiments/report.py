@@ -107,7 +107,8 @@ def load_results(out: Path) -> dict[str, Any]:
     suite = read_json(out / "suite.json", "the suite's plan") if (out / "suite.json").is_file() else {}
     if not isinstance(suite, dict):
         suite = {}
-    results: dict[str, Any] = {"pretrain": {}, "scratch": {}, "unreadable": {}}
+    # directories: a result's folder by its name (a pretraining's derived results are cached there)
+    results: dict[str, Any] = {"pretrain": {}, "scratch": {}, "unreadable": {}, "directories": {}}
     for kind, folder in (("pretrain", "runs"), ("scratch", "scratch")):
         for path in sorted((out / folder).glob("*/result.json")):
             try:
@@ -120,6 +121,7 @@ def load_results(out: Path) -> dict[str, Any]:
                 results["unreadable"][str(path)] = why
                 continue
             results[kind][r["name"]] = r
+            results["directories"][r["name"]] = path.parent
     return {"suite": suite, **results}
 
 
@@ -158,6 +160,9 @@ def aggregate(data: dict, scale: Scale | None = None) -> dict[str, Any]:
                                "model": runs[0]["model"], "seeds": sorted(r["seed"] for r in runs)}
         for key in ("mlm_acc", "sop_acc", "nsp_acc", "mlm_loss"):
             row[key] = summary(r["intrinsic"].get(key) for r in runs)
+        for task in ("sop", "nsp"):     # the sentence head against the length rule (`length_rule_numbers`)
+            for field, key in LENGTH_RULE_KEYS.items():
+                row[key.format(task=task)] = summary(_rule_number(r, task, field) for r in runs)
         scores = [downstream_scores(r, tasks) for r in runs]
         for key in sorted({k for s in scores for k in s}):
             row[f"ft_{key}"] = summary(s.get(key) for s in scores)
@@ -178,6 +183,19 @@ def aggregate(data: dict, scale: Scale | None = None) -> dict[str, Any]:
         row["shape"] = baseline_of(row, out["shapes"])
     out["paper"] = paper_rows(out["variants"], scale)
     return out
+
+
+# a field of `evaluation.length_rule_numbers` -> its aggregate's name, per held-out task
+LENGTH_RULE_KEYS = {"balanced_acc": "{task}_balanced_acc", "agree": "{task}_rule_agree",
+                    "acc_rule_right": "{task}_acc_rule_right", "acc_rule_wrong": "{task}_acc_rule_wrong"}
+
+
+def _rule_number(result: dict, task: str, field: str) -> float | None:
+    """A run's `intrinsic.length_rule[task][field]` (None where it has none: not measured, or not available)."""
+    rule = (result.get("intrinsic") or {}).get("length_rule")
+    numbers = rule.get(task) if isinstance(rule, dict) else None
+    value = numbers.get(field) if isinstance(numbers, dict) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def baseline_of(row: dict, shapes: dict[str, dict]) -> str:
@@ -290,16 +308,56 @@ def table4(agg, tasks, scale) -> list[str]:
 
 
 def table5(agg, tasks, scale) -> list[str]:
-    head = ["SP task", "MLM", "NSP", "SOP", "paper MLM / NSP / SOP", *[_task_title(t) for t in tasks],
-            "paper SST-2", "paper Avg"]
+    head = ["SP task", "MLM", "NSP", "NSP length-balanced", "SOP", "SOP length-balanced", "paper MLM / NSP / SOP",
+            *[_task_title(t) for t in tasks], "paper SST-2", "paper Avg"]
     rows = []
     for task in ("none", "nsp", "sop"):
         row = row_of(agg, Variant(task=task))
         p = PAPER_TABLE5[task]
         rows.append([TASK_NAMES[task], cell(_get(row, "mlm_acc")), cell(_get(row, "nsp_acc")),
-                     cell(_get(row, "sop_acc")), f"{p[0]} / {p[1]} / {p[2]}", *_downstream_cells(row, tasks),
-                     paper(p[3]), paper(p[4])])
+                     _balanced_cell(row, "nsp"), cell(_get(row, "sop_acc")), _balanced_cell(row, "sop"),
+                     f"{p[0]} / {p[1]} / {p[2]}", *_downstream_cells(row, tasks), paper(p[3]), paper(p[4])])
     return _md(head, rows)
+
+
+def _balanced_cell(row: dict | None, task: str) -> str:
+    """A variant's length-balanced accuracy on `task`'s held-out data: "–" when no run of it finished, "not
+    available" when its finished runs have none (no checkpoint or no held-out data to compute it from)."""
+    if row is None:
+        return "–"
+    s = row.get(f"{task}_balanced_acc")
+    return cell(s) if s and s.get("n") else "not available"
+
+
+def _mean_percent(s: dict | None) -> str:
+    return f"{s['mean'] * 100:.1f}%" if s and s.get("n") else "–"
+
+
+def length_balanced_lines(agg: dict, missing: dict[str, str]) -> list[str]:
+    """The paragraph under Table 5: what the length-balanced accuracy is, each variant's numbers behind it, and
+    the runs it is not available for (`missing`: name -> why)."""
+    text = ("Length-balanced accuracy: the sentence head's held-out accuracy where the rule \"label 1 when A is "
+            "longer than B\" is right and where it is wrong, averaged (`evaluation.length_rule_numbers`), i.e. its "
+            "accuracy on pairs where the segment lengths are no cue (the rule at chance): a head that only follows "
+            "the rule scores 50% on it, one blind to lengths its raw accuracy.")
+    parts = []
+    for task in ("none", "nsp", "sop"):
+        row = row_of(agg, Variant(task=task))
+        for data in ("sop", "nsp"):
+            if not row or not (row.get(f"{data}_balanced_acc") or {}).get("n"):
+                continue
+            mean = {key: _mean_percent(row.get(f"{data}_{key}")) for key in
+                    ("rule_agree", "acc_rule_right", "acc_rule_wrong", "balanced_acc", "acc")}
+            parts.append(f"{TASK_NAMES[task]} model on {TASK_NAMES[data]}: {mean['rule_agree']} of its answers are "
+                         f"the rule's, accuracy {mean['acc_rule_right']} where the rule is right and "
+                         f"{mean['acc_rule_wrong']} where it is wrong, length-balanced {mean['balanced_acc']} (raw "
+                         f"{mean['acc']})")
+    if parts:
+        text += " Seed means: " + "; ".join(parts) + "."
+    if missing:
+        text += (" Not available for " + "; ".join(f"`{name}` ({why})" for name, why in sorted(missing.items()))
+                 + ".")
+    return [text, ""]
 
 
 def dropout_table(agg, tasks, scale) -> list[str]:
@@ -793,6 +851,7 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
         warn(warning_line(f"{path}: left out of the report ({why}); remove it to run that job again"))
     scale_dict = data["suite"].get("scale")
     scale = _scale_from(scale_dict)
+    no_length_rule = fill_length_rules(out, data, warn)
     agg = aggregate(data, scale)
     tasks = _tasks(agg)
     checked = claims(agg, planned_paper_configs(data["suite"], scale))
@@ -860,7 +919,9 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
         judged = foreign and key in ("2", "3", "5") and not _verdict(c).startswith("not measured")
         caveat = _NOT_ENGLISH_CLAIM if judged else ""
         # claim 1's rule keeps its thresholds (< 60%, > 55%): the segment-length baseline is printed beside it only
-        beside = f"; segment-length baseline, not in the rule: {_length_short(lengths)}" if key == "1" else ""
+        # and so is the length-balanced accuracy of the two heads it judges
+        beside = (f"; length-balanced accuracy (a length-follower's 50%), not in the rule: {_claim1_balanced(agg)}"
+                  f"; segment-length baseline, not in the rule: {_length_short(lengths)}" if key == "1" else "")
         lines.append(f"{key}. {title}: **{_verdict(c)}** ({caveat}{detail + '; ' if detail else ''}{parts}"
                      f"{c['rule']}{beside})")
     lines += [""]
@@ -884,6 +945,7 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
         if title.startswith("Table 5:"):
             lines += [f"Held-out accuracy from the segment lengths alone (no token read; chance 50%): "
                       f"{_length_short(lengths)}; see the sentence-task baseline above the claims.", ""]
+            lines += length_balanced_lines(agg, no_length_rule)
     pngs = plots(agg, data, out)
     lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
     report = out / "report.md"
@@ -1019,6 +1081,71 @@ def _length_sentence(baselines: dict[str, dict] | None, why: str) -> str:
             "50%, but the sentence that closes a chunk, always in B, crosses the chunk's target length and so tends "
             "to be its longest: an SOP or NSP accuracy near these numbers says the head learned little beyond "
             "segment lengths.")
+
+
+LENGTH_RULE_FILE = "length_rule.json"   # in a pretraining run's directory, beside its result.json
+
+
+def fill_length_rules(out: Path, data: dict, warn=None) -> dict[str, str]:
+    """Each finished pretraining's `intrinsic.length_rule` (`evaluation.length_rule_agreement`: its sentence head
+    against the length rule on the held-out SOP and NSP data), in `data` (not in its result.json): a run
+    evaluated before the job recorded it gets it from its final checkpoint and the suite's prepared held-out
+    data, computed once and kept in its directory's length_rule.json (`--report-only` too; again when the
+    checkpoint or the held-out sets differ from the kept file's; the kept numbers stay when the checkpoint is
+    pruned later). Returns {run name: why it is not available}: its checkpoint gone before it was computed, no
+    prepared held-out data, or one the numbers cannot be computed from (also passed to `warn`)."""
+    from albertlm.errors import UserError
+
+    prepared = out / "prepared" / "data"
+    heldout = {task: prepared / f"heldout_{task}" for task in ("sop", "nsp") if (prepared / f"heldout_{task}").is_dir()}
+    missing: dict[str, str] = {}
+    for name, result in data["pretrain"].items():
+        intrinsic = result["intrinsic"]
+        if isinstance(intrinsic.get("length_rule"), dict) and intrinsic["length_rule"]:
+            continue                                    # recorded by the job's own evaluation
+        checkpoint = (result.get("pretrain") or {}).get("checkpoint")
+        if not heldout:
+            missing[name] = "no prepared held-out SOP or NSP data in prepared/data"
+            continue
+        # a task whose accuracy is NaN (NaN outputs) has no numbers, as in `evaluation.intrinsic`
+        scored = {task: path for task, path in heldout.items()
+                  if not (isinstance(intrinsic.get(f"{task}_acc"), float) and math.isnan(intrinsic[f"{task}_acc"]))}
+        cache = data.get("directories", {}).get(name, out / "runs" / name) / LENGTH_RULE_FILE
+        saved = None
+        if cache.is_file():
+            try:
+                saved = json.loads(cache.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError):   # cut short or edited: computed again
+                saved = None
+        if not (isinstance(saved, dict) and saved.get("checkpoint") == checkpoint
+                and isinstance(saved.get("length_rule"), dict) and set(saved["length_rule"]) == set(scored)):
+            if not isinstance(checkpoint, str) or not (out / checkpoint / "config.json").is_file():
+                missing[name] = (f"its final checkpoint {checkpoint} is missing" if isinstance(checkpoint, str)
+                                 else "no final checkpoint recorded")
+                continue
+            from albertlm.experiments.evaluation import length_rule_agreement
+
+            try:
+                numbers = length_rule_agreement(out / checkpoint, scored) if scored else {}
+            except (UserError, OSError) as exc:
+                if warn:
+                    warn(warning_line(f"{name}: its length-balanced accuracy is left out of the report: {exc}"))
+                missing[name] = str(exc)
+                continue
+            saved = {"checkpoint": checkpoint, "length_rule": numbers}
+            text = json.dumps(saved, indent=2) + "\n"
+            _write_atomic(cache, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        intrinsic["length_rule"] = {task: saved["length_rule"].get(task) for task in heldout}
+    return missing
+
+
+def _claim1_balanced(agg: dict) -> str:
+    """Claim 1's two accuracies, length-balanced: "NSP-trained on SOP 51.0 ± 0.5, SOP-trained on NSP 53.0 ± 0.6"."""
+    parts = []
+    for model, data in (("nsp", "sop"), ("sop", "nsp")):
+        row = row_of(agg, Variant(task=model))
+        parts.append(f"{TASK_NAMES[model]}-trained on {TASK_NAMES[data]} {_balanced_cell(row, data)}")
+    return ", ".join(parts)
 
 
 def _scale_from(d: dict | None) -> Scale | None:

@@ -1424,6 +1424,9 @@ def _note(log, err, name, result, error, start, failed, finished, postponed) -> 
     finished.append(name)
     ft = {t: round(r["score"], 4) for t, r in (result.get("finetune") or {}).items()}
     intrinsic = result.get("intrinsic") or {}
-    shown = {k: round(v, 4) for k, v in intrinsic.items() if k.endswith("_acc")}
+    shown = {k: round(v, 4) for k, v in intrinsic.items() if k.endswith("_acc") and isinstance(v, (int, float))}
+    for task, rule in (intrinsic.get("length_rule") or {}).items():   # `evaluation.length_rule_numbers`
+        if isinstance(rule, dict) and isinstance(rule.get("balanced_acc"), (int, float)):
+            shown[f"{task}_balanced_acc"] = round(rule["balanced_acc"], 4)
     log(f"[{(time.time() - start) / 60:6.1f} min] done {name}: {shown} finetune {ft}")
     sys.stdout.flush()
