@@ -51,6 +51,7 @@ def test_the_examples_truncated_to_max_seq_length_are_named(tiny_tokenizer, tmp_
                    "2\tthe plot\tpoor\tentailment\n"
                    f"3\tthe acting\t{'awful ' * 9}\tnot_entailment\n")
     spec = specs.glue_spec("rte", tiny_tokenizer, FinetuneConfig(max_seq_length=8), dev_files=[dev], training=False)
+    list(spec.eval_sets[0].features)    # a streamed set is tokenized (and its truncations counted) as it is read
     problems = spec.problems.to_dict()
     assert problems == {"truncated to 8 tokens (dev.tsv)": {"count": 2, "first": [f"{dev}:3", f"{dev}:5"]}}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from albertlm.tasks.tables import (DataError, Problems, columnar_format, export_stem, is_saved_dataset, read_records,
                                    read_tsv, refuse_two_exports, shown, split_exports, split_folder_files, split_owner,
@@ -194,27 +195,35 @@ def _parse_label(task: GlueTask, cell: str, where: str) -> str | float:
 
 def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = True,
                   problems: Problems | None = None, skip_option: str | None = None) -> list[Example]:
-    """Examples of one GLUE file. A row with too few fields, or with more than the file's header names (a tab
-    inside a text: its texts would be cut at the tab and another column read as the second text), is an error
-    naming the file and line, unless `problems` is given and the file is labelled: then it is skipped and
-    counted there. A test file's row is never skipped (`has_labels` False): the GLUE server takes a submission
-    only with a prediction for every test row, and one per index: a test file's index given twice is an error
-    naming both rows. A file without a single example (empty, or only a header) is an error: found when the file
-    is read, before any training. `skip_option`: the option that skips such rows (the
-    CLI's `--skip-bad-rows`), named in the error of a labelled file read without `problems` (QQP's older train.tsv
-    has questions cut in two by a line break: 4 fields, then 3). A Hugging Face datasets export of the task
-    (`hub_format`) is read in its columns (`read_hub_examples`)."""
+    """Examples of one GLUE file (`iter_examples`, all of them in a list)."""
+    return list(iter_examples(task, path, has_labels, problems, skip_option))
+
+
+def iter_examples(task: GlueTask | str, path: str | Path, has_labels: bool = True,
+                  problems: Problems | None = None, skip_option: str | None = None) -> Iterator[Example]:
+    """Examples of one GLUE file, one at a time as they are read (`predict glue` on QQP's 390,965 test rows holds a
+    window of them), each row checked as it comes. A row with too few fields, or with more than the file's header names
+    (a tab inside a text: its texts would be cut at the tab and another column read as the second text), is an error
+    naming the file and line, unless `problems` is given and the file is labelled: then it is skipped and counted there.
+    A test file's row is never skipped (`has_labels` False): the GLUE server takes a submission only with a prediction
+    for every test row, and one per index: a test file's index given twice is an error naming both rows. A file without
+    a single example (empty, or only a header) is an error: found when the file is read, before any training.
+    `skip_option`: the option that skips such rows (the CLI's `--skip-bad-rows`), named in the error of a labelled file
+    read without `problems` (QQP's older train.tsv has questions cut in two by a line break: 4 fields, then 3). A
+    Hugging Face datasets export of the task (`hub_format`) is read in its columns (`iter_hub_examples`). The errors
+    found only at the file's end (no examples) come once every row has been read."""
     task = get_task(task) if isinstance(task, str) else task
     path = Path(path)
     hub = hub_format(path)
     if hub is not None:     # the Hugging Face Hub's GLUE (Parquet, Arrow, save_to_disk, to_json, to_csv)
-        return read_hub_examples(task, path, has_labels, problems, skip_option, hub)
+        yield from iter_hub_examples(task, path, has_labels, problems, skip_option, hub)
+        return
     cols = task.train if has_labels else task.test
     if task.name == "mrpc" and not has_labels and is_msr_file(path):
         cols = MSR_TEST
-    examples: list[Example] = []
+    count = 0                # the examples so far
     skipped = 0
-    first_at: dict[str, str] = {}     # a test file's index -> the row that had it
+    first_at: dict[str, int] = {}     # a test file's index -> the line that had it (a number: 390k of them)
     header_cells: list[str] | None = None
     widest = None            # a header's field count: no row of its file has more
     for n, (lineno, cells) in enumerate(read_tsv(path)):
@@ -258,20 +267,20 @@ def read_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
                 label = _parse_label(task, cells[cols.label], where)
             except DataError as exc:
                 raise DataError(f"{exc}{_test_layout_hint(task, cells, header_cells)}") from None
-        guid = cells[cols.guid].strip() if cols.guid is not None else str(len(examples))
+        guid = cells[cols.guid].strip() if cols.guid is not None else str(count)
         if not has_labels:   # one prediction per index: two test files joined into one wrote a row "index" and
             if not guid:           # every index twice into the submission, which the server rejects
                 raise DataError(f"{where}: no index in the index column; a submission is keyed by it")
             if guid in first_at:
-                raise DataError(f"{where}: index {shown(guid)} is also the index of {first_at[guid]}; a submission "
-                                "has one row per test index (two test files joined into one?)")
-            first_at[guid] = where
+                raise DataError(f"{where}: index {shown(guid)} is also the index of {path}:{first_at[guid]}; a "
+                                "submission has one row per test index (two test files joined into one?)")
+            first_at[guid] = lineno
         text_b = cells[cols.text_b] if cols.text_b is not None else None
-        examples.append(Example(guid, cells[cols.text_a], text_b, label, where))
-    if not examples:
+        count += 1
+        yield Example(guid, cells[cols.text_a], text_b, label, where)
+    if not count:
         why = f"all {skipped} rows are malformed" if skipped else "the file is empty or holds only a header line"
         raise DataError(f"{path}: no examples ({why})")
-    return examples
 
 
 def _too_wide(task: GlueTask, where: str, cells: list[str], most: int) -> str:
@@ -429,28 +438,34 @@ def hub_split_files(task: GlueTask, folder: Path, split: str) -> list[Path]:
 
 def read_hub_examples(task: GlueTask, path: Path, has_labels: bool = True, problems: Problems | None = None,
                       skip_option: str | None = None, fmt: str | None = None) -> list[Example]:
-    """Examples of a Hugging Face datasets export of a GLUE split (`hub_format`), read by `tables.read_records` (a
-    Hub shard with its split's other shards). Labels: datasets' numbers in its ClassLabel order
+    """Examples of a Hugging Face datasets export of a GLUE split (`iter_hub_examples`, all of them in a list)."""
+    return list(iter_hub_examples(task, path, has_labels, problems, skip_option, fmt))
+
+
+def iter_hub_examples(task: GlueTask, path: Path, has_labels: bool = True, problems: Problems | None = None,
+                      skip_option: str | None = None, fmt: str | None = None) -> Iterator[Example]:
+    """Examples of a Hugging Face datasets export of a GLUE split (`hub_format`), one at a time as they are read by
+    `tables.read_records` (a Hub shard with its split's other shards). Labels: datasets' numbers in its ClassLabel order
     (`hub_label_names`), or the class names (GLUE's or datasets'); -1, a row without a label, makes the file a test
-    split: given as labelled (`has_labels`) it is refused, and a -1 among labelled rows is an error naming it. The
-    guid is `idx` (the row's index in GLUE's own file: a test split's submission index), else the row number from 0
-    through the split's shards in order (the index of GLUE's own file for the whole split in datasets' order); a test
-    split whose rows have idx in some files or rows and not in others is refused (two numberings in one submission).
-    A row whose text is not a string is malformed: skipped and counted in `problems` (a labelled file's), or an
-    error naming it and `skip_option`. Another task's columns, or a table in other columns, are errors naming the
-    columns."""
+    split: given as labelled (`has_labels`) it is refused, and a -1 among labelled rows is an error naming it. The guid
+    is `idx` (the row's index in GLUE's own file: a test split's submission index), else the row number from 0 through
+    the split's shards in order (the index of GLUE's own file for the whole split in datasets' order); a test split
+    whose rows have idx in some files or rows and not in others is refused (two numberings in one submission). A row
+    whose text is not a string is malformed: skipped and counted in `problems` (a labelled file's), or an error naming
+    it and `skip_option`. Another task's columns, or a table in other columns, are errors naming the columns. The errors
+    that need the whole split (no examples; -1 labels in a labelled one) come once every row has been read."""
     fmt = fmt or hub_format(path)
     files = hub_shards(path)
     texts = HF_COLUMNS[task.name]
-    examples: list[Example] = []
-    unlabelled: list[str] = []
-    first_at: dict[str, str] = {}      # idx -> the row that had it
+    count = 0                          # the examples so far
+    unlabelled, first_unlabelled = 0, ""
+    first_at: dict[str, tuple[int, int]] = {}      # idx -> the file (its place in `files`) and row that had it
     first: tuple[bool, str] | None = None   # whether the first row has an idx column, and where it is
     skipped = 0
-    for file in files:
+    for number, file in enumerate(files):
         for row, record in read_records(file, None if file.is_dir() else fmt):
             where = f"{file}:{row}"
-            if not examples and not skipped:
+            if not count and not skipped:
                 _check_hub_columns(task, record, where, has_labels)
             values = [record.get(name) for name in texts]
             bad = next((name for name, value in zip(texts, values) if not isinstance(value, str)), None)
@@ -468,7 +483,8 @@ def read_hub_examples(task: GlueTask, path: Path, has_labels: bool = True, probl
             if has_labels:
                 label = _hub_label(task, record.get("label"), where)
                 if label is None:
-                    unlabelled.append(where)
+                    unlabelled += 1
+                    first_unlabelled = first_unlabelled or where
             if first is None:
                 first = ("idx" in record, where)
             elif not has_labels and ("idx" in record) != first[0]:
@@ -477,23 +493,25 @@ def read_hub_examples(task: GlueTask, path: Path, has_labels: bool = True, probl
                                 f"{first[1]} has {'none' if first[0] is False else 'one'}: a split's rows are "
                                 "indexed all by idx (datasets' column, a submission's index) or all by row number; "
                                 "are these two exports' files?")
-            guid = _hub_index(record.get("idx"), where) if "idx" in record else str(len(examples))
-            if not has_labels and guid in first_at:   # one prediction per index: the server takes no other
-                raise DataError(f"{where}: idx {guid} is also the idx of {first_at[guid]}; a submission has one "
-                                "row per test index")
-            first_at.setdefault(guid, where)
-            examples.append(Example(guid, values[0], values[1] if len(values) > 1 else None, label, where))
-    if not examples:
+            guid = _hub_index(record.get("idx"), where) if "idx" in record else str(count)
+            if not has_labels:   # one prediction per index: the server takes no other
+                if guid in first_at:
+                    at_file, at_row = first_at[guid]
+                    raise DataError(f"{where}: idx {guid} is also the idx of {files[at_file]}:{at_row}; a "
+                                    "submission has one row per test index")
+                first_at[guid] = (number, row)
+            count += 1
+            yield Example(guid, values[0], values[1] if len(values) > 1 else None, label, where)
+    if not count:
         why = f"all {skipped} rows are malformed" if skipped else "the file holds no rows"
         raise DataError(f"{path}: no examples ({why})")
     if unlabelled:
-        if len(unlabelled) == len(examples):
-            raise DataError(f"{unlabelled[0]}: every label is -1, which Hugging Face datasets writes for a row "
+        if unlabelled == count:
+            raise DataError(f"{first_unlabelled}: every label is -1, which Hugging Face datasets writes for a row "
                             "without a label: a test split (GLUE's test labels are not public), predicted with "
                             "--test, not trained on or scored")
-        raise DataError(f"{unlabelled[0]}: label -1 (no label, as in a test split) among labelled rows "
-                        f"({len(unlabelled)} of {len(examples)} rows)")
-    return examples
+        raise DataError(f"{first_unlabelled}: label -1 (no label, as in a test split) among labelled rows "
+                        f"({unlabelled} of {count} rows)")
 
 
 def _check_hub_columns(task: GlueTask, record: dict, where: str, has_labels: bool) -> None:
@@ -673,18 +691,29 @@ def model_class_order(task: GlueTask, id2label: dict | None) -> list[int] | None
 STSB_RANGE = (0.0, 5.0)   # the scale of STS-B's gold similarity scores
 
 
-def write_submission(task: GlueTask, examples: list[Example], predictions, path: str | Path,
+def write_submission(task: GlueTask, examples: Iterable[Example], predictions: Iterable, path: str | Path,
                      by_guid: bool = False, clip: bool | None = None) -> None:
-    """GLUE submission TSV: `index<TAB>prediction`, label names for classification, scores for STS-B (3
-    decimals). Test files carry their own index column (`by_guid`: a submission file); dev predictions are
-    numbered by position. `clip` (default: a submission file) keeps STS-B scores on the gold scale, [0, 5]:
-    a regression head can predict -0.2 or 5.3, which no pair can score; dev predictions stay as the metrics
-    saw them, so that scoring the file gives the run's numbers: there a score that 3 decimals do not hold
-    exactly is written in full (rounded, an early model's scores, 0.0123 and 0.0124, were all 0.012: a
+    """GLUE submission TSV (`submission_lines`), written as the rows and predictions come (`predict glue` reads a
+    test file again for its indexes rather than holding it) through a temporary file renamed into place
+    (`specs.write_lines_atomic`: `checkpoint.write_text_atomic` without the whole text in memory): never a
+    half-written file under its name, none left when the writing fails or is interrupted."""
+    from albertlm.tasks.specs import write_lines_atomic
+
+    write_lines_atomic(Path(path), submission_lines(task, examples, predictions, by_guid, clip))
+
+
+def submission_lines(task: GlueTask, examples: Iterable[Example], predictions: Iterable, by_guid: bool = False,
+                     clip: bool | None = None) -> Iterator[str]:
+    """The lines of a GLUE submission TSV, one an example in order: `index<TAB>prediction`, label names for
+    classification, scores for STS-B (3 decimals). Test files carry their own index column (`by_guid`: a submission
+    file); dev predictions are numbered by position. `clip` (default: a submission file) keeps STS-B scores on the
+    gold scale, [0, 5]: a regression head can predict -0.2 or 5.3, which no pair can score; dev predictions stay as
+    the metrics saw them, so that scoring the file gives the run's numbers: there a score that 3 decimals do not
+    hold exactly is written in full (rounded, an early model's scores, 0.0123 and 0.0124, were all 0.012: a
     correlation of 0 where the run had its own, and ties that moved Spearman's)."""
     clip = by_guid if clip is None else clip
     low, high = STSB_RANGE
-    lines = ["index\tprediction"]
+    yield "index\tprediction"
     for i, (example, pred) in enumerate(zip(examples, predictions)):
         index = example.guid if by_guid else str(i)
         if task.is_regression:
@@ -694,10 +723,7 @@ def write_submission(task: GlueTask, examples: list[Example], predictions, path:
                 value = repr(score)
         else:
             value = task.labels[int(pred)]
-        lines.append(f"{index}\t{value}")
-    from albertlm.training.checkpoint import write_text_atomic
-
-    write_text_atomic(Path(path), "\n".join(lines) + "\n")
+        yield f"{index}\t{value}"
 
 
 def read_predictions(task: GlueTask, path: str | Path) -> dict[str, str | float]:

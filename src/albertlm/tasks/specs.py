@@ -15,7 +15,7 @@ import itertools
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from albertlm.tasks.metrics import (GLUE_METRICS, classification_metrics, glue_m
 from albertlm.tasks.tables import DataError, Problems
 
 if TYPE_CHECKING:   # imported where used (they load torch; see the module's docstring)
+    from albertlm.tasks.features import FeatureWindows
     from albertlm.tasks.finetune import EvalSet, TaskSpec
 
 
@@ -81,11 +82,8 @@ def class_probabilities(logits: np.ndarray) -> np.ndarray:
 def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Path | None = None,
               train_file=None, dev_files: Sequence | None = None, test_files: Sequence | None = None,
               skip_bad_rows: bool = False, training: bool = True) -> TaskSpec:
-    import torch
-
-    from albertlm.model.heads import AlbertForSequenceClassification
-    from albertlm.tasks.finetune import TaskSpec
-
+    """Not `training` (predict / evaluate): the dev and test files are read a window at a time
+    (`_streamed_glue_set`); fine-tuning reads its files whole."""
     task = glue.get_task(task_name)
     problems = Problems()
     tolerate = problems if skip_bad_rows else None   # test rows are never skipped (glue.read_examples)
@@ -102,22 +100,33 @@ def glue_spec(task_name: str, tokenizer, cfg: FinetuneConfig, data_dir: str | Pa
     _check_distinct_outputs(task, files)
     for path in (path for paths in files.values() for path in paths):   # a misplaced diagnostic set: before reading
         glue.file_task(task, path)
-    train_path = files["train"][0] if training else None
-    train_examples = read(train_path, True) if training else []
-    dev = [(path, read(path, True)) for path in files["dev"]]
     warnings: list[str] = []
-    train = []
-    if training:
-        train_examples = _msr_train(task, train_path, train_examples, dev, problems, warnings)
-        warnings.extend(_wnli_adversarial(task, train_examples, dev))
-        train = features(train_path, train_examples, True)
+    if not training:    # predict / evaluate: each dev and test file a window at a time, whatever its size
+        eval_sets = [_streamed_glue_set(task, path, labelled, tolerate, tokenizer, cfg.max_seq_length, problems,
+                                        warnings)
+                     for labelled, split in ((True, "dev"), (False, "test")) for path in files[split]]
+        return _glue_task_spec(task, [], eval_sets, problems, warnings)
+    train_path = files["train"][0]
+    train_examples = read(train_path, True)
+    dev = [(path, read(path, True)) for path in files["dev"]]
+    train_examples = _msr_train(task, train_path, train_examples, dev, problems, warnings)
+    warnings.extend(_wnli_adversarial(task, train_examples, dev))
+    train = features(train_path, train_examples, True)
     eval_sets = [_glue_dev_set(task, path, examples, features(path, examples, True), glue.file_task(task, path).name)
                  for path, examples in dev]
     for path in files["test"]:
         examples = read(path, False)
         eval_sets.append(_glue_test_set(task, path, examples, features(path, examples, False)))
-    labels = "mnli" if task.name == "ax" else task.name
-    main = GLUE_METRICS[labels][0]
+    return _glue_task_spec(task, train, eval_sets, problems, warnings)
+
+
+def _glue_task_spec(task, train, eval_sets, problems: Problems, warnings: list[str]) -> TaskSpec:
+    import torch
+
+    from albertlm.model.heads import AlbertForSequenceClassification
+    from albertlm.tasks.finetune import TaskSpec
+
+    main = GLUE_METRICS["mnli" if task.name == "ax" else task.name][0]
     return TaskSpec("glue", AlbertForSequenceClassification, {"num_labels": task.num_labels}, train, eval_sets,
                     main, torch.float32 if task.is_regression else torch.long,
                     {"task": task.name, "labels": list(task.labels or [])}, problems, warnings=warnings)
@@ -235,12 +244,15 @@ def _split_name(path: Path) -> str:
     return glue.split_name(path)    # `val.tsv` and the Hub's `validation-00000-of-00001.parquet`: dev
 
 
-def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = None) -> EvalSet:
+def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = None,
+                  labels: list | None = None) -> EvalSet:
     """`scored_as`: the task whose metrics score the file (`ax` for the diagnostic set beside MNLI's dev files: its
-    Matthews correlation, GLUE's R3, as `--task ax` scores it; MNLI's accuracy alone before)."""
+    Matthews correlation, GLUE's R3, as `--task ax` scores it; MNLI's accuracy alone before). `examples`: the rows
+    (a list), or a callable that reads them again, in order (`_streamed_glue_set`); `labels`: their class ids (or
+    scores) where already read."""
     from albertlm.tasks.finetune import EvalSet
 
-    labels = glue.label_ids(task, examples)
+    labels = glue.label_ids(task, examples) if labels is None else labels
     name = _split_name(path)
 
     def score(out):
@@ -248,13 +260,15 @@ def _glue_dev_set(task, path: Path, examples, features, scored_as: str | None = 
 
     def write(out, out_dir: Path) -> list[Path]:
         path = out_dir / f"{name}_predictions.tsv"
-        glue.write_submission(task, examples, _class_preds(out["logits"], task.is_regression), path)
+        glue.write_submission(task, examples() if callable(examples) else examples,
+                              _class_preds(out["logits"], task.is_regression), path)
         return [path]
 
     return EvalSet(name, features, score, write)
 
 
 def _glue_test_set(task, path: Path, examples, features) -> EvalSet:
+    """`examples`: as `_glue_dev_set`'s (the submission's indexes are theirs)."""
     from albertlm.tasks.finetune import EvalSet
 
     file_name = _submission_name(task, path)
@@ -262,11 +276,43 @@ def _glue_test_set(task, path: Path, examples, features) -> EvalSet:
     def write(out, out_dir: Path) -> list[Path]:
         (out_dir / "submission").mkdir(parents=True, exist_ok=True)
         path = out_dir / "submission" / file_name
-        glue.write_submission(task if file_name != "AX.tsv" else glue.get_task("ax"), examples,
+        glue.write_submission(task if file_name != "AX.tsv" else glue.get_task("ax"),
+                              examples() if callable(examples) else examples,
                               _class_preds(out["logits"], task.is_regression), path, by_guid=True)
         return [path]
 
     return EvalSet(f"test:{path.name}", features, None, write)
+
+
+def _streamed_glue_set(task, path: Path, labelled: bool, tolerate: Problems | None, tokenizer, max_length: int,
+                       problems: Problems, warnings: list[str]) -> EvalSet:
+    """A GLUE dev or test file for `predict` / `evaluate glue`, never held whole (`_streamed_examples`, as
+    classify's: about 1.8 kB a row held, 700 MB for QQP's 390,965 test rows): every row checked in a first reading
+    as `glue.read_examples` checks it (layout, labels, a test index given twice, malformed rows skipped and
+    counted with --skip-bad-rows), its gold labels kept; then read again a window at a time to be tokenized and
+    predicted, and once more for the submission's indexes. The same files, byte for byte, as from the file held
+    whole."""
+    file_task = glue.file_task(task, path)
+
+    def read(purpose: str) -> Iterator[glue.Example]:
+        # read again: the skipped rows were counted by the first reading (and are skipped the same way again)
+        given = tolerate if purpose == "check" or tolerate is None else Problems()
+        return glue.iter_examples(file_task, path, labelled, given, skip_option="--skip-bad-rows")
+
+    index = {label: i for i, label in enumerate(task.labels or ())}
+
+    def gold(window: list[glue.Example]) -> np.ndarray:
+        # (`glue.label_ids`) a row without a label (a Hub export's -1) is refused by the reader once the file is
+        # read: -1 here until then
+        if task.is_regression:
+            return np.asarray([np.nan if e.label is None else float(e.label) for e in window], dtype=np.float64)
+        return np.asarray([-1 if e.label is None else index[e.label] for e in window], dtype=np.int64)
+
+    features, labels, rows = _streamed_examples(path, read, gold if labelled else None, tokenizer, max_length,
+                                                problems, warnings, path.name)
+    if labelled:
+        return _glue_dev_set(task, path, rows, features, file_task.name, labels)
+    return _glue_test_set(task, path, rows, features)
 
 
 # ------------------------------------------------------------------------------------------- SQuAD
@@ -738,31 +784,49 @@ def _score_text(value) -> str:
 def _streamed_classify_set(name: str, path, columns: classify.Columns, labelled: bool, regression: bool,
                            label_list: list[str] | None, tokenizer, max_length: int, problems: Problems,
                            warnings: list[str]) -> EvalSet:
-    """A dev or test file for `predict` / `evaluate classify`, never held whole (it held about 1.8 kB a row: 916 MB
-    for 200k rows): read once here, every row checked as before (columns, labels, ids, no rows, all -1) and
-    counted, its gold class ids (a number a row) kept for the score; then read again a window at a time
-    (`FeatureWindows`) to be tokenized and predicted, and once more for the ids when its predictions are written
-    (`_classify_set`: the same file, byte for byte, as from the file held whole)."""
-    from albertlm.tasks.features import PREDICT_WINDOW, FeatureWindows
-
+    """A dev or test file for `predict` / `evaluate classify`, never held whole (`_streamed_examples`; it held about
+    1.8 kB a row: 916 MB for 200k rows): every row checked in the first reading as before (columns, labels, ids, no
+    rows, all -1), its gold class ids kept for the score; its texts read again for the features, its ids once more
+    when its predictions are written (`_classify_set`: the same file, byte for byte, as from the file held whole)."""
     names = class_label_names(path, columns.label) if labelled and label_list is not None else None
 
-    def rows(**given) -> Iterator[list[classify.TextExample]]:
+    def read(purpose: str) -> Iterator[classify.TextExample]:
+        if purpose == "check":
+            return classify.iter_examples(path, columns, labelled, regression, problems, unique_ids=True, split=name)
         # read again: the rows were checked and their problems (empty texts) counted by the first reading
-        read = dict(with_labels=False, problems=Problems(), unique_ids=False, split=name)
-        return _examples_windows(classify.iter_examples(path, columns, regression=regression, **{**read, **given}),
-                                 PREDICT_WINDOW)
+        return classify.iter_examples(path, columns, False, regression, Problems(), unique_ids=False,
+                                      texts=purpose == "features", split=name)
 
-    gold: list[np.ndarray] = []
+    def gold(window: list[classify.TextExample]) -> np.ndarray:
+        name_class_ids(window, names, label_list)
+        return np.asarray(classify.label_ids(window, label_list), dtype=np.float64 if regression else np.int64)
+
+    features, labels, rows = _streamed_examples(path, read, gold if labelled else None, tokenizer, max_length,
+                                                problems, warnings, name)
+    return _classify_set(name, rows, features, label_list, labelled, labels)
+
+
+def _streamed_examples(path, read: Callable[[str], Iterable], gold: Callable[[list], np.ndarray] | None, tokenizer,
+                       max_length: int, problems: Problems, warnings: list[str], where: str
+                       ) -> tuple[FeatureWindows, list | None, Callable[[], Iterator]]:
+    """A file to predict (GLUE's, classify's) read a window (`PREDICT_WINDOW` rows) at a time, never held whole:
+    `read(purpose)` reads its rows in order, "check" with every row checked and its problems counted in `problems`
+    (done here, once, before anything is predicted), "features" again for their texts, "ids" again for the ids its
+    predictions are written by. `gold` gives a window's class ids (or scores), kept (a number a row) for the score.
+    Returns the features (`FeatureWindows`: tokenized a window at a time, their truncations counted in `problems`
+    under `where` and the unknown token's share said in `warnings` the first time they are made), the gold labels
+    (None without `gold`), and a callable that reads the rows again for their ids. A file whose rows change in
+    number between the readings (rewritten under the run) is an error, not predictions written against other
+    rows."""
+    from albertlm.tasks.features import PREDICT_WINDOW, FeatureWindows
+
+    parts: list[np.ndarray] = []
     count = 0
-    for window in rows(with_labels=labelled, problems=problems, unique_ids=True):
-        if labelled:
-            name_class_ids(window, names, label_list)
-            gold.append(np.asarray(classify.label_ids(window, label_list),
-                                   dtype=np.float64 if label_list is None else np.int64))
+    for window in _examples_windows(read("check"), PREDICT_WINDOW):
+        if gold is not None:
+            parts.append(gold(window))
         count += len(window)
-
-    labels = np.concatenate(gold).tolist() if labelled else None
+    labels = np.concatenate(parts).tolist() if gold is not None else None
     made: list[bool] = []     # the features made once already: their truncations and unknown tokens were counted
 
     def windows() -> Iterator[list[Feature]]:
@@ -770,15 +834,27 @@ def _streamed_classify_set(name: str, path, columns: classify.Columns, labelled:
         # tokenizing bar: predict's own bar counts these windows' batches
         tally, said = (problems, warnings) if not made else (Problems(), None)
         made.append(True)
-        with tokenizing(tokenizer, name, False, said) as counted:
+        with tokenizing(tokenizer, where, False, said) as counted:
             start = 0
-            for window in rows():
+            for window in _examples_windows(_same_rows(read("features"), count, path), PREDICT_WINDOW):
                 yield _encoded_features(counted, window, None if labels is None else labels[start:start + len(window)],
-                                        max_length, tally, name, start)
+                                        max_length, tally, where, start)
                 start += len(window)
 
-    return _classify_set(name, lambda: (e for window in rows(texts=False) for e in window),
-                         FeatureWindows(count, windows), label_list, labelled, labels)
+    return FeatureWindows(count, windows), labels, lambda: _same_rows(read("ids"), count, path)
+
+
+def _same_rows(rows: Iterable, count: int, path) -> Iterator:
+    """`rows`, read again, as they come; a DataError where they are not `count` rows (the first reading's)."""
+    seen = 0
+    for row in rows:
+        seen += 1
+        if seen > count:
+            break
+        yield row
+    if seen != count:
+        raise DataError(f"{path}: changed while it was read ({count} rows when it was checked, "
+                        f"{'more' if seen > count else seen} now); run again on a file that is not being written")
 
 
 CHUNK = 4096     # rows whose class probabilities a predictions file is written from at a time
