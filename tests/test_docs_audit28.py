@@ -47,7 +47,7 @@ _ROWS = [
     ("| `--out` of a multi-node run (`pretrain`, `finetune`) |", "albertlm.training.distributed.check_shared_out",
      "is not one directory that every node sees"),
     ("| messages under torchrun |", "albertlm.errors.reports_here", "WORLD_SIZE"),
-    ("| prediction and submission files", "albertlm.tasks.glue.write_submission", "write_text_atomic"),
+    ("| prediction and submission files", "albertlm.tasks.glue.write_submission", "write_lines_atomic"),
     ("| a full disk under `convert`, `export onnx`, `tokenizer train` |", "albertlm.cli.convert_commands.run",
      "SafetensorError"),
     ("| a full disk under `convert`, `export onnx`, `tokenizer train` |", "albertlm.cli.export_commands._export",
