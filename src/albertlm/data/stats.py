@@ -142,8 +142,8 @@ def text_kept(summary: dict, meta: dict) -> str | None:
     """How much of the tokenized text the instances hold: the text's tokens in the records (their tokens less
     [CLS] and [SEP]) against the text's tokens (`counts.instances.text_tokens`, each document once) times the dupe
     factor. Truncation to each instance's target length cuts the rest (docs/data.md, "What an instance is": 14.6% of
-    five books at T=128), and one-token chunks are dropped: the build's summary gives both token counts but never
-    compared them. Exact for `sop` and `none`, whose records hold only their own document's text; None for `nsp`
+    five books at T=128), and one-token chunks are dropped. `data stats` and the build's summary (`text kept:`)
+    print it. Exact for `sop` and `none`, whose records hold only their own document's text; None for `nsp`
     (a random next B is another document's text, and a pair's unused sentences go back) and for a build recorded
     before text_tokens was counted."""
     text = (meta.get("counts") or {}).get("instances", {}).get("text_tokens")
