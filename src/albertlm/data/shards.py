@@ -439,11 +439,11 @@ class ShardMaps:
 
     def read(self, index: int, rows: Sequence[int]) -> np.ndarray:
         """Records `rows` of shard `index` (places in the shard), copied out of the file with positional reads
-        (`os.preadv`), not through a memory map: a shard cut shorter between the loader's check of its stamp and
-        the read (a copy begun over it, `rsync --inplace`) is a short read here, the one-line "changed" error,
-        where a map's read past the new end killed the process with SIGBUS. Opened files are kept as the maps are
-        (at most `capacity`, the least recently read closed first); a file is checked against its stamp when it
-        is opened."""
+        (`_read_at`: `os.preadv`, or `os.pread` where there is none), not through a memory map: a shard cut shorter
+        between the loader's check of its stamp and the read (a copy begun over it, `rsync --inplace`) is a short
+        read here, the one-line "changed" error, where a map's read past the new end killed the process with
+        SIGBUS. Opened files are kept as the maps are (at most `capacity`, the least recently read closed first);
+        a file is checked against its stamp when it is opened."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         out = np.empty(rows.size, dtype=self.dtype)
         if not rows.size:
@@ -504,13 +504,27 @@ class ShardMaps:
 
 
 def _read_at(handle, fd: int, buffer: np.ndarray, offset: int) -> int:
-    """Read len(buffer) bytes at `offset` of the file into `buffer`; the bytes read (fewer at the file's end). A
-    positional read (`os.preadv`: the file position is not used, so processes sharing the descriptor after a fork
-    do not disturb each other), or seek and read where the system has none."""
-    if hasattr(os, "preadv"):
-        return os.preadv(fd, [buffer], offset)
-    handle.seek(offset)
-    return handle.readinto(buffer) or 0
+    """Read len(buffer) bytes at `offset` of the file into `buffer` (a contiguous uint8 array); the bytes read
+    (fewer only at the file's end). A positional read: `os.preadv` into the buffer, or `os.pread` copied into it
+    where there is no preadv (macOS before 11, NetBSD, ...): neither uses the file position, so processes sharing
+    the descriptor after a fork (DataLoader workers) do not disturb each other. Seek and read only where there is
+    neither (Windows, whose workers are spawned and reopen the files). A short read before the file's end (a
+    signal, a network file system) is read on from where it stopped; only a read of nothing ends it."""
+    size, done = len(buffer), 0
+    while done < size:
+        if hasattr(os, "preadv"):
+            got = os.preadv(fd, [buffer[done:]], offset + done)
+        elif hasattr(os, "pread"):
+            data = os.pread(fd, size - done, offset + done)
+            got = len(data)
+            buffer[done:done + got] = np.frombuffer(data, dtype=np.uint8)
+        else:
+            handle.seek(offset + done)
+            got = handle.readinto(buffer[done:]) or 0
+        if not got:   # the file's end
+            break
+        done += got
+    return done
 
 
 def shard_stamps(directory: str | os.PathLike, meta: dict) -> list[tuple[int, int, int, int]]:

@@ -969,11 +969,16 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
     check_precision(cfg.train.precision, device, training=False)    # fp16 is CUDA's, as for finetune and evaluate on pretraining data
     model = inference_model(spec, model_dir, cfg, device)
     metrics: dict[str, Any] = {}
-    for eval_set in spec.eval_sets:
-        outputs = predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
-                          device, cfg.train.precision, cfg.train.progress)
-        if eval_set.score is not None:
+    # every set predicted and scored before any file is written: a set refused as it is predicted (a streamed
+    # file's window longer than the model's positions: `check_positions`) or scored leaves no other set's
+    # predictions behind (`predict --dev short.csv --test long.csv` wrote dev_predictions.tsv, then exited 2); only
+    # the outputs (logits) are held, not the features
+    predicted = [(eval_set, predict(model, eval_set.features, spec.outputs, tokenizer.pad_id, cfg.eval_batch_size,
+                                    device, cfg.train.precision, cfg.train.progress)) for eval_set in spec.eval_sets]
+    for eval_set, outputs in predicted:
+        if eval_set.score is not None:   # (before the set's files: scoring sets what they hold, SQuAD's threshold)
             metrics[eval_set.name] = eval_set.score(outputs)
+    for eval_set, outputs in predicted:
         if out_dir is not None and eval_set.write is not None:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             paths = eval_set.write(outputs, Path(out_dir))
