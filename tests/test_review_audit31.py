@@ -30,8 +30,6 @@ from test_data_audit31 import shards  # noqa: F401  (shards: a fixture, a build 
 
 
 # -- 1. the fallback of the positional reads ----------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="shards._read_at falls back to seek + readinto where os.preadv is missing, "
-                                       "moving the position of a descriptor forked workers share; use os.pread")
 def test_shard_reads_without_preadv_leave_the_shared_file_position_alone(shards, monkeypatch):  # noqa: F811
     from albertlm.data.loader import PretrainingDataset
 
@@ -48,8 +46,6 @@ def test_shard_reads_without_preadv_leave_the_shared_file_position_alone(shards,
 
 
 # -- 2. a failed predict writes nothing ---------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="check_positions checks a streamed set's lengths window by window, as it is "
-                                       "predicted: the dev file's predictions are written before the test file fails")
 def test_a_predict_refused_for_a_too_long_test_file_writes_no_dev_predictions(spm_model, tmp_path, capsys,  # noqa: F811
                                                                               one_thread):
     run = tmp_path / "run"
@@ -79,8 +75,6 @@ AlbertForSequenceClassification(config).save_pretrained(sys.argv[1])
 """
 
 
-@pytest.mark.xfail(strict=True, reason="save_checkpoint never removes a killed save's .albertlm-save-* folder (a "
-                                       "whole model.safetensors) from the model directory")
 def test_the_next_save_clears_a_killed_saves_staging_folder(tmp_path, tiny_config, one_thread):
     from albertlm.model.heads import AlbertForSequenceClassification
 

@@ -55,6 +55,8 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
     directory = user_path(directory)
     path = directory / CONFIG
     if not path.is_file():
+        recover_killed_saves(directory)
+    if not path.is_file():
         hint = "" if Path(directory).exists() else f" (no such file or directory here: {DOWNLOADS_NOTHING})"
         if Path(directory).is_file():
             hint = " (a file: give the directory that holds the model's config.json)"
@@ -66,6 +68,12 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, bool]:
             hint = (f" (a training run: load one of its models, {' or '.join(map(str, models))}; "
                     "albertlm.model.io.resolve_checkpoint(path) gives its newest checkpoint"
                     f"{', with best=True its best model' if models[0].name == 'best' else ''})")
+        waiting = _waiting_earlier(Path(directory))
+        if waiting is not None and not hint:
+            hint = (f" (a save_pretrained into it was stopped while it replaced the model's files, by a process "
+                    f"still running or on another machine: the earlier model's files wait in {waiting}, numbered "
+                    f"in the order of the \"earlier\" names in {waiting.parent / _SWAP_PLAN}; a load or save of the "
+                    "directory puts them back once that process is gone, or move them back yourself)")
         raise UserError(f"no {CONFIG} in {directory}: not a model directory{hint}")
     data = read_json_object(path, "a model config")
     try:
@@ -508,8 +516,10 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
     classifier with labels (`save_pretrained`). The files are written into a temporary folder inside `directory`
     and then replace the earlier model's together (`_swap_in`): a failed write, an error or a Ctrl-C between them
     leaves the earlier model's files as they were, never its config.json beside the new weights (a same-shape
-    model's weights under another model's config loaded without a word). A failed write (a full disk, a quota, a
-    read-only folder) is an OSError naming the file (errno set)."""
+    model's weights under another model's config loaded without a word). A save killed on the way (kill -9, the OOM
+    killer) cannot clean up: its folder (`.albertlm-save-HOST-PID-*`, held by a lock while it runs) is undone and
+    removed by the next save into `directory`, or a load of it that finds no config.json (`recover_killed_saves`).
+    A failed write (a full disk, a quota, a read-only folder) is an OSError naming the file (errno set)."""
     directory = user_path(directory)
     on_meta = [k for k, v in model.state_dict().items() if v.is_meta]
     if on_meta:  # was NotImplementedError "Cannot copy out of meta tensor", after creating the directory
@@ -523,11 +533,13 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
 
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=SAVE_TMP_PREFIX, dir=directory))
+        recover_killed_saves(directory)
+        stage = Path(tempfile.mkdtemp(prefix=_stage_prefix(), dir=directory))
     except OSError as exc:   # were FileExistsError / NotADirectoryError tracebacks, no UserError
         blocked = next((d for d in (directory, *directory.parents) if d.exists() and not d.is_dir()), None)
         why = f"{blocked} is a file, not a directory" if blocked is not None else exc.strerror or str(exc)
         raise WriteError(f"cannot save to {directory}: {why}", exc.errno, directory) from None
+    held = _hold_stage(stage)
     try:
         try:
             write_safetensors(state, stage / WEIGHTS, metadata={"format": "pt",
@@ -545,6 +557,8 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | Path
         _swap_in(stage, directory, replaced, [*stale_labels, *earlier])
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        if held is not None:
+            os.close(held)
     if stale_labels:
         log.warning("%s: removed the earlier model's %s (this model names no labels)", directory, LABELS_FILE)
     if earlier:
@@ -557,19 +571,26 @@ def _swap_in(stage: Path, directory: Path, names: list[str], removed: list[str])
     """Move the files `names` from `stage` (a folder inside `directory`: the same file system) into `directory` and
     take the files `removed` out of it, as one step: the earlier files are first moved aside into `stage`, then the
     new ones in; an error or a Ctrl-C on the way puts the earlier ones back, so `directory` holds the earlier model
-    or the new one, never a mix. `stage` is the caller's to remove (the earlier files wait there)."""
-    aside = stage / ".earlier"
+    or the new one, never a mix. `stage` is the caller's to remove (the earlier files wait there).
+
+    A kill on the way (kill -9, the OOM killer) cannot put them back: config.json goes aside first and comes in
+    last, so a directory caught half way has none (it is no model, rather than a mix), and `stage` keeps the plan
+    (`_SWAP_PLAN`: the new files in order, the earlier ones, numbered in `.earlier/` in that order), from which the
+    next save or load of the directory puts the earlier model back (`recover_killed_saves`)."""
+    aside = stage / _ASIDE
+    placing = sorted(names, key=lambda name: name == CONFIG)   # config.json last
+    order = sorted(dict.fromkeys([*names, *removed]), key=lambda name: name != CONFIG)   # config.json first
+    earlier = [name for name in order if (directory / name).is_file() or (directory / name).is_symlink()]
+    (stage / _SWAP_PLAN).write_text(json.dumps({"names": placing, "earlier": earlier}), encoding="utf-8")
     aside.mkdir()
     kept: list[tuple[Path, Path]] = []
     placed: list[Path] = []
     try:
-        for name in dict.fromkeys([*names, *removed]):
-            target = directory / name
-            if target.is_file() or target.is_symlink():
-                waiting = aside / str(len(kept))
-                os.replace(target, waiting)
-                kept.append((target, waiting))
-        for name in names:
+        for name in earlier:
+            target, waiting = directory / name, aside / str(len(kept))
+            os.replace(target, waiting)
+            kept.append((target, waiting))
+        for name in placing:
             os.replace(stage / name, directory / name)
             placed.append(directory / name)
     except BaseException:
@@ -580,6 +601,169 @@ def _swap_in(stage: Path, directory: Path, names: list[str], removed: list[str])
             with contextlib.suppress(OSError):
                 os.replace(waiting, target)
         raise
+
+
+_ASIDE = ".earlier"          # inside a staging folder: the earlier model's files `_swap_in` moved aside
+_SWAP_PLAN = "swap.json"     # inside it: the files `_swap_in` moves in (in order) and those it moves aside
+_STAGE_LOCK = ".lock"        # inside it: held (flock) by the saving process for its whole save
+
+
+def _stage_prefix(pid: int | None = None) -> str:
+    """`.albertlm-save-HOST-PID-`: a save's staging folder names its machine and process, so that a later save
+    tells a killed save's folder from a running one's (`recover_killed_saves`)."""
+    import socket
+
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
+    return f"{SAVE_TMP_PREFIX}{host}-{os.getpid() if pid is None else pid}-"
+
+
+def _hold_stage(stage: Path) -> int | None:
+    """Create `stage`'s lock file and hold an exclusive `fcntl.flock` on it (the descriptor to close once `stage`
+    is removed); None elsewhere than POSIX or where it cannot be created. On a file system without locks the file
+    is made but not locked, and `recover_killed_saves` leaves a folder alone whose lock it cannot take."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        fd = os.open(stage / _STAGE_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _take_stage(stage: Path) -> int | None:
+    """The descriptor of `stage`'s lock file, locked by this process, where no live save holds it (`_hold_stage`);
+    None where it is held, missing (a save before this one's, or one killed before it made the file), on a file
+    system without locks, or elsewhere than POSIX."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    lock = stage / _STAGE_LOCK
+    try:
+        fd = os.open(lock, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.path.samestat(os.fstat(fd), os.lstat(lock)):   # still the folder's file: not removed meanwhile
+            return fd
+    except OSError:   # held by a live save (BlockingIOError), no locks here, or removed meanwhile
+        pass
+    os.close(fd)
+    return None
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine (another user's counts); always True elsewhere than POSIX."""
+    if os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):   # PermissionError: another user's
+        return True
+    return True
+
+
+def _killed_stages(directory: Path) -> list[Path]:
+    """The staging folders in `directory` of saves on this machine whose process is gone, sorted."""
+    prefix = _stage_prefix(0)[:-2]   # `.albertlm-save-HOST-`
+    try:
+        found = [p for p in directory.iterdir() if p.name.startswith(prefix)]
+    except OSError:   # no folder (or none readable): nothing to recover
+        return []
+    killed = []
+    for stage in sorted(found):
+        match = re.fullmatch(r"(\d+)-[A-Za-z0-9_]+", stage.name[len(prefix):])
+        if (match and int(match.group(1)) != os.getpid() and not _process_alive(int(match.group(1)))
+                and stage.is_dir() and not stage.is_symlink()):
+            killed.append(stage)
+    return killed
+
+
+def recover_killed_saves(directory: str | Path) -> list[str]:
+    """Undo the saves into `directory` that were killed (kill -9, the OOM killer, a lost session): their staging
+    folders (`.albertlm-save-HOST-PID-*`, a whole model.safetensors) are removed, and where one was killed while it
+    replaced the files (`_swap_in`), the earlier model's files are put back first and the new ones it had moved in
+    taken out. Only the folders of this machine's processes that are gone, and whose lock (`_hold_stage`) this
+    process can take: a running save's (in another container of this host name too), another machine's, or one on a
+    file system without locks stay. A save and a load of a directory without config.json call it; returns the names
+    of the files put back."""
+    import shutil
+
+    directory = user_path(directory)
+    restored: list[str] = []
+    for stage in _killed_stages(directory):
+        fd = _take_stage(stage)
+        if fd is None:
+            continue
+        try:
+            put_back, left = _undo_swap(stage, directory)
+            restored += put_back
+            if put_back:
+                log.warning("%s: put back the earlier model's %s, which a killed save_pretrained had moved aside",
+                            directory, ", ".join(put_back))
+            if left:   # files of those names written since the kill (or no plan to read): the folder stays
+                log.warning("%s: a killed save_pretrained's folder %s is left as it is: it holds the earlier "
+                            "model's %s, and the directory has files of those names written since", directory,
+                            stage, ", ".join(left))
+            else:
+                shutil.rmtree(stage, ignore_errors=True)
+        except OSError as exc:   # a read-only folder, a file system gone: left for a later save
+            log.warning("%s: cannot undo the killed save in %s (%s)", directory, stage, exc.strerror or exc)
+        finally:
+            os.close(fd)
+    return restored
+
+
+def _undo_swap(stage: Path, directory: Path) -> tuple[list[str], list[str]]:
+    """Put `directory` back as it was before a killed save's `_swap_in` (from `stage`'s plan), unless the swap had
+    moved every new file in (the save was complete: the earlier files only wait to be removed). Returns the names
+    put back and those left in `stage` (a file of that name is in `directory` again, not this save's)."""
+    aside = stage / _ASIDE
+    if not aside.is_dir():   # killed while it wrote: the directory was not touched
+        return [], []
+    try:
+        plan = json.loads((stage / _SWAP_PLAN).read_text(encoding="utf-8"))
+        names = [Path(name).name for name in plan["names"]]
+        waiting = {Path(name).name: aside / str(i) for i, name in enumerate(plan["earlier"])}
+    except (OSError, ValueError, KeyError, TypeError):   # not ours to judge: left as it is
+        return [], [p.name for p in aside.iterdir()]
+    if not any(os.path.lexists(stage / name) for name in names):   # every new file moved in
+        return [], []
+    restored: list[str] = []
+    for name in names:
+        if os.path.lexists(stage / name):   # not moved in
+            continue
+        if name in waiting and os.path.lexists(waiting[name]):   # the new file in the earlier one's place
+            os.replace(waiting[name], directory / name)
+            restored.append(name)
+        elif name not in waiting:           # a new file the earlier model had none of
+            (directory / name).unlink(missing_ok=True)
+    left = []
+    for name, path in waiting.items():
+        if not os.path.lexists(path):       # put back above, or by the stopped save itself
+            continue
+        if os.path.lexists(directory / name):
+            left.append(name)
+        else:
+            os.replace(path, directory / name)
+            restored.append(name)
+    return restored, left
+
+
+def _waiting_earlier(directory: Path) -> Path | None:
+    """The `.earlier` folder of a stopped save in `directory` that holds an earlier model's files (`_swap_in`)."""
+    try:
+        return next((p / _ASIDE for p in sorted(directory.glob(SAVE_TMP_PREFIX + "*"))
+                     if (p / _ASIDE).is_dir() and any((p / _ASIDE).iterdir())), None)
+    except OSError:
+        return None
 
 
 def mode_like(path: Path, reference: Path) -> None:
@@ -1029,7 +1213,7 @@ def resolve_checkpoint(path: str | Path, best: bool = False) -> Path:
     what it is (a file, nothing: albertlm downloads nothing, a TF checkpoint to convert). A leading `~` is the
     home directory."""
     path = user_path(path)
-    if (path / CONFIG).is_file():
+    if (path / CONFIG).is_file() or (path.is_dir() and recover_killed_saves(path) and (path / CONFIG).is_file()):
         return path
     if path.is_file():
         raise UserError(f"{path}: a file, not a model directory (give the directory holding {CONFIG} and the "
