@@ -213,7 +213,7 @@ def test_a_killed_embeds_temporary_file_is_named_as_interop_md_says(tmp_path):
 
 # (the row's first cell, the check's function, a piece of its source that is the check)
 _ROWS = [
-    ("| `embed --out` |", "albertlm.cli.infer_commands.remove_killed_temporaries", "_process_alive"),
+    ("| `embed --out` |", "albertlm.cli.infer_commands.remove_killed_temporaries", "process_alive("),
     ("| `embed --out` |", "albertlm.cli.infer_commands.temporary_name", "socket.gethostname()"),
     ("| classify CSV/TSV/JSONL/Parquet/Arrow |", "albertlm.tasks.tables.compressed_text", "cannot decompress it"),
     ("| classify CSV/TSV/JSONL/Parquet/Arrow |", "albertlm.tasks.tables._columnar_records", "two columns named"),

@@ -199,3 +199,18 @@ def user_path(path: str | Path) -> Path:
     RuntimeError: "Could not determine home directory")."""
     expanded = os.path.expanduser(path)
     return Path(expanded if expanded != os.fspath(path) else path)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine (another user's counts: EPERM). Elsewhere than POSIX always
+    True (Windows' os.kill(pid, 0) sends Ctrl-C): nothing is removed there. (Embed's temporary files and
+    `model.io`'s killed saves ask it.)"""
+    if os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True

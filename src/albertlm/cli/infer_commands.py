@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, process_alive
 from albertlm.tasks.tables import table_batches   # (stdlib-only imports: the command module stays light)
 
 
@@ -384,7 +384,7 @@ def remove_killed_temporaries(out) -> list:
         return removed
     for path in sorted(candidates):
         pid = path.name[len(prefix):]
-        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)) or not _remove_unheld(path):
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)) or not _remove_unheld(path):
             continue
         removed.append(path)
     return removed
@@ -411,20 +411,6 @@ def _remove_unheld(path) -> bool:
         return False
     finally:
         os.close(fd)
-    return True
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this machine (another user's counts: EPERM). Elsewhere than POSIX always
-    True (Windows' os.kill(pid, 0) sends Ctrl-C): nothing is removed there."""
-    if os.name != "posix":
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, OSError):
-        return True
     return True
 
 

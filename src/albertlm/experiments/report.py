@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from albertlm.errors import warning_line
+from albertlm.errors import json_object_or_empty, warning_line
 from albertlm.experiments.grids import GRIDS, NAMED, PAPER_ORDER, PAPER_VARIANTS, Variant, base_model, full_model
 from albertlm.experiments.scales import PAPER_E, Scale
 
@@ -1017,13 +1017,8 @@ def sentence_length_baselines(out: Path, warn=None) -> tuple[dict[str, dict] | N
     present = {task: (data / f"train_{task}").is_dir() for task in ("sop", "nsp")
                if (data / f"heldout_{task}").is_dir()}
     cache = out / "prepared" / LENGTH_BASELINE_FILE
-    saved = None
-    if cache.is_file():
-        try:
-            saved = json.loads(cache.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):   # cut short or edited: computed again
-            saved = None
-    if (isinstance(saved, dict) and saved and all(isinstance(v, dict) for v in saved.values())
+    saved = json_object_or_empty(cache)     # missing, cut short or edited: {}, computed again
+    if (saved and all(isinstance(v, dict) for v in saved.values())
             and all(task in saved and (saved[task].get("fitted_acc") is not None or not fit)
                     for task, fit in present.items())):
         return saved, ""
@@ -1111,13 +1106,8 @@ def fill_length_rules(out: Path, data: dict, warn=None) -> dict[str, str]:
         scored = {task: path for task, path in heldout.items()
                   if not (isinstance(intrinsic.get(f"{task}_acc"), float) and math.isnan(intrinsic[f"{task}_acc"]))}
         cache = data.get("directories", {}).get(name, out / "runs" / name) / LENGTH_RULE_FILE
-        saved = None
-        if cache.is_file():
-            try:
-                saved = json.loads(cache.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError):   # cut short or edited: computed again
-                saved = None
-        if not (isinstance(saved, dict) and saved.get("checkpoint") == checkpoint
+        saved = json_object_or_empty(cache)     # missing, cut short or edited: {}, computed again
+        if not (saved.get("checkpoint") == checkpoint
                 and isinstance(saved.get("length_rule"), dict) and set(saved["length_rule"]) == set(scored)):
             if not isinstance(checkpoint, str) or not (out / checkpoint / "config.json").is_file():
                 missing[name] = (f"its final checkpoint {checkpoint} is missing" if isinstance(checkpoint, str)

@@ -27,7 +27,7 @@ from torch import nn
 from albertlm.config import ConfigError, ModelConfig
 from albertlm.errors import UserError, json_object_or_empty, read_json_object
 from albertlm.model import hf_format
-from albertlm.errors import user_path   # (a leading ~ expanded)
+from albertlm.errors import process_alive, user_path
 
 log = logging.getLogger("albertlm.model")
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -657,19 +657,6 @@ def _take_stage(stage: Path) -> int | None:
     return None
 
 
-def _process_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this machine (another user's counts); always True elsewhere than POSIX."""
-    if os.name != "posix":
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError):   # PermissionError: another user's
-        return True
-    return True
-
-
 def _killed_stages(directory: Path) -> list[Path]:
     """The staging folders in `directory` of saves on this machine whose process is gone, sorted."""
     prefix = _stage_prefix(0)[:-2]   # `.albertlm-save-HOST-`
@@ -680,7 +667,7 @@ def _killed_stages(directory: Path) -> list[Path]:
     killed = []
     for stage in sorted(found):
         match = re.fullmatch(r"(\d+)-[A-Za-z0-9_]+", stage.name[len(prefix):])
-        if (match and int(match.group(1)) != os.getpid() and not _process_alive(int(match.group(1)))
+        if (match and int(match.group(1)) != os.getpid() and not process_alive(int(match.group(1)))
                 and stage.is_dir() and not stage.is_symlink()):
             killed.append(stage)
     return killed
