@@ -87,7 +87,9 @@ def test_init_distributed_refuses_nccl_on_a_cpu_device():
 @pytest.mark.skipif(not (BIN / "torchrun").is_file(), reason="torchrun is not installed")
 def test_under_torchrun_an_error_is_one_line_from_the_first_rank(data, tmp_path):
     """Both ranks refuse nccl; only the first says it (torchrun's own report of the failed launch follows)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # TMPDIR: torchrun leaves a torchelastic_* folder of its workers' logs in the temporary directory, one a run
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path / "tmp"))
     proc = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "albertlm",
                            "pretrain", "--data", str(data / "train"), "--out", str(tmp_path / "run"), *TINY,
                            "--max-steps", "1", "--dist.backend", "nccl"],

@@ -153,7 +153,10 @@ def test_one_rank_failing_alone_stops_both_with_its_message_in_one_line(data, tm
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     src = str(Path(__import__("albertlm").__file__).resolve().parents[1])   # this checkout's code in the ranks
-    env = _env(AUDIT_FAIL=when, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    # TMPDIR: torchrun leaves a torchelastic_* folder of its workers' logs in the temporary directory, one a run
+    (tmp_path / "tmp").mkdir()
+    env = _env(AUDIT_FAIL=when, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+               TMPDIR=str(tmp_path / "tmp"))
     proc = _run([TORCHRUN, "--standalone", "--nproc-per-node", "2", driver, "pretrain", "--data", data,
                  "--out", tmp_path / "run", *TINY, "--max-steps", "8", "--dist.backend", "gloo",
                  "--dist.device", "cpu"], env)

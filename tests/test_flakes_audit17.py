@@ -103,7 +103,10 @@ def test_rank_0_says_its_own_error_even_when_torchrun_signals_it_after_the_other
     driver.write_text(DRIVER)
     pids.mkdir()
     src = str(Path(__import__("albertlm").__file__).resolve().parents[1])   # this checkout's code in the ranks
-    env = _env(AUDIT_PIDS=str(pids), PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    # TMPDIR: torchrun leaves a torchelastic_* folder of its workers' logs in the temporary directory, one a run
+    (tmp_path / "tmp").mkdir()
+    env = _env(AUDIT_PIDS=str(pids), PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+               TMPDIR=str(tmp_path / "tmp"))
     proc = _run([TORCHRUN, "--standalone", "--nproc-per-node", "2", driver, "pretrain", "--data", data,
                  "--out", tmp_path / "run", *TINY, "--max-steps", "4", "--save-every", "2",
                  "--dist.backend", "gloo", "--dist.device", "cpu"], env)

@@ -25,8 +25,15 @@ from conftest import TINY_WORDS, save_tiny_pretrained  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    """Tiny matrices: one thread (conftest's `one_thread`)."""
+def _one_thread(one_thread, monkeypatch):
+    """Tiny matrices: one thread (conftest's `one_thread`), onnxruntime's sessions too (by default one thread a core,
+    spinning while they wait: on a shared 2-core machine they fight the other work; tens of sessions here)."""
+    session = onnx_export.onnx_session
+
+    def one_thread_session(path, threads: int = 0, quiet: bool = False):
+        return session(path, threads or 1, quiet)
+
+    monkeypatch.setattr(onnx_export, "onnx_session", one_thread_session)
 
 
 def _tiny(**changes) -> ModelConfig:

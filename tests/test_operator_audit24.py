@@ -49,7 +49,9 @@ def test_evaluate_under_torchrun_shares_the_data_and_prints_the_numbers_once(tmp
     AlbertForPreTraining(ModelConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_layers=1, num_heads=2,
                                      ffn_size=37, max_position_embeddings=64)).save_pretrained(model)
     alone = evaluate_checkpoint(model, data, batch_size=4, device="cpu")
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # TMPDIR: torchrun leaves a torchelastic_* folder of its workers' logs in the temporary directory, one a run
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TMPDIR=str(tmp_path / "tmp"))
     proc = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "albertlm", "evaluate",
                            str(model), "--data", str(data), "--batch-size", "4", "--json", "--no-progress",
                            "--device", "cpu"], capture_output=True, text=True, env=env, timeout=300,

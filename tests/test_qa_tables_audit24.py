@@ -139,7 +139,9 @@ def test_finetune_predict_and_evaluate_squad_read_datasets_exports(squad_data, t
 def test_predict_under_torchrun_is_refused_in_one_line(squad_data, tmp_path):
     """Two processes (torchrun, CPU): each ran the whole prediction, printed the metrics and wrote the files."""
     root, _, paths = squad_data
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # TMPDIR: torchrun leaves a torchelastic_* folder of its workers' logs in the temporary directory, one a run
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path / "tmp"))
     out = tmp_path / "predicted"
     proc = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "albertlm",
                            "predict", "squad", "--model", str(root / "tuned"), "--dev",

@@ -29,7 +29,7 @@ def _run_python(script: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(io.__file__).parents[2]),
                                                                         os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+                          timeout=300)
 
 
 def _staging(directory: Path) -> list[str]:
@@ -79,7 +79,7 @@ def test_a_save_stopped_in_a_running_process_is_named_by_the_load(tmp_path, one_
     directory = tmp_path / "model"
     assert _run_python(_KILLED_IN_SWAP, str(directory)).returncode == 9
     [killed] = _staging(directory)
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) as child:
         try:
             live = directory / f"{io._stage_prefix(child.pid)}abcd1234"
             (directory / killed).rename(live)
@@ -122,7 +122,7 @@ def test_a_running_saves_folder_stays(tmp_path, tiny_config, one_thread):
     from albertlm.model.heads import AlbertForSequenceClassification
 
     directory = tmp_path / "model"
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) as child:
         try:
             stage = directory / f"{io._stage_prefix(child.pid)}abcd1234"
             stage.mkdir(parents=True)

@@ -35,8 +35,14 @@ pytestmark = pytest.mark.skipif(not ALBERTLM.is_file(), reason=f"the albertlm co
                                                                f"{sys.executable}")
 
 
-def _env() -> dict:
-    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+def _env(tmp: Path | None = None) -> dict:
+    """The children's environment; `tmp` (made here) their TMPDIR: torchrun leaves a torchelastic_* folder of its
+    workers' logs in the temporary directory, one a run, which a test's own folder keeps out of /tmp."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if tmp is not None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmp)
+    return env
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +67,8 @@ def _torchrun(data: Path, out: Path, *extra: str) -> list[str]:
             "--out", str(out), *TRAIN, "--dist.backend", "gloo", "--dist.device", "cpu", *extra]
 
 
-def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=TIMEOUT,
+def _run(argv: list[str], tmp: Path | None = None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, env=_env(tmp), timeout=TIMEOUT,
                           stdin=subprocess.DEVNULL, **kwargs)
 
 
@@ -81,9 +87,10 @@ def _logged_steps(run_dir: Path) -> list[int]:
     return steps
 
 
-def _signal_mid_run(argv: list[str], run_dir: Path, signum: int, after_step: int = 3) -> subprocess.CompletedProcess:
+def _signal_mid_run(argv: list[str], run_dir: Path, signum: int, after_step: int = 3,
+                    tmp: Path | None = None) -> subprocess.CompletedProcess:
     """Start the run, send `signum` to it once `after_step` steps are logged, wait for it to end."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp),
                             stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + TIMEOUT
     while proc.poll() is None and time.monotonic() < deadline and len(_logged_steps(run_dir)) < after_step:
@@ -188,8 +195,9 @@ def test_time_budget_stop_then_resume_is_exact(single_runs):
 def test_two_gloo_processes_stopped_by_sigterm_and_resumed_equal_an_uninterrupted_run(data, tmp_path):
     run_dir, full_dir = tmp_path / "ddp", tmp_path / "ddp-full"
     with ThreadPoolExecutor(max_workers=2) as pool:
-        full = pool.submit(_run, _torchrun(data, full_dir))
-        stop = pool.submit(_signal_mid_run, _torchrun(data, run_dir), run_dir, signal.SIGTERM).result()
+        full = pool.submit(_run, _torchrun(data, full_dir), tmp_path / "tmp")
+        stop = pool.submit(_signal_mid_run, _torchrun(data, run_dir), run_dir, signal.SIGTERM,
+                           tmp=tmp_path / "tmp").result()
         assert full.result().returncode == 0, full.result().stderr[-3000:]
     # torchrun forwards the SIGTERM to both ranks; they agree on a step, rank 0 saves, both exit 130
     assert "stopped by SIGTERM" in stop.stdout + stop.stderr, (stop.stdout + stop.stderr)[-3000:]
@@ -197,7 +205,7 @@ def test_two_gloo_processes_stopped_by_sigterm_and_resumed_equal_an_uninterrupte
     names = _checkpoints(run_dir)
     assert len(names) == 1 and 1 <= int(names[0].split("_")[1]) < STEPS, names
     assert max(_logged_steps(run_dir)) == int(names[0].split("_")[1])
-    proc = _run(_torchrun(data, run_dir, "--resume"))
+    proc = _run(_torchrun(data, run_dir, "--resume"), tmp_path / "tmp")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _assert_same_weights(_weights(run_dir), _weights(full_dir))
 
@@ -211,7 +219,7 @@ def _limit_file_size():
 def test_a_checkpoint_rank_0_cannot_write_stops_both_ranks(data, tmp_path):
     run_dir = tmp_path / "full-disk"
     started = time.monotonic()
-    proc = _run(_torchrun(data, run_dir, "--max-steps", "4"), preexec_fn=_limit_file_size)
+    proc = _run(_torchrun(data, run_dir, "--max-steps", "4"), tmp_path / "tmp", preexec_fn=_limit_file_size)
     assert time.monotonic() - started < TIMEOUT
     assert proc.returncode != 0
     assert f"albertlm pretrain: error: {run_dir / 'checkpoints' / 'step_00000004'}: cannot write the checkpoint" \

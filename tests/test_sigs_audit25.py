@@ -124,7 +124,7 @@ def test_usr1_to_one_torchrun_rank_stops_both_ranks_after_the_same_step(data, tm
 
     run_dir = tmp_path / "ddp-usr1"
     argv = _torchrun(data, run_dir)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path / "tmp"),
                             stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + TIMEOUT
