@@ -51,3 +51,26 @@ def test_tokenizers_take_and_save_to_home_paths(tmp_path, monkeypatch):
     wp.save("~/wp_out")
     assert (home / "sp_out" / "spiece.model").is_file() and (home / "wp_out" / "vocab.txt").is_file()
     assert not (work / "~").exists()
+
+
+def test_a_killed_saves_folder_without_a_lock_is_removed_by_the_next_save(tmp_path):
+    """A save killed between making its staging folder and its lock file moved nothing aside: the folder of the
+    dead process stayed in the model directory for good (docs3_31's finding). The next save removes it; one with
+    an `.earlier` folder (something to put back) is not touched by this path."""
+    import subprocess
+    import sys
+
+    from albertlm.config import ModelConfig
+    from albertlm.model import io
+    from albertlm.model.heads import AlbertForSequenceClassification
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    directory = tmp_path / "model"
+    empty = directory / f"{io._stage_prefix(child.pid)}abcd1234"
+    empty.mkdir(parents=True)
+    config = ModelConfig(vocab_size=30, embedding_size=8, hidden_size=16, num_layers=1, num_heads=2, ffn_size=16,
+                         max_position_embeddings=16)
+    AlbertForSequenceClassification(config).save_pretrained(directory)
+    assert not empty.exists()
+    assert (directory / "config.json").is_file()

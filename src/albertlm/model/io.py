@@ -688,6 +688,10 @@ def recover_killed_saves(directory: str | Path) -> list[str]:
     for stage in _killed_stages(directory):
         fd = _take_stage(stage)
         if fd is None:
+            # killed between making its folder and its lock file: it moved nothing aside yet (no `.earlier`),
+            # so the dead process's folder holds nothing to put back; it stayed for good
+            if not (stage / _STAGE_LOCK).exists() and not (stage / _ASIDE).exists():
+                shutil.rmtree(stage, ignore_errors=True)
             continue
         try:
             put_back, left = _undo_swap(stage, directory)
