@@ -25,8 +25,10 @@ google's `modeling.py` (AlbertModel, scope `bert/`) and `run_pretraining.py` (sc
 
 Dense kernels are stored (in, out) and become torch Linear weights (out, in); the SOP
 `output_weights` is already (2, H). Google's group g, inner group k is our unique block g * K + k
-(K = inner_group_num), which is where `sharing_plan` puts group g's k-th block for sharing `all`.
-Training state (`global_step`, the LAMB/AdamWeightDecay slots `<var>/adam_m`, `<var>/adam_v`, ...)
+(K = inner_group_num), which is where `sharing_plan` puts group g's k-th block for sharing `all`. google runs layer l
+with group int(l / L * N) in floating point, `sharing_plan` with l * N // L: the few configs where the two differ
+(L = N = 22, L = 44 with N = 22, ...) are refused (`check_google_layer_groups`).
+Training state (`global_step`, the LAMB/AdamWeightDecay slots `<var>/adam_m`, `<var>/adam_v`, `<var>/lamb_m`, ...)
 is skipped. TF-Hub exports (`module/` prefix, `variables/variables.*`) read the same way, and so does a backbone
 built under another scope than `bert/` (`modeling.AlbertModel(..., scope="albert")`).
 """
@@ -47,8 +49,11 @@ from albertlm.interop.tf_checkpoint import TFCheckpoint, resolve_prefix
 from albertlm.model import hf_format
 from albertlm.model.albert import AlbertForPreTraining, sharing_plan
 
-# variables a training run adds: optimizer slots, step counters, TF2's object graph
-TRAINING_STATE = re.compile(r"(^|/)(adam_[mv]|Adam(_\d+)?|Momentum|global_step|beta[12]_power|save_counter)$"
+# variables a training run adds: optimizer slots, step counters, TF2's object graph. google's lamb_optimizer.py names
+# its slots adam_m / adam_v as AdamWeightDecay does; `lamb_m` / `lamb_v` are the slots google's export_checkpoints.py
+# leaves out by name (those of the LAMB that trained the released models): read as model variables, every one was an
+# "unused" variable, and `info` counted them as weights (the pooler's as "unused: AlbertForPreTraining has no pooler")
+TRAINING_STATE = re.compile(r"(^|/)(adam_[mv]|lamb_[mv]|Adam(_\d+)?|Momentum|global_step|beta[12]_power|save_counter)$"
                             r"|AdamWeightDecayOptimizer|LAMB|^_CHECKPOINTABLE_OBJECT_GRAPH$")
 # (TF names, transpose): several names are concatenated along dim 0 after transposing
 Source = tuple[tuple[str, ...], bool]
@@ -324,6 +329,29 @@ def check_groups(ckpt: TFCheckpoint, cfg: ModelConfig) -> None:
                         f"{said[0]}, inner_group_num {said[1]}, but the checkpoint's encoder variables (bert/encoder/"
                         f"transformer/group_*/inner_group_*) are num_hidden_groups {held[0]}, inner_group_num "
                         f"{held[1]} (another model's config, or an incomplete checkpoint)")
+    check_google_layer_groups(cfg.num_layers, said[0], str(ckpt.prefix))
+
+
+def google_layer_group(layer: int, num_layers: int, num_groups: int) -> int:
+    """The group google's modeling.transformer_model runs `layer` with: `int(layer_idx / num_hidden_layers *
+    num_hidden_groups)`, in floating point (Python's, at graph construction), which for some configs rounds an exact
+    integer down (30 / 44 * 22 is 14.999999999999998)."""
+    return int(layer / num_layers * num_groups)
+
+
+def check_google_layer_groups(num_layers: int, num_groups: int, where: str) -> None:
+    """albertlm (and transformers) run layer l with group l * N // L, exact; where google's floating-point group of a
+    layer is another, google's network is not one albertlm can build: with L = N = 22 google's layer 15 reuses
+    group_14 (no group_15 is made: the import named a missing variable), with L = 44, N = 22 layer 30 runs group_14
+    (every group is made: the import gave another network without a word). Refused naming the layer."""
+    for layer in range(num_layers):
+        theirs, ours = google_layer_group(layer, num_layers, num_groups), layer * num_groups // num_layers
+        if theirs != ours:
+            raise UserError(f"{where}: google's modeling.py runs layer {layer} of {num_layers} with group_{theirs} "
+                            f"(int({layer} / {num_layers} * {num_groups}) rounds {layer / num_layers * num_groups!r} "
+                            f"down), albertlm and transformers with group {ours} ({layer} * {num_groups} // "
+                            f"{num_layers}): a checkpoint of num_hidden_layers {num_layers}, num_hidden_groups "
+                            f"{num_groups} is a network albertlm cannot rebuild")
 
 
 def read_google_config(path: Path) -> ModelConfig:
