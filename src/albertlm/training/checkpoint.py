@@ -45,8 +45,11 @@ class TrainState:
 
 
 def capture_rng() -> dict:
+    """The CPU generator's state, and each GPU's once this process uses CUDA. A process that has not started CUDA (a
+    CPU run on a machine with GPUs) has drawn nothing from their generators: asking for their states started CUDA in
+    it, after every step (`torch.cuda.get_rng_state_all` initialises CUDA), as `trainer.seed_generators` does not."""
     state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 

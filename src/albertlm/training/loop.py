@@ -317,6 +317,9 @@ class Loop:
     # history and best, is put back when the evaluation is interrupted, and the resumed run does it again)
     _before_eval: dict | None = field(default=None, repr=False)
     _said_first_step: bool = field(default=False, repr=False)   # the long first step's note (`_note_a_long_first_step`)
+    # fp16: the loss scale after the last step and how many steps in a row the scaler skipped (`_count_overflows`)
+    _last_scale: float | None = field(default=None, repr=False)
+    _overflows: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         # every path the run says (saved ..., the summary's checkpoint, an error's last good checkpoint) and records
@@ -366,6 +369,9 @@ class Loop:
     def _run(self) -> str:
         deadline = time.monotonic() + self.train.max_minutes * 60 if self.train.max_minutes else math.inf
         self._first_step, self._began = self.state.step, time.monotonic()
+        # fp16: the loss scale the first step starts from (a host number until the scaler's first step; a resumed
+        # run's is the checkpoint's), so that a skip of the very first step is counted too (`_count_overflows`)
+        self._last_scale, self._overflows = (float(self.scaler.get_scale()) if self.scaler is not None else None), 0
         if self.logger is not None:
             self.logger.deadline = deadline     # the log lines' ETA is no later than the budget's end
         if 0 < self.plan.total_steps <= self.state.step:   # a resumed run that had already finished
@@ -540,13 +546,39 @@ class Loop:
         # The step's one host-device sync, once all of its work is queued (a sync between backward and the
         # update would leave the GPU idle while the host queues the clipping and the optimizer's kernels).
         values = torch.cat([summed, grad_norm.to(summed)[None]]) if grad_norm is not None else summed
+        scale = self._scale_tensor()          # fp16: the loss scale after the update, read in the same transfer
+        if scale is not None:
+            values = torch.cat([values, scale.to(summed).reshape(1)])
         if before_sync is not None:
             before_sync()
         values = values.tolist()
         n = len(summed) - 2
         norm = values[n + 2] if grad_norm is not None else None
         loss = self._check_finite(torch.tensor(values[:n]), norm)
+        if scale is not None:
+            self._count_overflows(values[-1])
         return StepResult(summed[:n], values[n], values[n + 1], loss, lr, norm)
+
+    def _scale_tensor(self) -> torch.Tensor | None:
+        """The fp16 loss scale as the scaler holds it on the device (no read), or None (no scaler, or a torch whose
+        GradScaler keeps it elsewhere: then overflows are not counted)."""
+        read = getattr(self.scaler, "_get_scale_async", None) if self.scaler is not None else None
+        scale = read() if read is not None else None
+        return scale if isinstance(scale, torch.Tensor) else None
+
+    def _count_overflows(self, scale: float) -> None:
+        """fp16: the scaler skips a step whose gradients overflowed and halves the loss scale (the step is still
+        counted: its batch is used up and the lr schedule goes on, as in google's global step and torch's amp
+        recipe). A run whose gradients are infinite or NaN at every scale (a NaN made in the backward pass) was
+        skipped silently for good while its loss stayed finite; `MAX_OVERFLOWS` skipped steps in a row stop it."""
+        skipped = self._last_scale is not None and scale < self._last_scale
+        self._last_scale = scale
+        self._overflows = self._overflows + 1 if skipped else 0
+        if self._overflows >= MAX_OVERFLOWS:
+            raise self._diverged(f"fp16 loss scaling skipped {self._overflows} steps in a row (steps "
+                                 f"{self.state.step + 2 - self._overflows} to {self.state.step + 1}): their gradients "
+                                 f"were infinite or NaN at every loss scale down to {scale:g}; --precision bf16 (or "
+                                 "fp32) has no such overflow")
 
     def _note_a_long_first_step(self, done: int, micro_batches: list[Batch], started: float) -> None:
         """One line when this invocation's first step has run `FIRST_STEP_NOTE_S` and still has micro-batches to
@@ -809,10 +841,14 @@ def has_record(path: Path, step: int, split: str) -> bool:
 
 
 def count_tokens(batch: Batch) -> torch.Tensor:
+    """The batch's real tokens, on its device. Without a mask, every position: a fill from the shape, not a tensor
+    made from a host number (`torch.tensor(n, device=cuda)` copies it over and waits for the GPU's queue, once per
+    micro-batch)."""
     mask = batch.get("attention_mask")
     if mask is not None:
         return mask.sum().float()
-    return torch.tensor(float(batch["input_ids"].numel()), device=batch["input_ids"].device)
+    ids = batch["input_ids"]
+    return ids.new_full((), float(ids.numel()), dtype=torch.float32)
 
 
 class StopRequest:
@@ -830,6 +866,10 @@ class StopRequest:
 # apart: the second is the same request, not "stop at once" (which lost the step's checkpoint whenever the rank
 # ran Python code between the two). A deliberate second signal comes after the notice has been read.
 RELAYED_S = 1.0
+# fp16: this many steps in a row skipped by the loss scaler (infinite or NaN gradients) stop the run
+# (`Loop._count_overflows`): from the scaler's initial 65536 the scale has then been halved to 2^-8, far below any
+# scale at which fp16 gradients are still representable, so more skipping cannot help
+MAX_OVERFLOWS = 24
 # a first step still running after this many seconds, with micro-batches to go, is said (`Loop._note_a_long_first_step`)
 FIRST_STEP_NOTE_S = 30.0
 

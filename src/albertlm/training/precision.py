@@ -72,15 +72,35 @@ def prepare_model(model: nn.Module, *, precision: str, device: torch.device, act
 
 
 def warn_emulated_bf16(precision: str, device: torch.device | str) -> None:
-    """bf16 on a CPU without bf16 hardware: one line on stderr (the first rank's) saying it runs emulated, slower
-    than fp32. Training, `predict` and `evaluate` say it through `prepare_model`."""
-    if precision == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16() and reports_here():
+    """bf16 on a CPU or GPU without bf16 hardware: one line on stderr (the first rank's) saying it runs emulated,
+    slower than fp32 (CPU) or fp16 (a GPU before Ampere: T4, V100). Training, `predict` and `evaluate` say it through
+    `prepare_model`."""
+    if precision != "bf16" or not reports_here():
+        return
+    device = torch.device(device)
+    if device.type == "cpu" and not cpu_has_bf16():
         from albertlm.model.fused import isa_limit_without_bf16
 
         limit = isa_limit_without_bf16()
         why = (f"ONEDNN_MAX_CPU_ISA={limit} keeps oneDNN from bf16 instructions" if limit else
                "this CPU has no bf16 instructions (AVX-512 BF16 or AMX)")
         say_warning(f"{why}; --precision bf16 runs emulated and is slower than fp32 here")
+    elif device.type == "cuda" and not gpu_has_bf16(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        say_warning(f"{device} has compute capability {major}.{minor}, without bf16 hardware (8.0, Ampere, and newer "
+                    "have it); --precision bf16 runs emulated and is slower than fp16 here: use --precision fp16")
+
+
+def gpu_has_bf16(device: torch.device | str) -> bool:
+    """Whether this CUDA GPU computes bf16 in hardware: compute capability 8.0 (Ampere) or newer, as
+    `torch.cuda.is_bf16_supported(including_emulation=False)` says of the current GPU (on T4 and V100 torch runs
+    bf16 emulated). ROCm GPUs, and a machine whose CUDA cannot be asked, count as having it (nothing to say)."""
+    if torch.version.hip or not torch.cuda.is_available():
+        return True
+    try:
+        return tuple(torch.cuda.get_device_capability(device)) >= (8, 0)
+    except Exception:  # noqa: BLE001 (a device torch cannot describe: not ours to warn about)
+        return True
 
 
 def cpu_has_bf16() -> bool:
