@@ -179,7 +179,10 @@ def _tf_info(path, config: str | None = None) -> dict[str, typing.Any]:
     if (path / "variables" / "variables.index").is_file():   # a TF-Hub module
         path = path / "variables"
     tf = describe_tf_checkpoint(path, config)
-    pooler = sum(v for k, v in tf["unused"].items() if k.startswith("bert/pooler/"))
+    # the pooler's variables are said to be unused because of the class only where the class has none; any other
+    # unused variable (a pooler's under a class that reads its pooler: not google's) is one the class does not read
+    pooler = (sum(v for k, v in tf["unused"].items() if k.startswith("bert/pooler/"))
+              if tf["model_class"] in WITHOUT_POOLER else 0)
     unused = {**({"pooler": pooler} if pooler else {}),
               **({"other": sum(tf["unused"].values()) - pooler} if sum(tf["unused"].values()) > pooler else {})}
     return dict(directory=str(tf["prefix"]), format="tf", model_class=tf["model_class"], config=tf["config"],

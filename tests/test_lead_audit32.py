@@ -1,0 +1,26 @@
+"""The lead's follow-ups of the thirty-second session's audits."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from albertlm.cli import model_commands
+
+
+@pytest.mark.parametrize("model_class, said_pooler", [("AlbertForMaskedLM", True), ("AlbertForPreTraining", False),
+                                                      ("AlbertForSequenceClassification", False)])
+def test_tf_info_says_pooler_variables_unused_only_for_a_class_without_a_pooler(monkeypatch, tmp_path, model_class,
+                                                                               said_pooler):
+    """`info` on a TF checkpoint: an unused bert/pooler/* variable is "the pooler's ... : X has no pooler" only where X
+    has none; under a class that reads its pooler it is another variable the class does not read."""
+    import albertlm.interop.tf as tf
+
+    def describe(path, config):
+        return dict(prefix=Path(path), model_class=model_class, config=None, stored_parameters=10, files={},
+                    unused={"bert/pooler/dense/kernel": 6, "cls/other": 4}, missing=[])
+
+    monkeypatch.setattr(tf, "describe_tf_checkpoint", describe)
+    info = model_commands._tf_info(tmp_path)
+    assert (model_class in model_commands.WITHOUT_POOLER) is said_pooler
+    assert info["unused"] == ({"pooler": 6, "other": 4} if said_pooler else {"other": 10})
