@@ -22,11 +22,23 @@ from typing import Any
 from albertlm.config.model import ConfigError, ModelConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Preset:
-    config: ModelConfig
+    """A row of the table: `config` is a fresh copy of the preset's ModelConfig on each read, as MODEL_PRESETS and
+    get_preset give (setting a field on `PRESETS["albert-base"].config` changed the preset for the rest of the
+    process, its -v2 alias and MODEL_PRESETS included, while paper_params still gave the unchanged row's count)."""
+    _config: ModelConfig
     paper_params: float | None  # millions, as printed in the paper; None if the paper has no row
     source: str
+
+    def __init__(self, config: ModelConfig, paper_params: float | None, source: str):
+        object.__setattr__(self, "_config", config.replace())
+        object.__setattr__(self, "paper_params", paper_params)
+        object.__setattr__(self, "source", source)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self._config.replace()
 
 
 def _albert(L: int, H: int, A: int, dropout: float, **kw: Any) -> ModelConfig:
@@ -91,7 +103,7 @@ def paper_params(name: str, overrides: Mapping[str, Any] | None = None) -> float
     as changes; nor does `always_project_embeddings` where E != H (the projection is there either way)."""
     if name not in PRESETS:
         return None
-    cfg = PRESETS[name].config
+    cfg = PRESETS[name]._config
     overrides = {key: value for key, value in dict(overrides or {}).items()
                  if key not in COUNT_FREE_FIELDS and getattr(cfg, key, None) != value}
     if overrides.get("sharing", cfg.sharing) == "none":
@@ -111,7 +123,7 @@ class _Configs(Mapping[str, ModelConfig]):
     (`MODEL_PRESETS["albert-tiny"].vocab_size = 101`) changes that copy, never the preset (nor its v2 alias)."""
 
     def __getitem__(self, name: str) -> ModelConfig:
-        return PRESETS[name].config.replace()
+        return PRESETS[name].config   # a fresh copy
 
     def __iter__(self) -> Iterator[str]:
         return iter(PRESETS)
@@ -128,12 +140,13 @@ def get_preset(name: str, **overrides: Any) -> ModelConfig:
     override the preset cannot take is a ConfigError naming the preset (`albertlm params --num-groups 3` shows
     every preset: the error is albert-tiny's 4 layers, which the user did not name)."""
     if not isinstance(name, str) or name not in PRESETS:
-        import difflib
+        from albertlm.config.overrides import nearest_choice
 
-        close = difflib.get_close_matches(name, PRESETS, n=1) if isinstance(name, str) else []
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        # the same letters in another case too (`ALBERT-BASE`), which difflib alone did not offer
+        close = nearest_choice(name, list(PRESETS)) if isinstance(name, str) else None
+        hint = f" (did you mean {close}?)" if close else ""
         raise ConfigError(f"unknown preset {name!r}{hint}; presets: {', '.join(PRESETS)}")
     try:
-        return PRESETS[name].config.replace(**overrides)
+        return PRESETS[name]._config.replace(**overrides)
     except ConfigError as exc:
         raise ConfigError(f"{exc} (preset {name})") from None
