@@ -188,9 +188,6 @@ def test_a_pretraining_step_queues_no_tensor_made_on_the_host(tmp_path):
     assert _queued_host_tensors(loop) == []
 
 
-@pytest.mark.xfail(strict=True, reason="tasks/finetune.py TaskObjective.forward makes `denominators.new_tensor(n)` per "
-                                       "micro-batch and .denominators `ids.new_tensor([...])`: host-to-device copies "
-                                       "that wait for the GPU (new_full would not); not this audit's file")
 def test_a_finetuning_step_queues_no_tensor_made_on_the_host(tmp_path):
     from albertlm.tasks.finetune import make_finetune_loop
     from conftest import save_tiny_pretrained

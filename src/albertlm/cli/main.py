@@ -181,7 +181,9 @@ def _unknown_option_hint(flag: str, parser: argparse.ArgumentParser, command: st
     said = MEANT_ELSEWHERE.get(command, {}).get(flag.lower())
     if said:
         return said
-    actions = {option: action for action in _all_actions(parser) for option in action.option_strings}
+    # a hidden option (help suppressed: predict's --train, taken and ignored) is never offered
+    actions = {option: action for action in _all_actions(parser) for option in action.option_strings
+               if action.help is not argparse.SUPPRESS}
     renamed = OTHER_NAMES.get(command, {}).get(flag.lower())
     if renamed in actions:
         return f"did you mean {renamed}?"

@@ -158,6 +158,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                 length=FAMILY_DEFAULTS[family].max_seq_length))
             _one_group(p, "evaluation options", ("train options", "dist options"))
             _hide(p, "--train")
+            # the fields' comments are fine-tuning's (training rows, loss scaling, rank 0): said for this command
+            if family == "glue":
+                _reword_data_help(p, family, "--skip-bad-rows", SKIP_BAD_ROWS_HELP[command])
+            _reword_help(p, "--precision", PRECISION_HELP[command])
+            _reword_help(p, "--train.progress", PROGRESS_HELP)
 
 
 def _one_group(parser: argparse.ArgumentParser, title: str, others: tuple[str, ...]) -> None:
@@ -173,7 +178,9 @@ def _one_group(parser: argparse.ArgumentParser, title: str, others: tuple[str, .
 def _hide(parser: argparse.ArgumentParser, flag: str) -> None:
     """A data option predict / evaluate never read, left out of their usage and help: the family's --train (its
     training file). Still taken, and unused as before, so that a script giving finetune's data options to predict
-    as they are goes on working."""
+    as they are goes on working; never offered by the unknown-option hints (`cli.main._unknown_option_hint` skips
+    hidden options: `predict glue --trai x` was told "did you mean --train?", an option predict ignores).
+    (argparse's abbreviations are off, `cli.main.Parser`: `--trai` is not taken as --train either.)"""
     for action in parser._actions:
         if flag in action.option_strings:
             action.help = argparse.SUPPRESS
@@ -197,6 +204,35 @@ def _reword_default(parser: argparse.ArgumentParser, flag: str, default: str) ->
     for action in parser._actions:
         if flag in action.option_strings and action.help and "(default: " in action.help:
             action.help = action.help[:action.help.rindex("(default: ")] + f"(default: {default})"
+
+
+# predict / evaluate read no training file and train nothing; the fields' comments say fine-tuning's meaning
+SKIP_BAD_ROWS_HELP = {
+    "predict": "skip malformed dev rows (too few fields, or more than the header; counted and reported) instead of "
+               "stopping: they get no prediction and are not scored; test rows are never skipped (a submission needs "
+               "a prediction for every row)",
+    "evaluate": "with --model: skip malformed dev rows (too few fields, or more than the header; counted and "
+                "reported) instead of stopping, leaving them out of the scores; test rows are never skipped, nor the "
+                "rows of the dev file a --predictions file is scored against"}
+PRECISION_HELP = {
+    "predict": "the precision the model runs in: fp32; bf16 autocast (CPU and CUDA; fp32 weights); fp16 autocast "
+               "(CUDA only); a run's recorded dev scores are reproduced in the precision it was fine-tuned in (a note "
+               "says when that is another)",
+    "evaluate": "the precision the model (--model) runs in: fp32; bf16 autocast (CPU and CUDA; fp32 weights); fp16 "
+                "autocast (CUDA only); a run's recorded dev scores are reproduced in the precision it was fine-tuned "
+                "in (a note says when that is another)"}
+PROGRESS_HELP = "a progress bar while the model runs, when stderr is a terminal (else progress lines)"
+
+
+def _reword_data_help(parser: argparse.ArgumentParser, family: str, flag: str, doc: str) -> None:
+    """Replace the description of one of the family's generated data options, keeping its "(default: ...)"."""
+    from albertlm.config.overrides import field_doc
+    from albertlm.tasks.options import OPTIONS   # no torch
+
+    old = field_doc(OPTIONS[family], flag[2:].replace("-", "_")).replace("%", "%%")
+    for action in parser._actions:
+        if flag in action.option_strings and action.help:
+            action.help = action.help.replace(old, doc, 1)
 
 
 def _reword_help(parser: argparse.ArgumentParser, flag: str, doc: str) -> None:

@@ -105,22 +105,30 @@ class TaskSpec:
 
 def load_model(spec: TaskSpec, model_path: str | Path, cfg: FinetuneConfig):
     """The task head on a checkpoint (ours or a transformers ALBERT directory); dropout from the config. A checkpoint
-    fine-tuned on another task (`other_task`) gives its backbone only: the head starts fresh."""
+    fine-tuned on another task (`other_task`) gives its backbone only: the head starts fresh, drawn once from the
+    caller's random stream as from a pretrained checkpoint holding that backbone (`_fresh_as_pretrained`)."""
     from albertlm.model.io import init_fresh
 
     overrides = dict(spec.model_overrides)
     for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
         if getattr(cfg, name) is not None:
             overrides[name] = getattr(cfg, name)
+    # the loader draws the weights the checkpoint does not give (on the CPU; on a GPU under a CUDA default device)
+    before = torch.random.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
     model = spec.model_class.from_pretrained(model_path, **overrides)
     other = other_task(spec, model_path)
     if other is not None:
         # a head fine-tuned for another task starts fresh, drawn as from a pretrained checkpoint (the same seed gives
-        # the same head): one of another shape was already (the loader's warning said so), one of the same shape was
-        # loaded and is drawn now
+        # the same head): the loader drew those it did not take (another shape, another classifier class, a pooler
+        # the checkpoint lacks) and took the rest; all of them are drawn again in one pass from the stream as it was
+        # before loading, so neither the values nor what is drawn after depend on which task the checkpoint learned
+        # (a head drawn twice, or in two passes, was another head than the same seed's from a pretrained model)
         kept = _kept_head(model, model_path)
-        if kept:
-            init_fresh(model, kept)
+        torch.random.set_rng_state(before[0])
+        if before[1] is not None:
+            torch.cuda.set_rng_state_all(before[1])
+        init_fresh(model, _fresh_as_pretrained(model, model_path))
+        if kept:   # the loader said the others (another shape, another class)
             logging.getLogger("albertlm.model").warning(
                 "%s was fine-tuned on %s, not %s: its head (%s) starts fresh, as from a pretrained model (only a run "
                 "of the same task goes on with the head it holds)", model_path, other,
@@ -174,12 +182,31 @@ def other_task(spec: TaskSpec, model_path: str | Path) -> str | None:
 def _kept_head(model: nn.Module, model_path: str | Path) -> list[str]:
     """The head weights of `model` (outside its backbone) that `from_pretrained` took from the checkpoint: those it
     stores under the same name in the same shape (read from the headers; of another shape they were initialised
-    fresh, and said). The record `other_task` reads is ours, so are the weights' names."""
-    from albertlm.model.io import resolve_checkpoint, stored_shapes
+    fresh, and said), unless it was saved by another classifier class (`io.other_class_head`: drawn fresh, and said).
+    The record `other_task` reads is ours, so are the weights' names."""
+    from albertlm.model.io import CLASSIFIER_CLASSES, checkpoint_class, read_config, resolve_checkpoint, stored_shapes
 
-    stored = stored_shapes(resolve_checkpoint(model_path))
+    directory = resolve_checkpoint(model_path)
+    stored = stored_shapes(directory)
+    own = type(model).__name__
+    saved = checkpoint_class(directory, read_config(directory)[1]) if own in CLASSIFIER_CLASSES else None
+    other_class = saved is not None and saved != own and saved in CLASSIFIER_CLASSES
     return [name for name, tensor in model.state_dict().items()
-            if not name.startswith(type(model).base_prefix) and stored.get(name) == tuple(tensor.shape)]
+            if not name.startswith(type(model).base_prefix) and stored.get(name) == tuple(tensor.shape)
+            and not (other_class and name.startswith("classifier."))]
+
+
+def _fresh_as_pretrained(model: nn.Module, model_path: str | Path) -> list[str]:
+    """The weights a pretrained checkpoint with this checkpoint's backbone leaves `from_pretrained` to draw: every
+    head weight (outside the backbone), and the backbone's pooler where the checkpoint has none (a SQuAD or RACE
+    run's model for a GLUE task)."""
+    from albertlm.model.io import resolve_checkpoint, state_keys
+
+    prefix = type(model).base_prefix
+    stored = {key.removeprefix("albert.") for key in state_keys(resolve_checkpoint(model_path))}
+    return [name for name, _ in model.named_parameters()
+            if not name.startswith(prefix) or (name.startswith(prefix + "pooler.")
+                                               and name.removeprefix(prefix) not in stored)]
 
 
 def class_order(spec: TaskSpec, model_path: str | Path) -> list[int] | None:
@@ -225,7 +252,7 @@ class TaskObjective:
 
     def denominators(self, batches: list[Batch]) -> torch.Tensor:
         ids = batches[0]["input_ids"]
-        return ids.new_tensor([float(sum(b["input_ids"].shape[0] for b in batches))], dtype=torch.float32)
+        return ids.new_full((1,), float(sum(b["input_ids"].shape[0] for b in batches)), dtype=torch.float32)
 
     def forward(self, model: nn.Module, batch: Batch, denominators: torch.Tensor):
         inputs = model_inputs(batch, self.outputs)
@@ -237,7 +264,7 @@ class TaskObjective:
             loss = span_loss(*(out[key] for key in self.outputs.keys), *positions, batch["attention_mask"])
         else:
             loss = model(**inputs)["loss"].float()
-        n = denominators.new_tensor(float(batch["input_ids"].shape[0]))
+        n = denominators.new_full((), float(batch["input_ids"].shape[0]))   # a fill on the device, not a host copy
         return loss * n / denominators[0], torch.stack([loss.detach() * n, n])
 
     def summarize(self, stats: torch.Tensor) -> dict[str, float]:
@@ -916,13 +943,16 @@ def check_same_finetune(spec: TaskSpec, cfg: FinetuneConfig, info: DistInfo, out
                            f"and --config files, on the same data{SHARED_OUT if resume else ''}")
 
 
-def check_task_head(model_class: type, family: str, model_dir: str | Path) -> None:
-    """Refuse a checkpoint without the weights of the family's head (e.g. a pretraining checkpoint):
-    loading it would attach a freshly initialised head and predict at random."""
-    from albertlm.model.io import WEIGHTS, read_config, read_state
+def check_task_head(model_class: type, family: str, model_dir: str | Path, num_labels: int | None = None) -> None:
+    """Refuse a checkpoint without the weights of the family's head (e.g. a pretraining checkpoint): loading it
+    would attach a freshly initialised head and predict at random. So is a classifier saved by another classifier
+    class (a RACE choice scorer for STS-B: `io.other_class_head` draws it fresh), and one of another number of outputs
+    than the task's `num_labels` (an STS-B regression's one output for SST-2 put every row in class 0, scored 0.52,
+    without a word; a 3-class head for a 2-class task predicted a class the task has not)."""
+    from albertlm.model.io import CLASSIFIER_CLASSES, WEIGHTS, checkpoint_class, read_config, read_state
 
     model_dir = Path(model_dir)
-    config, _ = read_config(model_dir)
+    config, is_hf = read_config(model_dir)
     with torch.device("meta"):   # the head's weight names, without allocating the model
         names = model_class(config).state_dict().keys()
     head = [name for name in names if not name.startswith(model_class.base_prefix)]
@@ -937,10 +967,19 @@ def check_task_head(model_class: type, family: str, model_dir: str | Path) -> No
     else:
         present = set(read_state(model_dir))
     missing = [name for name in head if name not in present]
+    fine_tune = f"fine-tune it with `albertlm finetune {family}` and give RUN/best"
     if missing:
         raise UserError(f"{model_dir}: not a fine-tuned checkpoint for this task (no {', '.join(missing)} in its "
-                        f"weights; a pretraining checkpoint?): fine-tune it with `albertlm finetune {family}` "
-                        "and give RUN/best")
+                        f"weights; a pretraining checkpoint?): {fine_tune}")
+    saved = checkpoint_class(model_dir, is_hf)
+    if model_class.__name__ in CLASSIFIER_CLASSES and saved in CLASSIFIER_CLASSES and saved != model_class.__name__:
+        raise UserError(f"{model_dir}: not a fine-tuned checkpoint for this task: its classifier was trained as "
+                        f"{saved}'s, on other features than {model_class.__name__}'s, and would predict at random; "
+                        f"{fine_tune}")
+    if num_labels is not None and config.num_labels != num_labels:
+        raise UserError(f"{model_dir}: not a fine-tuned checkpoint for this task: its classifier has "
+                        f"{config.num_labels} output(s), the task {num_labels} (a model fine-tuned for another task?); "
+                        f"{fine_tune}")
 
 
 def inference_model(spec: TaskSpec, model_dir: str | Path, cfg: FinetuneConfig, device: torch.device,
@@ -957,7 +996,7 @@ def run_evaluation(spec: TaskSpec, model_dir: str | Path, tokenizer, cfg: Finetu
                    out_dir: str | Path | None) -> dict:
     """Score a fine-tuned checkpoint on the labelled eval sets (and write prediction files if out_dir);
     on the GPU when there is one (`dist.device`), with a progress bar (`train.progress`)."""
-    check_task_head(spec.model_class, spec.family, model_dir)
+    check_task_head(spec.model_class, spec.family, model_dir, spec.model_overrides.get("num_labels"))
     check_positions(spec, model_dir, cfg)
     if out_dir is None and not any(s.score is not None for s in spec.eval_sets):
         # `evaluate --model` on data without answers or labels (a test file) ran the model and printed {}
