@@ -5,6 +5,7 @@ fine-tune each one and a no-pretraining baseline of its shape, and write the pap
     albertlm ablate --out ablate_runs/cpu --report-only          # the report from the runs finished so far
     albertlm ablate --grid my_grid.toml --scale cpu --corpus my_corpus --out runs/mine --list-jobs
     albertlm ablate --grid table3 --scale smoke --corpus corpus/ko --tokenizer my_vocab.txt --out runs/ko
+    albertlm ablate --grid table5 --scale my_scale.toml --corpus corpus/en --out runs/laptop   # base = "cpu" + changes
 
 Rerunning the same command skips the finished runs and continues a killed one (see experiments/runner.py); a
 second one on an --out that a running one holds is refused (`--report-only` and `--list-jobs` work meanwhile).
@@ -17,9 +18,9 @@ import json
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
 
 from albertlm.config.overrides import Options, add_options, option_name, read_options
+from albertlm.experiments.scales import MIN_VOCAB, SCALES, SEED_LIMIT, Scale
 
 
 @dataclass
@@ -27,7 +28,7 @@ class AblateOptions:
     """`albertlm ablate`: the paper's ablations on a corpus."""
     out: str                             # suite directory: prepared data, one directory per run, report.md
     grid: str = "paper"                  # table3, table4, table5, dropout, figure1, paper (all), or a JSON / TOML grid file (a list of variants with name, embedding, sharing, task, dropout, model: docs/paper.md)
-    scale: Literal["smoke", "cpu", "gpu", "cpu-v1", "cpu-v2"] = "cpu"   # model size, steps and fine-tuning protocol (experiments/scales.py)
+    scale: str = "cpu"                   # model size, steps and fine-tuning protocol: smoke, cpu, gpu, cpu-v1, cpu-v2 (experiments/scales.py), or a TOML / JSON scale file: base = "cpu" and the fields it changes (hidden_size, max_seq_length, batch_size, lr, finetune_tasks, ...: docs/paper.md)
     corpus: str = ""                     # directory with train.txt and heldout.txt (held-out documents); needed unless --report-only
     tokenizer: str = ""                  # your own tokenizer instead of the SentencePiece model the suite trains on the corpus: a SentencePiece .model, a WordPiece vocab.txt, a tokenizer.json, or a directory holding one (V = its vocabulary size); a rerun gives the same one
     glue_dir: str = "../shared/data/glue"  # GLUE task folders (SST-2, STS-B, ...) for the downstream evaluation
@@ -47,9 +48,8 @@ class AblateOptions:
 
 
 ABLATE = Options(AblateOptions, required=True)   # --out DIR
-# pretraining seeds; a model's fine-tuning seeds are its seed + 1000 i, and every seed must suit numpy's 32 bits
-SEED_LIMIT = 2**31
-MIN_VOCAB = 100   # the special tokens and the corpus's characters come first
+# SEED_LIMIT: pretraining seeds; a model's fine-tuning seeds are its seed + 1000 i, and every seed must suit numpy's
+# 32 bits. MIN_VOCAB: the special tokens and the corpus's characters come first (both shared with scale files)
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -113,17 +113,24 @@ def _run(o: AblateOptions) -> int:
     changes = {k: v for k, v in (("max_steps", o.max_steps), ("finetune_seeds", o.finetune_seeds),
                                  ("finetune_lr", o.finetune_lr), ("vocab_size", o.vocab_size)) if v}
     scale = get_scale(o.scale, **changes)
+    if scale.file and o.tokenizer and scale.vocab_size != SCALES[scale.name].vocab_size:
+        raise UserError(f"{scale.file}: vocab_size sets the vocabulary of the tokenizer the suite trains; --tokenizer "
+                        f"{o.tokenizer} brings its own (V = its vocabulary size): give one of them")
     suite = make_suite(o.out, scale, o.grid, o.corpus, o.glue_dir, tuple(o.seeds) or None, o.threads,
                        o.tokenizer or None)
     missing = [t.dir_name for t in scale.finetune_tasks if not (suite.glue_dir / t.dir_name).is_dir()]
     if missing and not o.list_jobs:   # found out before hours of pretraining, not after
-        raise UserError(f"--glue-dir {o.glue_dir}: no {', '.join(missing)} folder (the fine-tuning tasks of scale "
-                        f"{scale.name}; the default ../shared/data/glue is relative to the current directory)")
+        whose = (f"{scale.file}'s finetune_tasks" if scale.file and scale.finetune_tasks
+                 != SCALES[scale.name].finetune_tasks else f"the fine-tuning tasks of scale {scale.name}")
+        raise UserError(f"--glue-dir {o.glue_dir}: no {', '.join(missing)} folder ({whose}; the default "
+                        f"../shared/data/glue is relative to the current directory)")
     if o.list_jobs:   # what a run of this command would do in --out now (it refuses what the run would refuse)
         from albertlm.experiments.grids import base_model
 
         states = preview(suite, o.refinetune)
         base = base_model(suite.scale).to_dict()
+        if suite.scale.file:   # a user's scale: the file, what it changes and every value the runs have
+            print(scale_lines(suite.scale))
         for job, state in states:
             # E, sharing and dropout, then every other field a variant's `model` changes (num_groups, num_layers...):
             # two variants that differ only there were listed alike
@@ -145,3 +152,14 @@ def _run(o: AblateOptions) -> int:
           f"{len(summary['failed'])} failed" + (f" ({', '.join(summary['failed'])})" if summary["failed"] else "")
           + (f", {len(summary['postponed'])} not started (--max-minutes)" if summary["postponed"] else ""))
     return 1 if summary["failed"] or left_out else 0
+
+
+def scale_lines(scale: Scale) -> str:
+    """A scale file's scale in two lines: the file, its base and the fields that differ from the base's; then
+    every value the suite runs with (`Scale.to_dict`, the record suite.json keeps), as JSON writes them."""
+    base = json.loads(json.dumps(SCALES[scale.name].to_dict()))
+    values = {k: v for k, v in json.loads(json.dumps(scale.to_dict())).items() if k not in ("name", "file")}
+    changed = [f"{k}={json.dumps(v)} ({scale.name}: {json.dumps(base[k])})"
+               for k, v in values.items() if k != "notes" and base[k] != v]
+    return (f"scale file {scale.file}, base {scale.name}; changed: {', '.join(changed) or 'nothing'}\n"
+            f"scale values: {', '.join(f'{k}={json.dumps(v)}' for k, v in values.items())}")

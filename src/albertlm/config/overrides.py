@@ -507,7 +507,7 @@ METAVARS: dict[str, str] = {
     # names and words
     "text_field": "NAME", "text_column": "NAME", "text_pair_column": "NAME", "label_column": "NAME",
     "id_column": "NAME", "preset": "NAME", "labels": "A,B,...", "levels": "LEVEL[,LEVEL]",
-    "grid": "NAME|FILE", "null_threshold": "X|recorded",
+    "grid": "NAME|FILE", "scale": "NAME|FILE", "null_threshold": "X|recorded",
     # fixed values
     "task": "{" + ",".join(GLUE_TASK_NAMES) + "}", "device": "{auto,cpu,cuda,cuda:N}", "split": "{train,dev,test}",
 }

@@ -857,7 +857,8 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
     checked = claims(agg, planned_paper_configs(data["suite"], scale))
     lines = [f"# Ablation report: `{out}`", ""]
     if scale_dict:
-        lines += [f"Scale **{scale_dict['name']}**: H={scale_dict['hidden_size']}, L={scale_dict['num_layers']}, "
+        named = f" as changed by the scale file `{scale_dict['file']}`" if scale_dict.get("file") else ""
+        lines += [f"Scale **{scale_dict['name']}**{named}: H={scale_dict['hidden_size']}, L={scale_dict['num_layers']}, "
                   f"A={scale_dict['num_heads']}, I={4 * scale_dict['hidden_size']}, V={scale_dict['vocab_size']}, "
                   f"T={scale_dict['max_seq_length']}, {scale_dict['max_steps']} steps x {scale_dict['batch_size']} "
                   f"sequences = {_tokens(scale_dict['tokens_per_run'])} tokens per run, {scale_dict['optimizer']} "

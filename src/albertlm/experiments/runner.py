@@ -1222,7 +1222,9 @@ def _run_key(run: dict) -> str:
 # a suite may be rerun with more fine-tuning seeds (the new runs are added), or with --refinetune under another
 # fine-tuning protocol (the changed fine-tunings rerun from the kept models); anything else in the scale changes
 # what a finished job measured, so it needs another --out
-RESCALABLE = ("seeds", "finetune_seeds", "notes")
+# what the runs measured; a scale file's path is not (its values are compared: a renamed or copied file with the same
+# values continues the suite)
+RESCALABLE = ("seeds", "finetune_seeds", "notes", "file")
 FINETUNE_FIELDS = ("finetune_tasks", "finetune_lr", "finetune_batch_size", "finetune_seq_length")
 
 
