@@ -87,7 +87,8 @@ def test_one_group_per_layer_exports_to_transformers_with_equal_hidden_states(ca
 
 
 def test_a_google_checkpoint_with_one_group_per_layer_imports(capsys, tmp_path):
-    """google's modeling.py runs layer l on group l * N // L for any num_hidden_groups; N = L (nothing shared) reads
+    """google's modeling.py runs layer l on group int(l / L * N), our l * N // L but for a few configs that
+    `tf.check_google_layer_groups` refuses (L = N = 22, ...; not this one); N = L (nothing shared) reads
     as our sharing 'none', which the TF key map refused ("sharing='none' has no TF layout"). The fixture (L 4, N 2)
     re-packed with each group's variables under two consecutive group names is the same network with N = 4."""
     from albertlm.interop import tf_checkpoint as tfc
