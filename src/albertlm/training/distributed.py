@@ -104,6 +104,8 @@ def launch_settings() -> tuple[int, int, int]:
     launch set up wrongly is refused before anything is read, and by `--dry-run` as by the run itself (the dry
     run passed WORLD_SIZE=2 without RANK, and a LOCAL_RANK that is not a number was a ValueError traceback)."""
     world_size = world_size_from_env()
+    if "WORLD_SIZE" not in os.environ:
+        _refuse_bare_srun_tasks()
     if world_size > 1 and "RANK" not in os.environ:
         raise UserError(f"WORLD_SIZE={world_size} is set but RANK is not: launch with torchrun, or give each of the "
                         f"{world_size} processes its own RANK (0 to {world_size - 1}) and LOCAL_RANK, and the same "
@@ -113,6 +115,24 @@ def launch_settings() -> tuple[int, int, int]:
     if not 0 <= rank < world_size:
         raise UserError(f"RANK={rank} is not a rank of WORLD_SIZE={world_size} processes (0 to {world_size - 1})")
     return rank, world_size, local_rank
+
+
+def _refuse_bare_srun_tasks() -> None:
+    """`srun -n 8 albertlm pretrain ...` without torchrun: Slurm starts 8 copies of the command and none of them
+    is told it is one process of eight (no WORLD_SIZE), so each trained alone on one device, into the same --out:
+    one of them trained the whole run on 1 process without a word, the others stopped with `another run is writing
+    there now` (measured with two such tasks), and on node-local disks each node trained a run of its own. Refused
+    in one line, before anything is read. SLURM_STEP_NUM_TASKS is the number of tasks of the srun step this process
+    is one of (the batch script itself, one task, and `srun -n 1` pass)."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    if not tasks.isdigit() or int(tasks) <= 1:
+        return
+    raise UserError(f"this process is task SLURM_PROCID={os.environ.get('SLURM_PROCID', '?')} of the {tasks} tasks "
+                    "srun started (SLURM_STEP_NUM_TASKS), but not a process of a distributed launch (no WORLD_SIZE): "
+                    f"the {tasks} tasks would each train alone, on one device, into the same --out; start one torchrun "
+                    "per node (`srun --ntasks-per-node 1 torchrun --nnodes $SLURM_NNODES --nproc-per-node GPUS "
+                    "--rdzv-backend c10d --rdzv-endpoint HOST:PORT -m albertlm ...`), or give every task RANK, "
+                    "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT")
 
 
 def check_backend(backend: str, device: str | torch.device = "auto") -> torch.device:
@@ -147,15 +167,43 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_minute
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         wait_for_ranks(rank, world_size, timeout_minutes * 60.0)
+        timeout = datetime.timedelta(minutes=timeout_minutes)
         try:
-            dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                    timeout=datetime.timedelta(minutes=timeout_minutes))
+            store = attempt_store(timeout)
+            if store is None:
+                dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
+            else:
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         except (dist.DistError, ValueError, RuntimeError) as exc:
             raise UserError(_join_failure(exc, rank, world_size, timeout_minutes)) from None
         joined_group()
         _in_group["group"] = True
         _in_group["timeout_minutes"] = timeout_minutes
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+
+
+# torchrun's agent keeps one store for the whole job (c10d rendezvous: `TORCH_DISABLE_SHARE_RDZV_TCP_STORE` unset,
+# the default; static rendezvous always), and every worker it starts reaches it at MASTER_ADDR:MASTER_PORT. After an
+# elastic restart (`torchrun --max-restarts N`: a rank killed, the group started again) the keys the first attempt's
+# process group left there were still there: gloo read a dead rank's address from them ("Gloo connectFullMesh
+# failed ... Connection refused" on the restarted ranks, exit 2 instead of resuming; measured with 2 processes
+# under `torchrun --standalone --max-restarts 1` and a plain torch script alike, pytorch/pytorch#135712), NCCL a
+# stale unique id, and the failure messages of `tell_peers` stood for the new attempt's. Each attempt now forms its
+# process group under keys of its own.
+GROUP_KEY = "albertlm/group/"
+
+
+def attempt_store(timeout: datetime.timedelta):
+    """Under torchrun, the agent's store seen through a prefix of this launch attempt (torchrun's run id and
+    restart count), for `init_process_group`: the keys an earlier attempt left are not read. None elsewhere
+    (set by hand, rank 0 hosts a new store when it joins; alone, no group)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if not host or not port.isdigit():
+        return None                  # init_process_group then says which variable is missing
+    agent = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"{GROUP_KEY}{_early_prefix()[len(EARLY_KEY):]}", agent)
 
 
 def _join_failure(exc: Exception, rank: int, world_size: int, timeout_minutes: float) -> str:
