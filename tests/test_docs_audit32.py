@@ -141,8 +141,8 @@ def test_the_unknown_preset_line_and_preset_copies_are_what_model_md_says():
     assert str(exc.value).startswith(quoted[:-len(" ...")]), str(exc.value)
     assert "`PRESETS[name].config`, the table's row with `paper_params` and `source`, is a fresh copy too" in \
         _flat("docs/model.md")
-    row = PRESETS["albert-base"]
-    assert row.config is not row.config and row.config == get_preset("albert-base")
+    row = PRESETS["albert-base"]    # each lookup: the row with a fresh copy of its config
+    assert row.config is not PRESETS["albert-base"].config and row.config == get_preset("albert-base")
     assert row.paper_params == 12 and row.source
 
 

@@ -16,29 +16,18 @@ paper's 235M is not the architecture's 223M).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from albertlm.config.model import ConfigError, ModelConfig
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Preset:
-    """A row of the table: `config` is a fresh copy of the preset's ModelConfig on each read, as MODEL_PRESETS and
-    get_preset give (setting a field on `PRESETS["albert-base"].config` changed the preset for the rest of the
-    process, its -v2 alias and MODEL_PRESETS included, while paper_params still gave the unchanged row's count)."""
-    _config: ModelConfig
+    """A row of the table (`PRESETS[name]` gives a copy whose `config` is a fresh ModelConfig: see `_Rows`)."""
+    config: ModelConfig
     paper_params: float | None  # millions, as printed in the paper; None if the paper has no row
     source: str
-
-    def __init__(self, config: ModelConfig, paper_params: float | None, source: str):
-        object.__setattr__(self, "_config", config.replace())
-        object.__setattr__(self, "paper_params", paper_params)
-        object.__setattr__(self, "source", source)
-
-    @property
-    def config(self) -> ModelConfig:
-        return self._config.replace()
 
 
 def _albert(L: int, H: int, A: int, dropout: float, **kw: Any) -> ModelConfig:
@@ -78,7 +67,27 @@ def _presets() -> dict[str, Preset]:
     return rows
 
 
-PRESETS: dict[str, Preset] = _presets()
+_ROWS: dict[str, Preset] = _presets()
+
+
+class _Rows(Mapping[str, Preset]):
+    """Preset name -> its row, with a fresh copy of its ModelConfig on each read, as MODEL_PRESETS and get_preset
+    give: setting a field on `PRESETS["albert-base"].config` changed the preset for the rest of the process (its -v2
+    alias and MODEL_PRESETS included) while paper_params still gave the unchanged row's count. A Preset is a plain
+    frozen dataclass (`dataclasses.replace`, `asdict`, `fields` as before)."""
+
+    def __getitem__(self, name: str) -> Preset:
+        row = _ROWS[name]
+        return replace(row, config=row.config.replace())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_ROWS)
+
+    def __len__(self) -> int:
+        return len(_ROWS)
+
+
+PRESETS: Mapping[str, Preset] = _Rows()
 
 # Lan et al. 2020, Table 3 (E under not-shared and all-shared) and Table 4 (cross-layer sharing at E = 768 and
 # 128): ALBERT-base (L 12, H 768, A 12, I 3072) with only E and the sharing changed; millions, as printed.
@@ -103,7 +112,7 @@ def paper_params(name: str, overrides: Mapping[str, Any] | None = None) -> float
     as changes; nor does `always_project_embeddings` where E != H (the projection is there either way)."""
     if name not in PRESETS:
         return None
-    cfg = PRESETS[name]._config
+    cfg = _ROWS[name].config
     overrides = {key: value for key, value in dict(overrides or {}).items()
                  if key not in COUNT_FREE_FIELDS and getattr(cfg, key, None) != value}
     if overrides.get("sharing", cfg.sharing) == "none":
@@ -111,7 +120,7 @@ def paper_params(name: str, overrides: Mapping[str, Any] | None = None) -> float
     if overrides.get("embedding_size", cfg.embedding_size) != overrides.get("hidden_size", cfg.hidden_size):
         overrides.pop("always_project_embeddings", None)   # E != H: the E -> H projection is there either way
     if not overrides:
-        return PRESETS[name].paper_params
+        return _ROWS[name].paper_params
     if name not in ABLATION_BASES or not set(overrides) <= {"embedding_size", "sharing"}:
         return None
     key = (overrides.get("embedding_size", cfg.embedding_size), overrides.get("sharing", cfg.sharing))
@@ -123,7 +132,7 @@ class _Configs(Mapping[str, ModelConfig]):
     (`MODEL_PRESETS["albert-tiny"].vocab_size = 101`) changes that copy, never the preset (nor its v2 alias)."""
 
     def __getitem__(self, name: str) -> ModelConfig:
-        return PRESETS[name].config   # a fresh copy
+        return _ROWS[name].config.replace()   # a fresh copy
 
     def __iter__(self) -> Iterator[str]:
         return iter(PRESETS)
@@ -147,6 +156,6 @@ def get_preset(name: str, **overrides: Any) -> ModelConfig:
         hint = f" (did you mean {close}?)" if close else ""
         raise ConfigError(f"unknown preset {name!r}{hint}; presets: {', '.join(PRESETS)}")
     try:
-        return PRESETS[name]._config.replace(**overrides)
+        return _ROWS[name].config.replace(**overrides)
     except ConfigError as exc:
         raise ConfigError(f"{exc} (preset {name})") from None

@@ -155,7 +155,7 @@ def _toml_reader(path: Path) -> Any:
 
 def read_grid_file(path: Path) -> Grid:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")   # a BOM (Notepad) read as without
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:

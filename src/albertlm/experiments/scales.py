@@ -226,7 +226,7 @@ def read_scale_file(path: str | Path) -> Scale:
     if not path.is_file():
         raise UserError(f"scale {str(path)!r}: not one of {', '.join(SCALES)} nor a scale file (no such file)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:

@@ -571,13 +571,14 @@ class Loop:
         counted: its batch is used up and the lr schedule goes on, as in google's global step and torch's amp
         recipe). A run whose gradients are infinite or NaN at every scale (a NaN made in the backward pass) was
         skipped silently for good while its loss stayed finite; `MAX_OVERFLOWS` skipped steps in a row stop it."""
-        skipped = self._last_scale is not None and scale < self._last_scale
+        ran_at = self._last_scale            # the scale this step ran at (`scale` is the one after its update)
+        skipped = ran_at is not None and scale < ran_at
         self._last_scale = scale
         self._overflows = self._overflows + 1 if skipped else 0
         if self._overflows >= MAX_OVERFLOWS:
             raise self._diverged(f"fp16 loss scaling skipped {self._overflows} steps in a row (steps "
                                  f"{self.state.step + 2 - self._overflows} to {self.state.step + 1}): their gradients "
-                                 f"were infinite or NaN at every loss scale down to {scale:g}; --precision bf16 (or "
+                                 f"were infinite or NaN at every loss scale down to {ran_at:g}; --precision bf16 (or "
                                  "fp32) has no such overflow")
 
     def _note_a_long_first_step(self, done: int, micro_batches: list[Batch], started: float) -> None:
@@ -867,7 +868,7 @@ class StopRequest:
 # ran Python code between the two). A deliberate second signal comes after the notice has been read.
 RELAYED_S = 1.0
 # fp16: this many steps in a row skipped by the loss scaler (infinite or NaN gradients) stop the run
-# (`Loop._count_overflows`): from the scaler's initial 65536 the scale has then been halved to 2^-8, far below any
+# (`Loop._count_overflows`): from the scaler's initial 65536 the last of them ran at 2^-7, far below any
 # scale at which fp16 gradients are still representable, so more skipping cannot help
 MAX_OVERFLOWS = 24
 # a first step still running after this many seconds, with micro-batches to go, is said (`Loop._note_a_long_first_step`)
