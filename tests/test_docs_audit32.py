@@ -159,7 +159,7 @@ def test_the_refusal_of_another_tasks_classifier_is_what_finetuning_md_quotes():
 
 @pytest.mark.parametrize("command, said", [
     ("predict", "they get no prediction and are not scored; test rows are never skipped"),
-    ("evaluate", "test rows are never skipped, nor the rows of the dev file a --predictions file is scored against")])
+    ("evaluate", "with --predictions the gold file's are skipped as predict --skip-bad-rows skipped them")])
 def test_predict_and_evaluate_skip_bad_rows_help_is_what_finetuning_md_says(command, said, capsys):
     from test_ftfix_audit32 import _help, _option_help
 
@@ -169,8 +169,8 @@ def test_predict_and_evaluate_skip_bad_rows_help_is_what_finetuning_md_says(comm
         assert flag in audit14._options(audit14._subparsers(audit14._parser(command, ["glue"]))["glue"])
     page = _flat("docs/finetuning.md")
     assert "says what `--skip-bad-rows` (GLUE), `--precision` and `--train.progress` do for these commands" in page
-    assert "which get no prediction and are not scored, never a test row, nor a row of the dev file an `evaluate " \
-           "--predictions` file is scored against" in page
+    assert "which get no prediction and are not scored, never a test row; `evaluate --predictions FILE " \
+           "--skip-bad-rows` skips the gold file's malformed rows the same way" in page
 
 
 def test_a_hidden_option_is_never_offered_as_the_pages_say(capsys):

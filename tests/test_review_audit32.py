@@ -70,8 +70,8 @@ def test_evaluate_skip_bad_rows_help_says_what_it_does_to_the_dev_rows_of_a_pred
     err = capsys.readouterr().err
     skipped = code == 0 and "1 malformed row skipped" in err
     said = _option_help(_help(["evaluate", "glue"], capsys), "--skip-bad-rows [BOOL]", "evaluation options:")
-    never = "nor the rows of the dev file a --predictions file is scored against" in said
-    assert skipped != never, (skipped, said)
+    says_skipped = "with --predictions the gold file's are skipped as predict --skip-bad-rows skipped them" in said
+    assert skipped == says_skipped, (skipped, said)
 
 
 # ------------------------------------------------------------------ 3. fp16: the lowest scale that was tried

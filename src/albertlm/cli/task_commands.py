@@ -211,9 +211,10 @@ SKIP_BAD_ROWS_HELP = {
     "predict": "skip malformed dev rows (too few fields, or more than the header; counted and reported) instead of "
                "stopping: they get no prediction and are not scored; test rows are never skipped (a submission needs "
                "a prediction for every row)",
-    "evaluate": "with --model: skip malformed dev rows (too few fields, or more than the header; counted and "
-                "reported) instead of stopping, leaving them out of the scores; test rows are never skipped, nor the "
-                "rows of the dev file a --predictions file is scored against"}
+    "evaluate": "skip malformed dev rows (too few fields, or more than the header; counted and reported) instead of "
+                "stopping: with --model they are left out of the scores; with --predictions the gold file's are "
+                "skipped as predict --skip-bad-rows skipped them (its predictions are numbered by the rows kept); "
+                "test rows are never skipped"}
 PRECISION_HELP = {
     "predict": "the precision the model runs in: fp32; bf16 autocast (CPU and CUDA; fp32 weights); fp16 autocast "
                "(CUDA only); a run's recorded dev scores are reproduced in the precision it was fine-tuned in (a note "

@@ -250,8 +250,12 @@ def iter_examples(task: GlueTask | str, path: str | Path, has_labels: bool = Tru
                 skip = (f"; {skip_option} skips such training and dev rows (counted in the notes)"
                         if skip_option and has_labels and problems is None else "")
                 if len(cells) >= needed and exact is not None and len(cells) != exact:
-                    raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name}'s layout has "
-                                    f"{exact} (another task's file?){kept}")
+                    # the first row so is another task's file (skipping would skip every row); a later one, among
+                    # rows in the task's layout, a tab inside a text: --skip-bad-rows skips it as it skips a short row
+                    first_row = not count and not skipped
+                    raise DataError(f"{where}: {len(cells)} tab-separated fields, {task.name}'s layout has {exact} "
+                                    + ("(another task's file?)" if first_row else "(a tab inside a text?)")
+                                    + (kept or ("" if first_row else skip)))
                 if wide:
                     raise DataError(f"{where}: {len(cells)} tab-separated fields, the header line has {widest} "
                                     f"(a tab inside a text?){kept or skip}")
@@ -693,10 +697,10 @@ STSB_RANGE = (0.0, 5.0)   # the scale of STS-B's gold similarity scores
 
 def write_submission(task: GlueTask, examples: Iterable[Example], predictions: Iterable, path: str | Path,
                      by_guid: bool = False, clip: bool | None = None) -> None:
-    """GLUE submission TSV (`submission_lines`), written as the rows and predictions come (`predict glue` reads a
-    test file again for its indexes rather than holding it) through a temporary file renamed into place
-    (`specs.write_lines_atomic`: `checkpoint.write_text_atomic` without the whole text in memory): never a
-    half-written file under its name, none left when the writing fails or is interrupted."""
+    """GLUE submission TSV (`submission_lines`), written as the rows and predictions come (`predict glue` gives a
+    test file's indexes as kept from its first reading, never its rows held whole) through a temporary file renamed
+    into place (`specs.write_lines_atomic`: `checkpoint.write_text_atomic` without the whole text in memory): never
+    a half-written file under its name, none left when the writing fails or is interrupted."""
     from albertlm.tasks.specs import write_lines_atomic
 
     write_lines_atomic(Path(path), submission_lines(task, examples, predictions, by_guid, clip))

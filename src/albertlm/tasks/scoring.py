@@ -83,7 +83,16 @@ def score_glue(opts, predictions: str, score_opts=None, warn=None) -> dict:
     _check_mnli_split(dev[0], predictions)
     # the diagnostic set beside MNLI's dev files is read in its own layout and scored as --task ax (MCC)
     task = glue.file_task(task, Path(dev[0]))
-    examples = glue.read_examples(task, dev[0])
+    # --skip-bad-rows: the malformed gold rows skipped as `predict --skip-bad-rows` skipped them (its predictions are
+    # numbered by the rows kept), counted and said; without it such a row is an error naming the option
+    skipped = glue.Problems() if getattr(opts, "skip_bad_rows", False) else None
+    examples = glue.read_examples(task, dev[0], True, skipped, skip_option="--skip-bad-rows")
+    if skipped is not None and skipped.counts and warn is not None:
+        n = sum(skipped.counts.values())
+        first = [where for places in skipped.examples.values() for where in places][:3]
+        warn(f"{dev[0]}: {n} malformed row{'s' * (n != 1)} skipped (--skip-bad-rows; first at {', '.join(first)}): "
+             f"the predictions are scored against the other {len(examples)} rows, numbered as `predict "
+             "--skip-bad-rows` numbers them")
     preds = glue.read_predictions(task, predictions)
     keys = [str(i) for i in range(len(examples))]
     missing = [k for k in keys if k not in preds]

@@ -289,9 +289,9 @@ def _streamed_glue_set(task, path: Path, labelled: bool, tolerate: Problems | No
     """A GLUE dev or test file for `predict` / `evaluate glue`, never held whole (`_streamed_examples`, as
     classify's: about 1.8 kB a row held, 700 MB for QQP's 390,965 test rows): every row checked in a first reading
     as `glue.read_examples` checks it (layout, labels, a test index given twice, malformed rows skipped and
-    counted with --skip-bad-rows), its gold labels kept; then read again a window at a time to be tokenized and
-    predicted, and once more for the submission's indexes. The same files, byte for byte, as from the file held
-    whole."""
+    counted with --skip-bad-rows), its gold labels and indexes kept; then read again a window at a time to be
+    tokenized and predicted, each window checked to be the rows first read. The same files, byte for byte, as from
+    the file held whole."""
     file_task = glue.file_task(task, path)
 
     def read(purpose: str) -> Iterator[glue.Example]:
@@ -786,16 +786,16 @@ def _streamed_classify_set(name: str, path, columns: classify.Columns, labelled:
                            warnings: list[str]) -> EvalSet:
     """A dev or test file for `predict` / `evaluate classify`, never held whole (`_streamed_examples`; it held about
     1.8 kB a row: 916 MB for 200k rows): every row checked in the first reading as before (columns, labels, ids, no
-    rows, all -1), its gold class ids kept for the score; its texts read again for the features, its ids once more
-    when its predictions are written (`_classify_set`: the same file, byte for byte, as from the file held whole)."""
+    rows, all -1), its gold class ids kept for the score and its ids for the predictions file; its texts read again
+    for the features, each window checked to be the rows first read (`_classify_set`: the same file, byte for byte,
+    as from the file held whole)."""
     names = class_label_names(path, columns.label) if labelled and label_list is not None else None
 
     def read(purpose: str) -> Iterator[classify.TextExample]:
         if purpose == "check":
             return classify.iter_examples(path, columns, labelled, regression, problems, unique_ids=True, split=name)
         # read again: the rows were checked and their problems (empty texts) counted by the first reading
-        return classify.iter_examples(path, columns, False, regression, Problems(), unique_ids=False,
-                                      texts=purpose == "features", split=name)
+        return classify.iter_examples(path, columns, False, regression, Problems(), unique_ids=False, split=name)
 
     def gold(window: list[classify.TextExample]) -> np.ndarray:
         name_class_ids(window, names, label_list)
@@ -811,20 +811,28 @@ def _streamed_examples(path, read: Callable[[str], Iterable], gold: Callable[[li
                        ) -> tuple[FeatureWindows, list | None, Callable[[], Iterator]]:
     """A file to predict (GLUE's, classify's) read a window (`PREDICT_WINDOW` rows) at a time, never held whole:
     `read(purpose)` reads its rows in order, "check" with every row checked and its problems counted in `problems`
-    (done here, once, before anything is predicted), "features" again for their texts, "ids" again for the ids its
-    predictions are written by. `gold` gives a window's class ids (or scores), kept (a number a row) for the score.
-    Returns the features (`FeatureWindows`: tokenized a window at a time, their truncations counted in `problems`
-    under `where` and the unknown token's share said in `warnings` the first time they are made), the gold labels
-    (None without `gold`), and a callable that reads the rows again for their ids. A file whose rows change in
-    number between the readings (rewritten under the run) is an error, not predictions written against other
-    rows."""
+    (done here, once, before anything is predicted), "features" again for their texts. `gold` gives a window's class
+    ids (or scores), kept (a number a row) for the score, and the rows' ids are kept (`_WindowIds`, a string a window)
+    for the predictions file. Returns the features (`FeatureWindows`: tokenized a window at a time, their truncations
+    counted in `problems` under `where` and the unknown token's share said in `warnings` the first time they are
+    made), the gold labels (None without `gold`), and a callable that gives the rows' ids again (`IdRow`s, in order).
+    A file whose rows change between the readings (rewritten under the run: in number, or other rows of the same
+    number, which were predicted against the first reading's labels and ids without a word) is an error, not
+    predictions of other rows: each window's ids and texts are checked against a digest of the first reading's
+    (`_window_digest`). The predictions file is written from what was read and checked (a reading of the file for
+    its ids while the sets' files were written could be refused after an earlier set's file was written)."""
     from albertlm.tasks.features import PREDICT_WINDOW, FeatureWindows
 
+    size = PREDICT_WINDOW        # the windows of every reading (a value patched later changes none of them)
     parts: list[np.ndarray] = []
+    digests: list[bytes] = []    # each window's ids and texts as first read
+    ids: list[_WindowIds] = []
     count = 0
-    for window in _examples_windows(read("check"), PREDICT_WINDOW):
+    for window in _examples_windows(read("check"), size):
         if gold is not None:
             parts.append(gold(window))
+        digests.append(_window_digest(window))
+        ids.append(_WindowIds([row.guid for row in window]))
         count += len(window)
     labels = np.concatenate(parts).tolist() if gold is not None else None
     made: list[bool] = []     # the features made once already: their truncations and unknown tokens were counted
@@ -836,12 +844,56 @@ def _streamed_examples(path, read: Callable[[str], Iterable], gold: Callable[[li
         made.append(True)
         with tokenizing(tokenizer, where, False, said) as counted:
             start = 0
-            for window in _examples_windows(_same_rows(read("features"), count, path), PREDICT_WINDOW):
+            for window in _checked_windows(read("features"), count, path, digests, size):
                 yield _encoded_features(counted, window, None if labels is None else labels[start:start + len(window)],
                                         max_length, tally, where, start)
                 start += len(window)
 
-    return FeatureWindows(count, windows), labels, lambda: _same_rows(read("ids"), count, path)
+    return FeatureWindows(count, windows), labels, lambda: (IdRow(guid) for window in ids for guid in window)
+
+
+@dataclasses.dataclass(frozen=True)
+class IdRow:
+    """A row of a streamed file as its predictions file is written: its id (the submission's index) alone."""
+
+    guid: str
+
+
+class _WindowIds:
+    """A window's row ids held as one string (a GLUE test index is a few characters: a Python string each took about
+    50 bytes more), iterated in order."""
+
+    def __init__(self, ids: list[str]):
+        joined = "\n".join(ids)
+        # (no id holds a line break: a TSV cell cannot, classify refuses one; a list otherwise, to be sure)
+        self._ids: str | list[str] = joined if joined.count("\n") == len(ids) - 1 else list(ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids.split("\n") if isinstance(self._ids, str) else self._ids)
+
+
+def _window_digest(rows: Sequence) -> bytes:
+    """A digest of a window of rows (GLUE's or classify's examples): their ids and texts, each value length-prefixed
+    (no two windows of other rows share one)."""
+    import hashlib
+
+    # each value as its length (in characters), a colon and itself; "-" for a missing one
+    text = "".join("-" if value is None else f"{len(str(value))}:{value}"
+                   for row in rows for value in (row.guid, row.text_a, row.text_b))
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _checked_windows(rows: Iterable, count: int, path, digests: list[bytes], size: int) -> Iterator[list]:
+    """`rows` read again, a window of `size` rows (the first reading's) at a time, each one checked against the first
+    reading's (`digests`) before it is used: a DataError where the file was rewritten in between (`_same_rows`' for
+    another number of rows)."""
+    start = 0
+    for number, window in enumerate(_examples_windows(_same_rows(rows, count, path), size)):
+        if _window_digest(window) != digests[number]:
+            raise DataError(f"{path}: changed while it was read (rows {start + 1}-{start + len(window)} are not the "
+                            "rows it was checked with); run again on a file that is not being written")
+        start += len(window)
+        yield window
 
 
 def _same_rows(rows: Iterable, count: int, path) -> Iterator:
