@@ -15,7 +15,9 @@ SHARED = ROOT.parent / "shared" / "data"
 # TORCHELASTIC_RUN_ID waits 30 s before each error: hundreds of tests would fail. Tests that need them set them
 # (monkeypatch, a child's env); removed once for the whole session, module fixtures' subprocesses included.
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                    # a multi-task srun step (`srun -n 2 --pty bash`, then `make test`): launch_settings refuses it
+                    "SLURM_STEP_NUM_TASKS", "SLURM_PROCID")
 
 
 def pytest_configure(config) -> None:

@@ -176,8 +176,11 @@ def _usage_error(argv: list[str]) -> int:
 
 
 def _help(argv: list[str], capsys) -> str:
-    """The option descriptions of `argv --help` (after the usage lines), on one line."""
-    with pytest.raises(SystemExit):
+    """The option descriptions of `argv --help` (after the usage lines), on one line. argparse wraps them at the
+    terminal's width (COLUMNS, or the terminal pytest runs in) and breaks words at hyphens (`--skip-bad-` `rows` at
+    250 columns): a width no description reaches, so the text is the same wherever the tests run."""
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit):
+        patch.setenv("COLUMNS", "1000")
         main([*argv, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     return text[text.index("show this help message and exit"):]

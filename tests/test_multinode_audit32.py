@@ -25,11 +25,12 @@ import torch.distributed as dist
 
 from albertlm.training import distributed
 from conftest import assert_one_error
+from test_data_audit18 import _children
 from test_distributed_audit21 import agent_store, clean_launch  # noqa: F401  (fixtures)
 from test_signals import ALBERTLM, TORCHRUN, _env, _logged_steps, _weights, data  # noqa: F401  (data: a fixture)
 
 STEPS = 8
-TIMEOUT = 240
+TIMEOUT = 300     # each wait (two torchruns of two ranks each: about 30 s alone, far more on 2 loaded cores)
 TRAIN = ["--preset", "albert-tiny", "--max-steps", str(STEPS), "--batch-size", "8", "--lr", "0.01",
          "--warmup-steps", "2", "--save-every", "2", "--log-every", "1", "--seed", "3", "--train.progress=false",
          "--train.tensorboard=false", "--model.hidden_dropout=0.1", "--dist.backend", "gloo", "--dist.device", "cpu",
@@ -54,13 +55,49 @@ def _torchrun(data_dir: Path, out: Path, *extra: str) -> list[str]:
             "--data", str(data_dir), "--out", str(out), *TRAIN, "--resume-or-start"]
 
 
+def _start(argv: list[str], log: Path, tmp: Path) -> subprocess.Popen:
+    """torchrun in a session of its own (its workers too), its output into `log` (not a pipe nobody reads while
+    the test waits for a step)."""
+    with open(log, "w") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=_env(tmp),
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen, log: Path) -> str:
+    """torchrun's output once it ends; on a hang it is killed with its workers (torchrun killed alone leaves its
+    workers running, holding their ports and the CPU, after the test)."""
+    try:
+        proc.wait(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_session(proc)
+        return log.read_text() + "\nTIMEOUT (a hang)"
+    return log.read_text()
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def _run(argv: list[str], log: Path, tmp: Path) -> tuple[int, str]:
+    proc = _start(argv, log, tmp)
+    try:
+        out = _finish(proc, log)
+    finally:
+        _kill_session(proc)
+    return proc.returncode, out
+
+
 def _kill_rank_after(proc: subprocess.Popen, rank: int, run_dir: Path, step: int) -> bool:
     """SIGKILL torchrun's worker of RANK `rank` once `step` is logged; False if the run ended first."""
     deadline = time.monotonic() + TIMEOUT
     while proc.poll() is None and time.monotonic() < deadline and max(_logged_steps(run_dir), default=0) < step:
         time.sleep(0.01)
-    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(proc.pid)], capture_output=True, text=True).stdout
-    for pid in map(int, children.split()):
+    for pid in _children(proc.pid):          # /proc/*/stat: no `ps` needed
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
@@ -76,17 +113,15 @@ def _kill_rank_after(proc: subprocess.Popen, rank: int, run_dir: Path, step: int
 def test_a_rank_killed_under_torchrun_max_restarts_resumes_as_the_uninterrupted_run(data, tmp_path):   # noqa: F811
     full_dir, run_dir, tmp = tmp_path / "full", tmp_path / "elastic", tmp_path / "tmp"
     with ThreadPoolExecutor(max_workers=1) as pool:
-        full = pool.submit(subprocess.run, _torchrun(data, full_dir), capture_output=True, text=True,
-                           env=_env(tmp), timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-        proc = subprocess.Popen(_torchrun(data, run_dir, "--max-restarts", "1"), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=_env(tmp), stdin=subprocess.DEVNULL)
-        killed = _kill_rank_after(proc, 1, run_dir, 3)
+        full = pool.submit(_run, _torchrun(data, full_dir), tmp_path / "full.log", tmp)
+        proc = _start(_torchrun(data, run_dir, "--max-restarts", "1"), tmp_path / "elastic.log", tmp)
         try:
-            out, _ = proc.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out = proc.communicate()[0] + "\nTIMEOUT (a hang)"
-        assert full.result().returncode == 0, full.result().stderr[-3000:]
+            killed = _kill_rank_after(proc, 1, run_dir, 3)
+            out = _finish(proc, tmp_path / "elastic.log")
+        finally:
+            _kill_session(proc)
+        code, full_out = full.result()
+        assert code == 0, full_out[-3000:]
     if not killed:
         pytest.skip("the run ended before rank 1 could be killed")
     # the restarted group formed and resumed from the newest checkpoint (the fault: connectFullMesh failed)
