@@ -18,9 +18,9 @@ import torch
 
 import test_docs_audit14 as audit14
 from albertlm.errors import UserError
-from conftest import shared_path
 from test_distributed_audit21 import clean_launch  # noqa: F401  (fixture: no launch variables)
 from test_docs_audit26 import _flat, _options
+from test_predfollow_audit32 import _sst2_dev   # a dev file with a short and a tabbed row
 from test_docs_audit28 import _quote, check_validation_row
 
 ROOT = audit14.ROOT
@@ -122,16 +122,6 @@ def test_without_masked_lm_weights_the_padding_slots_count_as_model_md_says():
 
 
 # ------------------------------------------------------------------ finetuning.md: GLUE's malformed rows
-def _sst2_dev(path, short: int, tabbed: int):
-    """GLUE's SST-2 dev file with line `short` cut to its sentence and a tab put inside line `tabbed`'s sentence."""
-    lines = shared_path("glue", "SST-2", "dev.tsv").read_text(encoding="utf-8").splitlines()
-    lines[short - 1] = lines[short - 1].split("\t")[0]
-    sentence, label = lines[tabbed - 1].split("\t")
-    words = sentence.split(" ")
-    lines[tabbed - 1] = f"{' '.join(words[:2])}\t{' '.join(words[2:])}\t{label}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def test_evaluate_predictions_skip_bad_rows_warning_is_what_finetuning_md_quotes(tmp_path, capsys):
