@@ -165,7 +165,12 @@ def get_scale(name: str, **changes: Any) -> Scale:
         if Path(name).suffix.lower() in (*SCALE_FILE_SUFFIXES, ".yaml", ".yml") or user_path(name).is_file():
             scale = read_scale_file(name)
             return replace(scale, **changes) if changes else scale
-        raise UserError(f"unknown scale {name!r}; choose from {', '.join(SCALES)}, or give a scale file "
+        from albertlm.config.overrides import nearest_choice
+
+        # the nearest named scale (`CPU`, `cpuu`), as --scale's choices said it before it took files too
+        close = nearest_choice(name, list(SCALES))
+        hint = f" (did you mean {close}?)" if close else ""
+        raise UserError(f"unknown scale {name!r}{hint}; choose from {', '.join(SCALES)}, or give a scale file "
                         f"(.toml or .json: base = \"cpu\" and the fields it changes)")
     return replace(SCALES[name], **changes) if changes else SCALES[name]
 
