@@ -227,7 +227,7 @@ _ROWS = [
     ("| a misspelt command, subcommand or choice |", "albertlm.config.overrides._check_flag_choice", "_did_you_mean"),
     ("| a misspelt command, subcommand or choice |", "albertlm.cli.main._refuse_a_misspelt_task", "did you mean"),
     ("| `make demo` / `python -m albertlm.demo` |", "albertlm.demo.check_dependencies", "matplotlib"),
-    ("| `ablate` grid files |", "albertlm.experiments.grids.read_grid_file", "_toml_reader"),
+    ("| `ablate` grid files |", "albertlm.experiments.grids.read_grid_file", "read_table_file"),
     ("| SIGINT / SIGTERM / SIGUSR1 / SIGHUP |", "albertlm.errors.sigterm_stops", "STOP_SIGNALS"),
 ]
 

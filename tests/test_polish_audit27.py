@@ -149,7 +149,7 @@ def test_a_toml_grid_without_tomllib_says_what_it_needs(tmp_path, monkeypatch):
     real = pytest.importorskip("tomllib")
     monkeypatch.setitem(sys.modules, "tomllib", None)
     monkeypatch.setitem(sys.modules, "tomli", None)
-    with pytest.raises(UserError, match=r"TOML grid files need Python 3\.11\+ \(tomllib\) or the tomli package") as exc:
+    with pytest.raises(UserError, match=r"TOML grid and scale files need Python 3\.11\+ \(tomllib\) or the tomli package") as exc:
         read_grid_file(path)
     assert "not valid TOML" not in str(exc.value)
     monkeypatch.setitem(sys.modules, "tomli", real)    # tomli is tomllib's origin: the same API

@@ -149,30 +149,36 @@ def _toml_reader(path: Path) -> Any:
 
         return tomli
     except ImportError:
-        raise UserError(f"{path}: TOML grid files need Python 3.11+ (tomllib) or the tomli package "
-                        "(pip install tomli); or give the grid as a .json file") from None
+        raise UserError(f"{path}: TOML grid and scale files need Python 3.11+ (tomllib) or the tomli package "
+                        "(pip install tomli); or give the file as .json") from None
 
 
-def read_grid_file(path: Path) -> Grid:
+def read_table_file(path: Path) -> Any:
+    """A grid or scale file's data: UTF-8 text (a BOM, as Notepad writes, read as without), TOML for a .toml
+    name, else JSON with a key given twice in one object refused (json keeps the last value without a word).
+    Any failure is a one-line UserError naming the file."""
     try:
-        text = path.read_text(encoding="utf-8-sig")   # a BOM (Notepad) read as without
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if path.suffix.lower() in (".yaml", ".yml"):   # read as JSON, it was "not valid JSON: Expecting value ..."
-        raise UserError(f"{path}: a grid file is JSON or TOML, not YAML; write the same variants as a .json or .toml "
-                        f"file (a list of variants, or a table with 'variants')")
     toml = _toml_reader(path) if path.suffix.lower() == ".toml" else None
     try:
         if toml is not None:
-            data: Any = toml.loads(text)
-        else:
-            data = json.loads(text, object_pairs_hook=_unique_keys)
+            return toml.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except _TwiceGiven as exc:   # TOML refuses a key given twice itself
         raise UserError(f"{path}: {exc}") from None
     except Exception as exc:   # json.JSONDecodeError, tomllib.TOMLDecodeError
-        raise UserError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {exc}") from None
+        raise UserError(f"{path}: not valid {'TOML' if toml is not None else 'JSON'}: {exc}") from None
+
+
+def read_grid_file(path: Path) -> Grid:
+    if path.suffix.lower() in (".yaml", ".yml"):   # read as JSON, it was "not valid JSON: Expecting value ..."
+        raise UserError(f"{path}: a grid file is JSON or TOML, not YAML; write the same variants as a .json or .toml "
+                        f"file (a list of variants, or a table with 'variants')")
+    data = read_table_file(path)
     if isinstance(data, dict):
         unknown = set(data) - {"name", "variants"}
         if unknown:

@@ -221,7 +221,7 @@ def read_scale_file(path: str | Path) -> Scale:
     (`finetune_tasks` a list of tables with name, and optionally dir_name, max_train, epochs). Each field is
     checked here (type, range, its agreement with the others); a bad one is a one-line UserError naming the
     file and the field."""
-    from albertlm.experiments.grids import _toml_reader, _TwiceGiven, _unique_keys
+    from albertlm.experiments.grids import read_table_file
 
     path = user_path(path)
     if path.suffix.lower() in (".yaml", ".yml"):
@@ -230,19 +230,7 @@ def read_scale_file(path: str | Path) -> Scale:
         raise UserError(f"{path}: a scale file's name ends in .toml or .json (its format)")
     if not path.is_file():
         raise UserError(f"scale {str(path)!r}: not one of {', '.join(SCALES)} nor a scale file (no such file)")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    toml = path.suffix.lower() == ".toml"
-    try:
-        data: Any = _toml_reader(path).loads(text) if toml else json.loads(text, object_pairs_hook=_unique_keys)
-    except _TwiceGiven as exc:
-        raise UserError(f"{path}: {exc}") from None
-    except Exception as exc:   # json.JSONDecodeError, tomllib.TOMLDecodeError
-        raise UserError(f"{path}: not valid {'TOML' if toml else 'JSON'}: {exc}") from None
+    data: Any = read_table_file(path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: a scale file is a table: base = \"cpu\" and the fields it changes")
     allowed = [f.name for f in fields(Scale) if f.name not in _DERIVED]
