@@ -19,7 +19,9 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from albertlm.errors import UserError, read_json_object
@@ -61,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--tokenizer", metavar="PATH", help="copy this spiece.model / *.model / vocab.txt / "
                         "tokenizer.json (or the one a directory holds) instead of the one found beside SRC")
     parser.add_argument("--verify", action="store_true",
-                        help="TF source: check every tensor's CRC32C (pure Python, slow for large models)")
+                        help="TF source: check every tensor's CRC32C as it is read (a second pass over the weights)")
     parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
                         help="replace the model a DST already holds: the files convert writes, and an earlier "
                              "model's pytorch_model.bin and weight shards (--force: the same, its older name)")
@@ -394,7 +396,8 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
 
         if src.is_dir() and (src / "variables" / "variables.index").is_file():  # a TF-Hub module
             src = src / "variables"
-        model, report = import_tf_checkpoint(src, config, verify=verify)
+        with tf_read_progress(verify) as progress:
+            model, report = import_tf_checkpoint(src, config, verify=verify, progress=progress)
         if _lacks_only_the_sop_head(model, report.missing):   # an older TF-Hub module: its trained weights, no others
             report.missing = []
             return _without_sop_head(model), report.lines() + [NO_SOP_HEAD]
@@ -425,6 +428,47 @@ def load_model(src: Path, src_format: str, config: str | None, verify: bool):
         return model, (handler.messages or [ALL_MAPPED]) + [
             f"weights kept in the source's dtype ({str(dtype).removeprefix('torch.')})"]
     return model, handler.messages
+
+
+PROGRESS_AFTER = 2.0          # seconds of reading before a terminal's bar appears: a small checkpoint shows none
+PLAIN_PROGRESS_AFTER = 30.0   # seconds of reading before a log (stderr no terminal) gets a line at each tenth
+
+
+@contextlib.contextmanager
+def tf_read_progress(verify: bool):
+    """The TF import's `progress(done, total)` callback (bytes of the variables read so far, and in all), shown on
+    stderr once reading takes long: on a terminal a tqdm bar after PROGRESS_AFTER seconds; elsewhere (a log: nohup,
+    a batch job, a pipe) a line `convert: read 30% of 1,234.5 MB of weights, CRC32C checked, 0.6 min` at each
+    tenth after PLAIN_PROGRESS_AFTER seconds (as `data build` and `tokenizer train` print theirs). `--verify` of a
+    large model said nothing for a minute and a half."""
+    from albertlm import errors
+
+    started, terminal = time.monotonic(), errors.stderr_is_terminal()
+    shown = {"bar": None, "tenths": 0}
+    checked = ", CRC32C checked" if verify else ""
+
+    def progress(done: int, total: int) -> None:
+        if terminal:
+            if shown["bar"] is None:
+                from tqdm import tqdm
+
+                shown["bar"] = tqdm(total=total, unit="B", unit_scale=True, leave=False, delay=PROGRESS_AFTER,
+                                    desc="albertlm convert: " + ("read, verify" if verify else "read"))
+            shown["bar"].update(done - shown["bar"].n)
+            return
+        tenths = 10 * done // max(total, 1)
+        if tenths > shown["tenths"] and done < total:
+            shown["tenths"] = tenths
+            elapsed = time.monotonic() - started
+            if elapsed >= PLAIN_PROGRESS_AFTER:
+                print(f"convert: read {10 * tenths}% of {total / 1e6:,.1f} MB of weights{checked}, "
+                      f"{elapsed / 60:.1f} min", file=sys.stderr, flush=True)
+
+    try:
+        yield progress
+    finally:
+        if shown["bar"] is not None:
+            shown["bar"].close()
 
 
 # an AlbertForPreTraining whose source lacks the SOP head alone (google/albert_*/1-3 on TF-Hub, and what convert made

@@ -187,7 +187,7 @@ def _tf_info(path, config: str | None = None) -> dict[str, typing.Any]:
               **({"other": sum(tf["unused"].values()) - pooler} if sum(tf["unused"].values()) > pooler else {})}
     return dict(directory=str(tf["prefix"]), format="tf", model_class=tf["model_class"], config=tf["config"],
                 stored_parameters=tf["stored_parameters"], files=tf["files"], unused=unused,
-                absent=_absent_parts(tf["missing"]))
+                absent=_absent_parts(tf["missing"]), refused=tf["refused"])
 
 
 def _is_tf(path) -> bool:
@@ -268,7 +268,8 @@ def run_info(args: argparse.Namespace) -> int:
     unused, absent = info["unused"], info["absent"]
     info = dict(directory=info["directory"], format=info["format"], model_class=name, parameters=body,
                 stored_parameters=info["stored_parameters"], unused_parameters=sum(unused.values()),
-                not_in_file=absent, files=info["files"], config=cfg.to_dict(), **task)
+                not_in_file=absent, files=info["files"], config=cfg.to_dict(), **task,
+                **({"import_refused": info["refused"]} if info["format"] == "tf" else {}))
     if args.json:
         print(json.dumps(info, indent=2, ensure_ascii=False))
         return 0

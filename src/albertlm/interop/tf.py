@@ -27,7 +27,8 @@ Dense kernels are stored (in, out) and become torch Linear weights (out, in); th
 `output_weights` is already (2, H). Google's group g, inner group k is our unique block g * K + k
 (K = inner_group_num), which is where `sharing_plan` puts group g's k-th block for sharing `all`. google runs layer l
 with group int(l / L * N) in floating point, `sharing_plan` with l * N // L: the few configs where the two differ
-(L = N = 22, L = 44 with N = 22, ...) are refused (`check_google_layer_groups`).
+(L = N = 22, L = 44 with N = 22, ...) are refused (`check_google_layer_groups`). Any other variable under the
+backbone's scope is a model this import does not know, refused naming it (`unknown_backbone_variables`).
 Training state (`global_step`, the LAMB/AdamWeightDecay slots `<var>/adam_m`, `<var>/adam_v`, `<var>/lamb_m`, ...)
 is skipped. TF-Hub exports (`module/` prefix, `variables/variables.*`) read the same way, and so does a backbone
 built under another scope than `bert/` (`modeling.AlbertModel(..., scope="albert")`).
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,12 +226,22 @@ def backbone_scope(names) -> str | None:
     return scopes.pop() if len(scopes) == 1 else None
 
 
+# `progress(done, total)`: bytes of the variables read so far, and to read in all
+Progress = Callable[[int, int], None]
+
+
 def read_tf_state(ckpt: TFCheckpoint, key_map: dict[str, Source], expected: dict[str, torch.Size],
-                  verify: bool = False) -> tuple[dict[str, torch.Tensor], ImportReport]:
-    """The state dict `key_map` describes, read from `ckpt` and checked against `expected` shapes."""
+                  verify: bool = False,
+                  progress: Progress | None = None) -> tuple[dict[str, torch.Tensor], ImportReport]:
+    """The state dict `key_map` describes, read from `ckpt` and checked against `expected` shapes; `progress` is
+    called before the first variable is read and after each."""
     stored = _strip_module_prefix(ckpt.names())
     report = ImportReport(str(ckpt.prefix), scope=_stored_scope(stored))
     state: dict[str, torch.Tensor] = {}
+    total = sum(ckpt.entries[stored[n]].size for names, _ in key_map.values() for n in names if n in stored)
+    done = 0
+    if progress is not None:
+        progress(done, total)
     for ours, (names, transpose) in key_map.items():
         present = [n for n in names if n in stored]
         if not present:
@@ -237,6 +250,9 @@ def read_tf_state(ckpt: TFCheckpoint, key_map: dict[str, Source], expected: dict
         if len(present) != len(names):
             raise UserError(f"{ckpt.prefix}: has {present[0]} but not {sorted(set(names) - set(present))[0]}")
         arrays = [ckpt.read(stored[n], verify=verify) for n in names]
+        if progress is not None:
+            done += sum(ckpt.entries[stored[n]].size for n in names)
+            progress(done, total)
         arrays = [np.ascontiguousarray(a.T) if transpose else a for a in arrays]
         value = torch.from_numpy(np.concatenate(arrays, 0) if len(arrays) > 1 else arrays[0]).float()
         if value.shape != expected[ours]:
@@ -252,7 +268,7 @@ def read_tf_state(ckpt: TFCheckpoint, key_map: dict[str, Source], expected: dict
 
 
 def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | None = None,
-                         verify: bool = False) -> tuple[nn.Module, ImportReport]:
+                         verify: bool = False, progress: Progress | None = None) -> tuple[nn.Module, ImportReport]:
     """Build an albertlm model from a google-research TF checkpoint.
 
     `path`: a checkpoint prefix, its `.index` file or a directory holding one checkpoint.
@@ -263,9 +279,12 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     (`start_logits/`, `end_logits/`, `answer_class/`) an AlbertForSquadV2; run_pretraining.py's masked-LM head
     without its SOP head (an older TF-Hub module) an AlbertForPreTraining with the checkpoint's pooler and masked-LM
     head, its SOP head (`SOP_HEAD`) in `report.missing`; no head albertlm reads an AlbertModel.
-    Every backbone weight must be in the checkpoint; missing head weights are left initialised and
-    listed in the report (`report.missing`: `albertlm convert` refuses such a checkpoint, making up no weights,
-    except one lacking only the SOP head, which it writes without one).
+    Every backbone weight must be in the checkpoint, and any other variable under the backbone's scope (google's
+    `bert/`) is refused naming it (`unknown_backbone_variables`: a model this import does not know); missing head
+    weights are left initialised and listed in the report (`report.missing`: `albertlm convert` refuses such a
+    checkpoint, making up no weights, except one lacking only the SOP head, which it writes without one).
+    `verify`: check every variable's CRC32C;
+    `progress(done, total)`: called with the bytes of the variables read so far (`read_tf_state`).
     """
     prefix = resolve_prefix(path)
     if not isinstance(config, ModelConfig):
@@ -276,7 +295,7 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     model, head = _build_model(ckpt, config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     key_map = _model_key_map(model, head)
-    state, report = read_tf_state(ckpt, key_map, expected, verify=verify)
+    state, report = read_tf_state(ckpt, key_map, expected, verify=verify, progress=progress)
     if head == "backbone":
         report.notes.append("no head albertlm reads (run_pretraining.py's cls/, run_classifier.py's output_weights, "
                             "run_squad_v1.py's cls/squad/, run_squad_v2.py's start_logits/ end_logits/ "
@@ -300,6 +319,10 @@ def import_tf_checkpoint(path: str | Path, config: str | Path | ModelConfig | No
     if backbone_missing:
         more = f" and {len(backbone_missing) - 3} more" if len(backbone_missing) > 3 else ""
         raise UserError(f"{prefix}: not an ALBERT checkpoint of this config: no {', '.join(backbone_missing[:3])}{more}")
+    stored = _strip_module_prefix(ckpt.names())
+    unknown = unknown_backbone_variables(stored, config)
+    if unknown:   # after the errors above, which say more (a config that does not fit, another model's variables)
+        raise UserError(f"{prefix}: {_unknown_said(unknown, _stored_scope(stored))}")
     model.load_state_dict(state, strict=False)
     unfilled = sorted(set(expected) - set(state) - set(report.missing))
     if unfilled:  # the map must cover the model: a new parameter without a TF source is a bug here
@@ -313,7 +336,14 @@ GROUP_VARIABLE = re.compile(r"^bert/encoder/transformer/group_(\d+)/inner_group_
 def check_groups(ckpt: TFCheckpoint, cfg: ModelConfig) -> None:
     """The checkpoint's groups and inner groups must be those of the config: with fewer in albert_config.json the
     others were left unused and a different network came back (only the report listed them); with more the error
-    named a missing variable, not the disagreement."""
+    named a missing variable, not the disagreement. Then google's layer groups must be albertlm's
+    (`check_google_layer_groups`)."""
+    if _check_group_counts(ckpt, cfg):
+        check_google_layer_groups(cfg.num_layers, tf_num_groups(cfg), str(ckpt.prefix))
+
+
+def _check_group_counts(ckpt: TFCheckpoint, cfg: ModelConfig) -> bool:
+    """`check_groups`' first part; whether the checkpoint has ALBERT encoder variables at all."""
     groups, inner = set(), set()
     for name in _strip_module_prefix(ckpt.names()):
         match = GROUP_VARIABLE.match(name)
@@ -321,7 +351,7 @@ def check_groups(ckpt: TFCheckpoint, cfg: ModelConfig) -> None:
             groups.add(int(match.group(1)))
             inner.add(int(match.group(2)))
     if not groups:   # no ALBERT encoder at all: import_tf_checkpoint names what is missing
-        return
+        return False
     held = (max(groups) + 1, max(inner) + 1)
     said = (tf_num_groups(cfg), cfg.inner_group_num)
     if held != said:
@@ -329,7 +359,7 @@ def check_groups(ckpt: TFCheckpoint, cfg: ModelConfig) -> None:
                         f"{said[0]}, inner_group_num {said[1]}, but the checkpoint's encoder variables (bert/encoder/"
                         f"transformer/group_*/inner_group_*) are num_hidden_groups {held[0]}, inner_group_num "
                         f"{held[1]} (another model's config, or an incomplete checkpoint)")
-    check_google_layer_groups(cfg.num_layers, said[0], str(ckpt.prefix))
+    return True
 
 
 def google_layer_group(layer: int, num_layers: int, num_groups: int) -> int:
@@ -344,14 +374,43 @@ def check_google_layer_groups(num_layers: int, num_groups: int, where: str) -> N
     layer is another, google's network is not one albertlm can build: with L = N = 22 google's layer 15 reuses
     group_14 (no group_15 is made: the import named a missing variable), with L = 44, N = 22 layer 30 runs group_14
     (every group is made: the import gave another network without a word). Refused naming the layer."""
+    said = google_layer_groups_differ(num_layers, num_groups)
+    if said:
+        raise UserError(f"{where}: {said}")
+
+
+def google_layer_groups_differ(num_layers: int, num_groups: int) -> str | None:
+    """Why albertlm cannot rebuild google's network of `num_layers` layers in `num_groups` groups (the first layer
+    google's modeling.py runs with another group than albertlm would), or None where every layer's group agrees."""
     for layer in range(num_layers):
         theirs, ours = google_layer_group(layer, num_layers, num_groups), layer * num_groups // num_layers
         if theirs != ours:
-            raise UserError(f"{where}: google's modeling.py runs layer {layer} of {num_layers} with group_{theirs} "
-                            f"(int({layer} / {num_layers} * {num_groups}) rounds {layer / num_layers * num_groups!r} "
-                            f"down), albertlm and transformers with group {ours} ({layer} * {num_groups} // "
-                            f"{num_layers}): a checkpoint of num_hidden_layers {num_layers}, num_hidden_groups "
-                            f"{num_groups} is a network albertlm cannot rebuild")
+            return (f"google's modeling.py runs layer {layer} of {num_layers} with group_{theirs} "
+                    f"(int({layer} / {num_layers} * {num_groups}) rounds {layer / num_layers * num_groups!r} "
+                    f"down), albertlm and transformers with group {ours} ({layer} * {num_groups} // "
+                    f"{num_layers}): a checkpoint of num_hidden_layers {num_layers}, num_hidden_groups "
+                    f"{num_groups} is a network albertlm cannot rebuild")
+    return None
+
+
+def unknown_backbone_variables(stored: dict[str, str], cfg: ModelConfig) -> list[str]:
+    """The stored names of the variables under the backbone's scope (google's `bert/`; `stored` maps the plain names
+    `_strip_module_prefix` gives to the stored ones) that google's modeling.py does not make for `cfg` and that are
+    not training state (`TRAINING_STATE`): a model this import does not know (a variant's extra weights, another
+    config's `embedding_hidden_mapping_in`), which was imported without them, the variables only listed as unused."""
+    made = {name for names, _ in tf_key_map(cfg, "backbone").values() for name in names}
+    return [stored[plain] for plain in sorted(stored)
+            if plain.startswith("bert/") and plain not in made and not TRAINING_STATE.search(plain)]
+
+
+def _unknown_said(unknown: list[str], scope: str) -> str:
+    """The one-line reason a checkpoint with `unknown_backbone_variables` is refused."""
+    names = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+    one = len(unknown) == 1
+    return (f"{names} {'is a variable' if one else 'are variables'} under the backbone's scope {scope} that google's "
+            "modeling.py does not make for this albert_config.json, and no training state (adam_m, lamb_m, "
+            f"global_step, ...): a model albertlm does not know, refused rather than imported without "
+            f"{'it' if one else 'them'}")
 
 
 def read_google_config(path: Path) -> ModelConfig:
@@ -407,18 +466,25 @@ def checkpoint_head(ckpt: TFCheckpoint) -> tuple[str, int | None]:
 
 def describe_tf_checkpoint(path: str | Path, config: str | Path | None = None) -> dict:
     """What `albertlm info` shows of a google-research TF checkpoint, from its index and albert_config.json alone
-    (no tensor is read; a data file missing or shorter than the index needs is an error): {"prefix", "config" (a
-    ModelConfig), "model_class" (the albertlm class it imports as), "stored_parameters" (values in its model
-    variables, training state left out), "variables", "training_state", "files" (the checkpoint's files and its
+    (no tensor is read; a data file missing or shorter than the index needs is an error, and so is an
+    albert_config.json whose groups are not the checkpoint's): {"prefix", "config" (a ModelConfig), "model_class"
+    (the albertlm class it imports as), "stored_parameters" (values in its model variables, training state left
+    out), "variables", "training_state", "files" (the checkpoint's files and its
     config, name -> bytes), "unused" (google's name -> values of the model variables the class does not read: the
     pooler of the QA classes, which have none), "missing" (the class's weights the checkpoint lacks, e.g. an older
-    TF-Hub module's SOP head)}."""
+    TF-Hub module's SOP head), "refused" (why `import_tf_checkpoint`, and so `albertlm convert`, refuses the
+    checkpoint, or None: google's layer groups that albertlm cannot rebuild, variables under the backbone's scope it
+    does not know; also said as a UserWarning, which `albertlm info` prints as a warning line)}. A checkpoint the
+    import refuses is described all the same: what it holds is what one wants to see then."""
     prefix = resolve_prefix(path)
     config_path = Path(config) if config is not None else find_config(prefix)
     cfg = read_google_config(config_path)
     ckpt = TFCheckpoint(prefix)
     ckpt.check_data_files()   # a missing or cut data file is said here too, not only when a tensor is read
-    check_groups(ckpt, cfg)
+    # google's layer groups that albertlm cannot rebuild (L = N = 22): described, and the refusal said (it was the
+    # only thing `info` said of such a checkpoint)
+    groups_differ = google_layer_groups_differ(cfg.num_layers, tf_num_groups(cfg)) \
+        if _check_group_counts(ckpt, cfg) else None
     head, num_labels = checkpoint_head(ckpt)
     if num_labels is not None:
         cfg = cfg.replace(num_labels=num_labels)
@@ -431,11 +497,28 @@ def describe_tf_checkpoint(path: str | Path, config: str | Path | None = None) -
     read = {name for names, _ in key_map.values() for name in names}
     unused = {plain: math.prod(ckpt.entries[name].shape) for plain, name in sorted(stored.items())
               if plain not in read and not TRAINING_STATE.search(name)}
-    missing = [key for key, (names, _) in key_map.items() if not all(name in stored for name in names)]
+    made = {google_layer_group(layer, cfg.num_layers, tf_num_groups(cfg)) for layer in range(cfg.num_layers)}
+
+    def never_made(names: tuple[str, ...]) -> bool:   # a group google's modeling.py makes no variables for
+        match = GROUP_VARIABLE.match(names[0])
+        return groups_differ is not None and match is not None and int(match.group(1)) not in made
+
+    missing = [key for key, (names, _) in key_map.items()
+               if not all(name in stored for name in names) and not never_made(names)]
+    backbone = [name for key, (names, _) in key_map.items() if head == "backbone" or key.startswith("albert.")
+                for name in names if not never_made(names)]
+    # as the import: where the backbone is incomplete, its refusal names what is missing (`missing` says it here)
+    unknown = unknown_backbone_variables(stored, cfg) if all(name in stored for name in backbone) else []
+    refused = "; ".join([*([groups_differ] if groups_differ else []),
+                         *([_unknown_said(unknown, _stored_scope(stored))] if unknown else [])]) or None
+    if refused:
+        warnings.warn(f"{prefix}: `albertlm convert` refuses this checkpoint (described all the same): {refused}",
+                      UserWarning, stacklevel=2)
     return dict(prefix=prefix, config=cfg, model_class=HEAD_CLASSES[head],
                 stored_parameters=sum(math.prod(e.shape) for e in model_vars), variables=len(model_vars),
                 training_state=len(ckpt.entries) - len(model_vars),
-                files={f.name: f.stat().st_size for f in files if f.is_file()}, unused=unused, missing=missing)
+                files={f.name: f.stat().st_size for f in files if f.is_file()}, unused=unused, missing=missing,
+                refused=refused)
 
 
 def _model_key_map(model: nn.Module, head: str) -> dict[str, Source]:
