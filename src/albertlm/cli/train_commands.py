@@ -284,8 +284,12 @@ RESUME_MAY_CHANGE = RUN_RESUME_MAY_CHANGE | {"train.eval_batches", "data.eval_pa
 
 def _check_resume_changes(saved: RunConfig, run: RunConfig, run_dir: str | Path | None = None,
                           notes: list[str] | None = None) -> None:
-    """A resumed run continues exactly: a setting it learns with (lr, model, data, seed, ...) may not change;
-    the run's saved run_config.json is left as it was. The training data may be given at another path where it
+    """A resumed run continues exactly: a setting it learns with (lr, model, data, seed, ...) may not change,
+    refused in one line. What `RESUME_MAY_CHANGE` lets change is taken, and recorded: `pretrain` writes the resumed
+    run's config as its run_config.json (each checkpoint keeps a copy of the config of the part that saved it), and
+    the loop says in one line a change that changes the numbers (another device, `--train.compile` or backend: to
+    rounding; another length: the schedule from there; `loop.Loop._resume_notes`, which also records in each
+    checkpoint the device a `dist.device` of "auto" picked). The training data may be given at another path where it
     is the same data (`_moved_data`: a copy on a job's scratch disk), said in one line added to `notes`."""
     from albertlm.config.overrides import flatten
 

@@ -413,10 +413,14 @@ if hasattr(os, "register_at_fork"):
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `path` through a temporary file and a rename: never a half-written file under its name."""
+    """Write `path` through a temporary file, fsync'ed, and a rename: never a half-written file under its name, also
+    after a power loss (without the fsync the rename could reach the disk before the data: an empty run_config.json,
+    which `--resume` then refused as not JSON)."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
     try:
         tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):      # a read-only file system refuses the removal too

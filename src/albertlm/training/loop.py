@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -52,6 +53,14 @@ STAND_IN = "_albertlm_stand_in"
 # the checkpoint's data-state key of the layout it was trained on (processes, micro-batches per process and step):
 # not part of what must match to resume (`StepData.check_resume`); another one is said (`StepData.layout_note`)
 LAYOUT = "layout"
+# `TrainState.extra` key of what the run's parts ran on, one entry per part that ran on something else than the one
+# before: [{"from_step": 0, "device": "cpu", "compile": "none"}, {"from_step": 400, "device": "cuda (NVIDIA H100
+# ...)", ...}] (`Loop._resume_notes`). A --resume may change these (`config.run.RESUME_MAY_CHANGE`), and the
+# run's config records `dist.device` as given ("auto"), not the device it picked
+RAN_WITH = "ran_with"
+# `TrainState.extra` key of the schedule a checkpoint was saved under, {"total_steps", "warmup_steps"}: a --resume
+# with another --max-steps (--epochs, a warmup ratio) follows the new schedule from there, which is said
+PLANNED = "planned"
 
 
 class TrainingDiverged(UserError):
@@ -378,8 +387,8 @@ class Loop:
             self._print(f"the run is already at step {self.state.step} of {self.plan.total_steps}: nothing to "
                         f"train (a larger --max-steps or --train.epochs goes on from here)")
         note = self.data.layout_note(self.state.data) if self.state.step else None
-        if note:
-            self._print(note)
+        for line in filter(None, (note, *self._resume_notes())):
+            self._print(line)
         self.model.train()
         batches = self.data.steps(self.state.step)
         rng_at_boundary = ckpt.capture_rng()   # the RNG as it was when `state.step` updates were done
@@ -503,6 +512,60 @@ class Loop:
         out["saved"] = self._saved == self.state.step
         return out
 
+    def runs_on(self) -> dict[str, str]:
+        """What this invocation runs on that a --resume may change and that changes the numbers' rounding: the
+        device (its kind, and a GPU's name), `train.compile`'s mode, and under several processes the process group's
+        backend. (`train.activation_checkpointing` recomputes the same numbers; the layout is
+        `StepData.layout_note`'s.)"""
+        device = self.info.device
+        where = f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
+        out = {"device": where, "compile": self.train.compile}
+        if self.info.enabled and torch.distributed.is_initialized():
+            out["backend"] = str(torch.distributed.get_backend())
+        return out
+
+    def _resume_notes(self) -> list[str]:
+        """The lines a resumed run says of what it changed that changes its numbers, and the record of it in the
+        state its checkpoints save (`RAN_WITH`, `PLANNED`). Settings that change nothing a run computes (--log-every,
+        --save-every, --keep-last, the time budget, TensorBoard, the progress bar, --data.num_workers, the
+        evaluation's data and size, activation checkpointing) are taken without a word; the learning settings are
+        refused before the run starts (`cli.train_commands._check_resume_changes`). Allowed and said here:
+
+        - another device, `--train.compile` or process-group backend: the same steps, the numbers to rounding (a
+          resume from cuda to cpu was silent, and the run's run_config.json said "auto" for both);
+        - another length (`--max-steps`, `--epochs`; a warmup ratio stretches with it): the learning rate follows
+          the new schedule from the step resumed at (docs/training.md), which is said with the rates."""
+        notes, step, extra = [], self.state.step, self.state.extra
+        now = self.runs_on()
+        history = [part for part in extra.get(RAN_WITH, []) if isinstance(part, dict)] \
+            if isinstance(extra.get(RAN_WITH), list) else []
+        was = history[-1] if history else None
+        changed = [key for key in now if was is not None and key in was and was[key] != now[key]]
+        if step and changed:
+            names = {"device": "device", "compile": "train.compile", "backend": "dist.backend"}
+            said = ", ".join(f"{names[key]} {now[key]} (step {step} was saved under {was[key]})" for key in changed)
+            notes.append(f"note: resuming with another {said}: the same steps and data, so the numbers follow the "
+                         "uninterrupted run to rounding, not bit for bit (and dropout, if on, may draw other masks); "
+                         f"the checkpoints from here record it (trainer_state.pt's {RAN_WITH!r})")
+        if was is None or any(was.get(key) != value for key, value in now.items()):
+            history.append({"from_step": step, **now})
+        extra[RAN_WITH] = history
+
+        planned = {"total_steps": self.plan.total_steps, "warmup_steps": self.plan.warmup_steps}
+        old = extra.get(PLANNED)
+        if step and step < self.plan.total_steps and isinstance(old, dict) and old != planned and \
+                all(isinstance(old.get(key), int) for key in planned):
+            then = dataclasses.replace(self.plan, **{key: old[key] for key in planned})
+            warmup = (f" and a warmup of {self.plan.warmup_steps} (was {old['warmup_steps']})"
+                      if old["warmup_steps"] != self.plan.warmup_steps else "")
+            ended = f" (it ended at step {old['total_steps']})" if step >= old["total_steps"] else ""
+            notes.append(f"note: resuming with {self.plan.total_steps} steps in all{warmup}, where step {step} was "
+                         f"saved in a run of {old['total_steps']}: the learning rate follows the new schedule from "
+                         f"here, {self.plan.lr_at(step):.6g} at step {step + 1} where the old one had "
+                         f"{then.lr_at(step):.6g}{ended}")
+        extra[PLANNED] = planned
+        return notes
+
     def _stop_reason(self, request: "StopRequest", deadline: float) -> str | None:
         """"interrupted" (a signal on any rank), "budget" (time is up on any rank) or None; under several
         processes one all-reduce per step, so all of them stop after the same step."""
@@ -555,16 +618,25 @@ class Loop:
         n = len(summed) - 2
         norm = values[n + 2] if grad_norm is not None else None
         loss = self._check_finite(torch.tensor(values[:n]), norm)
-        if scale is not None:
-            self._count_overflows(values[-1])
+        if self.scaler is not None:
+            # without the scale in the step's transfer, the scaler's public read, now that the device has done the
+            # step's work (`_scale_tensor`)
+            self._count_overflows(values[-1] if scale is not None else float(self.scaler.get_scale()))
         return StepResult(summed[:n], values[n], values[n + 1], loss, lr, norm)
 
     def _scale_tensor(self) -> torch.Tensor | None:
-        """The fp16 loss scale as the scaler holds it on the device (no read), or None (no scaler, or a torch whose
-        GradScaler keeps it elsewhere: then overflows are not counted)."""
+        """The fp16 loss scale as the scaler holds it on the device (no read), to go with the step's one transfer; or
+        None: no scaler, or a torch whose GradScaler lacks the private `_get_scale_async` (every torch from 2.4 to
+        2.13 has it) or returns no tensor from it. Then `train_step` reads the public `get_scale()` after that
+        transfer: a second copy of one number to the host, which waits for nothing (the device has no work queued
+        then), not a second sync in the middle of the step. Overflows were not counted at all in that case, so a run
+        whose every step was skipped trained nothing for as long as it ran."""
         read = getattr(self.scaler, "_get_scale_async", None) if self.scaler is not None else None
-        scale = read() if read is not None else None
-        return scale if isinstance(scale, torch.Tensor) else None
+        try:
+            scale = read() if read is not None else None
+        except Exception:  # noqa: BLE001 (another torch's private method: its public read instead)
+            scale = None
+        return scale if isinstance(scale, torch.Tensor) and scale.numel() == 1 else None
 
     def _count_overflows(self, scale: float) -> None:
         """fp16: the scaler skips a step whose gradients overflowed and halves the loss scale (the step is still
@@ -826,19 +898,41 @@ class Loop:
 
 def has_record(path: Path, step: int, split: str) -> bool:
     """Whether the metrics.jsonl at `path` has a `split` record ("train", "eval") of `step` (False where it cannot
-    be read)."""
+    be read). Read from its end, and only back to the first record of an earlier step: the loop writes its records
+    in the order of their steps, and a resume first drops those after the step it resumes at
+    (`metrics.drop_records_after`), so a record of `step` is among the last ones. It read the whole file at every
+    --resume, line by line in memory (hundreds of MB for a long run logged at every step)."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        with open(path, "rb") as f:
+            for raw in _lines_from_end(f):
+                # (as the whole file's `splitlines` had it: a line of another newline character is split there too)
+                for line in reversed(raw.decode("utf-8", errors="replace").splitlines()):
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue
+                    if not isinstance(record, dict):
+                        continue
+                    if record.get("step") == step and record.get("split") == split:
+                        return True
+                    if type(record.get("step")) is int and record["step"] < step:
+                        return False      # the records before this one are of earlier steps still
     except OSError:
         return False
-    for line in reversed(lines):               # the step a run resumes at is among the last records
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("step") == step and record.get("split") == split:
-            return True
     return False
+
+
+def _lines_from_end(f, block: int = 1 << 16) -> Iterator[bytes]:
+    """The lines of the binary file `f` (split at b"\\n", without it), last first, read a block at a time."""
+    end = f.seek(0, os.SEEK_END)
+    carried = b""                               # the start of a line whose beginning is in the block before
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        lines = (f.read(end - start) + carried).split(b"\n")
+        carried = lines.pop(0) if start > 0 else b""
+        yield from reversed(lines)
+        end = start
 
 
 def count_tokens(batch: Batch) -> torch.Tensor:

@@ -390,10 +390,22 @@ def duration(seconds: float) -> str:
 
 def drop_records_after(path: Path, step: int) -> None:
     """Rewrite metrics.jsonl (atomically) without the records of steps after `step`, and without a
-    half-written last line; other lines are kept as they are."""
+    half-written last line; other lines are kept as they are. A last line without its newline (a write cut short
+    by a full disk) is given one, else the next record was appended to it: two records on one line, which
+    `read_metrics` (and `albertlm plot`) then refused as not a metrics record.
+
+    The new file is written beside it (`metrics.jsonl.tmp`), fsync'ed, then renamed over it, and the directory
+    fsync'ed: a power loss right after the rename left an empty or partial metrics.jsonl on a file system that
+    does not order the data before the rename. A copy left by a run killed while writing it (kill -9, or a second
+    Ctrl-C: it stayed beside the file for good) is removed first: it is never the file, which the rename had not
+    replaced yet."""
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(OSError):     # (a read-only run directory: nothing is rewritten there either)
+        tmp.unlink(missing_ok=True)
     if not path.is_file():
         return
-    lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    lines = text.splitlines()
     kept = []
     for number, line in enumerate(lines, 1):
         try:
@@ -404,17 +416,35 @@ def drop_records_after(path: Path, step: int) -> None:
             continue
         if record_step <= step:
             kept.append(line)
-    if len(kept) == len(lines):
+    if len(kept) == len(lines) and (not kept or text.endswith("\n")):
         return
-    tmp = path.with_name(path.name + ".tmp")
     try:
         tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8", errors="surrogateescape")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:       # the old file is untouched; no half-written copy is left beside it
+    except BaseException as exc:   # the old file is untouched; no half-written copy is left beside it
         with contextlib.suppress(OSError):      # a read-only file system refuses the removal too
             tmp.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
         raise UserError(f"{path}: cannot rewrite it without the records after step {step} "
                         f"({exc.strerror or exc}; is the disk full?)") from None
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """The rename into `directory` made durable (where the system lets a directory be opened and synced)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _newest(run_dir: Path) -> str:
