@@ -234,16 +234,18 @@ def _tiny_config():
                        max_position_embeddings=16)
 
 
-@pytest.mark.parametrize("keyword", ["position_ids", "inputs_embeds"])
-def test_position_ids_and_inputs_embeds_are_a_type_error_as_model_md_says(keyword):
+@pytest.mark.parametrize("keyword", ["output_attentions", "return_dict", "head_mask"])
+def test_transformers_keywords_albertlm_lacks_are_a_type_error_as_model_md_says(keyword):
+    """(position_ids and inputs_embeds were a TypeError too until session 33: tests/test_model_audit33.py.)"""
     import albertlm
 
-    assert "nor are `position_ids` and `inputs_embeds` (positions are always 0..T-1; passing one is a " \
-           "`TypeError` naming the keyword)" in _flat("docs/model.md")
+    assert "`output_attentions`, `return_dict` and `head_mask` are a `TypeError` naming the keyword" \
+        in _flat("docs/model.md")
+    assert "Every class takes transformers' `position_ids` ((B, T), or (1, T)" in _flat("docs/model.md")
     ids = torch.tensor([[2, 5, 6, 3]])
     for name in ("AlbertModel", "AlbertForPreTraining", "AlbertForSequenceClassification"):
         with pytest.raises(TypeError, match=keyword):
-            getattr(albertlm, name)(_tiny_config())(ids, **{keyword: torch.zeros(1, 4, dtype=torch.long)})
+            getattr(albertlm, name)(_tiny_config())(ids, **{keyword: True})
 
 
 def test_loss_dtypes_and_minus_100_ids_are_what_model_md_says():

@@ -90,13 +90,17 @@ class Embeddings(nn.Module):
         # google-research skips the projection when E == H (transformers keeps one: see the config)
         self.project = nn.Linear(cfg.embedding_size, cfg.hidden_size) if cfg.has_embedding_projection else None
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, packing: Packing | None = None) -> Tensor:
-        T = input_ids.shape[1]
-        if T > self.position.num_embeddings:  # a shape, not a value: no device sync
+    def forward(self, input_ids: Tensor | None, token_type_ids: Tensor | None, packing: Packing | None = None,
+                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None) -> Tensor:
+        """`inputs_embeds` (B, T, E) stand in for the word embeddings of `input_ids`; `position_ids` (B or 1, T) for
+        the positions 0..T-1 (as transformers')."""
+        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, E)
+        T = x.shape[1]
+        if position_ids is None and T > self.position.num_embeddings:  # a shape, not a value: no device sync
             raise ModelInputError(f"the sequences have {T} tokens, more than max_position_embeddings="
                                   f"{self.position.num_embeddings} (the longest this model's position embeddings "
                                   "cover): truncate them, or split them into windows")
-        x = self.word(input_ids) + self.position.weight[:T]  # (B, T, E)
+        x = x + (self.position.weight[:T] if position_ids is None else self.position(position_ids))
         x = x + (self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0])
         x = self.dropout(self.norm(x))
         if packing is not None:
@@ -338,9 +342,10 @@ class AlbertModel(PretrainedMixin, nn.Module):
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if add_pooling_layer else None
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, rows: Tensor | None = None,
-                token_index: Tensor | None = None, *, output_hidden_states: bool = False) -> ModelOutput:
+                token_index: Tensor | None = None, *, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
         """`rows` (B, R), first column 0 ([CLS], which the pooler reads): compute the output only there,
         so `last_hidden_state` is (B, R, H). Pretraining reads [CLS] and the masked positions only.
         `token_index` (N,): the flat positions of the real tokens, `attention_mask.flatten().nonzero()`
@@ -348,18 +353,20 @@ class AlbertModel(PretrainedMixin, nn.Module):
         (`Packing`), and `last_hidden_state` holds zeros there. `output_hidden_states`: also `hidden_states`,
         transformers' tuple of (B, T, H) tensors, the embeddings' output and each block's: L + 1 of them, or
         L * inner_group_num + 1 as transformers 5 records them (the last with `rows` is (B, R, H), as
-        `last_hidden_state`; zeros at the padding with `token_index`)."""
-        check_inputs(input_ids, attention_mask, token_type_ids, token_index)
-        B, T = input_ids.shape
+        `last_hidden_state`; zeros at the padding with `token_index`). `inputs_embeds` (B, T, E) instead of
+        `input_ids`, and `position_ids`, as transformers' (`Embeddings.forward`)."""
+        check_inputs(input_ids, attention_mask, token_type_ids, token_index, position_ids, inputs_embeds,
+                     self.config.embedding_size)
+        B, T = (input_ids if inputs_embeds is None else inputs_embeds).shape[:2]
         if token_index is not None and attention_mask is None:  # the padded keys must still be hidden
             raise ModelInputError("token_index needs the attention_mask it was computed from")
         if token_index is not None:
             token_index = token_index.long()  # index_copy takes int64 only (a no-op for int64)
         packing = Packing(token_index, B, T, attention_mask) if token_index is not None else None
         try:
-            x = self.embeddings(input_ids, token_type_ids, packing)  # (B, T, H), or (N, H) packed
+            x = self.embeddings(input_ids, token_type_ids, packing, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
         except IndexError:  # an id outside its table (eager CPU; CUDA asserts on the device instead)
-            problem = describe_bad_indices(self, input_ids, token_type_ids, token_index)
+            problem = describe_bad_indices(self, (B, T), input_ids, token_type_ids, token_index, position_ids)
             if problem is None:
                 raise
             raise ModelInputError(problem) from None
@@ -425,20 +432,23 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
         self.sop_head = nn.Linear(cfg.hidden_size, 2)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, masked_lm_positions: Tensor | None = None,
                 masked_lm_ids: Tensor | None = None, masked_lm_weights: Tensor | None = None,
                 labels: Tensor | None = None, sentence_order_label: Tensor | None = None,
-                token_index: Tensor | None = None, *, output_hidden_states: bool = False) -> ModelOutput:
+                token_index: Tensor | None = None, *, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
         """`output_hidden_states`: also the backbone's `hidden_states` (`AlbertModel.forward`; with
-        `masked_lm_positions` the last holds [CLS] and the masked rows only)."""
+        `masked_lm_positions` the last holds [CLS] and the masked rows only). `position_ids`, `inputs_embeds`:
+        as transformers' (`AlbertModel.forward`)."""
         if masked_lm_positions is None and (masked_lm_ids is not None or masked_lm_weights is not None):
             raise ModelInputError("masked_lm_ids / masked_lm_weights need the masked_lm_positions they belong to")
         if masked_lm_positions is not None and labels is not None:
             raise ModelInputError("give the MLM targets one way: masked_lm_positions + masked_lm_ids (google's), "
                                   "or labels (B, T) (transformers'), not both")
-        if not torch.jit.is_tracing() and isinstance(input_ids, Tensor) and input_ids.dim() == 2:  # shapes only
-            B, T = input_ids.shape
+        tokens, rank = (input_ids, 2) if inputs_embeds is None else (inputs_embeds, 3)  # (B, T) ids, (B, T, E) vectors
+        if not torch.jit.is_tracing() and isinstance(tokens, Tensor) and tokens.dim() == rank:  # shapes only
+            B, T = tokens.shape[:2]
             check_target("masked_lm_positions", masked_lm_positions, (B, None))
             P = masked_lm_positions.shape[1] if masked_lm_positions is not None else None
             check_target("masked_lm_ids", masked_lm_ids, (B, P))
@@ -452,10 +462,10 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
             masked_lm_positions = masked_lm_positions.long()  # gather takes int64 (a no-op for int64)
             rows = torch.cat([masked_lm_positions.new_zeros(len(masked_lm_positions), 1), masked_lm_positions], 1)
         try:
-            base = self.albert(input_ids, attention_mask, token_type_ids, rows, token_index,
-                               output_hidden_states=output_hidden_states)
+            base = self.albert(input_ids, attention_mask, token_type_ids, rows, token_index, position_ids=position_ids,
+                               inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states)
         except (IndexError, RuntimeError):  # a masked position outside the sequence (eager CPU; CUDA asserts)
-            problem = describe_bad_positions(masked_lm_positions, input_ids.shape[1])
+            problem = describe_bad_positions(masked_lm_positions, tokens.shape[1])
             if problem is None:
                 raise
             raise ModelInputError(problem) from None

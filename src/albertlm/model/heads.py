@@ -3,7 +3,8 @@
 classifier, `AlbertForSquadV2`), multiple choice (RACE).
 
 Each returns `logits` (or `start_logits` / `end_logits`) and, given labels, `loss` — transformers'
-names and loss conventions, so the same training code serves both.
+names and loss conventions, so the same training code serves both. Each takes transformers' `position_ids` and
+`inputs_embeds` (keywords, `AlbertModel.forward`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 
 from albertlm.config import ModelConfig
 from albertlm.model.albert import AlbertModel, MaskedLMHead, ModelOutput, loss_dtype
-from albertlm.model.inputs import ModelInputError, check_target
+from albertlm.model.inputs import ModelInputError, check_embeds, check_one_of, check_target
 from albertlm.model.io import PretrainedMixin, init_weights
 
 
@@ -77,10 +78,12 @@ class _TaskModel(PretrainedMixin, nn.Module):
         self.classifier = nn.Linear(cfg.hidden_size, num_outputs or cfg.num_labels)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
-    def features(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None,
-                 output_hidden_states: bool = False) -> tuple[Tensor, ModelOutput]:
+    def features(self, input_ids: Tensor | None, attention_mask: Tensor | None, token_type_ids: Tensor | None,
+                 output_hidden_states: bool = False, position_ids: Tensor | None = None,
+                 inputs_embeds: Tensor | None = None) -> tuple[Tensor, ModelOutput]:
         """(what the classifier reads, after dropout; the backbone's output)."""
-        out = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
+                          inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states)
         return self.dropout(out.pooler_output if self.pooled else out.last_hidden_state), out
 
 
@@ -94,10 +97,12 @@ def with_hidden_states(out: ModelOutput, base: ModelOutput) -> ModelOutput:
 class AlbertForSequenceClassification(_TaskModel):
     """Linear on the pooled output; num_labels = 1 is regression (MSE), otherwise cross entropy."""
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:
-        x, base = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        x, base = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states,
+                                position_ids=position_ids, inputs_embeds=inputs_embeds)
         logits = self.classifier(x)  # (B, num_labels)
         out = with_hidden_states(ModelOutput(logits=logits), base)
         if labels is not None:
@@ -114,14 +119,16 @@ class AlbertForTokenClassification(_TaskModel):
 
     pooled = False
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:
-        x, base = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        x, base = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states,
+                                position_ids=position_ids, inputs_embeds=inputs_embeds)
         logits = self.classifier(x)  # (B, T, num_labels)
         out = with_hidden_states(ModelOutput(logits=logits), base)
         if labels is not None:
-            check_target("labels", labels, tuple(input_ids.shape))
+            check_target("labels", labels, tuple(logits.shape[:2]))  # (B, T)
             out["loss"] = mean_cross_entropy(logits.flatten(0, 1), labels.flatten().long())
         return out
 
@@ -140,12 +147,14 @@ class AlbertForQuestionAnswering(_TaskModel):
         self.qa_outputs = nn.Linear(cfg.hidden_size, 2)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, start_positions: Tensor | None = None,
-                end_positions: Tensor | None = None, *, output_hidden_states: bool = False) -> ModelOutput:
+                end_positions: Tensor | None = None, *, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
         if (start_positions is None) != (end_positions is None):
             raise ModelInputError("give both start_positions and end_positions for a loss (one of them alone gave none)")
-        base = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        base = self.albert(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
+                           inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states)
         start, end = self.qa_outputs(base.last_hidden_state).unbind(-1)  # 2 x (B, T)
         out = with_hidden_states(ModelOutput(start_logits=start, end_logits=end), base)
         if start_positions is not None and end_positions is not None:
@@ -226,10 +235,11 @@ class AlbertForSquadV2(PretrainedMixin, nn.Module):
         x = torch.tanh(tokens[:, None] + starts[:, :, None])                # (B, K, T, H)
         return self.end_out(self.end_norm(x)).squeeze(-1)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, start_positions: Tensor | None = None,
                 end_positions: Tensor | None = None, is_impossible: Tensor | None = None, *,
-                p_mask: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
+                p_mask: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
         given = [t is not None for t in (start_positions, end_positions, is_impossible)]
         if any(given) and not all(given):
             raise ModelInputError("give start_positions, end_positions and is_impossible together for a loss "
@@ -237,7 +247,8 @@ class AlbertForSquadV2(PretrainedMixin, nn.Module):
         if p_mask is None and token_type_ids is None:
             raise ModelInputError("give token_type_ids (question 0, context 1) or p_mask: the head masks the "
                                   "question out of the answer positions")
-        base = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        base = self.albert(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
+                           inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states)
         hidden = base.last_hidden_state                                     # (B, T, H)
         B, T, H = hidden.shape
         if p_mask is None:
@@ -304,18 +315,27 @@ class AlbertForMultipleChoice(_TaskModel):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg, num_outputs=1)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:
-        """`hidden_states` (with `output_hidden_states`) are the backbone's over the B * C flattened choices."""
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 3:
+        """`hidden_states` (with `output_hidden_states`) are the backbone's over the B * C flattened choices;
+        `inputs_embeds` (B, C, T, E) stand in for `input_ids`, `position_ids` (B, C, T) or (1, T) (transformers')."""
+        check_one_of(input_ids, inputs_embeds)
+        tokens = input_ids if inputs_embeds is None else inputs_embeds
+        if inputs_embeds is not None:
+            check_embeds(inputs_embeds, self.config.embedding_size, "(batch, choices, tokens, E)")
+        elif not isinstance(input_ids, Tensor) or input_ids.dim() != 3:
             shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
             raise ModelInputError(f"input_ids must have shape (batch, choices, tokens), got {shape}")
-        B, C, T = input_ids.shape
-        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            check_target(name, t, (B, C, T), integer=False)
-        flat = [t.reshape(B * C, T) if t is not None else None for t in (input_ids, attention_mask, token_type_ids)]
-        x, base = self.features(*flat, output_hidden_states)
+        B, C, T = tokens.shape[:3]
+        for arg, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            check_target(arg, t, (B, C, T), integer=False)
+        flat = [t.flatten(0, 1) if t is not None else None
+                for t in (input_ids, attention_mask, token_type_ids, inputs_embeds)]
+        if isinstance(position_ids, Tensor):
+            position_ids = position_ids.reshape(-1, position_ids.shape[-1])   # (B * C, T), or (1, T) as it was
+        x, base = self.features(*flat[:3], output_hidden_states, position_ids=position_ids, inputs_embeds=flat[3])
         logits = self.classifier(x).view(B, C)  # (B, C)
         out = with_hidden_states(ModelOutput(logits=logits), base)
         if labels is not None:
@@ -336,14 +356,16 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         self.mlm_head = MaskedLMHead(cfg)
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:
-        base = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        base = self.albert(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
+                           inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states)
         logits = self.mlm_head(base.last_hidden_state, self.albert.embeddings.word.weight)  # (B, T, V)
         out = with_hidden_states(ModelOutput(logits=logits), base)
         if labels is not None:
-            check_target("labels", labels, tuple(input_ids.shape))
+            check_target("labels", labels, tuple(logits.shape[:2]))  # (B, T)
             out["loss"] = mean_cross_entropy(logits.flatten(0, 1), labels.flatten().long())
         return out
 
