@@ -98,6 +98,8 @@ def test_training_japanese_with_strip_accents_warns(tmp_path, kind, extra):
                    for c in "ガデパバブ")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # (since session 33 a vocabulary too small for every character says so: not the warning this test is about)
+        warnings.filterwarnings("ignore", message="the vocabulary of")
         assert _cli(*train, "--vocab-size", 150, "--out", tmp_path / "kept") == 0
 
 

@@ -241,7 +241,8 @@ def _train(args: argparse.Namespace) -> int:
     # if it finds no text, those counts say why (binary files, ...)
     check_counts = CorpusCounts()
     check_lines = _line_reader(args.format, args.text_field, check_counts, facts)
-    created = not out.exists()
+    # the folders this training makes (--out and any missing parents): removed again if it fails
+    created = [folder for folder in (out, *out.parents) if not folder.exists()]
     stats: dict = {}   # sentences read and trained on (SentencePiece)
     staging = out / ".training-tokenizer"
     start = time.perf_counter()
@@ -261,8 +262,9 @@ def _train(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: cannot write the tokenizer ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
+        for folder in created:   # innermost first; a folder something else wrote into stays
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
     from albertlm.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(out)

@@ -302,11 +302,15 @@ class SentencePieceTokenizer(TokenizerBase):
 
     def _added_tokens_pattern(self, special: bool = True) -> re.Pattern | None:
         """Pieces transformers registers as added tokens: control, unknown and user-defined ones (score 0);
-        without the control and unknown ones when `special` is False."""
+        without the control and unknown ones when `special` is False. A byte-fallback model's byte pieces
+        (`<0x41>`, score 0 too) are none: they were taken for user-defined symbols, so the text "<0x41>" was cut
+        out as the id of the byte "A", which neither sentencepiece (the characters of the text) nor transformers 5
+        (`▁ <0x41>`, its Unigram matching the piece's name) gives; it is read as sentencepiece reads it now."""
         sp = self.sp
         added = [sp.id_to_piece(i) for i in range(self.vocab_size)
                  if (special and (sp.is_control(i) or sp.is_unknown(i)))
-                 or (sp.get_score(i) == 0.0 and not sp.is_unused(i) and not sp.is_control(i) and not sp.is_unknown(i))]
+                 or (sp.get_score(i) == 0.0 and not sp.is_unused(i) and not sp.is_control(i) and not sp.is_unknown(i)
+                     and not sp.is_byte(i))]
         added.sort(key=len, reverse=True)  # leftmost-longest, as tokenizers' matcher
         return re.compile("(" + "|".join(map(re.escape, added)) + ")") if added else None
 

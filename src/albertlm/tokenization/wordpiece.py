@@ -321,12 +321,33 @@ def _alphabet_was_cut(vocab: dict[str, int], cap: int) -> bool:
 
 def _corpus_characters(paths: Sequence[str], read_lines) -> Counter[str]:
     """How often each character occurs in the training lines (a second reading, only where the cap cut characters
-    and the first training left room)."""
+    and the training's own reading did not count them: `tokenizers` read the files)."""
     characters: Counter[str] = Counter()
     for path in paths:
         for line in read_lines(Path(path)):
             characters.update(line)
     return characters
+
+
+def corpus_alphabet(characters: Iterable[str] | Mapping[str, int], backend) -> tuple[Counter[str], set[str]]:
+    """The alphabet the trainer sees in a corpus of `characters` (raw character -> occurrences, or a set) read by
+    `backend`'s normalizer and pre-tokenizer: each character as it comes out of them -> its occurrences, and the
+    `joining` ones, which can continue a word (not punctuation, not a CJK character that BERT's normalizer makes
+    a word of its own) and so need a "##" form too."""
+    normalize, split = backend.normalizer.normalize_str, backend.pre_tokenizer.pre_tokenize_str
+    counts: Counter[str] = Counter()
+    for raw in characters:
+        times = characters[raw] if isinstance(characters, Mapping) else 1
+        for word, _ in split(normalize(valid_unicode(raw))):
+            for c in word:
+                counts[c] += times
+    joining = {c for c in counts if _joins(c, backend)}
+    return counts, joining
+
+
+def _joins(c: str, backend) -> bool:
+    """Whether the character `c` (as the normalizer gives it) can continue a word under `backend`'s pipeline."""
+    return len(backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str("a" + c))) == 1
 
 
 def alphabet_cap(characters: Iterable[str] | Mapping[str, int], backend, budget: int, room: int | None = None,
@@ -347,14 +368,7 @@ def alphabet_cap(characters: Iterable[str] | Mapping[str, int], backend, budget:
     tokens (one, two for a joining character) fit in `room`, so the widening never takes a merge's place. Widened
     into the merges' room, a corpus of English, Korean and Chinese at V=3000 kept 1,921 characters instead of
     1,497, and its merged tokens fell from 740 to 258: Alice in Wonderland took 18% more tokens to read."""
-    normalize, split = backend.normalizer.normalize_str, backend.pre_tokenizer.pre_tokenize_str
-    counts: Counter[str] = Counter()
-    for raw in characters:
-        times = characters[raw] if isinstance(characters, Mapping) else 1
-        for word, _ in split(normalize(valid_unicode(raw))):
-            for c in word:
-                counts[c] += times
-    joining = {c for c in counts if len(split(normalize("a" + c))) == 1}
+    counts, joining = corpus_alphabet(characters, backend)
     widest = min(len(counts), max(budget - len(joining), budget // 2, 1))
     if room is None:
         return widest
@@ -367,6 +381,45 @@ def alphabet_cap(characters: Iterable[str] | Mapping[str, int], backend, budget:
     return min(limit, widest)
 
 
+def complete_continuations(vocab: dict[str, int], backend, vocab_size: int) -> dict[str, int]:
+    """`vocab` (as the trainer numbered it) with the "##" form of every character of its alphabet that can continue
+    a word, as google's WordPiece learner (tensorflow_text's `ensure_all_tokens_exist`) makes it, where all of them
+    fit in `vocab_size`; else `vocab` as it is. The `tokenizers` trainer adds "##c" only where the training text
+    has c inside a word, so a word of known characters with one of them inside it for the first time was [UNK]
+    as a whole: a third of the [UNK]s of held-out Korean text (고풍을, 마이크로컴퓨터, 주먹을: 풍, 컴, 먹 began
+    words only). The forms added take the place of the last merges (the trainer numbers its merges in the order
+    it made them, the least frequent last: the vocabulary a training at the smaller size gives, up to ties
+    between equally frequent merges at the end)."""
+    alphabet = [t for t in vocab if len(t) == 1 and t not in SPECIAL_TOKENS]
+    joining = [c for c in alphabet if _joins(c, backend)]
+    missing = [f"##{c}" for c in joining if f"##{c}" not in vocab]
+    if not missing or len(SPECIAL_TOKENS) + len(alphabet) + len(joining) > vocab_size:
+        return vocab
+    merged = sorted((t for t in vocab if len(t.removeprefix("##")) > 1 and t not in SPECIAL_TOKENS),
+                    key=lambda t: vocab[t])
+    drop = set(merged[len(merged) - max(0, len(vocab) + len(missing) - vocab_size):])
+    kept = {t: i for t, i in vocab.items() if t not in drop}
+    end = max(vocab.values()) + 1
+    return {**kept, **{token: end + k for k, token in enumerate(missing)}}
+
+
+def _uncovered_warning(counts: Counter[str], joining: set[str], vocab: dict[str, int], vocab_size: int) -> None:
+    """A warning naming the characters of the training text that the vocabulary lacks (they read as [UNK]), and
+    the vocabulary size that keeps them all, or nothing where it lacks none."""
+    lost = [c for c in counts if c not in vocab]
+    if not lost:
+        return
+    lost.sort(key=lambda c: (-counts[c], c))
+    times, total = sum(counts[c] for c in lost), sum(counts.values())
+    need = len(SPECIAL_TOKENS) + len(counts) + len(joining)
+    sample = ", ".join(f"{c} (U+{ord(c):04X})" for c in lost[:3])
+    warnings.warn(f"the vocabulary of {vocab_size:,} tokens has room for {len(counts) - len(lost):,} of the "
+                  f"{len(counts):,} characters of the training text: {len(lost):,} of them ({sample}, ...; "
+                  f"{times:,} of its {total:,} characters, {times / total:.2%}) read as [UNK]; the special tokens and "
+                  f"every character with its ## form take {need:,} tokens: a vocabulary size (--vocab-size) of "
+                  f"{need} keeps them all, a larger one word pieces too", UserWarning, stacklevel=3)
+
+
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str | Path,
                     options: WordPieceOptions | None = None, min_frequency: int = 2,
                     limit_alphabet: int | None = None, show_progress: bool = True,
@@ -376,17 +429,27 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     gives, and `check_lines` / `explain_empty` as in `sentencepiece.train_sentencepiece`) and write a loadable
     directory.
 
-    The trainer keeps every alphabet character both as a word start and as "##c", so the alphabet is capped at
-    half the vocabulary left after the special tokens (`limit_alphabet`): the result never exceeds `vocab_size`,
-    and the characters past the cap (the rarest) become [UNK]. It used to be capped at 1000 characters, which
-    made hundreds of the Hanzi of a Chinese corpus, or the Hangul of a Korean one, [UNK] at any vocabulary size.
-    Where that cap left characters out and the training left tokens unused (the corpus ran out of pairs to merge),
-    the input is read again for its characters and trained again with the cut characters, the most frequent first,
-    that fit in the unused room (`alphabet_cap`; a CJK character or punctuation, no "##" form, takes one token):
-    Chinese news (1,395 characters) at V=2000 kept 997 characters and read 392 tokens of its own text as [UNK] in
-    a vocabulary of 1,067 tokens; it keeps all of them now. Where the merges fill the vocabulary nothing is
-    widened (and nothing read or trained again): a wider alphabet there takes the merges' place (English, Korean
-    and Chinese at V=3000: 258 merged tokens instead of 740, and 18% more tokens for an English text).
+    The alphabet (the characters, each a token of its own and, where it can continue a word, a "##" one too) is
+    every character of the training text, where the vocabulary holds them all: as google's WordPiece learner
+    (tensorflow_text) makes it, every such character gets its "##" form, even one the text has only at the start
+    of a word (`complete_continuations`), so that a word of known characters is never [UNK]; where those forms do
+    not all fit, the `tokenizers` trainer's own alphabet (the "##" forms the text uses) where that fits. The
+    limit is the vocabulary size: where the characters do not fit in it, the alphabet is capped at half the
+    vocabulary left after the special tokens (`limit_alphabet`), so that the result never exceeds `vocab_size`
+    and word pieces keep their room, and the characters past the cap (the rarest) become [UNK], with a warning
+    naming the vocabulary size that keeps them all. Nine tenths of KorNLI dev (1,077 characters) at V=2000 was
+    capped at 997 characters: 89 [UNK]s in its own text and 145 in the held-out tenth; with every character none
+    and 99; at V=3000, with their "##" forms too, 65 (words holding a syllable the training text never had). (The cap used to be 1000 characters, which
+    made hundreds of the Hanzi of a Chinese corpus, or the Hangul of a Korean one, [UNK] at any vocabulary size.)
+    Where the cap left characters out and the training left tokens unused (the corpus ran out of pairs to merge),
+    the training reruns with the cut characters, the most frequent first, that fit in the unused room
+    (`alphabet_cap`; a CJK character or punctuation, no "##" form, takes one token): Chinese news (1,395
+    characters) at V=2000 kept 997 characters and read 392 tokens of its own text as [UNK] in a vocabulary of
+    1,067 tokens; it keeps all of them now. Where the merges fill the vocabulary nothing is widened (and nothing
+    read or trained again): a wider alphabet there takes the merges' place (English, Korean and Chinese at
+    V=3000: 258 merged tokens instead of 740, and 18% more tokens for an English text). The characters are
+    counted while the training reads `read_lines`; the files `tokenizers` reads itself are read again for them,
+    only where the cap cut characters.
 
     The vocabulary is written in a canonical order (special tokens, then word starts and then "##"
     continuations, each sorted by code point): the trainer numbers tokens in hash-map order, different in every
@@ -414,17 +477,20 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
     total = check_training_input([Path(p) for p in paths], check_lines or read_lines or read_text_lines,
                                  explain_empty)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
     budget = vocab_size - len(SPECIAL_TOKENS)
     # a second reading (the characters, a wider alphabet) counts nothing twice: the emptiness check's reader
     again_lines = check_lines or read_lines or read_text_lines
+    # the characters of the text, counted by the first training's reading (`read_lines`; else read when needed)
+    characters: Counter[str] | None = Counter() if read_lines is not None else None
+    sentences = [0]
 
-    def train(cap: int, first: bool = True):
+    def train(cap: int | None, first: bool = True):
         backend = build_pipeline(placeholder, options)
+        limit = {} if cap is None else {"limit_alphabet": cap}   # None: every character (the trainer's default)
         trainer = WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                   special_tokens=list(SPECIAL_TOKENS), limit_alphabet=cap,
-                                   continuing_subword_prefix="##", show_progress=show_progress)
+                                   special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##",
+                                   show_progress=show_progress, **limit)
         if read_lines is None:
             backend.train(paths, trainer)
             return backend
@@ -432,6 +498,7 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
         read, kana, hangul = [0], [0], [0]
         # what accent stripping destroys beyond accents (BERT's NFD): kana's voiced marks, Hangul syllables
         marked = voiced_kana("NFD") if strips_accents(options) else None
+        count = characters.update if first else None
 
         def lines():
             for line in read_with_progress([Path(p) for p in paths], read_lines if first else again_lines, bar):
@@ -440,29 +507,57 @@ def train_wordpiece(files: Iterable[str | Path], vocab_size: int, out_dir: str |
                     kana[0] += marked.search(line) is not None
                     hangul[0] += _HANGUL.search(line) is not None
                 # valid_unicode: the trainer refuses surrogates (a JSONL "\\ud83d" escape cut from its pair)
-                yield valid_unicode(line)
+                line = valid_unicode(line)
+                if count is not None:
+                    count(line)
+                yield line
             if bar is not None:
                 bar.announce(f"read {read[0]:,} sentences; computing the WordPiece vocabulary (V={vocab_size}) "
                              "shows no progress until it ends")
         backend.train_from_iterator(lines(), trainer)
         if bar is not None:
             bar.finished("computing the WordPiece vocabulary")
-        if first and (kana[0] or hangul[0]):   # said once, by the first training
-            warn_kana_marks_dropped(kana[0], read[0], hangul[0])
+        if first:
+            sentences[0] = read[0]
+            if kana[0] or hangul[0]:   # said once, by the first training
+                warn_kana_marks_dropped(kana[0], read[0], hangul[0])
         return backend
 
     cap = limit_alphabet or max(1, budget // 2)
     backend = train(cap)
-    first = backend.get_vocab()
+    first = vocab = backend.get_vocab()
+    if len(first) <= len(SPECIAL_TOKENS):
+        read = f"the {sentences[0]:,} sentences read hold" if read_lines is not None else "the input holds"
+        raise UserError(f"no text to train on: {read} only characters BERT's normalizer deletes (control and "
+                        "zero-width characters, U+FFFD)")
     room = vocab_size - len(first)   # what the merges left unused: the corpus ran out of pairs to merge
-    if limit_alphabet is None and room > 0 and _alphabet_was_cut(first, cap):
-        # the half-vocabulary cap is a bound for the worst case (every character also needs its "##" form);
-        # where the merges left room unused (CJK characters are words of their own, a small corpus), keep more
-        # characters in it, never in the place of a merge (which shortens every text it is found in)
-        wider = alphabet_cap(_corpus_characters(paths, again_lines), backend, budget, room=room, cap=cap)
-        if wider > cap:
-            backend = train(wider, first=False)
-    tokens = canonical_order(backend.get_vocab())
+    whole = limit_alphabet is None   # the alphabet holds every character of the text
+    if whole and _alphabet_was_cut(first, cap):
+        whole = False
+        counts, joining = corpus_alphabet(characters if characters is not None
+                                          else _corpus_characters(paths, again_lines), backend)
+        continuing = sum(1 for t in first if t.startswith("##") and len(t) == 3)   # the "##c" the text uses
+        if all(c in first for c in counts):   # exactly `cap` characters: none was cut
+            whole = True
+        elif len(counts) + continuing <= budget:
+            # every character may fit, with the "##" forms the text uses: the trainer's own alphabet, where it fits
+            every = train(None, first=False)
+            if len(every.get_vocab()) <= vocab_size:
+                backend, vocab, whole = every, every.get_vocab(), True
+        if not whole and room > 0 and _alphabet_was_cut(first, cap):
+            # the half-vocabulary cap is a bound for the worst case (every character also needs its "##" form);
+            # where the merges left room unused (CJK characters are words of their own, a small corpus), keep
+            # more characters in it, never in the place of a merge (which shortens every text it is found in)
+            wider = alphabet_cap(counts, backend, budget, room=room, cap=cap)
+            if wider > cap:
+                backend = train(wider, first=False)
+                vocab = backend.get_vocab()
+        if not whole:
+            _uncovered_warning(counts, joining, vocab, vocab_size)
+    if whole:   # every character of the text: each with its "##" form, where they all fit
+        vocab = complete_continuations(vocab, backend, vocab_size)
+    tokens = canonical_order(vocab)
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     save_directory(out_dir, out_dir / VOCAB_FILE, VOCAB_FILE, transformers_config(options))
     return WordPieceTokenizer(out_dir / VOCAB_FILE, options)
