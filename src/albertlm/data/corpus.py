@@ -36,7 +36,9 @@ JSONL lines that are not JSON objects with a string text field (`bad_json_lines`
 text is null (`bad_rows`), JSONL records and Parquet/Arrow rows whose text is empty or blank (`empty_records`),
 and a compressed or Parquet/Arrow file that is corrupt or cut short keeps what was read before the damage
 (`corrupt_files`), a WikiExtractor `<doc>` left open is kept (`unclosed_documents`) and text outside `<doc>`
-blocks skipped (`lines_outside_documents`); a line over MAX_LINE_BYTES is read in pieces (`long_lines_cut`).
+blocks skipped (`lines_outside_documents`); a line over MAX_LINE_BYTES is read in pieces (`long_lines_cut`). A
+JSONL record or a CSV line over MAX_RECORD_BYTES (64 MiB) is the one damage that is fatal: a UserError naming the file
+and line (records are read whole; `max_record_bytes=` of `read_documents` and `check_inputs` sets another limit).
 The first case of each kind is kept in `CorpusCounts.examples` (file, line or row, what is wrong). A wrong
 ``--text-field`` (a Parquet or Arrow file without that column, a JSONL file none of whose first records has it)
 is a UserError, found by :func:`check_inputs` before any work starts; what it learns of each file's head (its
@@ -124,6 +126,13 @@ MAX_DOCUMENT_CHARS = 10_000_000
 # JSONL lines are read whole: a record is one JSON value.
 MAX_LINE_BYTES = 1 << 20
 MAX_PARAGRAPH_CHARS = 1 << 20
+# A JSONL record and a CSV line are read whole (JSON cannot be parsed in pieces, nor a CSV row), up to this many bytes
+# (the line end not counted); a longer one is a UserError naming its file and line (`record_too_long`), read no
+# further than the limit. A 1 GB line (a JSON array of every record written on one line, a CSV file whose line
+# breaks were lost) was read whole, then decoded and parsed: several GB in each worker. 64 MiB is six times the
+# text a document may hold (MAX_DOCUMENT_CHARS) and far more than any one article; CSV fields have their own limit
+# (CSV_FIELD_LIMIT, a row that goes over it ends the file as a bad row).
+MAX_RECORD_BYTES = 1 << 26
 
 
 @dataclass
@@ -284,11 +293,10 @@ def _pattern_files(pattern: str) -> list[Path]:
     takes patterns, and a shell cannot pass a million names), sorted; a directory it matches gives its files
     as a named directory does. `**` goes into subdirectories; a file reached twice through the one pattern
     (`dir/**` matches a directory and its files) is taken once; hidden names match only a pattern that
-    starts with a dot. No file is a UserError."""
-    import glob
-
+    starts with a dot; `**` follows symbolic links to directories, but not one back to a directory above
+    (`_glob_paths`). No file is a UserError."""
     files: list[Path] = []
-    for match in sorted(glob.glob(pattern, recursive=True)):
+    for match in sorted(_glob_paths(pattern)):
         path = Path(match)
         if path.is_dir():
             if next(_files_below(path), None) is not None:
@@ -299,6 +307,95 @@ def _pattern_files(pattern: str) -> list[Path]:
         raise UserError(f"input not found: no file matches the pattern {pattern}")
     seen: set[Path] = set()
     return [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
+
+
+def _glob_paths(pattern: str) -> list[str]:
+    """`glob.glob(pattern, recursive=True)`, except that a `**` does not follow a symbolic link back to a directory
+    above it (a loop), as a named directory's listing does not (`_files_below`): glob's own `**` went round such a
+    loop until the system refused the path (ELOOP, 40 links), giving each file below it dozens of times, and with two
+    loops (`ln -s . self` beside `ln -s .. up`) it never ended. Patterns without a `**` part are glob's."""
+    import glob
+
+    if os.altsep:
+        pattern = pattern.replace(os.altsep, os.sep)
+    parts = [part for part in pattern.split(os.sep) if part]
+    if "**" not in parts:
+        return glob.glob(pattern, recursive=True)
+    base = os.sep if pattern.startswith(os.sep) else ""
+    found = list(_glob_below(base, parts, frozenset()))
+    if pattern.endswith(os.sep):
+        found = [os.path.join(path, "") for path in found if os.path.isdir(path)]
+    return found
+
+
+def _glob_below(base: str, parts: list[str], ancestors: frozenset[str]) -> Iterator[str]:
+    """The paths below the directory `base` ("" the working directory) matching the pattern `parts` (glob's rules:
+    a `*` or `?` part matches no hidden name unless it starts with a dot, `**` any depth of non-hidden
+    directories, and alone at the end every non-hidden file and directory below too); `ancestors`: the real paths
+    of the directories `**` came through, whose links are not followed again."""
+    import fnmatch
+
+    if not parts:
+        yield base
+        return
+    head, rest = parts[0], parts[1:]
+    if head == "**":
+        ancestors = ancestors | {os.path.realpath(base or os.curdir)}
+        if rest:
+            yield from _glob_below(base, rest, ancestors)
+            for path, directory, below in _walk(base, ancestors):
+                if directory:
+                    yield from _glob_below(path, rest, below)
+        else:
+            yield os.path.join(base, "")
+            yield from (path for path, _, _ in _walk(base, ancestors))
+        return
+    if _glob_magic(head):
+        matches = [(path, directory) for name, path, directory in _entries(base)
+                   if fnmatch.fnmatchcase(name, head) and (head.startswith(".") or not name.startswith("."))]
+    else:
+        path = os.path.join(base, head)
+        matches = [(path, os.path.isdir(path))] if os.path.lexists(path) else []
+    for path, directory in matches:
+        if not rest:
+            yield path
+        elif directory:
+            yield from _glob_below(path, rest, ancestors)
+
+
+def _walk(base: str, ancestors: frozenset[str]) -> Iterator[tuple[str, bool, frozenset[str]]]:
+    """(path, whether it is a directory, the real paths of the directories above it and of itself) of every
+    non-hidden entry below `base`, sorted by name, through links to directories except those to one of `ancestors`
+    (the real paths of `base` and the directories above it): a loop."""
+    for name, path, directory in _entries(base):
+        if name.startswith("."):
+            continue
+        if not directory:
+            yield path, False, ancestors
+            continue
+        real = os.path.realpath(path)
+        if real in ancestors:   # a link back to a directory above: a loop
+            continue
+        below = ancestors | {real}
+        yield path, True, below
+        yield from _walk(path, below)
+
+
+def _entries(directory: str) -> list[tuple[str, str, bool]]:
+    """(name, path, whether it is a directory, through links) of each entry of `directory` ("": the working
+    directory), sorted by name; none where it cannot be listed."""
+    try:
+        with os.scandir(directory or os.curdir) as entries:
+            found = []
+            for entry in entries:
+                try:
+                    directory_entry = entry.is_dir()
+                except OSError:
+                    directory_entry = False
+                found.append((entry.name, os.path.join(directory, entry.name), directory_entry))
+    except OSError:
+        return []
+    return sorted(found)
 
 
 def _without_duplicates(files: list[Path]) -> list[Path]:
@@ -919,14 +1016,18 @@ def _inspect(path: Path, fmt: str, columns: bool = False) -> tuple[FileFacts, by
 def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "text",
                    counts: CorpusCounts | None = None,
                    progress: Callable[[int], None] | None = None, *,
-                   facts: Sequence[FileFacts] | None = None) -> Iterator[Document]:
+                   facts: Sequence[FileFacts] | None = None,
+                   max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[Document]:
     """Yield documents from the files in order; memory is bounded by the largest document (and one
     record batch for Parquet/Arrow). `progress(n)` is told how many more bytes of the input files (as
     stored, compressed or not) have been read, before the document read with them is yielded. `facts`: what
     `check_inputs` learned of each file (one per file, in order, under the same `fmt`), so that no file's head is
-    read again; without them each file is inspected here (`inspect_file`).
+    read again; without them each file is inspected here (`inspect_file`). `max_record_bytes`: the longest JSONL
+    record or CSV line read (`MAX_RECORD_BYTES`; a longer one is a UserError, `record_too_long`).
 
-    Empty and binary files are skipped and counted in ``counts``."""
+    Empty and binary files are skipped and counted in ``counts``. A file that cannot be read (gone since it was
+    listed, its permissions changed, an I/O error) is a UserError naming it (`unreadable_input`): the build turned
+    the OSError into "--out ...: cannot write the data (No such file or directory)"."""
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if facts is not None and len(facts) != len(files):
@@ -936,7 +1037,14 @@ def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "
     for k, path in enumerate(files):
         counts.files += 1
         found = facts[k] if facts is not None else None
-        for sentences in _file_documents(Path(path), fmt, text_field, counts, progress, found):
+        documents = _file_documents(Path(path), fmt, text_field, counts, progress, found, max_record_bytes)
+        while True:
+            try:
+                sentences = next(documents)
+            except StopIteration:
+                break
+            except OSError as exc:   # not the consumer's: a generator sees only its own errors
+                raise UserError(unreadable_input(path, exc)) from None
             if sentences:
                 counts.documents += 1
                 counts.sentences += len(sentences)
@@ -945,8 +1053,16 @@ def read_documents(files: Sequence[Path], fmt: str = "auto", text_field: str = "
                 index += 1
 
 
+def unreadable_input(path, exc: OSError) -> str:
+    """The one-line error for an input file that cannot be opened or read (`read_documents`, `check_inputs`)."""
+    if isinstance(exc, FileNotFoundError):
+        return f"input {path} is gone: it was moved or deleted after the inputs were listed; put it back and run again"
+    return f"cannot read input {path}: {exc.strerror or exc}"
+
+
 def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
-                    progress: Callable[[int], None] | None, found: FileFacts | None = None) -> Iterator[list[str]]:
+                    progress: Callable[[int], None] | None, found: FileFacts | None = None,
+                    max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[list[str]]:
     size = path.stat().st_size
     if found is None:
         found = inspect_file(path, fmt)
@@ -973,7 +1089,7 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
             counts.skip("transcoded_files", f"{path}: {found.encoding} text (it starts with a byte order mark), "
                                             "converted to UTF-8 as it is read")
         yield from _read_text_file(path, found.compression, found.format, text_field, counts, progress,
-                                   found.encoding)
+                                   found.encoding, max_record_bytes)
         return
     if progress is not None:
         progress(size)
@@ -981,10 +1097,10 @@ def _file_documents(path: Path, fmt: str, text_field: str, counts: CorpusCounts,
 
 def _read_text_file(path: Path, compression: str | None, file_format: str, text_field: str,
                     counts: CorpusCounts, progress: Callable[[int], None] | None,
-                    encoding: str | None = None) -> Iterator[list[str]]:
+                    encoding: str | None = None, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[list[str]]:
     errors: list[Exception] = []
     stream, raw = _open_lines(path, compression, errors.append, encoding)
-    source = _TextSource(path, stream, counts)
+    source = _TextSource(path, stream, counts, max_record_bytes)
     done = 0
     try:
         for sentences in _READERS[file_format](source, text_field):
@@ -1041,8 +1157,9 @@ class _TextSource:
     first line holding a lone CR (classic Mac OS, or mixed ends) the rest of the file is read through `_Utf8Text`
     (`_convert_rest`), which makes every CR an LF: the same lines, and no layer over the bytes of other files."""
 
-    def __init__(self, path: Path, stream, counts: CorpusCounts):
+    def __init__(self, path: Path, stream, counts: CorpusCounts, max_record_bytes: int = MAX_RECORD_BYTES):
         self.path, self.stream, self.counts, self.line_number = path, stream, counts, 0
+        self.max_record_bytes = max_record_bytes   # the longest line `_whole_lines` reads (`record_too_long`)
 
     def lines(self, whole: bool = False) -> Iterator[str]:
         """Decoded, stripped lines; unless `whole`, a line over MAX_LINE_BYTES comes in pieces (see there)."""
@@ -1060,12 +1177,19 @@ class _TextSource:
             yield self._decoded(raw[:-2] + b"\n" if raw.endswith(b"\r\n") else raw)
 
     def _whole_lines(self) -> Iterator[bytes]:
+        """The file's lines, each whole; a line over `max_record_bytes` (its line end not counted) is a UserError
+        (`record_too_long`), found after reading no more than the limit."""
+        limit = self.max_record_bytes
         while True:
-            for raw in self.stream:
-                # a CR that is no CR LF line end: one before the last two bytes, or one in a line without LF
+            readline = self.stream.readline
+            while raw := readline(limit + 2):   # room for the limit and a CR LF
+                # a CR that is no CR LF line end: one before the last two bytes, or one in a line without LF (the
+                # lines after it are looked at again, as lines, before their length is)
                 if 13 in raw and (raw.find(13, 0, -2) >= 0 or raw[-1] != 10):
                     self._convert_rest(raw)
                     break
+                if len(raw) > limit and len(raw.rstrip(b"\r\n")) > limit:
+                    raise UserError(record_too_long(self.path, self.line_number + 1, limit))
                 yield raw
             else:
                 return
@@ -1122,6 +1246,13 @@ class _TextSource:
 
     def where(self) -> str:
         return f"{self.path} line {self.line_number}"
+
+
+def record_too_long(path: Path, line: int, limit: int = MAX_RECORD_BYTES) -> str:
+    """The one-line error for a JSONL record or CSV line over `limit` bytes (`MAX_RECORD_BYTES`)."""
+    return (f"{path} line {line:,}: a line over {limit:,} bytes, the most a JSON lines record or a CSV line may hold "
+            "(each is read whole): a file holding one JSON document (an array of records) is no JSON lines (write one "
+            "object per line: datasets to_json(path, lines=True)); cut longer texts into documents of their own")
 
 
 def _join_lines(lines: Sequence[str]) -> str:
@@ -1392,6 +1523,9 @@ def _text_column_index(schema, text_field: str, path: Path) -> int:
     if text_field not in schema.names:
         raise UserError(f"{path} has no column {text_field!r} (columns: {', '.join(schema.names[:12])}); "
                         f"choose one with --text-field")
+    if schema.names.count(text_field) > 1:   # pyarrow writes such files; reading them by name was a KeyError
+        raise UserError(f"{path} has {schema.names.count(text_field)} columns named {text_field!r}: which is the text "
+                        "is not known; rename them (or choose another column with --text-field)")
     kind = schema.field(text_field).type
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
@@ -1535,7 +1669,8 @@ def misread_wide(head: bytes) -> bool:
 
 
 def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "text",
-                 facts: list[FileFacts] | None = None) -> list[FileFacts] | None:
+                 facts: list[FileFacts] | None = None, max_record_bytes: int = MAX_RECORD_BYTES
+                 ) -> list[FileFacts] | None:
     """Fail fast on what would otherwise be found mid-build: a Parquet/Arrow file without a string
     `text_field` column or that cannot be opened, `--format parquet/arrow` on other files, and a JSONL
     file none of whose first 100 records has `text_field` (almost surely the wrong --text-field), and a text
@@ -1544,26 +1679,37 @@ def check_inputs(files: Sequence[Path], fmt: str = "auto", text_field: str = "te
     64 KiB are read again).
 
     `facts`, when given, is filled with what was learned of each file (`FileFacts`, one per file in order, with
-    `columns`), for `read_documents(..., facts=)` and the build's table warning; it is also returned."""
+    `columns`), for `read_documents(..., facts=)` and the build's table warning; it is also returned. A JSONL
+    record or CSV line over `max_record_bytes` among those read is a UserError (`record_too_long`), and so is a file
+    that cannot be read (`unreadable_input`)."""
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     for path in map(Path, files):
-        found, head = _inspect(path, fmt, columns=facts is not None)
-        if found.table == "parquet":
-            _text_column_index(_open_parquet(path).schema_arrow, text_field, path)
-        elif found.table == "arrow":
-            with _pyarrow().OSFile(str(path)) as source:
-                _text_column_index(_open_arrow(path, source)[0], text_field, path)
-        else:
-            _check_encoding(path, head, found.encoding)
-            guessed = fmt if fmt != "auto" else _guessed_format(path, found)
-            if guessed == "jsonl":
-                _check_jsonl(path, found.compression, text_field, head)
-            elif guessed == "csv":
-                _check_csv(path, found.compression, text_field, head)
+        try:
+            found = _check_input(path, fmt, text_field, facts is not None, max_record_bytes)
+        except OSError as exc:
+            raise UserError(unreadable_input(path, exc)) from None
         if facts is not None:
             facts.append(found)
     return facts
+
+
+def _check_input(path: Path, fmt: str, text_field: str, columns: bool, max_record_bytes: int) -> FileFacts:
+    """`check_inputs`'s checks of one file; its `FileFacts`."""
+    found, head = _inspect(path, fmt, columns=columns)
+    if found.table == "parquet":
+        _text_column_index(_open_parquet(path).schema_arrow, text_field, path)
+    elif found.table == "arrow":
+        with _pyarrow().OSFile(str(path)) as source:
+            _text_column_index(_open_arrow(path, source)[0], text_field, path)
+    else:
+        _check_encoding(path, head, found.encoding)
+        guessed = fmt if fmt != "auto" else _guessed_format(path, found)
+        if guessed == "jsonl":
+            _check_jsonl(path, found.compression, text_field, head, max_record_bytes)
+        elif guessed == "csv":
+            _check_csv(path, found.compression, text_field, head, max_record_bytes)
+    return found
 
 
 def _guessed_format(path: Path, found: FileFacts) -> str:
@@ -1585,7 +1731,8 @@ def _head_or_file(path: Path, compression: str | None, head: bytes | None):
     return open_text_stream(path, compression, lambda exc: None)
 
 
-def _check_jsonl(path: Path, compression: str | None, text_field: str, head: bytes | None = None) -> None:
+def _check_jsonl(path: Path, compression: str | None, text_field: str, head: bytes | None = None,
+                 max_record_bytes: int = MAX_RECORD_BYTES) -> None:
     """A JSONL file one of whose first JSONL_CHECK_RECORDS records has `text_field`; one whose first
     JSONL_CHECK_RECORDS non-blank lines hold no JSON object at all is no JSONL file (a `.json` file holding one
     JSON document: an array of records, pretty-printed JSON), which the build read to its end, twice, to say
@@ -1593,7 +1740,7 @@ def _check_jsonl(path: Path, compression: str | None, text_field: str, head: byt
     stream, raw = _head_or_file(path, compression, head)
     first = first_bad = None
     try:
-        source = _TextSource(path, stream, CorpusCounts())
+        source = _TextSource(path, stream, CorpusCounts(), max_record_bytes)
         records = lines = 0
         for line in source.lines(whole=True):
             if not line:
@@ -1621,12 +1768,13 @@ def _check_jsonl(path: Path, compression: str | None, text_field: str, head: byt
                         "per line (datasets: to_json(path, lines=True))")
 
 
-def _check_csv(path: Path, compression: str | None, text_field: str, head: bytes | None = None) -> None:
+def _check_csv(path: Path, compression: str | None, text_field: str, head: bytes | None = None,
+               max_record_bytes: int = MAX_RECORD_BYTES) -> None:
     """A CSV file whose header line names `text_field` (else a UserError listing its columns); an empty file is
     left to the reader, which skips it as one. `head`: its first 64 KiB, read already (`_head_or_file`)."""
     stream, raw = _head_or_file(path, compression, head)
     try:
-        rows = _csv_rows(_TextSource(path, stream, CorpusCounts()))
+        rows = _csv_rows(_TextSource(path, stream, CorpusCounts(), max_record_bytes))
         header = next((row for row in rows if any(cell.strip() for cell in row)), None)
     finally:
         stream.close()
