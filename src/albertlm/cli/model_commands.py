@@ -187,7 +187,7 @@ def _tf_info(path, config: str | None = None) -> dict[str, typing.Any]:
               **({"other": sum(tf["unused"].values()) - pooler} if sum(tf["unused"].values()) > pooler else {})}
     return dict(directory=str(tf["prefix"]), format="tf", model_class=tf["model_class"], config=tf["config"],
                 stored_parameters=tf["stored_parameters"], files=tf["files"], unused=unused,
-                absent=_absent_parts(tf["missing"]), refused=tf["refused"])
+                absent=_absent_parts(tf["missing"]), refused=tf.get("refused"))
 
 
 def _is_tf(path) -> bool:
