@@ -109,7 +109,7 @@ BAD = [
     ({"base": "smoke", "device": "gpu"}, ["device must be auto, cpu, cuda or cuda:N"]),
     ({"base": "smoke", "seeds": [1, 1]}, ["seeds must be a list of distinct integers"]),
     ({"base": "smoke", "micro_batch_size": 3}, ["micro_batch_size: batch_size 8 is not a multiple of"]),
-    ({"base": "smoke", "finetune_tasks": []}, ["finetune_tasks must be a non-empty list"]),
+    ({"base": "smoke", "finetune_tasks": "sst2"}, ["finetune_tasks must be a list of tasks", "[] for none"]),
     ({"base": "smoke", "finetune_tasks": [{"name": "sst"}]}, ["finetune_tasks[0].name: unknown GLUE task 'sst'"]),
     ({"base": "smoke", "finetune_tasks": [{"name": "ax"}]}, ["finetune_tasks[0].name: ax", "no training data"]),
     ({"base": "smoke", "finetune_tasks": [{"name": "rte", "epoch": 2}]},

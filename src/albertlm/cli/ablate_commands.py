@@ -6,6 +6,7 @@ fine-tune each one and a no-pretraining baseline of its shape, and write the pap
     albertlm ablate --grid my_grid.toml --scale cpu --corpus my_corpus --out runs/mine --list-jobs
     albertlm ablate --grid table3 --scale smoke --corpus corpus/ko --tokenizer my_vocab.txt --out runs/ko
     albertlm ablate --grid table5 --scale my_scale.toml --corpus corpus/en --out runs/laptop   # base = "cpu" + changes
+    albertlm ablate --grid table3 --scale ko.toml --corpus corpus/ko --out runs/ko   # finetune_tasks = []: no GLUE
 
 Rerunning the same command skips the finished runs and continues a killed one (see experiments/runner.py); a
 second one on an --out that a running one holds is refused (`--report-only` and `--list-jobs` work meanwhile).
@@ -28,7 +29,7 @@ class AblateOptions:
     """`albertlm ablate`: the paper's ablations on a corpus."""
     out: str                             # suite directory: prepared data, one directory per run, report.md
     grid: str = "paper"                  # table3, table4, table5, dropout, figure1, paper (all), or a JSON / TOML grid file (a list of variants with name, embedding, sharing, task, dropout, model: docs/paper.md)
-    scale: str = "cpu"                   # model size, steps and fine-tuning protocol: smoke, cpu, gpu, cpu-v1, cpu-v2 (experiments/scales.py), or a TOML / JSON scale file: base = "cpu" and the fields it changes (hidden_size, max_seq_length, batch_size, lr, finetune_tasks, ...: docs/paper.md)
+    scale: str = "cpu"                   # model size, steps and fine-tuning protocol: smoke, cpu, gpu, cpu-v1, cpu-v2 (experiments/scales.py), or a TOML / JSON scale file: base = "cpu" and the fields it changes (hidden_size, max_seq_length, batch_size, lr, finetune_tasks, ...: docs/paper.md; finetune_tasks = [] for held-out accuracy only, no fine-tuning)
     corpus: str = ""                     # directory with train.txt and heldout.txt (held-out documents); needed unless --report-only
     tokenizer: str = ""                  # your own tokenizer instead of the SentencePiece model the suite trains on the corpus: a SentencePiece .model, a WordPiece vocab.txt, a tokenizer.json, or a directory holding one (V = its vocabulary size); a rerun gives the same one
     glue_dir: str = "../shared/data/glue"  # GLUE task folders (SST-2, STS-B, ...) for the downstream evaluation
@@ -113,6 +114,12 @@ def _run(o: AblateOptions) -> int:
     changes = {k: v for k, v in (("max_steps", o.max_steps), ("finetune_seeds", o.finetune_seeds),
                                  ("finetune_lr", o.finetune_lr), ("vocab_size", o.vocab_size)) if v}
     scale = get_scale(o.scale, **changes)
+    given = [flag for flag, value in (("--finetune-seeds", o.finetune_seeds), ("--finetune-lr", o.finetune_lr))
+             if value]
+    if scale.intrinsic_only and given:   # they would change nothing (and be recorded as if they had)
+        raise UserError(f"{scale.file}: finetune_tasks = [] (no fine-tuning: held-out accuracy only), so "
+                        f"{' and '.join(given)} {'has' if len(given) == 1 else 'have'} nothing to fine-tune; name a "
+                        f"task in the scale file to fine-tune, or leave {'it' if len(given) == 1 else 'them'} out")
     if scale.file and o.tokenizer and scale.vocab_size != SCALES[scale.name].vocab_size:
         raise UserError(f"{scale.file}: vocab_size sets the vocabulary of the tokenizer the suite trains; --tokenizer "
                         f"{o.tokenizer} brings its own (V = its vocabulary size): give one of them")

@@ -91,6 +91,16 @@ def _metrics_text(tasks: Iterable[str]) -> str:
     return ", ".join(parts)
 
 
+def _finetuning_text(scale: dict) -> str:
+    """The report's sentence on a scale's fine-tuning protocol (its tasks, samples, epochs, rate, seeds, metrics)."""
+    tasks = scale["finetune_tasks"]
+    return ("Fine-tuning: " + ", ".join(f"{_task_title(t['name'])} ({t['max_train'] or 'all'} train examples, "
+                                        f"{t['epochs']} epochs)" for t in tasks)
+            + f", lr {scale['finetune_lr']}, batch {scale['finetune_batch_size']}, "
+            + _finetune_seeds_text(scale.get("finetune_seeds", 1))
+            + f"; dev scores of the best epoch ({_metrics_text(t['name'] for t in tasks)}), x100.")
+
+
 def _finetune_seeds_text(n: int) -> str:
     if n == 1:
         return "one fine-tuning seed per model (the model's own)"
@@ -280,7 +290,9 @@ def _scale_e(scale: Scale | None, e: int) -> str:
     return f"{e} (ours {scale.embedding_sizes[PAPER_E.index(e)]})" if scale else str(e)
 
 
-def table3(agg, tasks, scale) -> list[str]:
+def table3(agg, tasks, scale, downstream: bool = True) -> list[str]:
+    """`downstream` False (a suite without fine-tuning, `intrinsic_only`): the downstream columns (ours, the
+    scratch baselines' and the paper's) are left out, as in every paper table below."""
     head = ["ALBERT base", "E", "Params (ours)", "Params (paper)", "MLM", *[_task_title(t) for t in tasks],
             "scratch Avg", "paper SST-2", "paper Avg"]
     rows = []
@@ -290,10 +302,10 @@ def table3(agg, tasks, scale) -> list[str]:
             p = PAPER_TABLE3[(sharing, e)]
             rows.append([SHARING_NAMES[sharing], _scale_e(scale, e), _params(row), f"{p[0]}M", cell(_get(row, "mlm_acc")),
                          *_downstream_cells(row, tasks), _scratch_avg(agg, row), paper(p[1]), paper(p[2])])
-    return _md(head, rows)
+    return _md(*_intrinsic(head, rows, 5, downstream))
 
 
-def table4(agg, tasks, scale) -> list[str]:
+def table4(agg, tasks, scale, downstream: bool = True) -> list[str]:
     head = ["ALBERT base", "model", "Params (ours)", "Params (paper)", "MLM", *[_task_title(t) for t in tasks],
             "scratch Avg", "paper SST-2", "paper Avg"]
     rows = []
@@ -304,10 +316,10 @@ def table4(agg, tasks, scale) -> list[str]:
             rows.append([f"E={_scale_e(scale, e)}", SHARING_NAMES[sharing], _params(row), f"{p[0]}M",
                          cell(_get(row, "mlm_acc")), *_downstream_cells(row, tasks), _scratch_avg(agg, row),
                          paper(p[1]), paper(p[2])])
-    return _md(head, rows)
+    return _md(*_intrinsic(head, rows, 5, downstream))
 
 
-def table5(agg, tasks, scale) -> list[str]:
+def table5(agg, tasks, scale, downstream: bool = True) -> list[str]:
     head = ["SP task", "MLM", "NSP", "NSP length-balanced", "SOP", "SOP length-balanced", "paper MLM / NSP / SOP",
             *[_task_title(t) for t in tasks], "paper SST-2", "paper Avg"]
     rows = []
@@ -317,7 +329,16 @@ def table5(agg, tasks, scale) -> list[str]:
         rows.append([TASK_NAMES[task], cell(_get(row, "mlm_acc")), cell(_get(row, "nsp_acc")),
                      _balanced_cell(row, "nsp"), cell(_get(row, "sop_acc")), _balanced_cell(row, "sop"),
                      f"{p[0]} / {p[1]} / {p[2]}", *_downstream_cells(row, tasks), paper(p[3]), paper(p[4])])
-    return _md(head, rows)
+    return _md(*_intrinsic(head, rows, 7, downstream))
+
+
+def _intrinsic(head: list[str], rows: list[list[str]], columns: int, downstream: bool):
+    """A paper table's head and rows, cut to its first `columns` (the intrinsic ones) when `downstream` is False:
+    a suite without fine-tuning has no downstream cell to show, and the paper's downstream numbers nothing of
+    ours to be compared with."""
+    if downstream:
+        return head, rows
+    return head[:columns], [r[:columns] for r in rows]
 
 
 def _balanced_cell(row: dict | None, task: str) -> str:
@@ -360,7 +381,7 @@ def length_balanced_lines(agg: dict, missing: dict[str, str]) -> list[str]:
     return [text, ""]
 
 
-def dropout_table(agg, tasks, scale) -> list[str]:
+def dropout_table(agg, tasks, scale, downstream: bool = True) -> list[str]:
     head = ["ALBERT", "MLM", "SOP", *[_task_title(t) for t in tasks], "paper SST-2", "paper Avg"]
     rows = []
     for flag in (True, False):
@@ -368,7 +389,7 @@ def dropout_table(agg, tasks, scale) -> list[str]:
         p = PAPER_DROPOUT[flag]
         rows.append(["With dropout" if flag else "Without dropout", cell(_get(row, "mlm_acc")),
                      cell(_get(row, "sop_acc")), *_downstream_cells(row, tasks), p[0], p[1]])
-    return _md(head, rows)
+    return _md(*_intrinsic(head, rows, 3, downstream))
 
 
 def figure1_table(agg) -> list[str]:
@@ -517,10 +538,11 @@ def _separated(a: dict | None, b: dict | None) -> bool | None:
     return a["min"] > b["max"]
 
 
-def claims(agg, planned: dict | None = None) -> dict[str, dict]:
+def claims(agg, planned: dict | None = None, downstream: bool = True) -> dict[str, dict]:
     """Automatic checks of claims 1-5 with the rule each uses; docs/paper.md gives the judgement. `planned`:
     the paper's configurations the suite's grids plan (their labels) and its seed count, so a claim its grids
-    can never measure says so instead of "not measured yet"."""
+    can never measure says so instead of "not measured yet". `downstream` False (a suite without fine-tuning,
+    `intrinsic_only`): the claims judged on downstream scores (2, 3 and 5) are `NO_FINETUNING`."""
     v = agg["variants"]
     get = lambda variant, key: (row_of(agg, variant) or {}).get(key)  # noqa: E731
     out = {}
@@ -583,12 +605,26 @@ def claims(agg, planned: dict | None = None) -> dict[str, dict]:
     out["5"] = {"holds": (all(measured.values()) if measured else None),  # any measured failure = does not hold
                 "rule": "each pretrained variant's downstream Avg: lowest seed above the highest scratch seed",
                 "per_variant": checks, "measured": len(measured), "variants": len(checks)}
+    if not downstream:
+        for key in DOWNSTREAM_CLAIMS:
+            out[key] = {"holds": None, "why": NO_FINETUNING, "rule": out[key]["rule"]}
     if planned is not None:
         _why_unmeasured(out, planned)
         _short_of_seeds(out, agg, planned)
     if len(models) == 2:
         _claim4_seeds(out["4"], models["ALBERT"], models["BERT"])
     return out
+
+
+# the claims whose rules compare downstream (fine-tuning) scores, and what they say in a suite without fine-tuning
+DOWNSTREAM_CLAIMS = ("2", "3", "5")
+NO_FINETUNING = "not measured (no fine-tuning task in this scale)"
+
+
+def intrinsic_only(scale: dict | None, tasks: list[str]) -> bool:
+    """Whether a suite fine-tuned nothing: its scale (suite.json's) has no fine-tuning task (a scale file's
+    `finetune_tasks = []`) and no finished job has a downstream score (`tasks`: the report's task columns)."""
+    return isinstance(scale, dict) and scale.get("finetune_tasks") == [] and not tasks
 
 
 def _claim4_seeds(c: dict, albert: dict, bert: dict) -> None:
@@ -744,6 +780,8 @@ def _verdict(c: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- plots
 def plots(agg: dict, data: dict, out: Path) -> list[Path]:
+    """figure1.png, downstream.png and pretraining_curves.png, each when it has something to draw (no
+    downstream.png in a suite without fine-tuning: no downstream score, no baseline)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -767,7 +805,8 @@ def plots(agg: dict, data: dict, out: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         fig.tight_layout()
         written.append(_save(fig, out / "figure1.png", plt))
-    if agg["variants"]:
+    scored = any(k.startswith("ft_") for row in [*agg["variants"].values(), *agg["shapes"].values()] for k in row)
+    if agg["variants"] and scored:
         labels = list(agg["variants"])
         fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(labels) + 2), 4))
         named: set[str] = set()      # each series in the legend once, from its first point (not the first model's)
@@ -854,7 +893,8 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
     no_length_rule = fill_length_rules(out, data, warn)
     agg = aggregate(data, scale)
     tasks = _tasks(agg)
-    checked = claims(agg, planned_paper_configs(data["suite"], scale))
+    downstream = not intrinsic_only(scale_dict, tasks)
+    checked = claims(agg, planned_paper_configs(data["suite"], scale), downstream)
     lines = [f"# Ablation report: `{out}`", ""]
     if scale_dict:
         named = f" as changed by the scale file `{scale_dict['file']}`" if scale_dict.get("file") else ""
@@ -863,27 +903,33 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
                   f"T={scale_dict['max_seq_length']}, {scale_dict['max_steps']} steps x {scale_dict['batch_size']} "
                   f"sequences = {_tokens(scale_dict['tokens_per_run'])} tokens per run, {scale_dict['optimizer']} "
                   f"lr {scale_dict['lr']}, {scale_dict['masking']} masking; E values {scale_dict['embedding_sizes']} "
-                  f"stand for the paper's {list(PAPER_E)}; pretraining seeds {scale_dict['seeds']}. Fine-tuning: "
-                  + ", ".join(f"{_task_title(t['name'])} ({t['max_train'] or 'all'} train examples, {t['epochs']} "
-                              f"epochs)" for t in scale_dict["finetune_tasks"])
-                  + f", lr {scale_dict['finetune_lr']}, batch {scale_dict['finetune_batch_size']}, "
-                  + _finetune_seeds_text(scale_dict.get("finetune_seeds", 1))
-                  + f"; dev scores of the best epoch ({_metrics_text(t['name'] for t in scale_dict['finetune_tasks'])})"
-                  f", x100.", ""]
+                  f"stand for the paper's {list(PAPER_E)}; pretraining seeds {scale_dict['seeds']}. "
+                  + (_finetuning_text(scale_dict) if scale_dict.get("finetune_tasks") else
+                     "Fine-tuning: none (no fine-tuning task in this scale): the models are compared by their "
+                     "held-out MLM, SOP and NSP accuracy and their layer transitions; no downstream scores, no "
+                     "no-pretraining baselines."), ""]
     grids = _suite_grids(data["suite"])
     if grids:
         lines += [f"Grid{'s' * (len(grids) != 1)} run into this directory: {', '.join(f'`{g}`' for g in grids)}"
                   + (" (its plan is the union of theirs)" if len(grids) > 1 else "") + ".", ""]
-    lines += corpus_facts(out)
+    lines += corpus_facts(out, downstream)
     planned = len(data["suite"].get("jobs", []))
     runs, baselines = len(data['pretrain']), len(data['scratch'])
-    lines += [f"Finished: {runs} pretraining run{'s' * (runs != 1)} and {baselines} no-pretraining "
-              f"baseline{'s' * (baselines != 1)} of {planned} jobs planned. Cells are mean ± sample standard "
-              f"deviation over seeds (the count in parentheses when it is not 2); – = not finished. Paper columns: the paper's ALBERT-base "
-              f"(Tables 3-5) and ALBERT-xxlarge (Table 8) numbers; its Avg is over SQuAD1.1, SQuAD2.0, MNLI, SST-2 "
-              f"and RACE, ours over the tasks above, so compare orderings, not values. Params (ours): embeddings + "
-              f"encoder + pooler, heads apart; the paper's shared rows count the pooler, its not-shared rows leave "
-              f"it out (H² + H, 0.59M at its H = 768).", ""]
+    cells = ("Cells are mean ± sample standard deviation over seeds (the count in parentheses when it is not 2); "
+             "– = not finished. ")
+    params = ("Params (ours): embeddings + encoder + pooler, heads apart; the paper's shared rows count the pooler, "
+              "its not-shared rows leave it out (H² + H, 0.59M at its H = 768).")
+    if downstream:
+        lines += [f"Finished: {runs} pretraining run{'s' * (runs != 1)} and {baselines} no-pretraining "
+                  f"baseline{'s' * (baselines != 1)} of {planned} job{'s' * (planned != 1)} planned. {cells}Paper "
+                  f"columns: the paper's ALBERT-base (Tables 3-5) and ALBERT-xxlarge (Table 8) numbers; its Avg is "
+                  f"over SQuAD1.1, SQuAD2.0, MNLI, SST-2 and RACE, ours over the tasks above, so compare orderings, "
+                  f"not values. {params}", ""]
+    else:
+        lines += [f"Finished: {runs} pretraining run{'s' * (runs != 1)} of {planned} job{'s' * (planned != 1)} "
+                  f"planned (no fine-tuning task in this scale: no no-pretraining baselines, and the tables leave "
+                  f"out every downstream column, the paper's too). {cells}Paper columns: the paper's ALBERT-base "
+                  f"held-out accuracies and sizes. {params}", ""]
     missing = unfinished_jobs(data)
     if missing:
         lines += [f"**Not finished:** {len(missing)} of the {planned} jobs planned (running, not started, failed, or "
@@ -926,11 +972,11 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
         lines.append(f"{key}. {title}: **{_verdict(c)}** ({caveat}{detail + '; ' if detail else ''}{parts}"
                      f"{c['rule']}{beside})")
     lines += [""]
-    sections = [("Table 5: sentence-prediction task (intrinsic accuracy on held-out SOP and NSP data, downstream)",
-                 table5(agg, tasks, scale)),
-                ("Table 4: cross-layer parameter sharing", table4(agg, tasks, scale)),
-                ("Table 3: embedding size E", table3(agg, tasks, scale)),
-                ("Dropout (the paper's Table 8, ALBERT-xxlarge)", dropout_table(agg, tasks, scale)),
+    sections = [("Table 5: sentence-prediction task (intrinsic accuracy on held-out SOP and NSP data"
+                 + (", downstream)" if downstream else ")"), table5(agg, tasks, scale, downstream)),
+                ("Table 4: cross-layer parameter sharing", table4(agg, tasks, scale, downstream)),
+                ("Table 3: embedding size E", table3(agg, tasks, scale, downstream)),
+                ("Dropout (the paper's Table 8, ALBERT-xxlarge)", dropout_table(agg, tasks, scale, downstream)),
                 ("Figure 1: input vs output embedding of each layer (held-out data, seed mean)", figure1_table(agg))]
     if any(g not in NAMED for g in grids or [None]):   # a user grid: only the paper's tables it has a configuration of
         used = [any(row_of(agg, v) for v in GRIDS[name].variants)
@@ -938,9 +984,10 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
         sections = [section for section, keep in zip(sections, used) if keep]
     unfinished = unfinished_variants(agg, data["suite"])
     sections += [("Every pretrained model: parameters and held-out accuracy",
-                  models_table(agg, unfinished, scale)),
-                 ("No pretraining: every pretrained model vs the same shape trained from scratch",
-                  scratch_table(agg, tasks, unfinished))]
+                  models_table(agg, unfinished, scale))]
+    if downstream:   # (a suite without fine-tuning has no baselines: they are random models fine-tuned)
+        sections += [("No pretraining: every pretrained model vs the same shape trained from scratch",
+                      scratch_table(agg, tasks, unfinished))]
     for title, table in sections:
         lines += [f"## {title}", "", *table, ""]
         if title.startswith("Table 5:"):
@@ -954,7 +1001,9 @@ def write_report(out: str | Path, warn=None) -> list[Path]:
     results = out / "results.json"
     planned_grids = {r.get("name"): r.get("grids") for r in data["suite"].get("runs") or [] if isinstance(r, dict)}
     runs = {name: {**r, "grids": planned_grids.get(name) or r.get("grids")} for name, r in data["pretrain"].items()}
+    # downstream: null when measured; in a suite without fine-tuning, why not (as claims 2, 3 and 5 say)
     text = json.dumps({"scale": scale_dict, "grid": data["suite"].get("grid"), "grids": grids, "claims": checked,
+                       "downstream": None if downstream else NO_FINETUNING,
                        "mlm_unigram_baseline": baseline, "sentence_length_baseline": lengths,
                        "unreadable": data["unreadable"], "unfinished": missing,
                        "aggregate": agg, "runs": runs, "scratch": data["scratch"]},
@@ -1175,10 +1224,10 @@ def not_english(out: Path) -> bool:
     return isinstance(latin, (int, float)) and latin < ENGLISH_LATIN_SHARE
 
 
-def corpus_facts(out: Path) -> list[str]:
+def corpus_facts(out: Path, downstream: bool = True) -> list[str]:
     """The tokenizer's facts from prepared.json (the one given with --tokenizer, or the one trained on the corpus
     with its character coverage), and a note when the corpus is not written in Latin letters, so that the
-    (English) GLUE fine-tuning says little about it."""
+    (English) GLUE fine-tuning says little about it (no note in a suite without fine-tuning: `downstream` False)."""
     path = out / "prepared" / "prepared.json"
     if not path.is_file():
         return []
@@ -1196,9 +1245,11 @@ def corpus_facts(out: Path) -> list[str]:
         lines.append(f"Tokenizer: SentencePiece unigram, V={settings.get('vocab_size')}, trained on the corpus "
                      f"with character coverage {coverage}"
                      + (f" (lowered from the default {tok.get('default_coverage')}: the corpus has more distinct "
-                        f"characters than V allows; the rarest become <unk>)." if lowered else "."))
+                        f"characters than V allows; the rarest become <unk>)." if lowered else ".")
+                     + (" Lowercased; accents and marks kept (the corpus is mostly not Latin letters: ALBERT's "
+                        "accent stripping would turn ガ into カ)." if tok.get("keep_accents") else ""))
     latin, fit = prepared.get("latin_share"), prepared.get("glue_tokens") or {}
-    if latin is not None and latin < ENGLISH_LATIN_SHARE:
+    if latin is not None and latin < ENGLISH_LATIN_SHARE and downstream:
         cut = (f" Its tokenizer spells {fit['spelled_word_share'] * 100:.0f}% of GLUE's words of 3+ letters "
                f"letter by letter and makes {fit['unk_share'] * 100:.0f}% of GLUE's tokens <unk>."
                if fit.get("words") else "")

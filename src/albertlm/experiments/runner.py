@@ -6,6 +6,10 @@ baseline), each ending in one result JSON; `--jobs N` runs N jobs at a time in w
     OUT/scratch/NAME/  the same shape from random weights: init/, finetune/TASK-sSEED/, result.json
     OUT/suite.json  the scale, the grid and the job list;   OUT/report.md, results.json, *.png (report.py)
 
+A scale without fine-tuning tasks (`Scale.intrinsic_only`, a scale file's `finetune_tasks = []`) plans the
+pretraining runs only (held-out MLM / SOP / NSP accuracy and layer transitions; no baselines); a task added to
+its scale later fine-tunes the finished runs from their kept checkpoints and runs the baselines.
+
 Resumable: a job whose result.json exists is skipped; a pretraining run killed midway continues from its
 newest checkpoint (the loop's exact resume); a fine-tuning killed midway starts again (they are short).
 An --out where nothing was measured yet (no result, no checkpoint: every job failed) takes a run with other
@@ -86,9 +90,11 @@ class Job:
 
 
 # ------------------------------------------------------------------------------------------------- plan
-def plan_jobs(runs: list[Run]) -> list[Job]:
+def plan_jobs(runs: list[Run], baselines: bool = True) -> list[Job]:
     """Pretraining runs in priority order; after each grid's first-seed runs, the no-pretraining baselines of
-    the shapes they introduced (one per shape and seed), so claim 5 is measurable as early as possible."""
+    the shapes they introduced (one per shape and seed), so claim 5 is measurable as early as possible.
+    `baselines` False (a scale without fine-tuning tasks, `suite_jobs`): the pretraining runs only (a baseline is
+    a random model fine-tuned, nothing else)."""
     jobs: list[Job] = []
     shapes_done: set[str] = set()
     pending: dict[str, Run] = {}
@@ -100,7 +106,7 @@ def plan_jobs(runs: list[Run]) -> list[Job]:
             if baseline_of.setdefault(shape_name(run), key) != key:
                 raise UserError(f"variants {run.variant!r} and another one have different shapes but the same "
                                 f"no-pretraining baseline name {shape_name(run)!r}; rename one")
-            for seed in seeds:
+            for seed in seeds if baselines else ():
                 jobs.append(Job("scratch", f"{shape_name(run)}-s{seed}", run, seed))
             shapes_done.add(key)
         pending.clear()
@@ -114,6 +120,12 @@ def plan_jobs(runs: list[Run]) -> list[Job]:
         if last_of_block:
             flush()
     return jobs
+
+
+def suite_jobs(suite: Suite) -> list[Job]:
+    """The suite's jobs (`plan_jobs`): without the no-pretraining baselines when its scale fine-tunes nothing
+    (`Scale.intrinsic_only`); a task added to the scale later plans them, and fine-tunes the finished runs."""
+    return plan_jobs(suite.runs, baselines=not suite.scale.intrinsic_only)
 
 
 def shape_name(run: Run) -> str:
@@ -408,11 +420,21 @@ def prepared_difference(saved: Any, settings: dict) -> str:
 COVERAGES = (0.9995, 0.999, 0.995, 0.99, 0.98)
 
 
+# below this share of ASCII Latin letters among a corpus's letters (`latin_share`: Korean, Japanese, Chinese, Russian,
+# Hindi...), the suite's tokenizer keeps accents and marks: ALBERT's accent stripping (NFKD, combining characters
+# dropped), meant for English, turns ガ into カ, й into и and drops Devanagari's vowel signs
+KEEP_ACCENTS_BELOW = 0.5
+
+
 def train_tokenizer(train: Path, out: Path, vocab_size: int, scale_name: str = "", log=print) -> dict:
-    """The suite's SentencePiece model; returns {"character_coverage": c, "default_coverage": d}."""
+    """The suite's SentencePiece model, lowercased as ALBERT's, its accents stripped as ALBERT's unless the corpus
+    is mostly not Latin letters (`KEEP_ACCENTS_BELOW`); returns {"character_coverage": c, "default_coverage": d,
+    "keep_accents": bool}."""
     from albertlm.tokenization.sentencepiece import (SentencePieceOptions, SentencePieceTrainOptions,
                                                      train_sentencepiece)
 
+    latin = latin_share(train)
+    keep_accents = latin is not None and latin < KEEP_ACCENTS_BELOW
     default = SentencePieceTrainOptions().character_coverage
     last = ""
     for coverage in (default, *COVERAGES):
@@ -420,7 +442,8 @@ def train_tokenizer(train: Path, out: Path, vocab_size: int, scale_name: str = "
             train_sentencepiece([train], out, SentencePieceTrainOptions(vocab_size=vocab_size,
                                                                         character_coverage=coverage,
                                                                         input_sentence_size=2_000_000),
-                                SentencePieceOptions(do_lower_case=True, keep_accents=False), show_progress=False)
+                                SentencePieceOptions(do_lower_case=True, keep_accents=keep_accents),
+                                show_progress=False)
         except UserError as exc:
             too_high = re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", str(exc))
             if too_high:
@@ -435,7 +458,7 @@ def train_tokenizer(train: Path, out: Path, vocab_size: int, scale_name: str = "
             log(f"prepare: the corpus has more distinct characters than V={vocab_size} allows at SentencePiece's "
                 f"default character coverage {default}: trained with coverage {coverage} (rarer characters "
                 f"become <unk>)")
-        return {"character_coverage": coverage, "default_coverage": default}
+        return {"character_coverage": coverage, "default_coverage": default, "keep_accents": keep_accents}
     needed = re.search(r"vs (\d+)", last)
     suggest = f"--vocab-size {-(-int(needed.group(1)) * 3 // 200) * 100} or more, or " if needed else ""
     raise UserError(f"the corpus has more distinct characters than scale {scale_name}'s vocabulary V={vocab_size} "
@@ -457,6 +480,9 @@ def _prepare_fresh(suite: Suite, settings: dict, log, workers: int) -> dict:
     else:
         log(f"prepare: tokenizer (SentencePiece unigram, V={s.vocab_size}) on {train}")
         tokenizer = train_tokenizer(train, suite.tokenizer, s.vocab_size, s.name, log)
+        if tokenizer.get("keep_accents"):
+            log("prepare: the corpus is mostly not Latin letters: its tokenizer keeps accents and marks (ALBERT's "
+                "accent stripping is for English: it would turn ガ into カ, й into и)")
     from albertlm.data.build import BuildConfig, build
 
     metas = {}
@@ -991,7 +1017,7 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
         log(f"--out {suite.out} was fine-tuned with {kept} seeds per model, not {suite.scale.finetune_seeds}: every "
             f"model gets {kept} (its finished models' scores are means over {kept}); another --out for fewer")
         suite = replace(suite, scale=replace(suite.scale, finetune_seeds=kept))
-    planned = plan_jobs(suite.runs)
+    planned = suite_jobs(suite)
     afresh = (suite.out / "suite.json").is_file() and not measured(suite)   # every job so far failed
     if not afresh:
         check_recorded(suite, planned)      # before anything is written: a finished job is another model's
@@ -999,6 +1025,8 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
             check_prepared(suite, stale)
     check_models_kept(suite, planned, stale)   # ... or must be fine-tuned again and its model is gone
     plan = merged_plan(suite, planned)
+    import albertlm.training.checkpoint  # noqa: F401  (the lock's module imports torch, seconds: before --out is
+    # made, so a Ctrl-C meanwhile leaves no empty --out behind; a failed first preparation removes it below)
     created = not suite.out.exists()
     suite.out.mkdir(parents=True, exist_ok=True)
     if not locked:                          # two commands may have made --out at once: one of them runs (the
@@ -1018,8 +1046,10 @@ def _run_suite(suite: Suite, jobs: int, log, max_jobs: int, refinetune: bool, er
     skipped = len(planned) - len(todo)
     if max_jobs > 0:
         todo = todo[:max_jobs]
-    log(f"suite {suite.out}: {len(planned)} jobs ({len(suite.runs)} pretraining runs), {skipped} already done, "
-        f"{len(todo)} to run, {jobs} at a time")
+    log(f"suite {suite.out}: {len(planned)} jobs ({len(suite.runs)} pretraining runs"
+        + (", no fine-tuning nor no-pretraining baselines: the scale has no fine-tuning task"
+           if suite.scale.intrinsic_only else "")
+        + f"), {skipped} already done, {len(todo)} to run, {jobs} at a time")
     failed, finished, postponed = {}, [], []
     start = time.time()
     deadline = start + 60 * max_minutes if max_minutes else None
@@ -1087,7 +1117,7 @@ def preview(suite: Suite, refinetune: bool = False) -> list[tuple[Job, str]]:
     kept = kept_finetune_seeds(suite)
     if kept:   # as the run: the suite's larger count of fine-tuning seeds
         suite = replace(suite, scale=replace(suite.scale, finetune_seeds=kept))
-    planned = plan_jobs(suite.runs)
+    planned = suite_jobs(suite)
     if not ((suite.out / "suite.json").is_file() and not measured(suite)):   # else retire_unmeasured's
         check_recorded(suite, planned)
         if (suite.prepared / "prepared.json").is_file():   # another corpus or data setting: `prepare` refuses it
@@ -1201,7 +1231,9 @@ def merged_plan(suite: Suite, planned: list[Job]) -> dict:
                                 f"the variant")
             runs[run["name"]] = {**new, "grids": list(dict.fromkeys([*(run.get("grids") or []), *new["grids"]]))}
         known = {j["dir"] for j in jobs}
-        jobs = [j for j in old.get("jobs") or [] if j["dir"] not in known] + jobs
+        # a scale without fine-tuning plans no baselines: those of a former plan that fine-tuned are not planned now
+        jobs = [j for j in old.get("jobs") or [] if j["dir"] not in known
+                and not (suite.scale.intrinsic_only and j.get("kind") == "scratch")] + jobs
         order = [r["name"] for r in old.get("runs") or []]
         runs = {name: runs[name] for name in [*order, *(n for n in runs if n not in order)]}
     scale = suite.scale.to_dict()
@@ -1244,6 +1276,10 @@ def check_same_scale(suite: Suite, refinetune: bool = False) -> list[str]:
                         + (f"; also {', '.join(changed[1:])}" if changed[1:] else "")
                         + "): give another --out, or the options it was run with")
     stale, why = _changed_finetuning(old, new)
+    if stale and not refinetune and suite.scale.intrinsic_only:
+        raise UserError(f"--out {suite.out} was fine-tuned ({', '.join(stale)}) and this scale fine-tunes nothing: "
+                        f"add --refinetune to set its fine-tunings aside (they move to {suite.out / 'replaced'}; "
+                        f"nothing is pretrained again) and report held-out accuracy only, or give another --out")
     if stale and not refinetune:
         raise UserError(f"--out {suite.out} was fine-tuned with another protocol ({why}): add --refinetune to "
                         f"fine-tune its kept models again with this one (the old fine-tunings move to "
@@ -1261,6 +1297,8 @@ def kept_finetune_seeds(suite: Suite) -> int:
     if not saved.is_file() or not measured(suite):
         return 0
     scale = read_json_object(saved, "the suite's plan").get("scale")
+    if isinstance(scale, dict) and scale.get("finetune_tasks") == []:
+        return 0                        # it fine-tuned nothing (`Scale.intrinsic_only`): no count to keep
     had = scale.get("finetune_seeds") if isinstance(scale, dict) else None
     return had if isinstance(had, int) and not isinstance(had, bool) and had > suite.scale.finetune_seeds else 0
 
@@ -1430,5 +1468,5 @@ def _note(log, err, name, result, error, start, failed, finished, postponed) -> 
     for task, rule in (intrinsic.get("length_rule") or {}).items():   # `evaluation.length_rule_numbers`
         if isinstance(rule, dict) and isinstance(rule.get("balanced_acc"), (int, float)):
             shown[f"{task}_balanced_acc"] = round(rule["balanced_acc"], 4)
-    log(f"[{(time.time() - start) / 60:6.1f} min] done {name}: {shown} finetune {ft}")
+    log(f"[{(time.time() - start) / 60:6.1f} min] done {name}: {shown}" + (f" finetune {ft}" if ft else ""))
     sys.stdout.flush()

@@ -81,6 +81,12 @@ class Scale:
         return self.embedding_sizes[1]
 
     @property
+    def intrinsic_only(self) -> bool:
+        """No fine-tuning task (a scale file's `finetune_tasks = []`): the suite pretrains and evaluates on held-out
+        data only, with no fine-tuning and no no-pretraining baselines (they are only fine-tuned)."""
+        return not self.finetune_tasks
+
+    @property
     def tokens_per_run(self) -> int:
         return self.max_steps * self.batch_size * self.max_seq_length
 
@@ -218,7 +224,8 @@ def _choices(cls: type, name: str) -> tuple[str, ...]:
 
 def read_scale_file(path: str | Path) -> Scale:
     """A user's scale: a TOML or JSON table with `base` (a named scale) and any of the Scale fields it changes
-    (`finetune_tasks` a list of tables with name, and optionally dir_name, max_train, epochs). Each field is
+    (`finetune_tasks` a list of tables with name, and optionally dir_name, max_train, epochs; an empty list for
+    a suite without fine-tuning, `Scale.intrinsic_only`). Each field is
     checked here (type, range, its agreement with the others); a bad one is a one-line UserError naming the
     file and the field."""
     from albertlm.experiments.grids import read_table_file
@@ -333,9 +340,11 @@ def _field_value(path: Path, key: str, value: Any) -> Any:
                             f"{_shown(value)}")
         return tuple(value)
     if key == "finetune_tasks":
-        if not isinstance(value, list) or not value:
-            raise UserError(f"{where} must be a non-empty list of tasks ({{name = \"sst2\", max_train = 8000, "
-                            f"epochs = 2.0}}: the downstream scores of every model), got {_shown(value)}")
+        # [] (no labelled task in the corpus's language): intrinsic evaluation only, no baselines (`intrinsic_only`)
+        if not isinstance(value, list):
+            raise UserError(f"{where} must be a list of tasks ({{name = \"sst2\", max_train = 8000, epochs = 2.0}}: "
+                            f"the downstream scores of every model; [] for none: held-out MLM / SOP / NSP "
+                            f"accuracy only), got {_shown(value)} ({_kind(value)})")
         tasks = tuple(_finetune_task(f"{where}[{i}]", item) for i, item in enumerate(value))
         names = [t.name for t in tasks]
         twice = next((n for n in names if names.count(n) > 1), None)
