@@ -247,17 +247,44 @@ _in_group = {"group": False}
 
 
 def _agent_store(timeout_s: float):
-    """torchrun's own key-value store (hosted by its agent on the first node at MASTER_ADDR:MASTER_PORT; every
-    worker is a client of it), reachable before the process group forms; None when not under torchrun (set by
-    hand, rank 0 hosts the store only once it joins) or out of reach within `timeout_s`."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+    """torchrun's own key-value store (hosted by its agent on the node of rank 0 at MASTER_ADDR:MASTER_PORT;
+    every worker is a client of it), reachable before the process group forms; None when not under torchrun (set
+    by hand, rank 0 hosts the store only once it joins) or out of reach within `timeout_s`."""
+    if _agent_address() is None:
+        return None
+    host, port = _agent_address()
+    if not _listening(host, port, timeout_s):
         return None
     try:
-        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
         with _quiet_if_failing():
             return dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
-    except Exception:  # noqa: BLE001 (no store: init_process_group then says what it finds)
+    except Exception:  # noqa: BLE001 (no store: the caller says what that means)
         return None
+
+
+def _listening(host: str, port: int, within_s: float) -> bool:
+    """Whether something accepts connections at host:port within `within_s` seconds (tried every half second).
+    TCPStore's own connect with a timeout of T gave up after about 2T (60 s: 120 s measured, the first node's
+    torchrun gone), so the limits said here were not the ones kept."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(5.0, left))):
+                return True
+        except OSError:
+            if left <= 0:
+                return False
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())) or 0.01)
+
+
+def _agent_address() -> tuple[str, int] | None:
+    """(MASTER_ADDR, MASTER_PORT) of torchrun's agent store, as torchrun sets them for its workers; None when
+    this process was not started by torchrun (or those variables are not usable: init_process_group says so)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    return (host, int(port)) if host and port.isdigit() else None
 
 
 def _early_prefix() -> str:
@@ -293,18 +320,25 @@ def tell_peers_before_joining(message: str, connect_s: float = 5.0) -> None:
 def wait_for_ranks(rank: int, world_size: int, timeout_s: float) -> None:
     """Under torchrun, before init_process_group: count this rank in and wait until all `world_size` ranks have
     come (init_process_group then forms at once), or stop with the message a rank left on failing before it
-    came (a UserError naming it), or, after `timeout_s`, with one line saying how many came. Outside torchrun
-    (no agent store), nothing: init_process_group waits as before."""
+    came (a UserError naming it), or, after `timeout_s`, with one line saying how many came and which ranks did
+    not (`_never_came`). torchrun's store out of reach, at the start or while waiting, is one line at once
+    (`_store_unreachable`): init_process_group, which forms the group in that store (`attempt_store`), waited
+    for it up to twice --dist.timeout_minutes more (measured: 221 s with --dist.timeout_minutes 1, the first
+    node's worker killed before joining) and then said that not all processes joined. Outside torchrun (no
+    agent store), nothing: init_process_group waits as before."""
+    if _agent_address() is None:
+        return
     store = _agent_store(min(timeout_s, 60.0))
     if store is None:
-        return
+        raise UserError(_store_unreachable(rank, min(timeout_s, 60.0)))
     prefix = _early_prefix()
     deadline = time.monotonic() + timeout_s
     try:
         with _quiet_if_failing():
+            store.set(f"{prefix}came/{rank}", socket.gethostname())   # who came, for the timeout line
             arrived = store.add(f"{prefix}arrived", 1)
-    except Exception:  # noqa: BLE001
-        return
+    except Exception:  # noqa: BLE001 (the store went with the first node's torchrun)
+        raise UserError(_store_unreachable(rank)) from None
     while arrived < world_size:
         try:
             with _quiet_if_failing():
@@ -312,15 +346,90 @@ def wait_for_ranks(rank: int, world_size: int, timeout_s: float) -> None:
                 message = store.get(f"{prefix}failed").decode("utf-8", "replace") if failed else ""
                 arrived = store.add(f"{prefix}arrived", 0)
         except Exception:  # noqa: BLE001 (the store went with the first node's torchrun)
-            return
+            raise UserError(_store_unreachable(rank)) from None
         if message:
             raise UserError(f"{message}; rank {rank} stopped too, before training")
         if arrived >= world_size:
             return
         if time.monotonic() >= deadline:
-            raise UserError(_join_failure(TimeoutError(f"timed out: {arrived} of {world_size} processes came"),
-                                          rank, world_size, timeout_s / 60.0))
+            raise UserError(_never_came(rank, world_size, arrived, _missing_ranks(store, prefix, world_size),
+                                        timeout_s / 60.0, _restarted_elsewhere(store, world_size)))
         time.sleep(POLL_S)
+
+
+def _missing_ranks(store, prefix: str, world_size: int, most: int = 8) -> list[int]:
+    """The first `most` ranks that have not counted themselves in (`wait_for_ranks`); [] if the store is gone."""
+    missing: list[int] = []
+    try:
+        with _quiet_if_failing():
+            for rank in range(world_size):
+                if not store.check([f"{prefix}came/{rank}"]):
+                    missing.append(rank)
+                    if len(missing) >= most:
+                        break
+    except Exception:  # noqa: BLE001
+        return []
+    return missing
+
+
+def _restarted_elsewhere(store, world_size: int) -> int | None:
+    """Another restart count of this launch under which workers came while this one waited, if any: torchrun's
+    c10d rendezvous may restart the nodes' workers for a new round with different TORCHELASTIC_RESTART_COUNTs (a
+    node whose worker failed counts a restart, the others do not), so they count themselves in under different
+    keys and wait for each other in vain. Seen as more arrivals under an earlier count than there are processes,
+    or any under a later one (a few counts either side are looked at)."""
+    try:
+        mine = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError:
+        return None
+    base = f"{EARLY_KEY}{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
+    try:
+        with _quiet_if_failing():
+            for other in [*range(mine + 1, mine + 4), *range(mine - 1, max(mine - 4, -1), -1)]:
+                came = store.add(f"{base}{other}/arrived", 0)
+                if (other > mine and came > 0) or (other < mine and came > world_size):
+                    return other
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def _never_came(rank: int, world_size: int, arrived: int, missing: list[int], timeout_minutes: float,
+                other_count: int | None = None) -> str:
+    """What a torchrun worker says when not every rank came within --dist.timeout_minutes: which ranks did not
+    and where to look. It said "start every rank with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+    (torchrun does)" and gave the address of torchrun's internal store (with the c10d rendezvous one the user
+    never gave), naming no rank: a worker killed before joining (out of memory, kill -9) on another node is said
+    only by that node's torchrun, as an exit code."""
+    shown = ", ".join(map(str, missing)) + (", ..." if world_size - arrived > len(missing) else "")
+    which = (f"rank{'s' if world_size - arrived > 1 else ''} {shown} did not" if missing else
+             f"{world_size - arrived} did not")
+    if other_count is not None:
+        return (f"rank {rank}: timed out: {arrived} of {world_size} processes came to form the process group within "
+                f"--dist.timeout_minutes={timeout_minutes:g}; {which} here, but processes came under torchrun's "
+                f"restart count {other_count} while this one is restart "
+                f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}: torchrun's elastic restart gave the nodes "
+                "different restart counts (its c10d rendezvous does when a worker fails), so they cannot meet; start "
+                "every node's torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or leave restarts to the job's own "
+                "relaunch with --resume-or-start")
+    return (f"rank {rank}: timed out: {arrived} of {world_size} processes came to form the process group within "
+            f"--dist.timeout_minutes={timeout_minutes:g}; {which}: the torchrun of the node that runs them says why "
+            "in its output (a process that stopped or was killed before joining, e.g. out of memory: its exit code "
+            "is in torchrun's report); else they are still starting (a slow file system or a busy machine: raise "
+            "--dist.timeout_minutes)")
+
+
+def _store_unreachable(rank: int, waited_s: float | None = None) -> str:
+    """A torchrun worker that cannot reach torchrun's store (MASTER_ADDR:MASTER_PORT, which torchrun gives its
+    workers, held by the torchrun of rank 0's node): that torchrun has stopped, or the address does not lead there
+    from this machine (with the c10d rendezvous it is that node's own host name, `socket.getfqdn()`)."""
+    host, port = _agent_address() or ("?", "?")
+    when = f"within {waited_s:g} s" if waited_s is not None else "while it waited for the other processes to join"
+    return (f"rank {rank} (host {socket.gethostname()}) cannot reach torchrun's store at {host}:{port} {when}: the "
+            "torchrun that holds it (on the node of rank 0) has stopped, and its output says why (a process of that "
+            "node failed or was killed), or that address does not lead there from this machine (it is --master-addr, "
+            "or with the c10d rendezvous that node's host name, which must resolve here: else give that node's "
+            f"torchrun --local-addr; and no firewall may block the port); rank {rank} stopped before training")
 
 
 def shutdown() -> None:
