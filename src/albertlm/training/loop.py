@@ -584,7 +584,10 @@ class Loop:
         # a rank the global batch left no examples trains on a stand-in (`StepData`), weighted 0 throughout
         stand_in = bool(micro_batches[0].pop(STAND_IN, False)) if micro_batches else False
         weight = 0.0 if stand_in else 1.0
-        denominators = all_reduce_sum(self.objective.denominators(micro_batches) * weight)
+        # (the stand-in's weight 0 is multiplied in only where there is one: a `* 1.0` was an aten op, on a GPU a
+        # kernel launch, per step and micro-batch for every other step)
+        denominators = self.objective.denominators(micro_batches)
+        denominators = all_reduce_sum(denominators * weight if stand_in else denominators)
         stats, tokens = None, torch.zeros((), device=self.info.device)
         started = time.monotonic()
         for i, batch in enumerate(micro_batches):
@@ -595,12 +598,13 @@ class Loop:
             with sync:
                 with autocast(self.train.precision, self.info.device):
                     loss, micro_stats = self.objective.forward(self.model, batch, denominators)
-                loss = loss * (self.info.world_size * weight)   # DDP averages gradients over ranks; we want the sum
+                if stand_in or self.info.world_size != 1:  # DDP averages gradients over ranks; we want the sum
+                    loss = loss * (self.info.world_size * weight)
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             if stand_in:
                 micro_stats = torch.zeros_like(micro_stats)
             stats = micro_stats if stats is None else stats + micro_stats
-            tokens = tokens + count_tokens(batch) * weight
+            tokens = tokens + (count_tokens(batch) * weight if stand_in else count_tokens(batch))
         # the examples counted on the host (shapes), put on the device by a fill: no copy, no sync
         examples = tokens.new_full((1,), weight * float(sum(len(b["input_ids"]) for b in micro_batches)))
         summed = all_reduce_sum(torch.cat([stats, tokens.to(stats)[None], examples.to(stats)]))   # one all-reduce
