@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import io
 import json
 import os
@@ -245,6 +246,7 @@ def _embed(args) -> int:
                     array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, hidden))
                 except OSError as exc:
                     raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+                allocate(tmp, out, count, hidden)   # before the first row: a full disk is a line, not SIGBUS
                 embed_texts(model, tokenizer, source, out=array, progress=progress, **options)
                 array.flush()
                 del array
@@ -285,6 +287,41 @@ def _embed(args) -> int:
               f"{'its row is' if empty == 1 else 'their rows are'} the embedding of [CLS] [SEP] alone",
               file=sys.stderr)
     return 0
+
+
+# what a file system that cannot preallocate answers `posix_fallocate` (the .npy stays sparse there, as before)
+_NO_FALLOCATE = {getattr(errno, name) for name in ("EOPNOTSUPP", "ENOTSUP", "EINVAL", "ENOSYS", "ENODEV", "ESPIPE")
+                 if hasattr(errno, name)}
+
+
+def allocate(tmp, out, count: int, hidden: int) -> None:
+    """Give the .npy temporary file (`np.lib.format.open_memmap`'s) all its disk blocks now (`os.posix_fallocate`).
+    open_memmap makes a sparse file, which gets its blocks only as the embeddings are written into the mapping,
+    and a full disk or quota met then is no OSError but SIGBUS: embed died mid-way with "Bus error" (exit 135),
+    nothing said, its temporary file left for the next run to remove. Now a file that does not fit is one line
+    before the first batch. A file system that cannot preallocate is left to the sparse file; so is a platform
+    without posix_fallocate (macOS, Windows)."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    size = 0
+    try:
+        with open(tmp, "r+b") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size:
+                os.posix_fallocate(handle.fileno(), 0, size)
+    except OSError as exc:
+        if exc.errno in _NO_FALLOCATE:
+            return
+        needed = f": {count:,} x {hidden} float32 embeddings take {size_text(size)}" if size else ""
+        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc}{needed})") from None
+
+
+def size_text(size: int) -> str:
+    """A byte count as people read it: 512 bytes, 1.3 MB, 2.9 GB (powers of 1000, as `df -H`)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ Heavy imports (torch) happen inside functions so `albertlm --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -650,7 +651,10 @@ def _run_checkpoint(args) -> dict:
     reordered = _glue_class_order(spec, Path(args.model), options) if args.family == "glue" else None
     if args.family == "glue":
         _check_out_keeps_other_predictions(args.out, spec, options)
-    metrics = run_evaluation(spec, args.model, tokenizer, cfg, args.out)
+    with _staged_predictions(args.out) as staging:
+        metrics = run_evaluation(spec, args.model, tokenizer, cfg, staging)
+        if staging is not None:
+            _install_predictions(staging, Path(args.out), metrics, args.family)
     using = _using(given, Path(args.model))
     if using:                               # stderr: stdout is the metrics JSON
         print(using, file=sys.stderr)
@@ -662,6 +666,83 @@ def _run_checkpoint(args) -> dict:
     for line in spec.warnings:              # once the run has worked: a refused one's error is its only line
         say_warning(line)
     return metrics
+
+
+PREDICTION_STAGING = ".tmp-predict-"   # the folder in --out the files of one predict / evaluate are written into
+
+
+@contextlib.contextmanager
+def _staged_predictions(out: str | None):
+    """The folder the prediction files of `predict` / `evaluate --model --out` are written into (None without --out),
+    made in --out (made first where it is not there: the same file system, so the files move in by rename, as
+    `export` stages its files), and removed at the end. The files of every set moved in together at the end
+    (`_install_predictions`): a later set's write that failed (a full disk, no permission, Ctrl-C) left an earlier
+    set's file in --out (`--dev d.tsv --test t.tsv`: dev_predictions.tsv replaced, no submission/ file) while the
+    command failed. Folders made for --out are removed again where nothing came of it."""
+    import shutil
+    import tempfile
+
+    if out is None:
+        yield None
+        return
+    target = Path(out)
+    if target.exists() and not target.is_dir():   # run_evaluation's check: before a folder is made in it
+        raise UserError(f"--out {out} exists and is not a directory; give a directory for the prediction files")
+    made = [parent for parent in [target, *target.parents] if not parent.exists()]
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=PREDICTION_STAGING, dir=target))
+    except OSError as exc:
+        _remove_if_empty(made)
+        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    try:
+        yield staging
+    except (UserError, OSError) as exc:   # a staged file's write said as the file's in --out
+        said = str(exc) if isinstance(exc, UserError) else f"{exc.strerror or exc}: {exc.filename}"
+        if str(staging) not in said:
+            raise
+        raise UserError(said.replace(str(staging), str(target))) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove_if_empty(made)
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Remove the folders made for --out (innermost first) that hold nothing."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _install_predictions(staging: Path, out: Path, metrics: dict, family: str) -> None:
+    """Move the files staged (`_staged_predictions`) into --out in one step (`convert_commands.swap_into_place`: the
+    files they replace are put back if a move fails, and Ctrl-C / SIGTERM wait for the moves), and name them there
+    in `metrics["predictions_written"]`. A SQuAD v1.1 prediction removes an earlier v2.0 prediction's null_odds.json
+    (as its writer did in --out), in the same step."""
+    from albertlm.cli.convert_commands import swap_into_place
+
+    staged = sorted(path for path in staging.rglob("*") if path.is_file())
+    removed = []
+    if family == "squad" and (staging / "predictions.json").is_file() and not (staging / "null_odds.json").exists():
+        removed.append(out / "null_odds.json")
+    moves = [(path, out / path.relative_to(staging)) for path in staged]
+    device = staging.stat().st_dev
+    apart = next((target.parent for _, target in moves if target.parent.is_dir()
+                  and target.parent.stat().st_dev != device), None)
+    if apart is not None:   # (a link to another disk): no file moves there by rename, nor is an earlier one put back
+        raise UserError(f"--out {out}: {apart} is on another file system than {out} (a link or a mount point), and the "
+                        f"prediction files are written in {out} and moved in together; give an --out whose folders "
+                        "are on its own file system")
+    try:
+        swap_into_place(moves, removed, staging / ".earlier")
+    except OSError as exc:
+        failed = next((str(out / Path(name).relative_to(staging)) if str(name).startswith(str(staging)) else str(name)
+                       for name in (exc.filename, exc.filename2) if name), str(out))
+        raise UserError(f"--out {out}: cannot move the prediction files into it ({failed}: {exc.strerror or exc}); "
+                        "it holds what it held before") from None
+    written = metrics.get("predictions_written", {})
+    for name, paths in written.items():
+        written[name] = [str(out / Path(path).relative_to(staging)) for path in paths]
 
 
 def _check_out_keeps_run(out: str | None, given: str, model_dir: Path) -> None:
