@@ -47,3 +47,50 @@ def test_a_json_scale_file_keeps_its_checks_through_the_shared_reader(tmp_path, 
         read_scale_file(path)
     path.write_bytes(b"\xef\xbb\xbf" + b'{"base": "smoke"}')   # a BOM reads as without
     assert read_scale_file(path).name
+
+
+def test_a_stop_during_the_torch_import_tells_no_peer_through_a_second_torch_import(monkeypatch, capsys):
+    """Under torchrun, `_say` left the error line in torchrun's store through `albertlm.training.distributed`, which
+    imports torch: after a signal cut torch's import short that second import printed tracebacks instead of the line
+    (multinode audit, session 33)."""
+    import types
+
+    from albertlm.cli import main as cli_main
+    from albertlm.training import distributed
+
+    told = []
+    monkeypatch.setattr(distributed, "tell_peers_before_joining", lambda line: told.append(line))
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    cli_main._say("albertlm pretrain: interrupted", linger=False)
+    assert told == ["albertlm pretrain: interrupted"]          # torch imported whole: the peers are told
+
+    half = types.ModuleType("torch")
+    half.__spec__ = types.SimpleNamespace(_initializing=True)
+    monkeypatch.setitem(sys.modules, "torch", half)
+    cli_main._say("albertlm pretrain: interrupted", linger=False)
+    assert told == ["albertlm pretrain: interrupted"]          # not again
+    assert "albertlm pretrain: interrupted" in capsys.readouterr().err
+
+
+def test_an_input_gone_before_the_build_sized_it_is_named_not_taken_for_a_write_error(tmp_path, monkeypatch, capsys):
+    """build._build_into summed the inputs' sizes with Path.stat: an input deleted after the checks was an OSError
+    that `_build` said as "--out ...: cannot write the data (No such file or directory)"."""
+    from albertlm.data import build
+
+    text = tmp_path / "a.txt"
+    text.write_text("One sentence here. Another one there.\n\nA second document.\n", encoding="utf-8")
+    real = build._build_into
+
+    def delete_then_build(staging, cfg, ctx, files, *args, **kwargs):
+        text.unlink()
+        return real(staging, cfg, ctx, files, *args, **kwargs)
+
+    monkeypatch.setattr(build, "_build_into", delete_then_build)
+    from albertlm.cli.main import main
+
+    spm = ROOT.parent / "shared" / "data" / "spm" / "albert-base-v2_spiece.model"
+    code = main(["data", "build", "--input", str(text), "--tokenizer", str(spm), "--out", str(tmp_path / "out"),
+                 "--max-seq-length", "32", "--dupe-factor", "1", "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"input {text} is gone" in err and "cannot write the data" not in err, err

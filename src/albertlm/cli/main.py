@@ -572,7 +572,7 @@ def _say(line: str, linger: bool = True) -> None:
     other ranks wait for the first to say it when no process group formed yet (`errors.other_rank_says`).
     Under torchrun the line is also left in torchrun's store, where the ranks of other nodes waiting for this one
     to join read it and stop at once (`distributed.wait_for_ranks`) instead of waiting out the timeout."""
-    if "TORCHELASTIC_USE_AGENT_STORE" in os.environ:
+    if "TORCHELASTIC_USE_AGENT_STORE" in os.environ and not _torch_import_cut_short():
         from albertlm.training.distributed import tell_peers_before_joining
 
         tell_peers_before_joining(line)
@@ -580,6 +580,16 @@ def _say(line: str, linger: bool = True) -> None:
         print(line, file=sys.stderr)
     elif linger:
         other_rank_says(line)
+
+
+def _torch_import_cut_short() -> bool:
+    """Whether a signal stopped this process while it imported torch: torch cannot be imported again then (a second
+    import printed five tracebacks, "duplicate registrations", "partially initialized module", instead of the
+    one line), so the peers are not told (their own timeout or torchrun stops them)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return any(name.startswith("torch.") for name in sys.modules)
+    return bool(getattr(getattr(torch, "__spec__", None), "_initializing", False))
 
 
 def one_line(exc: BaseException) -> str:

@@ -45,7 +45,7 @@ from albertlm.config.run import SEED_LIMIT
 # (the table check's names moved to corpus, where the checks read each head once; still importable from here)
 from albertlm.data.corpus import (FORMATS, TABLE_HEADER_NAMES, TABLE_SNIFF_BYTES, TABLE_SNIFF_LINES,  # noqa: F401
                                   CorpusCounts, Document, FileFacts, TableShape, check_inputs, find_input_files,
-                                  inspect_file, read_documents, table_columns)
+                                  inspect_file, read_documents, table_columns, unreadable_input)
 from albertlm.data.instances import (InstanceConfig, InstanceCounts, Pair, TokenizedDocument, create_pairs,
                                      document_from_lengths)
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
@@ -691,6 +691,15 @@ def write_error(exc: OSError) -> str:
     return f"{reason}: {advice}" if advice else reason
 
 
+def _input_size(path: Path) -> int:
+    """An input file's size for the progress bar; one gone since the inputs were listed is named (it was "--out ...:
+    cannot write the data (No such file or directory)", the build's error for its own writes)."""
+    try:
+        return path.stat().st_size
+    except OSError as exc:
+        raise UserError(unreadable_input(path, exc)) from None
+
+
 def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[Path], started: float,
                 workers: int | None = None, facts: Sequence[FileFacts] | None = None) -> BuildSummary:
     prefix = "shard" if cfg.part_name is None else f"{cfg.part_name}-shard"
@@ -698,7 +707,7 @@ def _build_into(staging: Path, cfg: BuildConfig, ctx: ChunkContext, files: list[
     writer = ShardWriter(staging, ctx.dtype, per_shard, prefix)
     corpus, instances, stats = CorpusCounts(), InstanceCounts(), _RecordStats()
     # the plain lines' wait counts from the build's start: the checks of many files alone take minutes
-    progress = BuildProgress(sum(f.stat().st_size for f in files), cfg.progress,
+    progress = BuildProgress(sum(_input_size(f) for f in files), cfg.progress,
                              started=time.monotonic() - (time.perf_counter() - started))
     in_flight: deque = deque()   # read_bytes of the chunks handed out, in chunk order (= the results' order)
 
