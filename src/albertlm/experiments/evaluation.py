@@ -124,8 +124,8 @@ def sentence_head_table(model: nn.Module, data: str | Path, batch_size: int = 64
         inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids", "token_index")}
         cls = torch.zeros(len(rows), 1, dtype=torch.long, device=device)      # [CLS], the row the pooler reads
         with autocast(precision, device):
-            pooled = model.albert(inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"], cls,
-                                  inputs["token_index"]).pooler_output
+            pooled = model.albert(inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"], rows=cls,
+                                  token_index=inputs["token_index"]).pooler_output
             answers = model.sop_head(pooled).float().argmax(-1).cpu().numpy()
         table += length_rule_table(answers, len_a, len_b, labels)
     return table

@@ -343,8 +343,8 @@ class AlbertModel(PretrainedMixin, nn.Module):
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, rows: Tensor | None = None,
-                token_index: Tensor | None = None, *, position_ids: Tensor | None = None,
+                token_type_ids: Tensor | None = None, *, rows: Tensor | None = None,
+                token_index: Tensor | None = None, position_ids: Tensor | None = None,
                 inputs_embeds: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
         """`rows` (B, R), first column 0 ([CLS], which the pooler reads): compute the output only there,
         so `last_hidden_state` is (B, R, H). Pretraining reads [CLS] and the masked positions only.
@@ -354,7 +354,8 @@ class AlbertModel(PretrainedMixin, nn.Module):
         transformers' tuple of (B, T, H) tensors, the embeddings' output and each block's: L + 1 of them, or
         L * inner_group_num + 1 as transformers 5 records them (the last with `rows` is (B, R, H), as
         `last_hidden_state`; zeros at the padding with `token_index`). `inputs_embeds` (B, T, E) instead of
-        `input_ids`, and `position_ids`, as transformers' (`Embeddings.forward`)."""
+        `input_ids`, and `position_ids`, as transformers' (`Embeddings.forward`). Everything after `token_type_ids` is a
+        keyword: transformers' 4th positional argument is `position_ids`, which would otherwise be read as `rows`."""
         check_inputs(input_ids, attention_mask, token_type_ids, token_index, position_ids, inputs_embeds,
                      self.config.embedding_size)
         B, T = (input_ids if inputs_embeds is None else inputs_embeds).shape[:2]
@@ -433,14 +434,15 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, masked_lm_positions: Tensor | None = None,
+                token_type_ids: Tensor | None = None, *, masked_lm_positions: Tensor | None = None,
                 masked_lm_ids: Tensor | None = None, masked_lm_weights: Tensor | None = None,
                 labels: Tensor | None = None, sentence_order_label: Tensor | None = None,
-                token_index: Tensor | None = None, *, position_ids: Tensor | None = None,
+                token_index: Tensor | None = None, position_ids: Tensor | None = None,
                 inputs_embeds: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
         """`output_hidden_states`: also the backbone's `hidden_states` (`AlbertModel.forward`; with
         `masked_lm_positions` the last holds [CLS] and the masked rows only). `position_ids`, `inputs_embeds`:
-        as transformers' (`AlbertModel.forward`)."""
+        as transformers' (`AlbertModel.forward`). Everything after `token_type_ids` is a keyword (transformers' 4th
+        positional argument is `position_ids`, which would otherwise be read as `masked_lm_positions`)."""
         if masked_lm_positions is None and (masked_lm_ids is not None or masked_lm_weights is not None):
             raise ModelInputError("masked_lm_ids / masked_lm_weights need the masked_lm_positions they belong to")
         if masked_lm_positions is not None and labels is not None:
@@ -462,8 +464,9 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
             masked_lm_positions = masked_lm_positions.long()  # gather takes int64 (a no-op for int64)
             rows = torch.cat([masked_lm_positions.new_zeros(len(masked_lm_positions), 1), masked_lm_positions], 1)
         try:
-            base = self.albert(input_ids, attention_mask, token_type_ids, rows, token_index, position_ids=position_ids,
-                               inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states)
+            base = self.albert(input_ids, attention_mask, token_type_ids, rows=rows, token_index=token_index,
+                               position_ids=position_ids, inputs_embeds=inputs_embeds,
+                               output_hidden_states=output_hidden_states)
         except (IndexError, RuntimeError):  # a masked position outside the sequence (eager CPU; CUDA asserts)
             problem = describe_bad_positions(masked_lm_positions, tokens.shape[1])
             if problem is None:

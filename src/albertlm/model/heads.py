@@ -4,7 +4,9 @@ classifier, `AlbertForSquadV2`), multiple choice (RACE).
 
 Each returns `logits` (or `start_logits` / `end_logits`) and, given labels, `loss` — transformers'
 names and loss conventions, so the same training code serves both. Each takes transformers' `position_ids` and
-`inputs_embeds` (keywords, `AlbertModel.forward`).
+`inputs_embeds` (keywords, `AlbertModel.forward`). Only `input_ids`, `attention_mask` and `token_type_ids` are
+positional (but in `AlbertForSquadV2`, google's head): transformers' 4th positional argument is `position_ids`, which
+a 4th positional slot for `labels` would read silently as labels.
 """
 from __future__ import annotations
 
@@ -98,7 +100,7 @@ class AlbertForSequenceClassification(_TaskModel):
     """Linear on the pooled output; num_labels = 1 is regression (MSE), otherwise cross entropy."""
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                token_type_ids: Tensor | None = None, *, labels: Tensor | None = None,
                 position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:
         x, base = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states,
@@ -120,7 +122,7 @@ class AlbertForTokenClassification(_TaskModel):
     pooled = False
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                token_type_ids: Tensor | None = None, *, labels: Tensor | None = None,
                 position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:
         x, base = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states,
@@ -148,8 +150,8 @@ class AlbertForQuestionAnswering(_TaskModel):
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, start_positions: Tensor | None = None,
-                end_positions: Tensor | None = None, *, position_ids: Tensor | None = None,
+                token_type_ids: Tensor | None = None, *, start_positions: Tensor | None = None,
+                end_positions: Tensor | None = None, position_ids: Tensor | None = None,
                 inputs_embeds: Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
         if (start_positions is None) != (end_positions is None):
             raise ModelInputError("give both start_positions and end_positions for a loss (one of them alone gave none)")
@@ -316,7 +318,7 @@ class AlbertForMultipleChoice(_TaskModel):
         super().__init__(cfg, num_outputs=1)
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                token_type_ids: Tensor | None = None, *, labels: Tensor | None = None,
                 position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:
         """`hidden_states` (with `output_hidden_states`) are the backbone's over the B * C flattened choices;
@@ -357,7 +359,7 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         self.apply(functools.partial(init_weights, std=cfg.initializer_range))
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, labels: Tensor | None = None, *,
+                token_type_ids: Tensor | None = None, *, labels: Tensor | None = None,
                 position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                 output_hidden_states: bool = False) -> ModelOutput:
         base = self.albert(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
