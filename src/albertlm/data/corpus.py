@@ -318,10 +318,11 @@ def _glob_paths(pattern: str) -> list[str]:
 
     if os.altsep:
         pattern = pattern.replace(os.altsep, os.sep)
-    parts = [part for part in pattern.split(os.sep) if part]
+    drive, anchored = os.path.splitdrive(pattern)   # Windows: "C:" or "\\\\server\\share", the anchor, no part
+    parts = [part for part in anchored.split(os.sep) if part]
     if "**" not in parts:
         return glob.glob(pattern, recursive=True)
-    base = os.sep if pattern.startswith(os.sep) else ""
+    base = drive + (os.sep if anchored.startswith(os.sep) else "")
     found = list(_glob_below(base, parts, frozenset()))
     if pattern.endswith(os.sep):
         found = [os.path.join(path, "") for path in found if os.path.isdir(path)]

@@ -929,14 +929,19 @@ def has_record(path: Path, step: int, split: str) -> bool:
 def _lines_from_end(f, block: int = 1 << 16) -> Iterator[bytes]:
     """The lines of the binary file `f` (split at b"\\n", without it), last first, read a block at a time."""
     end = f.seek(0, os.SEEK_END)
-    carried = b""                               # the start of a line whose beginning is in the block before
+    carried: list[bytes] = []     # the pieces of a line begun in a block before, its last piece first
     while end > 0:
         start = max(0, end - block)
         f.seek(start)
-        lines = (f.read(end - start) + carried).split(b"\n")
-        carried = lines.pop(0) if start > 0 else b""
-        yield from reversed(lines)
+        data = f.read(end - start)
         end = start
+        if start > 0 and b"\n" not in data:    # all of it inside that line: joined once, at its start (a line
+            carried.append(data)                # of MBs without a newline was copied again for every block)
+            continue
+        lines = data.split(b"\n")
+        lines[-1] += b"".join(reversed(carried))
+        carried = [lines.pop(0)] if start > 0 else []
+        yield from reversed(lines)
 
 
 def count_tokens(batch: Batch) -> torch.Tensor:
