@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from test_distributed_audit21 import agent_store, clean_launch  # noqa: F401  (fixtures)
+
 from albertlm.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,3 +96,20 @@ def test_an_input_gone_before_the_build_sized_it_is_named_not_taken_for_a_write_
     assert code == 2
     err = capsys.readouterr().err
     assert f"input {text} is gone" in err and "cannot write the data" not in err, err
+
+
+@pytest.mark.parametrize("rank, world_size, looks", [(1, 40, True), (0, 300, True), (1, 300, False)])
+def test_only_rank_0_looks_up_the_missing_ranks_of_a_large_job(agent_store, monkeypatch, rank, world_size,
+                                                                looks):  # noqa: F811
+    """At a timeout every rank asked torchrun's store about every rank (world_size² requests: 16 M at 4096 ranks, all
+    at once); above MISSING_LOOKUP_RANKS processes rank 0 alone looks (review, session 33)."""
+    from albertlm.training import distributed
+
+    asked = []
+    real = distributed._missing_ranks
+    monkeypatch.setattr(distributed, "_missing_ranks",
+                        lambda *args, **kwargs: asked.append(1) or real(*args, **kwargs))
+    agent_store.setenv("RANK", str(rank))
+    with pytest.raises(UserError, match=f"timed out: 1 of {world_size} processes came"):
+        distributed.wait_for_ranks(rank, world_size, timeout_s=0.2)
+    assert bool(asked) is looks

@@ -352,9 +352,16 @@ def wait_for_ranks(rank: int, world_size: int, timeout_s: float) -> None:
         if arrived >= world_size:
             return
         if time.monotonic() >= deadline:
-            raise UserError(_never_came(rank, world_size, arrived, _missing_ranks(store, prefix, world_size),
+            # every rank looks up who is missing in a job of up to MISSING_LOOKUP_RANKS processes; in a larger one
+            # rank 0 alone (all ranks time out together: world_size² requests to torchrun's store)
+            look = world_size <= MISSING_LOOKUP_RANKS or rank == 0
+            raise UserError(_never_came(rank, world_size, arrived,
+                                        _missing_ranks(store, prefix, world_size) if look else [],
                                         timeout_s / 60.0, _restarted_elsewhere(store, world_size)))
         time.sleep(POLL_S)
+
+
+MISSING_LOOKUP_RANKS = 256
 
 
 def _missing_ranks(store, prefix: str, world_size: int, most: int = 8) -> list[int]:
