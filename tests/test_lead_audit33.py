@@ -113,3 +113,14 @@ def test_only_rank_0_looks_up_the_missing_ranks_of_a_large_job(agent_store, monk
     with pytest.raises(UserError, match=f"timed out: 1 of {world_size} processes came"):
         distributed.wait_for_ranks(rank, world_size, timeout_s=0.2)
     assert bool(asked) is looks
+
+
+def test_finetuning_md_says_the_prediction_files_move_in_together():
+    import inspect
+
+    from albertlm.cli import task_commands
+
+    text = " ".join((ROOT / "docs/finetuning.md").read_text(encoding="utf-8").split())
+    assert "are written into a folder in `--out` (`.tmp-predict-*`) and moved in together at the end" in text
+    assert task_commands.PREDICTION_STAGING == ".tmp-predict-"
+    assert "swap_into_place" in inspect.getsource(task_commands._install_predictions)
