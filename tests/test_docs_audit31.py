@@ -250,7 +250,7 @@ def test_the_loaders_positional_reads_are_what_training_md_and_data_md_say():
     assert "The data's records are copied out of its shards with positional reads (`os.preadv`" in \
         _flat("docs/training.md")
     assert "read by positional reads" in _flat("docs/data.md")
-    assert "_read_at(" in inspect.getsource(ShardMaps.read)
+    assert "_read_at(" in inspect.getsource(ShardMaps.read_many)   # (ShardMaps.read is read_many of one shard)
 
 
 def test_the_demo_compares_sop_with_the_length_baseline_as_the_pages_say():
@@ -313,7 +313,7 @@ def test_interop_md_says_when_save_pretrained_writes_an_empty_labels_json():
 # ------------------------------------------------------------------ validation.md's rows for this session's checks
 _ROWS = [
     ("| `export onnx --out` |", "albertlm.cli.export_commands._staging_parent", "out.is_dir()"),
-    ("| shard files |", "albertlm.data.shards.ShardMaps.read", "_read_at("),
+    ("| shard files |", "albertlm.data.shards.ShardMaps.read_many", "_read_at("),
     ("| prediction and submission files", "albertlm.tasks.specs.write_lines_atomic", "os.replace"),
 ]
 

@@ -124,3 +124,12 @@ def test_finetuning_md_says_the_prediction_files_move_in_together():
     assert "are written into a folder in `--out` (`.tmp-predict-*`) and moved in together at the end" in text
     assert task_commands.PREDICTION_STAGING == ".tmp-predict-"
     assert "swap_into_place" in inspect.getsource(task_commands._install_predictions)
+
+
+def test_data_md_says_a_micro_batch_is_read_in_one_pass():
+    from albertlm.data import loader, shards
+
+    text = " ".join((ROOT / "docs/data.md").read_text(encoding="utf-8").split())
+    assert "(a micro-batch in one pass, `ShardMaps.read_many`: one read per run of a shard's records at most 8 KiB " \
+           "apart" in text
+    assert shards.NEAR_BYTES == 8192 and hasattr(loader, "Instances")

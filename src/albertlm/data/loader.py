@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from albertlm.data.masking import MaskingConfig, MaskingVocab, mask_records
 from albertlm.data.shards import (WORD_STARTS_FILE, changed_shard, damage_message, damaged_rows, open_shards,
-                                  read_meta)
+                                  read_meta, unchanged)
 from albertlm.errors import UserError
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_positions", "masked_lm_ids",
@@ -71,6 +71,7 @@ class PretrainingDataset:
         self._shards = open_shards(self.directory, self.meta)   # checked now, mapped when first read
         self._stamps = self._shards.stamps   # the files as opened (`check_unchanged`)
         self._ends = np.cumsum(self._shards.counts, dtype=np.int64)
+        self._paths = [self.directory / shard["file"] for shard in self.meta["shards"]]
         self.max_seq_length = int(self.meta["max_seq_length"])
         self.max_predictions = int(self.meta["max_predictions_per_seq"])
         self.dynamic_masking, self.seed = dynamic_masking, seed
@@ -105,8 +106,10 @@ class PretrainingDataset:
     def check_unchanged(self, shards) -> None:
         """A UserError when one of `shards` (places in the meta's list) is no longer the file opened
         (`shards.changed_shard`): checked before their records are read."""
-        for shard in shards:
-            message = changed_shard(self.directory, self.meta, int(shard), self._stamps[int(shard)])
+        for shard in np.asarray(shards, dtype=np.int64).reshape(-1).tolist():
+            # `changed_shard`'s test on a path built once, and its message where the file differs
+            same = unchanged(self._paths[shard], self._stamps[shard])
+            message = None if same else changed_shard(self.directory, self.meta, shard, self._stamps[shard])
             if message:
                 raise UserError(message)
 
@@ -120,8 +123,9 @@ class PretrainingDataset:
 
     def records(self, indices: Sequence[int]) -> np.ndarray:
         """The raw stored records at `indices` (in their order), read from the shard files with positional reads
-        (`shards.ShardMaps.read`), not through memory maps: a shard cut shorter under the run between the check of
-        its stamp and the read is the one-line "changed" error, not SIGBUS."""
+        (`shards.ShardMaps.read_many`: one read per run of near records of a shard), not through memory maps: a
+        shard cut shorter under the run between the check of its stamp and the read is the one-line "changed"
+        error, not SIGBUS."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         bad = (indices < 0) | (indices >= len(self))
         if bad.any():
@@ -129,16 +133,12 @@ class PretrainingDataset:
             raise IndexError(f"instance {index} out of range for {len(self)} instances")
         shards = np.searchsorted(self._ends, indices, side="right")
         starts = np.concatenate([[0], self._ends])[shards]
-        out = np.empty(indices.size, dtype=self._shards.dtype)
-        for shard in np.unique(shards).tolist():
-            where = np.flatnonzero(shards == shard)
-            out[where] = self._shards.read(shard, indices[where] - starts[where])
-        return out
+        return self._shards.read_many(shards, indices - starts)
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, np.ndarray]:
         return self.__getitems__([key])[0]
 
-    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[dict[str, np.ndarray]]:
+    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> "Instances":
         """Several instances at once (the DataLoader hands over a whole micro-batch): a key is an index or
         an `(epoch, index)` pair (an index alone is epoch 0); dynamic masks are drawn for all of them in one
         vectorised call, each row from its own `example_rng`, so each equals `self[key]` alone."""
@@ -159,7 +159,7 @@ class PretrainingDataset:
             counts = records["num_masked"]
         columns = self._instances(tokens, lengths, boundaries, positions.astype(np.int64), inputs.astype(np.int64),
                                   counts.astype(np.int64), records["label"].astype(np.int64))
-        return [{key: value[row] for key, value in columns.items()} for row in range(len(keys))]
+        return Instances(columns)
 
     def _check(self, records: np.ndarray, indices: np.ndarray) -> None:
         """Records the build could not have written (a damaged or overwritten shard) are a UserError naming the
@@ -197,6 +197,27 @@ class PretrainingDataset:
         }
 
 
+class Instances(Sequence):
+    """What `PretrainingDataset.__getitems__` returns: a sequence of instances (`items[k]`: one instance's dict of
+    numpy arrays, views of the batch's, built when asked for; a slice: a list of them) held as the batch's arrays
+    (`columns`: key -> (I, ...) array, row k instance k), which `collate` hands to torch as they are. A dict per row
+    built for every micro-batch, then stacked again by `collate`, was most of the loader's host time a batch."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: dict[str, np.ndarray]):
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns["input_ids"])
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self[k] for k in range(len(self))[row]]
+        row = range(len(self))[row]     # (an IndexError past the end, as a list's)
+        return {key: value[row] for key, value in self.columns.items()}
+
+
 def collate(items: Sequence[dict[str, np.ndarray]]) -> dict:
     """Stack instances into the batch dict of torch tensors the model takes (int64; weights float32).
     `token_index` (N,) holds the flat positions b * T + t of its N real tokens, computed here on the host, so
@@ -204,6 +225,9 @@ def collate(items: Sequence[dict[str, np.ndarray]]) -> dict:
     without a sync) says the batch has no padding at all, and pretraining then passes no mask."""
     import torch
 
-    batch = {key: torch.from_numpy(np.stack([item[key] for item in items])) for key in BATCH_KEYS}
+    if isinstance(items, Instances):   # a micro-batch of `__getitems__`: its arrays are the batch's
+        batch = {key: torch.from_numpy(np.ascontiguousarray(items.columns[key])) for key in BATCH_KEYS}
+    else:
+        batch = {key: torch.from_numpy(np.stack([item[key] for item in items])) for key in BATCH_KEYS}
     batch["token_index"] = torch.from_numpy(np.flatnonzero(batch["attention_mask"].numpy().reshape(-1)))
     return batch

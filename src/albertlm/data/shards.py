@@ -438,19 +438,64 @@ class ShardMaps:
         return found
 
     def read(self, index: int, rows: Sequence[int]) -> np.ndarray:
-        """Records `rows` of shard `index` (places in the shard), copied out of the file with positional reads
-        (`_read_at`: `os.preadv`, or `os.pread` where there is none), not through a memory map: a shard cut shorter
-        between the loader's check of its stamp and the read (a copy begun over it, `rsync --inplace`) is a short
-        read here, the one-line "changed" error, where a map's read past the new end killed the process with
-        SIGBUS. Opened files are kept as the maps are (at most `capacity`, the least recently read closed first);
-        a file is checked against its stamp when it is opened."""
+        """Records `rows` of shard `index` (places in the shard, in any order, repeats allowed): `read_many` of one
+        shard."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        return self.read_many(np.full(rows.size, index, dtype=np.int64), rows)
+
+    def read_many(self, shards: Sequence[int], rows: Sequence[int]) -> np.ndarray:
+        """Record `rows[k]` of shard `shards[k]` for every k (in that order, repeats allowed), copied out of the files
+        with positional reads (`_read_at`: `os.preadv`, or `os.pread` where there is none), not through a memory map:
+        a shard cut shorter between the loader's check of its stamp and the read (a copy begun over it, `rsync
+        --inplace`) is a short read here, the one-line "changed" error, where a map's read past the new end killed
+        the process with SIGBUS. One read per run of near records of a shard (`read_runs`: at most `NEAR_BYTES` of
+        other records apart, at most `RUN_BYTES` a read), not one per record: a micro-batch of a sequential
+        evaluation is one read a shard, where it was one system call (and its Python) per row. Opened files are kept
+        as the maps are (at most `capacity`, the least recently read closed first); a file is checked against its
+        stamp when it is opened."""
+        shards = np.asarray(shards, dtype=np.int64).reshape(-1)
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         out = np.empty(rows.size, dtype=self.dtype)
         if not rows.size:
             return out
-        if rows.min() < 0 or rows.max() >= self.counts[index]:
-            raise IndexError(f"rows {rows.min()}..{rows.max()} out of range for shard {index} of "
-                             f"{self.counts[index]} records")
+        if shards.min() < 0 or shards.max() >= len(self.counts):
+            raise IndexError(f"shard {int(shards[np.argmax((shards < 0) | (shards >= len(self.counts)))])} out of "
+                             f"range for {len(self.counts)} shards")
+        counts = np.asarray(self.counts, dtype=np.int64)[shards]
+        bad = (rows < 0) | (rows >= counts)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise IndexError(f"row {int(rows[k])} out of range for shard {int(shards[k])} of {int(counts[k])} "
+                             "records")
+        size = self.dtype.itemsize
+        view = out.view(np.uint8).reshape(rows.size, size)
+        order, starts, ends = read_runs(shards, rows, size)
+        ordered = rows[order]
+        firsts, counts = ordered[starts], ends - starts
+        spans = ordered[ends - 1] - firsts + 1
+        # a run read straight into the batch's rows: no record between or repeated, asked for in the file's order
+        breaks = np.concatenate([[0], np.cumsum(np.diff(order) != 1)])
+        direct = (spans == counts) & (breaks[ends - 1] == breaks[starts])
+        for a, b, index, first, span, straight, at in zip(
+                starts.tolist(), ends.tolist(), shards[order[starts]].tolist(), firsts.tolist(), spans.tolist(),
+                direct.tolist(), order[starts].tolist()):
+            handle = self._handle(index)
+            if straight:
+                got = _read_at(handle, handle.fileno(), view[at:at + span].reshape(-1), first * size)
+            else:
+                buffer = np.empty(span * size, dtype=np.uint8)
+                got = _read_at(handle, handle.fileno(), buffer, first * size)
+                if got == buffer.size:
+                    view[order[a:b]] = buffer.reshape(span, size)[ordered[a:b] - first]
+            if got != span * size:
+                path = self.directory / self.meta["shards"][index]["file"]
+                raise UserError(changed_shard(self.directory, self.meta, index, self.stamps[index])
+                                or f"shard {path} changed while this run reads it: it ends before record "
+                                   f"{first + got // size}")
+        return out
+
+    def _handle(self, index: int):
+        """Shard `index`'s open file (`read_many`'s), opened and checked (`_open`) when not kept."""
         handle = self._files.get(index)
         if handle is None:
             handle = self._open(index)
@@ -459,14 +504,7 @@ class ShardMaps:
                 self._files.popitem(last=False)   # (closed as its last reference goes)
         else:
             self._files.move_to_end(index)
-        size, fd = self.dtype.itemsize, handle.fileno()
-        view = out.view(np.uint8).reshape(rows.size, size)
-        for k, row in enumerate(rows.tolist()):
-            if _read_at(handle, fd, view[k], row * size) != size:
-                path = self.directory / self.meta["shards"][index]["file"]
-                raise UserError(changed_shard(self.directory, self.meta, index, self.stamps[index])
-                                or f"shard {path} changed while this run reads it: it ends before record {row}")
-        return out
+        return handle
 
     def close(self) -> None:
         """Drop the maps and close the files (`__del__` does it when the object goes)."""
@@ -501,6 +539,25 @@ class ShardMaps:
             return np.zeros(0, dtype=self.dtype)
         with self._open(index) as handle:
             return np.memmap(handle, dtype=self.dtype, mode="r", shape=(self.counts[index],))
+
+
+NEAR_BYTES = 8192        # records at most this many bytes of other records apart are read together (`read_runs`)
+RUN_BYTES = 8 << 20      # the most bytes one read of `ShardMaps.read` asks for
+
+
+def read_runs(shards: np.ndarray, rows: np.ndarray, record_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How `ShardMaps.read_many` reads record `rows[k]` of shard `shards[k]`: (order, starts, ends), where `order`
+    sorts the records by shard, then row, and run j, `order[starts[j]:ends[j]]`, is read with one positional read
+    of its shard, from the run's first record to its last: records of a shard at most `NEAR_BYTES` of other records
+    apart share a run (the bytes between are read too, into a buffer dropped after: cheaper than another system
+    call), and no run spans more than `RUN_BYTES`."""
+    order = np.lexsort((rows, shards))
+    ordered = rows[order]
+    gap = NEAR_BYTES // record_size + 1
+    block = max(1, RUN_BYTES // record_size)
+    cut = np.flatnonzero((np.diff(shards[order]) != 0) | (np.diff(ordered) > gap)
+                         | (np.diff(ordered // block) != 0)) + 1
+    return order, np.concatenate([[0], cut]), np.concatenate([cut, [rows.size]])
 
 
 def _read_at(handle, fd: int, buffer: np.ndarray, offset: int) -> int:
@@ -540,6 +597,15 @@ def _stamp(path: Path) -> tuple[int, int, int, int]:
 
 def _stamp_of(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+def unchanged(path: Path, stamp: tuple[int, int, int, int]) -> bool:
+    """Whether the file at `path` is still the one stamped (`shard_stamps`): `changed_shard`'s test without its
+    message, for a path the caller keeps (the loader checks every shard a micro-batch reads)."""
+    try:
+        return _stamp(path) == stamp
+    except OSError:
+        return False
 
 
 def changed_shard(directory: str | os.PathLike, meta: dict, index: int, stamp: tuple[int, int, int, int]) -> str | None:
